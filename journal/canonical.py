@@ -1,0 +1,164 @@
+"""The canonical form of SPEC.md: RFC 8785 (JCS), the one implementation in the project.
+
+Everything that hashes or writes an entry calls `canonical_bytes`. orjson is used as a
+fast path only for values where its `OPT_SORT_KEYS` output is proven byte-identical to
+JCS: no float anywhere and no object key outside the Basic Multilingual Plane (orjson
+sorts keys by code point, JCS by UTF-16 code unit; they differ only for such keys).
+`tests/test_canonical.py` holds the proof (vectors plus a differential property test
+against the `rfc8785` package).
+"""
+
+from __future__ import annotations
+
+import math
+
+import orjson
+
+MAX_SAFE_INTEGER = 2**53 - 1
+
+
+class CanonicalError(ValueError):
+    """A value that has no canonical form under the contract."""
+
+
+def canonical_bytes(value: object) -> bytes:
+    """Return the RFC 8785 canonical UTF-8 bytes of a JSON value."""
+    if _orjson_safe(value):
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    parts: list[str] = []
+    _write(value, parts)
+    try:
+        return "".join(parts).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise CanonicalError(f"string holds a lone surrogate and is not valid Unicode: {exc}") from None
+
+
+def _orjson_safe(value: object) -> bool:
+    """True when orjson's sorted output equals JCS for this value (and the value is valid).
+
+    Walks the value once; raises CanonicalError for values no canonical form allows
+    (integers beyond 2^53-1, non-string keys, unknown types), so the fast path never
+    writes something the slow path would refuse.
+    """
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        t = type(v)
+        if t is str or v is None or t is bool:
+            continue
+        if t is int:
+            if -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER:
+                continue
+            raise CanonicalError(f"integer {v} is outside +-(2^53-1)")
+        if t is dict:
+            for k in v:
+                if type(k) is not str:
+                    raise CanonicalError(f"object key {k!r} is not a string")
+                if not k.isascii() and any(ord(c) > 0xFFFF for c in k):
+                    return False
+            stack.extend(v.values())
+            continue
+        if t is list:
+            stack.extend(v)
+            continue
+        if t is float:
+            return False
+        raise CanonicalError(f"value of type {t.__name__} has no JSON form")
+    return True
+
+
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape_string(s: str) -> str:
+    out = ['"']
+    for ch in s:
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif ch < " ":
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def _write(v: object, out: list[str]) -> None:
+    t = type(v)
+    if v is None:
+        out.append("null")
+    elif v is True:
+        out.append("true")
+    elif v is False:
+        out.append("false")
+    elif t is str:
+        out.append(_escape_string(v))  # type: ignore[arg-type]
+    elif t is int:
+        if not -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER:  # type: ignore[operator]
+            raise CanonicalError(f"integer {v} is outside +-(2^53-1)")
+        out.append(str(v))
+    elif t is float:
+        out.append(format_number(v))  # type: ignore[arg-type]
+    elif t is list:
+        out.append("[")
+        for i, item in enumerate(v):  # type: ignore[arg-type]
+            if i:
+                out.append(",")
+            _write(item, out)
+        out.append("]")
+    elif t is dict:
+        for k in v:  # type: ignore[union-attr]
+            if type(k) is not str:
+                raise CanonicalError(f"object key {k!r} is not a string")
+        out.append("{")
+        for i, k in enumerate(sorted(v, key=_utf16_key)):  # type: ignore[arg-type]
+            if i:
+                out.append(",")
+            out.append(_escape_string(k))
+            out.append(":")
+            _write(v[k], out)  # type: ignore[index]
+        out.append("}")
+    else:
+        raise CanonicalError(f"value of type {t.__name__} has no JSON form")
+
+
+def _utf16_key(k: str) -> bytes:
+    try:
+        return k.encode("utf-16-be")
+    except UnicodeEncodeError:
+        raise CanonicalError(f"object key {k!r} holds a lone surrogate") from None
+
+
+def format_number(f: float) -> str:
+    """Write a float the way ECMAScript's Number.prototype.toString does (RFC 8785 3.2.2.3)."""
+    if not math.isfinite(f):
+        raise CanonicalError(f"{f} has no JSON form")
+    if f == 0:
+        return "0"  # also -0.0
+    sign = "-" if f < 0 else ""
+    # repr gives the shortest digits that round-trip, as ECMAScript requires.
+    r = repr(abs(f))
+    mantissa, _, exp = r.partition("e")
+    int_part, _, frac_part = mantissa.partition(".")
+    if frac_part == "0":
+        frac_part = ""
+    digits = (int_part + frac_part).lstrip("0")
+    # n: position of the decimal point relative to the start of `digits`.
+    n = len(int_part) + (int(exp) if exp else 0)
+    if int_part == "0":
+        stripped = frac_part.lstrip("0")
+        n = (int(exp) if exp else 0) - (len(frac_part) - len(stripped))
+        digits = stripped
+    digits = digits.rstrip("0") or "0"
+    k = len(digits)
+    if k <= n <= 21:
+        s = digits + "0" * (n - k)
+    elif 0 < n <= 21:
+        s = digits[:n] + "." + digits[n:]
+    elif -6 < n <= 0:
+        s = "0." + "0" * (-n) + digits
+    else:
+        e = n - 1
+        exp_s = f"e+{e}" if e >= 0 else f"e{e}"
+        s = digits + exp_s if k == 1 else digits[0] + "." + digits[1:] + exp_s
+    return sign + s
