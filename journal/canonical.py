@@ -24,13 +24,42 @@ class CanonicalError(ValueError):
 def canonical_bytes(value: object) -> bytes:
     """Return the RFC 8785 canonical UTF-8 bytes of a JSON value."""
     if _orjson_safe(value):
-        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        try:
+            return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        except orjson.JSONEncodeError:
+            pass  # lone surrogates or very deep nesting: the slow path says which, or writes it
     parts: list[str] = []
-    _write(value, parts)
+    try:
+        _write(value, parts)
+    except RecursionError:
+        raise CanonicalError("value is nested too deeply") from None
     try:
         return "".join(parts).encode("utf-8")
     except UnicodeEncodeError as exc:
         raise CanonicalError(f"string holds a lone surrogate and is not valid Unicode: {exc}") from None
+
+
+def float_reads_back(f: float) -> bool:
+    """False for a float JCS writes as an integer outside +-(2^53-1) (e.g. 1e16 -> 10000000000000000).
+
+    Such a line would parse back as an integer the contract forbids, so it could never verify;
+    capture points record a body holding such a number as text instead.
+    """
+    return not (f.is_integer() and MAX_SAFE_INTEGER < abs(f) < 1e21)
+
+
+def check_reads_back(value: object) -> None:
+    """Raise CanonicalError if any float in `value` would not read back (see float_reads_back)."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if type(v) is float:
+            if not math.isfinite(v) or not float_reads_back(v):
+                raise CanonicalError(f"number {v!r} would not read back from its canonical form")
+        elif type(v) is dict:
+            stack.extend(v.values())
+        elif type(v) is list:
+            stack.extend(v)
 
 
 def _orjson_safe(value: object) -> bool:

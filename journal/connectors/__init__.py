@@ -1,0 +1,17 @@
+"""Connectors: recognise which SaaS API a call belongs to and whether it reads or writes.
+
+    from journal.connectors import Registry
+    registry = Registry.builtin().with_file("connectors.toml")   # the file is optional
+    registry.match("gmail.googleapis.com", "/gmail/v1/users/me/messages")      # -> "gmail"
+    registry.classify("POST", "https://slack.com/api/conversations.history", headers, body)
+    # -> Classification(connector="slack", effect="read", rule="slack method conversations.history")
+
+One module per connector (gmail, calendar, drive, slack, github, graph), listed in
+`registry.BUILTIN_MODULES`; `graphql` types GraphQL operations; `_http` and `_google` hold
+what several connectors share. docs/connectors.md describes the module interface, the TOML
+format and how to add a connector.
+"""
+
+from .registry import BUILTIN_MODULES, Classification, Registry
+
+__all__ = ["BUILTIN_MODULES", "Classification", "Registry"]

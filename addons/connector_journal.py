@@ -1,0 +1,397 @@
+"""mitmproxy addon: record every connector call into the vault (capture "broker").
+
+Runs in stock mitmproxy:
+
+    mitmdump -s addons/connector_journal.py --set vault=./vault --set broker_session=s1
+
+and is what `broker run` embeds. A thin adapter from flows to `journal.record.Recorder`; every
+rule (redaction, bodies, spilling, chaining) lives in the journal package.
+
+Identity: proxy credentials (`http://SESSION:AGENT@host:port`), else `X-Broker-Session`,
+`X-Broker-Agent`, `X-Broker-Principal` request headers, else the options. Credentials and these
+headers are removed before the request goes upstream and are never recorded.
+
+When an entry is written: for a buffered response, before the response is released to the
+client (the `response` hook waits for the durable append). For a streamed response (bodies over
+the spill threshold, unknown length, event streams) the bytes reach the client as they arrive
+and the entry is written when the stream ends: the window between the client seeing bytes and
+the entry being durable is the length of the stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hashlib
+import logging
+import os
+import sys
+import time
+import weakref
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+from mitmproxy import connection, ctx, http
+
+_ROOT = str(Path(__file__).resolve().parent.parent)
+if _ROOT not in sys.path:  # loaded by path with `mitmdump -s`: make the journal package importable
+    sys.path.insert(0, _ROOT)
+
+from journal.bodies import SPILL_THRESHOLD, BodyCapture  # noqa: E402
+from journal.connectors import Registry  # noqa: E402
+from journal.record import Prepared, Recorder  # noqa: E402
+from journal.redact import REDACTED, is_token_exchange, redact_url  # noqa: E402
+from journal.vault import SessionIdError, session_filename  # noqa: E402
+from journal.writer import JournalError  # noqa: E402
+
+log = logging.getLogger("broker")
+
+SESSION_HEADER = "x-broker-session"
+AGENT_HEADER = "x-broker-agent"
+PRINCIPAL_HEADER = "x-broker-principal"
+ERROR_HEADER = "X-Broker-Error"
+_CRED_HEADERS = ("authorization", "x-goog-api-key", "x-api-key", "api-key", "private-token", "x-auth-token")
+_META = "broker"
+
+
+def _text(raw: bytes) -> str:
+    """Header bytes as text: UTF-8 when valid, else Latin-1 (lossless either way)."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
+
+
+def _pairs(headers: http.Headers) -> list[tuple[str, str]]:
+    return [(_text(k), _text(v)) for k, v in headers.fields]
+
+
+def _parse_proxy_auth(value: str) -> tuple[str, str] | None:
+    scheme, _, token = value.partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        user, _, password = base64.b64decode(token.strip(), validate=True).decode("utf-8").partition(":")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    return user, password
+
+
+def principal_fingerprint(headers: list[tuple[str, str]], url: str) -> str:
+    """A stable name for the account a call acted as, derived from its credential but not revealing it.
+
+    SHA-256 of the credential (truncated to 16 hex): tokens are high-entropy, so the fingerprint
+    cannot be turned back into the credential, and calls made as different accounts stay apart.
+    """
+    cred = None
+    for k, v in headers:
+        if k.lower() in _CRED_HEADERS and v:
+            cred = v.split(" ", 1)[-1] if k.lower() == "authorization" else v
+            break
+    if cred is None and "token=" in url:
+        from urllib.parse import parse_qsl, urlsplit
+
+        for k, v in parse_qsl(urlsplit(url).query):
+            if k in ("token", "access_token", "key") and v:
+                cred = v
+                break
+    if cred is None:
+        return "anonymous"
+    return "fp:" + hashlib.sha256(b"connector-broker principal\0" + cred.encode()).hexdigest()[:16]
+
+
+class _Call:
+    """What the addon tracks for one recorded flow (kept in flow.metadata)."""
+
+    __slots__ = ("session", "agent", "principal", "connector", "effect", "url", "req_cap", "resp_cap", "started")
+
+    def __init__(self, session: str, agent: str, principal: str | None, connector: str, url: str) -> None:
+        self.session, self.agent, self.principal, self.connector = session, agent, principal, connector
+        self.effect = "write"
+        self.url = url
+        self.req_cap: BodyCapture | None = None
+        self.resp_cap: BodyCapture | None = None
+        self.started = time.time()
+
+
+class ConnectorJournal:
+    def __init__(self) -> None:
+        self.recorder: Recorder | None = None
+        self.registry: Registry = Registry.builtin()
+        self.resolve: dict[str, tuple[str, int]] = {}
+        self.identities: weakref.WeakKeyDictionary[connection.Client, tuple[str, str]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self.recorded = 0
+        self.journal_failures = 0
+        self.inflight = 0  # recorded calls between requestheaders and their entry
+
+    # -- options --------------------------------------------------------------------------------
+
+    def load(self, loader) -> None:
+        loader.add_option("vault", str, "./vault", "Vault directory the journal is written to.")
+        loader.add_option("broker_session", str, "default", "Session for calls that name none.")
+        loader.add_option("broker_agent", str, "unknown", "Agent for calls that name none.")
+        loader.add_option(
+            "broker_principal", str, "", "Principal for calls that name none (default: credential fingerprint)."
+        )
+        loader.add_option("broker_connectors", str, "", "TOML file extending or overriding the connector rules.")
+        loader.add_option(
+            "broker_resolve", Sequence[str], [], "HOST=IP:PORT: send HOST's traffic there, keep the URL."
+        )
+        loader.add_option("broker_record_unknown", bool, False, "Record traffic no connector recognises.")
+        loader.add_option(
+            "broker_on_journal_error", str, "block", "block: answer 502 when the journal fails; pass: let it through."
+        )
+        loader.add_option("broker_spill_threshold", int, SPILL_THRESHOLD, "Spill bodies larger than this (bytes).")
+
+    def configure(self, updated: set[str]) -> None:
+        opts = ctx.options
+        if "broker_on_journal_error" in updated and opts.broker_on_journal_error not in ("block", "pass"):
+            raise ValueError("broker_on_journal_error must be 'block' or 'pass'")
+        if "broker_connectors" in updated:
+            reg = Registry.builtin()
+            self.registry = reg.with_file(opts.broker_connectors) if opts.broker_connectors else reg
+            if self.recorder is not None:
+                self.recorder._registry = self.registry
+        if "broker_resolve" in updated:
+            self.resolve = {}
+            for spec in opts.broker_resolve:
+                host, _, target = spec.partition("=")
+                ip, _, port = target.rpartition(":")
+                if not host or not ip or not port.isdigit():
+                    raise ValueError(f"--resolve {spec!r}: expected HOST=IP:PORT")
+                self.resolve[host.lower()] = (ip.strip("[]"), int(port))
+        if "vault" in updated or "broker_spill_threshold" in updated or self.recorder is None:
+            if self.recorder is not None:
+                self.recorder.close()
+            self.recorder = Recorder(
+                opts.vault, spill_threshold=opts.broker_spill_threshold, registry=self.registry
+            )
+
+    def done(self) -> None:
+        if self.recorder is not None:
+            self.recorder.close()
+
+    # -- connection-level hooks -----------------------------------------------------------------
+
+    def server_connect(self, data) -> None:
+        addr = data.server.address
+        if addr and self.resolve:
+            target = self.resolve.get(str(addr[0]).lower())
+            if target:
+                data.server.address = target
+
+    def http_connect(self, flow: http.HTTPFlow) -> None:
+        auth = flow.request.headers.pop("proxy-authorization", None)
+        if auth:
+            creds = _parse_proxy_auth(auth)
+            if creds:
+                self.identities[flow.client_conn] = creds
+
+    # -- request --------------------------------------------------------------------------------
+
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        req = flow.request
+        creds = None
+        auth = req.headers.pop("proxy-authorization", None)
+        if auth:
+            creds = _parse_proxy_auth(auth)
+        creds = creds or self.identities.get(flow.client_conn)
+        h_session = req.headers.pop(SESSION_HEADER, None)
+        h_agent = req.headers.pop(AGENT_HEADER, None)
+        h_principal = req.headers.pop(PRINCIPAL_HEADER, None)
+        url = req.pretty_url
+        connector = self.registry.match(req.pretty_host, req.path.split("?", 1)[0])
+        if connector is None:
+            if not ctx.options.broker_record_unknown:
+                return
+            connector = "unknown"
+        if is_token_exchange(req.method, url, _pairs(req.headers), None):
+            return
+        session = (creds[0] if creds and creds[0] else None) or h_session or ctx.options.broker_session
+        agent = (creds[1] if creds and creds[1] else None) or h_agent or ctx.options.broker_agent
+        principal = h_principal or ctx.options.broker_principal or None
+        try:
+            session_filename(session)
+        except SessionIdError as exc:
+            self._answer(flow, 400, f"session id cannot be recorded: {exc}")
+            return
+        if not agent:
+            agent = "unknown"
+        call = _Call(session, agent, principal, connector, url)
+        flow.metadata[_META] = call
+        self.inflight += 1
+        if self._must_stream(req.headers):
+            call.req_cap = self._capture(req.headers)
+            req.stream = self._streamer(call.req_cap)
+
+    def request(self, flow: http.HTTPFlow) -> None:
+        call: _Call | None = flow.metadata.get(_META)
+        if call is None or flow.response is not None:
+            return
+        req = flow.request
+        body = None if call.req_cap is not None else self._decoded(req)
+        if body is not None and is_token_exchange(req.method, call.url, _pairs(req.headers), body):
+            self._drop(flow)
+            return
+        cls = self.registry.classify(req.method, call.url, _pairs(req.headers), body)
+        if cls is not None:
+            call.effect = cls.effect
+            if call.connector == "unknown":
+                call.connector = cls.connector
+        elif call.connector == "unknown":
+            call.effect = "read" if req.method in ("GET", "HEAD", "OPTIONS") else "write"
+        if call.principal is None:
+            call.principal = principal_fingerprint(_pairs(req.headers), call.url)
+        if ctx.options.broker_on_journal_error == "block":
+            problem = self._journal_problem(call.session)
+            if problem:
+                self.journal_failures += 1
+                self._answer(flow, 502, f"call not forwarded: the journal cannot record it ({problem})")
+                self._drop(flow)
+
+    # -- response -------------------------------------------------------------------------------
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        call: _Call | None = flow.metadata.get(_META)
+        if call is None or flow.response is None:
+            return
+        if self._must_stream(flow.response.headers):
+            call.resp_cap = self._capture(flow.response.headers)
+            flow.response.stream = self._streamer(call.resp_cap)
+
+    async def response(self, flow: http.HTTPFlow) -> None:
+        call: _Call | None = flow.metadata.pop(_META, None)
+        if call is None or flow.response is None:
+            return
+        resp = flow.response
+        req_body = self._body(flow.request, call.req_cap)
+        resp_body = self._body(resp, call.resp_cap)
+        when = datetime.fromtimestamp(resp.timestamp_start or time.time(), UTC)
+        streamed = call.resp_cap is not None
+        try:
+            await asyncio.to_thread(
+                self._record, call, flow, req_body, resp.status_code, _pairs(resp.headers), resp_body, None, when
+            )
+        except (JournalError, OSError, ValueError) as exc:
+            self._journal_failed(flow, call, exc, streamed)
+        finally:
+            self.inflight -= 1
+
+    async def error(self, flow: http.HTTPFlow) -> None:
+        call: _Call | None = flow.metadata.pop(_META, None)
+        if call is None:
+            return
+        msg = flow.error.msg if flow.error else "unknown error"
+        if call.principal is None:
+            call.principal = principal_fingerprint(_pairs(flow.request.headers), call.url)
+        req_body = self._body(flow.request, call.req_cap) if call.req_cap or flow.request.raw_content else None
+        if call.resp_cap is not None:
+            call.resp_cap.abort()
+        status = flow.response.status_code if flow.response is not None else None
+        headers = _pairs(flow.response.headers) if flow.response is not None else []
+        try:
+            await asyncio.to_thread(
+                self._record, call, flow, req_body, status, headers, None, msg, datetime.now(UTC)
+            )
+        except (JournalError, OSError, ValueError) as exc:
+            self.journal_failures += 1
+            log.error("journal: failed call %s %s not recorded: %s", flow.request.method, call.url, exc)
+        finally:
+            self.inflight -= 1
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _record(self, call: _Call, flow, req_body, status, resp_headers, resp_body, error, when) -> None:
+        assert self.recorder is not None
+        entry = self.recorder.record(
+            session=call.session, agent=call.agent, principal=call.principal or "anonymous",
+            connector=call.connector, capture="broker", effect=call.effect,
+            method=flow.request.method, url=call.url, request_headers=_pairs(flow.request.headers),
+            request_body=req_body, status=status, response_headers=resp_headers, response_body=resp_body,
+            error=error, ts=when,
+        )
+        if entry is not None:
+            self.recorded += 1
+
+    def _drop(self, flow: http.HTTPFlow) -> None:
+        call = flow.metadata.pop(_META, None)
+        if call is not None:
+            self.inflight -= 1
+            for cap in (call.req_cap, call.resp_cap):
+                if cap is not None:
+                    cap.abort()
+
+    def _body(self, message: http.Message, cap: BodyCapture | None):
+        if cap is not None:
+            value, extra = cap.finish()
+            return Prepared(value, extra)
+        return message.raw_content or None
+
+    @staticmethod
+    def _decoded(req: http.Request) -> bytes | None:
+        try:
+            return req.get_content(strict=False)
+        except ValueError:
+            return req.raw_content
+
+    def _must_stream(self, headers: http.Headers) -> bool:
+        if "text/event-stream" in headers.get("content-type", ""):
+            return True
+        length = headers.get("content-length")
+        if length is None:
+            return "chunked" in headers.get("transfer-encoding", "").lower()
+        try:
+            return int(length) > ctx.options.broker_spill_threshold
+        except ValueError:
+            return True
+
+    def _capture(self, headers: http.Headers) -> BodyCapture:
+        assert self.recorder is not None
+        return BodyCapture(
+            self.recorder.blobs, headers.get("content-type"), headers.get("content-encoding"),
+            ctx.options.broker_spill_threshold,
+        )
+
+    @staticmethod
+    def _streamer(cap: BodyCapture):
+        def chunk(data: bytes) -> bytes:
+            if data:
+                cap.feed(data)
+            return data
+
+        return chunk
+
+    def _journal_problem(self, session: str) -> str | None:
+        assert self.recorder is not None
+        writer = self.recorder.writer
+        slog = writer._logs.get(session)
+        if slog is not None and slog.failed is not None:
+            return str(slog.failed)
+        jdir = writer.vault.journal_dir
+        if not os.access(jdir, os.W_OK):
+            return f"vault journal directory {jdir} is not writable"
+        return None
+
+    def _journal_failed(self, flow: http.HTTPFlow, call: _Call, exc: Exception, streamed: bool) -> None:
+        self.journal_failures += 1
+        if ctx.options.broker_on_journal_error == "block" and not streamed:
+            log.error("journal: %s %s blocked, entry could not be written: %s", flow.request.method, call.url, exc)
+            self._answer(flow, 502, f"response withheld: the journal could not record this call ({exc})")
+        else:
+            log.error("journal: %s %s passed WITHOUT an entry: %s", flow.request.method, call.url, exc)
+
+    @staticmethod
+    def _answer(flow: http.HTTPFlow, status: int, reason: str) -> None:
+        reason = redact_url(reason) if "://" in reason else reason
+        flow.response = http.Response.make(
+            status, (reason + "\n").encode(), {"Content-Type": "text/plain; charset=utf-8", ERROR_HEADER: reason[:200]}
+        )
+
+
+addons = [ConnectorJournal()]
+
+__all__ = ["ConnectorJournal", "REDACTED", "addons", "principal_fingerprint"]

@@ -1,0 +1,410 @@
+"""Journal benchmarks: durable append throughput (with group commit) and verify throughput.
+
+    python -m bench.journal_bench [--quick] [--entries N] [--verify-mb MB] [--threads 1,8,64]
+                                  [--repeat R] [--json FILE] [--profile] [--only append|verify]
+
+1. append: `JournalWriter.append` of realistic ~2 KB entries (a Gmail read whose response body is
+   padded to about 2 KB), each call returning only once its line is fdatasync'ed. Measured with 1, 8
+   and 64 threads appending to ONE session (so group commit can share an fsync among them), and with
+   each thread on its own session. Baseline, same run, same directory: a plain loop doing one
+   `os.write` of a pre-built 2 KB line and one `os.fdatasync` per line.
+   Ratio = broker entries/s / baseline lines/s.
+2. verify: `verify_session(check_blobs=True)` of a session file of such entries (~100 MB), against
+   `sha256sum` of the same file (warm page cache; each timed twice, best kept). Also shown for
+   reference: hashlib.sha256 over the file in this process (OpenSSL; may be faster than coreutils).
+   Ratio = time / sha256sum time.
+
+Nothing here asserts a timing; the figures are printed (and written with --json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import cProfile
+import hashlib
+import io
+import itertools
+import os
+import pstats
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import orjson
+
+from bench import machine, scratch_dir, write_json
+from journal.chain import GENESIS, chain_entry
+from journal.vault import Vault
+from journal.verify import verify_session
+from journal.writer import JournalWriter
+from tests.journal_factories import fields
+
+LINE_TARGET = 2048
+"""Bytes per journal line the entries are padded to."""
+SESSION = "bench-session"
+MB = 1_000_000
+
+
+# -- entries -------------------------------------------------------------------------------------
+
+
+def make_pad(line_target: int = LINE_TARGET) -> str:
+    """Base64url text (like Gmail's `payload.body.data`) sized so a chained line is ~line_target bytes."""
+    probe = _padded_fields(SESSION, 1000, "")
+    _, line = chain_entry(probe, 1000, GENESIS)
+    size = max(0, line_target - len(line))
+    raw = random.Random(2026).randbytes(size)
+    return base64.urlsafe_b64encode(raw).decode("ascii")[:size]
+
+
+def _padded_fields(session: str, n: int, pad: str) -> dict:
+    f = fields(session, n)
+    shift = n % 61 if pad else 0
+    f["response"]["body"]["payload"] = {
+        "mimeType": "text/plain",
+        "body": {"size": len(pad) * 3 // 4, "data": pad[shift:] + pad[:shift]},
+    }
+    return f
+
+
+def prebuilt_line(pad: str) -> bytes:
+    """One real journal line (the baseline writes these bytes, so both sides write the same sizes)."""
+    _, line = chain_entry(_padded_fields(SESSION, 1000, pad), 1000, GENESIS)
+    return line
+
+
+# -- helpers -------------------------------------------------------------------------------------
+
+
+def _pct(sorted_ns: list[int], q: float) -> float:
+    """q-quantile (nearest rank) of sorted nanosecond samples, in milliseconds."""
+    if not sorted_ns:
+        return float("nan")
+    i = min(len(sorted_ns) - 1, max(0, round(q * len(sorted_ns)) - 1))
+    return sorted_ns[i] / 1e6
+
+
+class _FsyncCounter:
+    """Counts os.fdatasync calls while active (how many entries each group commit carried)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self._orig = os.fdatasync
+        self._count = itertools.count()
+
+    def __enter__(self) -> _FsyncCounter:
+        orig, counter = self._orig, self._count
+
+        def counting(fd: int) -> None:
+            next(counter)  # atomic under the GIL
+            orig(fd)
+
+        os.fdatasync = counting
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.fdatasync = self._orig
+        self.calls = next(self._count)
+
+
+# -- append --------------------------------------------------------------------------------------
+
+
+def bench_baseline(root: Path, n: int, line: bytes) -> dict:
+    """os.write + os.fdatasync per pre-built line, one thread, a file in the same directory."""
+    path = root / "baseline.jsonl"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    lat: list[int] = []
+    clock = time.perf_counter_ns
+    try:
+        t0 = clock()
+        for _ in range(n):
+            a = clock()
+            os.write(fd, line)
+            os.fdatasync(fd)
+            lat.append(clock() - a)
+        wall = (clock() - t0) / 1e9
+    finally:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+    lat.sort()
+    return {
+        "case": "baseline write+fdatasync", "threads": 1, "sessions": 1, "entries": n,
+        "seconds": wall, "per_s": n / wall, "p50_ms": _pct(lat, 0.50), "p99_ms": _pct(lat, 0.99),
+        "entries_per_fsync": 1.0,
+    }
+
+
+def bench_append(root: Path, n: int, threads: int, shared: bool, pad: str) -> dict:
+    """n appends in total, split over `threads` threads, into one session (shared) or one each."""
+    vault_dir = Path(tempfile.mkdtemp(prefix=f"append-{threads}-", dir=root))
+    sessions = [SESSION if shared else f"{SESSION}-{t}" for t in range(threads)]
+    # Fields are built before the clock starts: building them is the capture point's work.
+    work = [[_padded_fields(sessions[t], k, pad) for k in range(t, n, threads)] for t in range(threads)]
+    lats: list[list[int]] = [[] for _ in range(threads)]
+    errors: list[BaseException] = []
+    writer = JournalWriter(vault_dir)
+    for s in set(sessions):
+        writer.head(s)  # open the files before timing
+    start = threading.Barrier(threads + 1)
+
+    def worker(t: int) -> None:
+        clock = time.perf_counter_ns
+        out = lats[t]
+        append = writer.append
+        start.wait()
+        try:
+            for f in work[t]:
+                a = clock()
+                append(f)
+                out.append(clock() - a)
+        except BaseException as exc:  # noqa: BLE001 - reported after the join
+            errors.append(exc)
+
+    pool = [threading.Thread(target=worker, args=(t,), daemon=True) for t in range(threads)]
+    for th in pool:
+        th.start()
+    try:
+        with _FsyncCounter() as fsyncs:
+            start.wait()
+            t0 = time.perf_counter_ns()
+            for th in pool:
+                th.join()
+            wall = (time.perf_counter_ns() - t0) / 1e9
+        if errors:
+            raise RuntimeError(f"append failed: {errors[0]!r}") from errors[0]
+        written = sum(writer.head(s)[0] for s in set(sessions))
+        if written != n:
+            raise RuntimeError(f"expected {n} entries in the journal, found {written}")
+    finally:
+        writer.close()
+        shutil.rmtree(vault_dir, ignore_errors=True)
+    lat = sorted(itertools.chain.from_iterable(lats))
+    return {
+        "case": "broker, one session" if shared else "broker, session per thread",
+        "threads": threads, "sessions": len(set(sessions)), "entries": n, "seconds": wall,
+        "per_s": n / wall, "p50_ms": _pct(lat, 0.50), "p99_ms": _pct(lat, 0.99),
+        "entries_per_fsync": n / fsyncs.calls if fsyncs.calls else float("nan"),
+    }
+
+
+def _median_run(runs: list[dict]) -> dict:
+    """The run with the median throughput (keeps its own latencies)."""
+    runs = sorted(runs, key=lambda r: r["per_s"])
+    best = dict(runs[len(runs) // 2])
+    best["runs_per_s"] = [r["per_s"] for r in runs]
+    return best
+
+
+def run_append(root: Path, n: int, thread_counts: list[int], repeat: int, pad: str) -> list[dict]:
+    line = prebuilt_line(pad)
+    cases: list[tuple[int, bool]] = [(t, True) for t in thread_counts]
+    cases += [(t, False) for t in thread_counts if t > 1]
+    rows = []
+    bench_baseline(root, min(n, 200), line)  # warm-up: first fsyncs on a new file are slower
+    base = _median_run([bench_baseline(root, n, line) for _ in range(repeat)])
+    rows.append(base)
+    for threads, shared in cases:
+        row = _median_run([bench_append(root, n, threads, shared, pad) for _ in range(repeat)])
+        row["ratio"] = row["per_s"] / base["per_s"]
+        rows.append(row)
+    base["ratio"] = 1.0
+    return rows
+
+
+# -- verify --------------------------------------------------------------------------------------
+
+
+def build_session(vault: Vault, target_bytes: int, pad: str) -> tuple[Path, int]:
+    """Write a chained session file of about target_bytes directly (no fsync per line)."""
+    path = vault.session_path(SESSION)
+    seq, prev, size = 0, GENESIS, 0
+    with open(path, "wb", buffering=1 << 20) as f:
+        while size < target_bytes:
+            seq += 1
+            entry, line = chain_entry(_padded_fields(SESSION, seq, pad), seq, prev)
+            prev = entry["hash"]
+            f.write(line)
+            size += len(line)
+    return path, seq
+
+
+def _best_of(k: int, fn) -> float:
+    best = float("inf")
+    for _ in range(k):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def run_verify(root: Path, target_bytes: int, pad: str) -> tuple[list[dict], dict]:
+    vault = Vault.create(root / "verify-vault")
+    t0 = time.perf_counter()
+    path, entries = build_session(vault, target_bytes, pad)
+    build_s = time.perf_counter() - t0
+    size = path.stat().st_size
+    try:
+        def sha() -> None:
+            subprocess.run(["sha256sum", str(path)], check=True, stdout=subprocess.DEVNULL)
+
+        def verify() -> None:
+            report = verify_session(vault, SESSION, check_blobs=True)
+            if not report.intact or report.entries != entries:
+                raise RuntimeError(f"bench session did not verify: {report.as_dict()}")
+
+        def py_sha() -> None:
+            h = hashlib.sha256()
+            with open(path, "rb") as f:
+                while chunk := f.read(1 << 20):
+                    h.update(chunk)
+
+        sha_s = _best_of(2, sha)
+        py_sha_s = _best_of(2, py_sha)
+        verify_s = _best_of(2, verify)
+    finally:
+        shutil.rmtree(vault.root, ignore_errors=True)
+    rows = [
+        {"case": "sha256sum", "seconds": sha_s, "mb_s": size / MB / sha_s, "ratio": 1.0},
+        {"case": "hashlib.sha256 (in-process)", "seconds": py_sha_s, "mb_s": size / MB / py_sha_s,
+         "ratio": py_sha_s / sha_s},
+        {"case": "verify_session (check_blobs)", "seconds": verify_s, "mb_s": size / MB / verify_s,
+         "ratio": verify_s / sha_s, "entries_per_s": entries / verify_s},
+    ]
+    info = {"bytes": size, "entries": entries, "build_seconds": build_s}
+    return rows, info
+
+
+# -- profiling (--profile) -----------------------------------------------------------------------
+
+
+def _profile(title: str, fn, top: int = 14) -> str:
+    prof = cProfile.Profile()
+    t0 = time.perf_counter()
+    prof.enable()
+    fn()
+    prof.disable()
+    wall = time.perf_counter() - t0
+    out = io.StringIO()
+    stats = pstats.Stats(prof, stream=out)
+    stats.sort_stats("tottime").print_stats(top)
+    text = out.getvalue()
+    body = text[text.find("   ncalls"):] if "   ncalls" in text else text
+    return f"\n== profile: {title} (wall {wall:.2f} s under cProfile, sorted by own time)\n{body.rstrip()}\n"
+
+
+def run_profile(root: Path, n: int, target_bytes: int, pad: str) -> str:
+    parts = []
+    vault_dir = Path(tempfile.mkdtemp(prefix="profile-append-", dir=root))
+    work = [_padded_fields(SESSION, k, pad) for k in range(n)]
+    with JournalWriter(vault_dir) as writer:
+        writer.head(SESSION)
+        parts.append(_profile(f"{n} appends, 1 thread", lambda: [writer.append(f) for f in work]))
+    shutil.rmtree(vault_dir, ignore_errors=True)
+    vault = Vault.create(root / "profile-vault")
+    build_session(vault, target_bytes, pad)
+    verify_session(vault, SESSION)  # warm the page cache
+    title = f"verify_session of {target_bytes / MB:.0f} MB"
+    parts.append(_profile(title, lambda: verify_session(vault, SESSION)))
+    shutil.rmtree(vault.root, ignore_errors=True)
+    return "".join(parts)
+
+
+# -- output --------------------------------------------------------------------------------------
+
+
+def format_tables(append_rows: list[dict], verify_rows: list[dict], params: dict, vinfo: dict) -> str:
+    out = []
+    if append_rows:
+        n = params["entries"]
+        out.append(
+            f"journal append, durable (fdatasync before append returns), ~{params['line_bytes']} B lines, "
+            f"{n} entries per case, median of {params['repeat']}"
+        )
+        out.append(
+            f"{'case':<28} {'threads':>7} {'entries/s':>10} {'p50 ms':>8} {'p99 ms':>8} "
+            f"{'entries/fsync':>13} {'ratio':>7}"
+        )
+        for r in append_rows:
+            out.append(
+                f"{r['case']:<28} {r['threads']:>7} {r['per_s']:>10.0f} {r['p50_ms']:>8.3f} "
+                f"{r['p99_ms']:>8.3f} {r['entries_per_fsync']:>13.1f} {r['ratio']:>7.2f}"
+            )
+        out.append("ratio = entries/s / baseline lines/s (baseline: one os.write + os.fdatasync per line)")
+    if verify_rows:
+        if out:
+            out.append("")
+        out.append(
+            f"journal verify, {vinfo['bytes'] / MB:.1f} MB session file, {vinfo['entries']} entries, "
+            f"warm cache, best of 2"
+        )
+        out.append(f"{'case':<30} {'seconds':>8} {'MB/s':>8} {'entries/s':>10} {'ratio':>7}")
+        for r in verify_rows:
+            eps = f"{r['entries_per_s']:>10.0f}" if "entries_per_s" in r else f"{'':>10}"
+            out.append(f"{r['case']:<30} {r['seconds']:>8.3f} {r['mb_s']:>8.1f} {eps} {r['ratio']:>7.2f}")
+        out.append("ratio = time / sha256sum time on the same file (lower is better)")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.journal_bench", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small run (800 entries, 10 MB verify file)")
+    ap.add_argument("--entries", type=int, help="appends per case (default 4000, --quick 800)")
+    ap.add_argument("--verify-mb", type=float, help="size of the verify file in MB (default 100, --quick 10)")
+    ap.add_argument("--threads", default="1,8,64", help="comma-separated thread counts (default 1,8,64)")
+    ap.add_argument("--repeat", type=int, help="runs per append case, median kept (default 3, --quick 1)")
+    ap.add_argument("--only", choices=("append", "verify"), help="run only one of the two benchmarks")
+    ap.add_argument("--json", metavar="FILE", help="also write the figures to FILE (key 'journal')")
+    ap.add_argument("--profile", action="store_true", help="also print cProfile hot spots (append, verify)")
+    args = ap.parse_args(argv)
+
+    n = args.entries or (800 if args.quick else 4000)
+    verify_bytes = int((args.verify_mb or (10 if args.quick else 100)) * MB)
+    repeat = args.repeat or (1 if args.quick else 3)
+    thread_counts = [int(t) for t in args.threads.split(",") if t.strip()]
+    if n < 1 or repeat < 1 or verify_bytes < 1 or not thread_counts or min(thread_counts) < 1:
+        ap.error("--entries, --verify-mb, --repeat and --threads must be positive")
+
+    pad = make_pad()
+    params = {
+        "entries": n, "repeat": repeat, "threads": thread_counts, "verify_bytes_target": verify_bytes,
+        "line_bytes": len(prebuilt_line(pad)), "quick": args.quick,
+    }
+    root = scratch_dir("journal-")
+    append_rows: list[dict] = []
+    verify_rows: list[dict] = []
+    vinfo: dict = {}
+    t0 = time.perf_counter()
+    try:
+        if args.only in (None, "append"):
+            append_rows = run_append(root, n, thread_counts, repeat, pad)
+        if args.only in (None, "verify"):
+            verify_rows, vinfo = run_verify(root, verify_bytes, pad)
+        profile = run_profile(root, min(n, 2000), min(verify_bytes, 20 * MB), pad) if args.profile else ""
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    total = time.perf_counter() - t0
+
+    print(format_tables(append_rows, verify_rows, params, vinfo))
+    print(f"\n(total {total:.1f} s on {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, "
+          f"orjson {orjson.__version__})")
+    if profile:
+        print(profile)
+    if args.json:
+        write_json(args.json, "journal", {
+            "machine": machine() | {"orjson": orjson.__version__},
+            "params": params, "append": append_rows, "verify": verify_rows, "verify_file": vinfo,
+            "total_seconds": total,
+        })
+        print(f"figures written to {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

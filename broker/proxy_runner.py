@@ -1,0 +1,159 @@
+"""Embedding mitmproxy with the connector-journal addon (what `broker run` starts).
+
+A plain `Master` rather than `DumpMaster`: DumpMaster's ErrorCheck calls sys.exit on a startup
+error, which an embedding program cannot handle; here a failed bind is reported as an OSError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import ssl
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mitmproxy import addons as mitm_addons
+from mitmproxy import options
+from mitmproxy.certs import CertStore
+from mitmproxy.master import Master
+
+from addons.connector_journal import ConnectorJournal
+
+CA_BASENAME = "mitmproxy"
+DRAIN_SECONDS = 10.0
+
+
+@dataclass
+class ProxyConfig:
+    vault: str = "./vault"
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 8080
+    confdir: str = "~/.mitmproxy"
+    session: str = "default"
+    agent: str = "unknown"
+    principal: str = ""
+    connectors: str = ""
+    resolve: list[str] = field(default_factory=list)
+    upstream_ca: str | None = None
+    upstream_insecure: bool = False
+    on_journal_error: str = "block"
+    record_unknown: bool = False
+    spill_threshold: int | None = None
+
+
+def ca_cert_path(confdir: str) -> Path:
+    return Path(confdir).expanduser() / f"{CA_BASENAME}-ca-cert.pem"
+
+
+def ensure_ca(confdir: str) -> Path:
+    """Create mitmproxy's CA in `confdir` if it is not there yet (as stock mitmproxy would)."""
+    CertStore.from_store(Path(confdir).expanduser(), CA_BASENAME, 2048)
+    return ca_cert_path(confdir)
+
+
+def write_ca_bundle(confdir: str) -> Path:
+    """A PEM bundle holding the system roots and the broker's CA, for clients' CA variables."""
+    ca = ensure_ca(confdir)
+    bundle = Path(confdir).expanduser() / "broker-ca-bundle.pem"
+    paths = ssl.get_default_verify_paths()
+    parts = []
+    for candidate in (paths.cafile, paths.openssl_cafile, "/etc/ssl/certs/ca-certificates.crt"):
+        if candidate and Path(candidate).is_file():
+            parts.append(Path(candidate).read_text(errors="replace"))
+            break
+    else:
+        try:
+            import certifi
+
+            parts.append(Path(certifi.where()).read_text())
+        except ImportError:
+            pass
+    parts.append(ca.read_text())
+    tmp = bundle.with_suffix(".tmp")
+    tmp.write_text("\n".join(p.rstrip("\n") + "\n" for p in parts))
+    tmp.replace(bundle)
+    return bundle
+
+
+class _Ready:
+    """Fires once mitmproxy has bound its listeners."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+
+    def running(self) -> None:
+        self.event.set()
+
+
+class EmbeddedProxy:
+    """mitmproxy plus the addon in this process; `start` binds, `stop` drains and shuts down."""
+
+    def __init__(self, config: ProxyConfig) -> None:
+        self.config = config
+        self.addon = ConnectorJournal()
+        self.master: Master | None = None
+        self._task: asyncio.Task | None = None
+        self.port: int | None = None
+
+    async def start(self) -> None:
+        c = self.config
+        ensure_ca(c.confdir)
+        opts = options.Options(
+            listen_host=c.listen_host, listen_port=c.listen_port, confdir=str(Path(c.confdir).expanduser())
+        )
+        self.master = Master(opts)
+        ready = _Ready()
+        self.master.addons.add(*mitm_addons.default_addons(), ready, self.addon)
+        update: dict = {
+            "vault": c.vault, "broker_session": c.session, "broker_agent": c.agent,
+            "broker_principal": c.principal, "broker_connectors": c.connectors,
+            "broker_resolve": list(c.resolve), "broker_on_journal_error": c.on_journal_error,
+            "broker_record_unknown": c.record_unknown,
+        }
+        if c.spill_threshold is not None:
+            update["broker_spill_threshold"] = c.spill_threshold
+        if c.upstream_ca:
+            update["ssl_verify_upstream_trusted_ca"] = c.upstream_ca
+        if c.upstream_insecure:
+            update["ssl_insecure"] = True
+        self.master.options.update(**update)
+        self._task = asyncio.create_task(self.master.run())
+        waiter = asyncio.create_task(ready.event.wait())
+        await asyncio.wait({waiter, self._task}, timeout=15, return_when=asyncio.FIRST_COMPLETED)
+        if self._task.done():
+            waiter.cancel()
+            exc = self._task.exception()
+            raise OSError(f"proxy failed to start: {exc}")
+        addrs = self.master.addons.get("proxyserver").listen_addrs()
+        if not addrs:
+            self.master.shutdown()
+            await self._task
+            raise OSError(f"cannot listen on {c.listen_host}:{c.listen_port} (address in use or not permitted)")
+        self.port = addrs[0][1]
+
+    async def stop(self, drain_seconds: float = DRAIN_SECONDS) -> None:
+        if self.master is None or self._task is None:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + drain_seconds
+        # Calls in flight finish and get their entries; idle keep-alive connections are not waited for.
+        while self.addon.inflight and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        self.master.shutdown()
+        await self._task
+        self.addon.done()
+
+
+async def serve_forever(config: ProxyConfig, announce) -> None:
+    """Run until SIGINT or SIGTERM, then stop cleanly with every accepted entry on disk."""
+    proxy = EmbeddedProxy(config)
+    await proxy.start()
+    announce(proxy)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    logging.getLogger("broker").info("stopping: draining open connections")
+    await proxy.stop()

@@ -1,0 +1,162 @@
+"""Content-addressed blob store: `blobs/sha256/<hh>/<hex>`, immutable, deduplicated.
+
+Writes go to a temporary file inside the vault (`blobs/tmp/`), hashed while written, then
+fsync, rename into place and fsync the directory, so a blob that has a name is complete and
+durable before any entry points at it. Nothing is held whole in memory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+CHUNK = 1 << 20
+
+
+class BlobError(OSError):
+    """A blob that could not be written or does not hold the bytes its name says."""
+
+
+def blob_ref(digest: str) -> str:
+    """The vault-relative path of the blob whose SHA-256 is `digest`."""
+    return f"blobs/sha256/{digest[:2]}/{digest}"
+
+
+def ref_object(digest: str, size: int) -> dict:
+    """What an entry holds in place of spilled bytes (SPEC.md, Bodies)."""
+    return {"sha256": digest, "size": size, "ref": blob_ref(digest)}
+
+
+def is_ref_object(value: object) -> bool:
+    return (
+        isinstance(value, dict)
+        and set(value) == {"sha256", "size", "ref"}
+        and isinstance(value["ref"], str)
+        and value["ref"].startswith("blobs/sha256/")
+    )
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class BlobWriter:
+    """One blob being written chunk by chunk (for bodies that stream through the proxy)."""
+
+    def __init__(self, store: BlobStore) -> None:
+        self._store = store
+        store.tmp_dir.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(dir=store.tmp_dir, prefix="blob-")
+        self._file = os.fdopen(fd, "wb")
+        self._tmp = Path(name)
+        self._hash = hashlib.sha256()
+        self.size = 0
+        self._done = False
+
+    def write(self, chunk: bytes) -> None:
+        if chunk:
+            self._hash.update(chunk)
+            self._file.write(chunk)
+            self.size += len(chunk)
+
+    def commit(self) -> dict:
+        """Make the blob durable under its name; return its ref object."""
+        if self._done:
+            raise BlobError("blob already committed or aborted")
+        self._done = True
+        digest = self._hash.hexdigest()
+        try:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+            self._store._install(self._tmp, digest)
+        except OSError as exc:
+            self._discard()
+            raise BlobError(f"cannot store blob {digest}: {exc}") from exc
+        return ref_object(digest, self.size)
+
+    def abort(self) -> None:
+        if not self._done:
+            self._done = True
+            self._discard()
+
+    def _discard(self) -> None:
+        try:
+            self._file.close()
+        except OSError:
+            pass
+        self._tmp.unlink(missing_ok=True)
+
+    def __enter__(self) -> BlobWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.abort()
+
+
+class BlobStore:
+    def __init__(self, vault_root: str | os.PathLike) -> None:
+        self.root = Path(vault_root)
+        self.base = self.root / "blobs" / "sha256"
+        self.tmp_dir = self.root / "blobs" / "tmp"
+
+    def path_for(self, digest: str) -> Path:
+        return self.base / digest[:2] / digest
+
+    def open_writer(self) -> BlobWriter:
+        return BlobWriter(self)
+
+    def put_bytes(self, data: bytes) -> dict:
+        digest = hashlib.sha256(data).hexdigest()
+        if self.path_for(digest).exists():
+            return ref_object(digest, len(data))
+        with self.open_writer() as w:
+            w.write(data)
+            return w.commit()
+
+    def put_stream(self, chunks: Iterable[bytes]) -> dict:
+        """Store an iterator of chunks without holding them whole; return the ref object."""
+        with self.open_writer() as w:
+            for chunk in chunks:
+                w.write(chunk)
+            return w.commit()
+
+    def _install(self, tmp: Path, digest: str) -> None:
+        target = self.path_for(digest)
+        if target.exists():
+            tmp.unlink(missing_ok=True)  # same bytes already stored: dedupe
+            return
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.chmod(tmp, 0o444)
+        os.replace(tmp, target)
+        _fsync_dir(target.parent)
+
+    def read_chunks(self, digest: str, chunk_size: int = CHUNK) -> Iterator[bytes]:
+        with open(self.path_for(digest), "rb") as f:
+            while chunk := f.read(chunk_size):
+                yield chunk
+
+    def check(self, digest: str, size: int | None = None) -> str | None:
+        """None when the blob is present and hashes to its name (and size); else what is wrong."""
+        path = self.path_for(digest)
+        if not path.is_file():
+            return f"blob {digest} is missing"
+        h = hashlib.sha256()
+        n = 0
+        with open(path, "rb") as f:
+            while chunk := f.read(CHUNK):
+                h.update(chunk)
+                n += len(chunk)
+        if h.hexdigest() != digest:
+            return f"blob {digest} is corrupt (its bytes hash to {h.hexdigest()})"
+        if size is not None and n != size:
+            return f"blob {digest} holds {n} bytes, the entry says {size}"
+        return None

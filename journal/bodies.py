@@ -1,0 +1,404 @@
+"""How a body is recorded (SPEC.md, Bodies): decoded, redacted, encoded, spilled.
+
+Body values in an entry:
+
+- `null`: no body (zero bytes).
+- a JSON value: the body had a JSON content type (`application/json`, `*+json`) and parsed
+  strictly (no duplicate keys, no NaN/Infinity, every integer within +-(2^53-1), every number
+  finite), so it survives the canonical form unchanged;
+- a string: any other body that is valid UTF-8 and whose content type is not a binary one;
+- `{"base64": "..."}`: any other bytes (standard base64 with padding);
+- `{"sha256", "size", "ref"}`: the body was spilled to the blob store (over the threshold),
+  holding the exact decoded bytes. Inside a JSON body, a string value over the threshold is
+  replaced by such an object (the bytes are the UTF-8 of the string).
+
+Content-encodings (gzip, deflate, br, zstd) are decoded before recording. A body that fails to
+decode is recorded as received and the message carries `content_encoding_error`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+import zlib
+from dataclasses import dataclass, field
+
+import orjson
+
+from journal.blobstore import BlobStore, BlobWriter, is_ref_object
+from journal.canonical import MAX_SAFE_INTEGER, canonical_bytes, float_reads_back
+from journal.redact import StreamingRedactor
+
+SPILL_THRESHOLD = 1 << 20
+"""Bodies and JSON string values larger than this go to the blob store (configurable)."""
+LINE_LIMIT = 5 << 20
+"""No journal line may be longer than this (SPEC.md)."""
+JSON_PARSE_LIMIT = 8 << 20
+"""A JSON body up to this size is held to be parsed, so its small fields stay in the entry while its
+large strings are spilled; a larger JSON body is spilled whole as it streams."""
+
+_BINARY_PREFIXES = ("image/", "audio/", "video/", "font/")
+_BINARY_TYPES = frozenset({
+    "application/octet-stream", "application/pdf", "application/zip", "application/gzip",
+    "application/x-protobuf", "application/protobuf", "application/grpc", "application/x-tar",
+    "application/vnd.google-apps.file",
+})
+
+
+def media_type(content_type: str | None) -> str:
+    return (content_type or "").split(";", 1)[0].strip().lower()
+
+
+def is_json_type(content_type: str | None) -> bool:
+    mt = media_type(content_type)
+    return mt == "application/json" or mt.endswith("+json") or mt == "text/json"
+
+
+def is_binary_type(content_type: str | None) -> bool:
+    mt = media_type(content_type)
+    return mt in _BINARY_TYPES or mt.startswith(_BINARY_PREFIXES)
+
+
+# -- content-encoding ---------------------------------------------------------------------------
+
+
+class ContentDecoder:
+    """Incremental decoder for a Content-Encoding header value (possibly a list, applied in order)."""
+
+    def __init__(self, content_encoding: str | None) -> None:
+        codings = [c.strip().lower() for c in (content_encoding or "").split(",") if c.strip()]
+        self._stages = [_make_stage(c) for c in reversed(codings) if c != "identity"]
+
+    @property
+    def active(self) -> bool:
+        return bool(self._stages)
+
+    def feed(self, data: bytes) -> bytes:
+        for stage in self._stages:
+            data = stage.feed(data)
+        return data
+
+    def flush(self) -> bytes:
+        out = b""
+        for stage in self._stages:
+            out = (stage.feed(out) if out else b"") + stage.flush()
+        return out
+
+
+class _Stage:
+    def feed(self, data: bytes) -> bytes:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def flush(self) -> bytes:
+        return b""
+
+
+class _Zlib(_Stage):
+    def __init__(self, wbits: int) -> None:
+        self._d = zlib.decompressobj(wbits)
+
+    def feed(self, data: bytes) -> bytes:
+        return self._d.decompress(data) if data else b""
+
+    def flush(self) -> bytes:
+        out = self._d.flush()
+        if not self._d.eof:
+            raise ValueError("compressed stream is truncated")
+        return out
+
+
+class _Brotli(_Stage):
+    def __init__(self) -> None:
+        import brotli  # shipped with mitmproxy
+
+        self._d = brotli.Decompressor()
+
+    def feed(self, data: bytes) -> bytes:
+        return self._d.process(data) if data else b""
+
+    def flush(self) -> bytes:
+        if not self._d.is_finished():
+            raise ValueError("brotli stream is truncated")
+        return b""
+
+
+class _Zstd(_Stage):
+    def __init__(self) -> None:
+        try:
+            from compression import zstd  # type: ignore[import-not-found]  # Python >= 3.14
+        except ImportError:
+            from backports import zstd  # shipped with mitmproxy
+        self._d = zstd.ZstdDecompressor()
+
+    def feed(self, data: bytes) -> bytes:
+        return self._d.decompress(data) if data else b""
+
+
+def _make_stage(coding: str) -> _Stage:
+    if coding in ("gzip", "x-gzip"):
+        return _Zlib(16 + zlib.MAX_WBITS)
+    if coding == "deflate":
+        return _Zlib(zlib.MAX_WBITS)
+    if coding == "br":
+        return _Brotli()
+    if coding == "zstd":
+        return _Zstd()
+    raise ValueError(f"unknown content-encoding {coding!r}")
+
+
+# -- JSON bodies --------------------------------------------------------------------------------
+
+
+class _Unrepresentable(ValueError):
+    pass
+
+
+def _strict_pairs(pairs: list[tuple[str, object]]) -> dict:
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        raise _Unrepresentable("duplicate key")
+    return d
+
+
+def _strict_int(s: str) -> int:
+    v = int(s)
+    if not -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER:
+        raise _Unrepresentable("integer out of range")
+    return v
+
+
+def _strict_float(s: str) -> float:
+    v = float(s)
+    if not math.isfinite(v):
+        raise _Unrepresentable("number overflows a double")
+    if not float_reads_back(v):
+        raise _Unrepresentable("number would be written as an integer beyond 2^53-1")
+    return v
+
+
+def _no_constant(s: str) -> object:
+    raise _Unrepresentable(f"{s} is not JSON")
+
+
+_STRICT = json.JSONDecoder(
+    object_pairs_hook=_strict_pairs, parse_int=_strict_int, parse_float=_strict_float, parse_constant=_no_constant
+)
+
+
+def parse_json_strict(data: bytes) -> tuple[bool, object]:
+    """(True, value) when `data` is JSON that survives the canonical form unchanged, else (False, None)."""
+    try:
+        text = data.decode("utf-8")
+        value, end = _STRICT.raw_decode(text.lstrip(" \t\r\n"))
+        rest = text.lstrip(" \t\r\n")[end:]
+        if rest.strip(" \t\r\n"):
+            return False, None
+        canonical_bytes(value)  # lone surrogates and the like
+        return True, value
+    except (ValueError, RecursionError):
+        return False, None
+
+
+# -- spilling -----------------------------------------------------------------------------------
+
+
+def spill_large_strings(value: object, store: BlobStore, threshold: int) -> object:
+    """Replace every string inside a JSON value whose UTF-8 exceeds `threshold` with a blob ref."""
+    if isinstance(value, str):
+        if len(value) * 4 > threshold:
+            raw = value.encode("utf-8", "surrogatepass")
+            if len(raw) > threshold:
+                return store.put_bytes(raw)
+        return value
+    if isinstance(value, list):
+        return [spill_large_strings(v, store, threshold) for v in value]
+    if isinstance(value, dict):
+        if is_ref_object(value):
+            return value
+        return {k: spill_large_strings(v, store, threshold) for k, v in value.items()}
+    return value
+
+
+def encode_body(data: bytes, content_type: str | None, store: BlobStore, threshold: int) -> object:
+    """The entry value for a whole, already decoded and redacted body held in memory."""
+    if not data:
+        return None
+    if is_json_type(content_type):
+        ok, value = parse_json_strict(data)
+        if ok:
+            if len(data) <= threshold:
+                return value
+            value = spill_large_strings(value, store, threshold)
+            if len(canonical_bytes(value)) <= threshold:
+                return value
+            return store.put_bytes(data)
+    if len(data) > threshold:
+        return store.put_bytes(data)
+    if not is_binary_type(content_type):
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    return {"base64": base64.b64encode(data).decode("ascii")}
+
+
+def decode_base64_body(value: dict) -> bytes:
+    try:
+        return base64.b64decode(value["base64"], validate=True)
+    except (binascii.Error, KeyError, TypeError) as exc:
+        raise ValueError(f"not a base64 body: {exc}") from None
+
+
+@dataclass
+class BodyCapture:
+    """A body passing through in chunks: decoded, redacted, held up to a bound, spilled beyond it.
+
+    Memory stays bounded (threshold, or JSON_PARSE_LIMIT for JSON bodies) whatever the body size.
+    `finish()` returns the entry's body value and any extra keys for the message.
+    """
+
+    store: BlobStore
+    content_type: str | None = None
+    content_encoding: str | None = None
+    threshold: int = SPILL_THRESHOLD
+    redact: bool = True
+    _buf: bytearray = field(default_factory=bytearray)
+    _blob: BlobWriter | None = None
+    _raw_size: int = 0
+    _errors: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        try:
+            self._decoder: ContentDecoder | None = ContentDecoder(self.content_encoding)
+        except ValueError as exc:
+            self._decoder = None
+            self._errors.append(str(exc))
+        self._redactor = StreamingRedactor(self.content_type) if self.redact else None
+        self._hold = JSON_PARSE_LIMIT if is_json_type(self.content_type) else self.threshold
+
+    def feed(self, raw: bytes) -> None:
+        if not raw:
+            return
+        self._raw_size += len(raw)
+        data = raw
+        if self._decoder is not None and self._decoder.active:
+            try:
+                data = self._decoder.feed(raw)
+            except Exception as exc:  # noqa: BLE001 - any codec failure: keep the bytes as received
+                self._decoder_failed(exc, raw)
+                return
+        self._emit(data)
+
+    def _decoder_failed(self, exc: Exception, raw: bytes) -> None:
+        self._errors.append(f"content-encoding {self.content_encoding!r} did not decode: {exc}")
+        self._decoder = None
+        # Earlier decoded output is already emitted; from here on bytes are kept as received.
+        self._emit(raw)
+
+    def _emit(self, data: bytes) -> None:
+        if self._redactor is not None:
+            data = self._redactor.feed(data)
+        self._sink(data)
+
+    def _sink(self, data: bytes) -> None:
+        if not data:
+            return
+        if self._blob is not None:
+            self._blob.write(data)
+            return
+        self._buf += data
+        if len(self._buf) > self._hold:
+            self._blob = self.store.open_writer()
+            self._blob.write(bytes(self._buf))
+            self._buf = bytearray()
+
+    def finish(self) -> tuple[object, dict]:
+        """Return (body value, extra message keys)."""
+        if self._decoder is not None and self._decoder.active:
+            try:
+                tail = self._decoder.flush()
+                if tail:
+                    self._emit(tail)
+            except Exception as exc:  # noqa: BLE001
+                self._errors.append(f"content-encoding {self.content_encoding!r} did not decode: {exc}")
+        if self._redactor is not None:
+            self._sink(self._redactor.close())
+        extra = {"content_encoding_error": "; ".join(self._errors)} if self._errors else {}
+        if self._blob is not None:
+            return self._blob.commit(), extra
+        return encode_body(bytes(self._buf), self.content_type, self.store, self.threshold), extra
+
+    def abort(self) -> None:
+        if self._blob is not None:
+            self._blob.abort()
+
+
+def record_body(
+    data: bytes | None, content_type: str | None, content_encoding: str | None, store: BlobStore,
+    threshold: int = SPILL_THRESHOLD, redact: bool = True,
+) -> tuple[object, dict]:
+    """Body value (and extra keys) for raw wire bytes already held in memory."""
+    if not data:
+        return None, {}
+    cap = BodyCapture(store, content_type, content_encoding, threshold, redact)
+    cap.feed(data)
+    return cap.finish()
+
+
+# -- the 5 MiB line rule ------------------------------------------------------------------------
+
+
+def _json_size(value: object) -> int:
+    if isinstance(value, str):
+        return len(value.encode("utf-8", "surrogatepass")) + 2
+    return len(orjson.dumps(value))
+
+
+def fit_entry(fields: dict, store: BlobStore, limit: int = LINE_LIMIT, reserve: int = 512) -> dict:
+    """Spill values of the entry, largest first, until its canonical line fits in `limit`.
+
+    Candidates are every string inside request, response and mcp (spilled first: the structure
+    around them stays readable), then containers inside them as wholes (their canonical JSON
+    bytes). Nothing is truncated or dropped.
+    """
+    budget = limit - reserve
+    if len(orjson.dumps(fields)) < budget - (64 << 10):
+        return fields  # orjson's size is within a few bytes per float of the canonical size
+    fields = orjson.loads(orjson.dumps(fields))  # private copy to edit in place
+    while len(canonical_bytes(fields)) > budget:
+        candidates: list[tuple[int, list, object]] = []
+        for top in ("request", "response", "mcp"):
+            if fields.get(top) is not None:
+                _collect(fields, top, candidates, depth=0)
+        # Large strings first (the structure around them stays readable), then whole containers.
+        strings = [c for c in candidates if c[0] > 256 and isinstance(c[2][c[1][-1]], str)]
+        candidates = strings or [c for c in candidates if c[0] > 256]
+        if not candidates:
+            raise ValueError("entry does not fit in a journal line even with every large value spilled")
+        size, path, holder = max(candidates, key=lambda c: c[0])
+        key = path[-1]
+        value = holder[key]  # type: ignore[index]
+        raw = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else canonical_bytes(value)
+        holder[key] = store.put_bytes(raw)  # type: ignore[index]
+    return fields
+
+
+def _collect(holder: object, key: object, out: list, depth: int) -> None:
+    value = holder[key]  # type: ignore[index]
+    if isinstance(value, str):
+        out.append((_json_size(value), [key], holder))
+        return
+    if isinstance(value, dict):
+        if is_ref_object(value):
+            return
+        if depth >= 1:
+            out.append((_json_size(value), [key], holder))
+        for k in value:
+            _collect(value, k, out, depth + 1)
+    elif isinstance(value, list):
+        if depth >= 1:
+            out.append((_json_size(value), [key], holder))
+        for i in range(len(value)):
+            _collect(value, i, out, depth + 1)

@@ -1,0 +1,110 @@
+"""The fourteen-key entry of SPEC.md: building the fields a capture point supplies, and validating a
+whole entry against the contract.
+
+Capture points never set `seq`, `prev` or `hash`: the writer assigns those (see writer.py).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+
+KEYS: tuple[str, ...] = (
+    "seq", "ts", "session", "agent", "principal", "connector", "capture", "prompt_ref",
+    "effect", "mcp", "request", "response", "prev", "hash",
+)
+CHAINED_KEYS = frozenset({"seq", "prev", "hash"})
+"""Keys the writer owns."""
+CAPTURES = ("broker", "gateway", "agent")
+EFFECTS = ("read", "write")
+REQUEST_KEYS = ("method", "url", "headers", "body")
+RESPONSE_KEYS = ("status", "headers", "body")
+
+_TS_RE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z\Z")
+_HEX64_RE = re.compile(r"[0-9a-f]{64}\Z")
+_CONNECTOR_RE = re.compile(r"[a-z0-9][a-z0-9_.-]*\Z")
+
+
+class ContractError(ValueError):
+    """An entry (or the fields for one) that breaks the contract of SPEC.md."""
+
+
+def format_ts(when: datetime | None = None) -> str:
+    """UTC time as the contract writes it: YYYY-MM-DDTHH:MM:SS.mmmZ."""
+    when = (when or datetime.now(UTC)).astimezone(UTC)
+    return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
+
+
+def parse_ts(ts: str) -> datetime:
+    """Inverse of format_ts (for gaps between entries in timelines)."""
+    return datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+
+
+def validate_fields(fields: dict) -> None:
+    """Check the eleven fields a capture point supplies (everything but seq, prev and hash)."""
+    expected = set(KEYS) - CHAINED_KEYS
+    got = set(fields)
+    if got != expected:
+        missing, extra = sorted(expected - got), sorted(got - expected)
+        raise ContractError(f"entry fields wrong: missing {missing}, unexpected {extra}")
+    _check_common(fields)
+
+
+def validate_entry(entry: object) -> None:
+    """Check a complete entry: exactly the fourteen keys with the contract's types."""
+    if not isinstance(entry, dict):
+        raise ContractError(f"entry is a {type(entry).__name__}, not an object")
+    got = set(entry)
+    if got != set(KEYS):
+        missing, extra = sorted(set(KEYS) - got), sorted(got - set(KEYS))
+        raise ContractError(f"entry keys wrong: missing {missing}, unexpected {extra}")
+    seq = entry["seq"]
+    if type(seq) is not int or seq < 1:
+        raise ContractError(f"seq must be a positive integer, got {seq!r}")
+    for key in ("prev", "hash"):
+        if not isinstance(entry[key], str) or not _HEX64_RE.match(entry[key]):
+            raise ContractError(f"{key} must be 64 lowercase hex characters")
+    _check_common(entry)
+
+
+def _check_common(e: dict) -> None:
+    if not isinstance(e["ts"], str) or not _TS_RE.match(e["ts"]):
+        raise ContractError(f"ts must be YYYY-MM-DDTHH:MM:SS.mmmZ, got {e['ts']!r}")
+    for key in ("session", "agent", "principal", "connector"):
+        if not isinstance(e[key], str) or not e[key]:
+            raise ContractError(f"{key} must be a non-empty string, got {e[key]!r}")
+    if not _CONNECTOR_RE.match(e["connector"]):
+        raise ContractError(f"connector must be a lowercase name, got {e['connector']!r}")
+    if e["capture"] not in CAPTURES:
+        raise ContractError(f"capture must be one of {CAPTURES}, got {e['capture']!r}")
+    if e["effect"] not in EFFECTS:
+        raise ContractError(f"effect must be one of {EFFECTS}, got {e['effect']!r}")
+    if e["prompt_ref"] is not None and not isinstance(e["prompt_ref"], str):
+        raise ContractError("prompt_ref must be a string or null")
+    if e["mcp"] is not None and not isinstance(e["mcp"], dict):
+        raise ContractError("mcp must be an object or null")
+    _check_message(e["request"], "request", REQUEST_KEYS)
+    _check_message(e["response"], "response", RESPONSE_KEYS)
+    req, resp = e["request"], e["response"]
+    if not isinstance(req["method"], str) or not req["method"]:
+        raise ContractError("request.method must be a non-empty string")
+    if not isinstance(req["url"], str):
+        raise ContractError("request.url must be a string")
+    status = resp["status"]
+    if status is not None and (type(status) is not int or not 100 <= status <= 999):
+        raise ContractError(f"response.status must be an HTTP status or null, got {status!r}")
+    if status is None and "error" not in resp:
+        raise ContractError("a response with status null must carry an 'error' key (SPEC: a call that got no answer)")
+
+
+def _check_message(msg: object, name: str, keys: tuple[str, ...]) -> None:
+    if not isinstance(msg, dict):
+        raise ContractError(f"{name} must be an object")
+    missing = [k for k in keys if k not in msg]
+    if missing:
+        raise ContractError(f"{name} lacks {missing}")
+    headers = msg["headers"]
+    if not isinstance(headers, list) or not all(
+        isinstance(h, list) and len(h) == 2 and all(isinstance(x, str) for x in h) for h in headers
+    ):
+        raise ContractError(f"{name}.headers must be a list of [name, value] string pairs")

@@ -1,0 +1,183 @@
+"""The Python API every capture point calls: redact, encode bodies, build the entry, append it.
+
+The broker (mitmproxy addon), the MCP shim and agents reporting their own calls all go through
+`Recorder.record`, so redaction, spilling and chaining happen one way only.
+
+    from journal.record import Recorder
+    rec = Recorder("./vault")
+    rec.report_call(session="s1", agent="my-agent", principal="me@example.com",
+                    method="GET", url="https://gmail.googleapis.com/gmail/v1/users/me/labels",
+                    status=200, response_headers=[("Content-Type", "application/json")],
+                    response_body=b'{"labels": []}')
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from journal.bodies import SPILL_THRESHOLD, record_body, spill_large_strings
+from journal.canonical import CanonicalError, canonical_bytes, check_reads_back
+from journal.connectors import Registry
+from journal.entry import ContractError, format_ts
+from journal.redact import (
+    is_token_exchange,
+    is_token_response,
+    redact_headers,
+    redact_json_value,
+    redact_url,
+)
+from journal.writer import JournalWriter
+
+Headers = Iterable[tuple[str, str]] | Iterable[list[str]]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A body a capture point has already turned into its entry value (e.g. streamed to a blob)."""
+
+    value: object
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class JsonValue:
+    """A body that is already a JSON value (MCP params and results), not bytes."""
+
+    value: object
+
+
+Body = bytes | Prepared | JsonValue | None
+
+
+def header_value(headers: Headers, name: str) -> str | None:
+    name = name.lower()
+    for k, v in headers:
+        if k.lower() == name:
+            return v
+    return None
+
+
+class Recorder:
+    """One per process and vault; thread-safe (the writer does the locking)."""
+
+    def __init__(
+        self, vault: str | os.PathLike | JournalWriter, *, spill_threshold: int = SPILL_THRESHOLD,
+        registry: Registry | None = None, durable: bool = True,
+    ) -> None:
+        self.writer = vault if isinstance(vault, JournalWriter) else JournalWriter(vault, durable=durable)
+        self.blobs = self.writer.blobs
+        self.spill_threshold = spill_threshold
+        self._registry = registry
+
+    @property
+    def registry(self) -> Registry:
+        if self._registry is None:
+            self._registry = Registry.builtin()
+        return self._registry
+
+    def close(self) -> None:
+        self.writer.close()
+
+    # -- the general entry point ------------------------------------------------------------
+
+    def record(
+        self, *, session: str, agent: str, principal: str, connector: str, capture: str, effect: str,
+        method: str, url: str, request_headers: Headers, request_body: Body,
+        status: int | None, response_headers: Headers, response_body: Body,
+        error: str | None = None, mcp: dict | None = None, prompt_ref: str | None = None,
+        ts: datetime | str | None = None, request_extra: dict | None = None, response_extra: dict | None = None,
+    ) -> dict | None:
+        """Append one entry; returns it once durable, or None when the call is a token exchange
+        (SPEC.md: those leave no entry and no blob)."""
+        req_headers = [(str(k), str(v)) for k, v in request_headers]
+        resp_headers = [(str(k), str(v)) for k, v in response_headers]
+        raw_req = request_body if isinstance(request_body, bytes) else None
+        if is_token_exchange(method, url, req_headers, raw_req):
+            return None
+        if isinstance(response_body, bytes) and is_token_response(resp_headers, response_body):
+            return None
+        request = {
+            "method": method,
+            "url": redact_url(url),
+            "headers": redact_headers(req_headers),
+        }
+        request["body"], extra = self._body(request_body, req_headers)
+        request.update(extra)
+        request.update(request_extra or {})
+        response: dict = {"status": status, "headers": redact_headers(resp_headers)}
+        response["body"], extra = self._body(response_body, resp_headers)
+        response.update(extra)
+        response.update(response_extra or {})
+        if error is not None:
+            response["error"] = error
+        elif status is None:
+            response["error"] = "no response"
+        if mcp is not None:
+            mcp = self._json(mcp)
+        fields = {
+            "ts": ts if isinstance(ts, str) else format_ts(ts),
+            "session": session,
+            "agent": agent,
+            "principal": principal,
+            "connector": connector,
+            "capture": capture,
+            "prompt_ref": prompt_ref,
+            "effect": effect,
+            "mcp": mcp,
+            "request": request,
+            "response": response,
+        }
+        return self.writer.append(fields)
+
+    def _body(self, body: Body, headers: list[tuple[str, str]]) -> tuple[object, dict]:
+        if body is None or isinstance(body, bytes):
+            return record_body(
+                body, header_value(headers, "content-type"), header_value(headers, "content-encoding"),
+                self.blobs, self.spill_threshold,
+            )
+        if isinstance(body, Prepared):
+            return body.value, dict(body.extra)
+        if isinstance(body, JsonValue):
+            return self._json(body.value), {}
+        raise TypeError(f"unsupported body type {type(body).__name__}")
+
+    def _json(self, value: object) -> object:
+        value = redact_json_value(value)
+        try:
+            canonical_bytes(value)
+            check_reads_back(value)
+        except CanonicalError as exc:
+            raise ContractError(f"JSON value cannot be recorded: {exc}") from None
+        return spill_large_strings(value, self.blobs, self.spill_threshold)
+
+    # -- for agents reporting their own calls -----------------------------------------------
+
+    def report_call(
+        self, *, session: str, agent: str, principal: str, method: str, url: str,
+        status: int | None, request_headers: Headers = (), request_body: bytes | None = None,
+        response_headers: Headers = (), response_body: bytes | None = None, error: str | None = None,
+        connector: str | None = None, prompt_ref: str | None = None, ts: datetime | str | None = None,
+    ) -> dict | None:
+        """Record a call the agent made itself (capture "agent", the weakest evidence grade).
+
+        The effect comes from the connector rules, never from the caller; a URL no connector
+        knows is recorded under `connector` (required then) with a method-based effect.
+        """
+        req_headers = [(str(k), str(v)) for k, v in request_headers]
+        cls = self.registry.classify(method, url, req_headers, request_body)
+        if cls is None:
+            if not connector:
+                raise ContractError(f"no connector recognises {url!r}; pass connector=")
+            effect = "read" if method.upper() in ("GET", "HEAD", "OPTIONS") else "write"
+        else:
+            connector = connector or cls.connector
+            effect = cls.effect
+        return self.record(
+            session=session, agent=agent, principal=principal, connector=connector, capture="agent",
+            effect=effect, method=method.upper(), url=url, request_headers=req_headers,
+            request_body=request_body, status=status, response_headers=response_headers,
+            response_body=response_body, error=error, prompt_ref=prompt_ref, ts=ts,
+        )

@@ -1,0 +1,683 @@
+"""Credential redaction: what the journal never writes (SPEC.md "Redaction", connectors.md section 7).
+
+Everything here is pure (stdlib only, no I/O, no logging) so it can run before any byte touches
+disk. Redaction is byte-level: whatever is not a credential stays exactly as it was, so replay and
+hashes of the surrounding content keep working.
+
+Replacement forms (fixed, part of the journal's look):
+- ``[never captured]`` (REDACTED) in header values, JSON string values, text and binary bodies,
+  multipart part contents.
+- ``[never%20captured]`` (REDACTED_URL, the same text with only the space percent-encoded) wherever
+  the text sits in a URL-encoded context: URL query and fragment values, URL path segments,
+  ``name=value`` parameters found inside text, and every replacement inside an
+  application/x-www-form-urlencoded body.
+
+Body rules run as one left-to-right scan (see ``StreamingRedactor``); ``redact_body`` is that scan
+fed the whole body at once, so the streaming and the one-shot results are equal by construction.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from urllib.parse import unquote, unquote_plus, urlsplit
+
+__all__ = [
+    "REDACTED",
+    "REDACTED_URL",
+    "StreamingRedactor",
+    "contains_credential",
+    "is_token_exchange",
+    "is_token_response",
+    "redact_body",
+    "redact_headers",
+    "redact_json_value",
+    "redact_url",
+]
+
+REDACTED = "[never captured]"
+REDACTED_URL = "[never%20captured]"
+_R = REDACTED.encode()
+_RU = REDACTED_URL.encode()
+
+# ---------------------------------------------------------------------------------------------
+# Credential names
+# ---------------------------------------------------------------------------------------------
+
+# Query / form parameter names (connectors.md section 7, plus OAuth token-exchange extras).
+_URL_NAMES = (
+    "key", "api_key", "access_token", "oauth_token", "token", "code", "client_secret",
+    "refresh_token", "id_token", "assertion", "client_assertion", "code_verifier", "password",
+    "sig", "signature", "x-amz-signature", "x-amz-credential", "x-amz-security-token",
+    "x-goog-signature", "x-goog-credential", "tempauth", "ticket", "upload_id", "pub_secret",
+    # extras: same meaning, other spellings / other grants
+    "passwd", "secret", "auth_token", "session_token", "private_key", "subject_token",
+    "actor_token", "device_code",
+)  # fmt: skip
+
+# JSON keys and multipart field names. `key`, `code` and `ticket` are left out on purpose: in JSON
+# they are mostly not credentials (Graph/GitHub error `code`, GitHub `license.key`, Calendar
+# conference `key`, code-running tool params); an OAuth code never travels in a JSON body outside
+# the token exchanges, which are dropped whole. Header names appear as JSON keys in Graph `$batch`.
+_BODY_NAMES = tuple(n for n in _URL_NAMES if n not in ("key", "code", "ticket")) + (
+    "authorization", "proxy_authorization", "cookie", "set_cookie", "x_api_key", "x_goog_api_key",
+    "ocp_apim_subscription_key", "private_token", "x_auth_token", "x_access_token", "credential",
+    "client_key", "upload_url", "response_url", "@microsoft.graph.downloadUrl", "@content.downloadUrl",
+)  # fmt: skip
+
+
+def _name_pattern(names: Iterable[str]) -> str:
+    """Regex for a set of names: ASCII case-insensitive, `_`/`-` between words optional (accessToken,
+    access_token and ACCESS-TOKEN are one name). Written as a trie of [xX] classes: an alternation under
+    (?i) is tried name by name and was the slowest part of scanning JSON."""
+
+    def build(seqs: list[str]) -> str:
+        groups: dict[str, list[str]] = {}
+        ends = False
+        for s in seqs:
+            if s:
+                groups.setdefault(s[0], []).append(s[1:])
+            else:
+                ends = True
+        alts = [
+            ("[_-]?" if ch == "_" else f"[{ch}{ch.upper()}]" if ch.isalpha() else re.escape(ch)) + build(rest)
+            for ch, rest in sorted(groups.items())
+        ]
+        if not alts:
+            return ""
+        if ends:
+            return "(?:" + "|".join(alts) + ")?"
+        return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+
+    keys = [re.sub(r"[_-]", "_", n.lower()) for n in names]
+    first = sorted({c for k in keys for c in (k[0], k[0].upper())})
+    return "(?=[" + re.escape("".join(first)) + "])" + build(keys)
+
+
+_URL_ALT = _name_pattern(_URL_NAMES)
+_BODY_ALT = _name_pattern(_BODY_NAMES)
+_URL_NAME_RE = re.compile(_URL_ALT)
+_BODY_NAME_RE = re.compile(_BODY_ALT)
+
+_HEADER_NAMES = frozenset(
+    h.lower()
+    for h in (
+        "Authorization", "Proxy-Authorization", "Cookie", "Set-Cookie", "X-Goog-Api-Key",
+        "X-Goog-Iam-Authorization-Token", "X-Api-Key", "Api-Key", "X-Auth-Token", "X-Access-Token",
+        "X-Refresh-Token", "X-CSRF-Token", "X-XSRF-Token", "X-GitHub-OTP", "X-Amz-Security-Token",
+        "Ocp-Apim-Subscription-Key", "PRIVATE-TOKEN", "X-Hub-Signature", "X-Hub-Signature-256",
+        "X-Slack-Signature",
+        # Google echoes the resumable-upload session id (the upload_id capability) in this header.
+        "X-GUploader-UploadID",
+    )
+)  # fmt: skip
+_HEADER_NAME_RE = re.compile(r"(?i)(auth|token|secret|api-?key|signature|session|cookie|passw|credential|otp)")
+_URL_HEADERS = frozenset({"location", "content-location", "x-goog-upload-url", "x-goog-upload-control-url"})
+_LINK_URL_RE = re.compile(r"<([^>]*)>")
+
+# ---------------------------------------------------------------------------------------------
+# The scanner: rules = bounded head regex + optional streaming tail
+# ---------------------------------------------------------------------------------------------
+
+# Bytes a rule's head may need to look at, counted from where it starts. Every head regex below is
+# bounded well under this (the longest: a JWT header segment of up to 2048 chars, a multipart part
+# header block of about 1.7 KiB). It is also the most a StreamingRedactor holds back, plus a
+# multipart boundary.
+_HOLD = 4096
+# Original bytes kept before the scan position, for lookbehinds (the widest looks back 8 bytes).
+_CONTEXT = 16
+
+
+class _Elements:
+    """Tail made of a `(element)*` regex; an element (plus its lookahead) spans at most `width` bytes.
+
+    Why: tails (the token's remaining characters, a JSON string up to its closing quote) have no length
+    limit, so they are consumed as they stream instead of being held.
+    """
+
+    __slots__ = ("regex", "width")
+
+    def __init__(self, pattern: bytes, width: int) -> None:
+        self.regex = re.compile(pattern)
+        self.width = width
+
+    def step(self, buf: bytes, pos: int, final: bool) -> tuple[int, bool]:
+        """Consume what surely belongs to the tail; done once the byte that ends it is known."""
+        m = self.regex.match(buf, pos)
+        end = m.end() if m else pos
+        return end, final or end + self.width <= len(buf)
+
+
+class _Until:
+    """Tail that runs up to (not including) a delimiter, e.g. the next multipart boundary."""
+
+    __slots__ = ("delim", "strip_cr")
+
+    def __init__(self, delim: bytes, strip_cr: bool) -> None:
+        self.delim = delim
+        self.strip_cr = strip_cr
+
+    def step(self, buf: bytes, pos: int, final: bool) -> tuple[int, bool]:
+        """Consume up to the delimiter; hold back enough bytes to see a delimiter split across chunks."""
+        i = buf.find(self.delim, pos)
+        if i >= 0:
+            if self.strip_cr and i > pos and buf[i - 1] == 0x0D:
+                i -= 1
+            return i, True
+        if final:
+            return len(buf), True
+        return max(pos, len(buf) - len(self.delim) - 1), False
+
+
+_TOK = rb"A-Za-z0-9+/_\-"  # token / base64 alphabet
+# A token glued to 8 or more base64 characters on its left is part of a base64 run (attachment data),
+# not a credential standing on its own: the guard that keeps random base64 from matching AIza..., ghp_...
+_LB = rb"(?<![" + _TOK + rb"]{8})"
+
+_T_TOKEN = _Elements(rb"[" + _TOK + rb"]*", 1)
+_T_DOTTED = _Elements(rb"[" + _TOK + rb"]*(?:\.[" + _TOK + rb"]+)*", 2)
+_T_BEARER = _Elements(rb"[A-Za-z0-9._~+/=_\-]*", 1)
+_T_XOXD = _Elements(rb"[A-Za-z0-9%+/=_\-]*", 1)
+_T_HOOK = _Elements(rb"[A-Za-z0-9_/+\-]*(?:\\/[A-Za-z0-9_/+\-]*)*", 2)
+_T_JSON_STRING = _Elements(rb'[^"\\]*(?:\\[\s\S][^"\\]*)*', 2)
+_T_URL_VALUE = _Elements(rb"[^&\s\"'<>\\#)\]}]*", 1)
+_T_FORM_VALUE = _Elements(rb"[^&]*", 1)
+_T_PEM = _Until(b"-----END", strip_cr=False)
+_MULTIPART = "multipart"  # tail built per redactor from the boundary
+
+# (keep, rest, tail, url_context): head = (?P<k>keep)rest; replacement = keep + REDACTED[_URL].
+_Rule = tuple[bytes, bytes, _Elements | _Until | str | None, bool]
+
+_VALUE_RULES: tuple[_Rule, ...] = (
+    # 'Bearer <token>': the token needs 20+ characters and a digit, so prose ("bearer of") stays.
+    (rb"(?i:bearer)(?:[ \t]{1,8}|\+|%20)",
+     rb"(?=[A-Za-z._~+/_\-]{0,63}[0-9])[A-Za-z0-9._~+/_\-]{20}", _T_BEARER, False),
+    # JWT: two base64url segments starting eyJ joined by a dot (signature and later segments are tail).
+    (b"", rb"eyJ[A-Za-z0-9_\-]{5,2048}+\.eyJ[A-Za-z0-9_\-]{5}", _T_DOTTED, False),
+    # Google OAuth access token (ya29.a0Af..., ya29.c.b0...).
+    (b"", rb"ya29\.(?=[A-Za-z0-9._\-]{20})[A-Za-z0-9_\-]", _T_DOTTED, False),
+    # Google refresh token 1//0..., also percent-encoded.
+    (b"", _LB + rb"1(?://|%2[Ff]%2[Ff])0[A-Za-z0-9_\-]{30}", _T_TOKEN, False),
+    # Google API key.
+    (b"", _LB + rb"AIza[0-9A-Za-z_\-]{35}", _T_TOKEN, False),
+    # Google OAuth client secret.
+    (b"", rb"GOCSPX-[A-Za-z0-9_\-]{24}", _T_TOKEN, False),
+    # Slack tokens: xoxb/xoxp/xoxa/xoxo/xoxs/xoxr/xoxe/xoxc and rotating xoxe.xoxp; a digit is required
+    # early so that words like 'xoxo-gossip-girl' stay.
+    (b"", _LB + rb"(?:xox[abcposre]|xoxe\.xox[abcposre])-(?=[A-Za-z\-]{0,24}[0-9])[0-9A-Za-z\-]{10}",
+     _T_TOKEN, False),
+    # Slack browser session cookie value.
+    (b"", _LB + rb"xoxd-[A-Za-z0-9%+/=_\-]{20}", _T_XOXD, False),
+    # Slack app-level token.
+    (b"", rb"xapp-[0-9]-[0-9A-Za-z\-]{10}", _T_TOKEN, False),
+    # GitHub tokens.
+    (b"", _LB + rb"gh[pousr]_[A-Za-z0-9]{36}", _T_TOKEN, False),
+    (b"", rb"github_pat_[A-Za-z0-9_]{22}", _T_TOKEN, False),
+    # Slack webhook / response_url capability URLs: everything after the first path segment goes.
+    (rb"hooks\.slack\.com\\?/[A-Za-z0-9_\-]{1,32}\\?/", rb"(?=[A-Za-z0-9_\-])", _T_HOOK, False),
+    # PEM private keys: the armour stays, the key material goes.
+    (rb"-----BEGIN (?:[A-Z0-9]+ ){0,3}PRIVATE KEY-----", b"", _T_PEM, False),
+)  # fmt: skip
+
+_JSON_KEY_RULE: _Rule = (
+    b'"(?:' + _BODY_ALT.encode() + rb')"[ \t\r\n]{0,32}:[ \t\r\n]{0,32}"', b"", _T_JSON_STRING, False
+)
+_URL_PARAM_RULE: _Rule = (
+    rb"(?:(?<=[?&])|(?<=\\u0026))(?:" + _URL_ALT.encode() + rb")=", b"", _T_URL_VALUE, True
+)
+_FORM_RULE: _Rule = (rb"(?<![^&])(?:" + _URL_ALT.encode() + rb")=", b"", _T_FORM_VALUE, True)
+_MULTIPART_RULE: _Rule = (
+    rb"(?i:content-disposition)[ \t]*:[^\r\n]{0,256}?(?<=[;\s])(?i:name)[ \t]*=[ \t]*\"?(?:"
+    + _BODY_ALT.encode()
+    + rb")\"?(?=[;\s])[^\r\n]{0,256}\r?\n(?:[^\r\n]{1,256}\r?\n){0,4}\r?\n",
+    b"", _MULTIPART, False,
+)  # fmt: skip
+
+_BINARY, _TEXT, _FORM, _MULTI = "binary", "text", "form", "multipart"
+_RULES_BY_KIND: dict[str, tuple[_Rule, ...]] = {
+    _BINARY: _VALUE_RULES,
+    _TEXT: (_JSON_KEY_RULE, _URL_PARAM_RULE, *_VALUE_RULES),
+    _FORM: (_FORM_RULE, _JSON_KEY_RULE, _URL_PARAM_RULE, *_VALUE_RULES),
+    _MULTI: (_MULTIPART_RULE, _JSON_KEY_RULE, _URL_PARAM_RULE, *_VALUE_RULES),
+}
+
+
+def _compile(rules: tuple[_Rule, ...]) -> re.Pattern[bytes]:
+    """One alternation, leftmost-first: group r<i> is rule i, k<i> the part of its head that is kept."""
+    return re.compile(
+        b"|".join(
+            b"(?P<r%d>(?P<k%d>%s)%s)" % (i, i, keep, rest) for i, (keep, rest, _t, _u) in enumerate(rules)
+        )
+    )
+
+
+_REGEX_BY_KIND = {kind: _compile(rules) for kind, rules in _RULES_BY_KIND.items()}
+_VALUE_RE = _REGEX_BY_KIND[_BINARY]
+
+_TEXT_TYPES = ("application/xml", "application/javascript", "application/graphql", "application/x-ndjson",
+               "application/jsonl", "application/ld+json")  # fmt: skip
+
+
+def _kind(content_type: str | None) -> tuple[str, bytes]:
+    """Which rules apply to a content type, and the multipart boundary. Unknown/absent type is text."""
+    if not content_type:
+        return _TEXT, b""
+    mtype = content_type.split(";", 1)[0].strip().lower()
+    if mtype == "application/x-www-form-urlencoded":
+        return _FORM, b""
+    if mtype.startswith("multipart/"):
+        m = re.search(r'(?i)boundary\s*=\s*(?:"([^"]{1,200})"|([^\s;,]{1,200}))', content_type)
+        boundary = (m.group(1) or m.group(2)) if m else ""
+        return _MULTI, boundary.encode("latin-1", "replace")
+    if (
+        mtype in ("", "application/json")
+        or mtype.endswith(("+json", "+xml", "/json"))
+        or mtype.startswith(("text/", "message/"))
+        or mtype in _TEXT_TYPES
+    ):
+        return _TEXT, b""
+    return _BINARY, b""
+
+
+# Every byte where a rule of a kind can start (the rules after '?', '&' or '\\u0026' start at the
+# trigger's end). A cheap first pass: Python's regex engine skips quickly to these bytes, whereas the
+# rule alternation itself is tried at every byte (about 1.5 MB/s). Keep in step with the rules above;
+# the tests compare against a trigger-less scan.
+_VALUE_TRIGGERS = (
+    rb"e(?=yJ)|y(?=a29\.)|1(?=//0|%2[Ff]%2[Ff]0)|A(?=Iza)|G(?=OCSPX-)|x(?=ox|app-)"
+    rb"|g(?=h[pousr]_|ithub_pat_)|h(?=ooks\.slack\.com)|-(?=----BEGIN )|B(?=(?i:earer))|b(?=(?i:earer))"
+)
+_TEXT_TRIGGERS = (
+    b'"(?=(?:' + _BODY_ALT.encode() + b')")'
+    + rb"|\?(?=(?:" + _URL_ALT.encode() + rb")=)|&(?=(?:" + _URL_ALT.encode() + rb")=)"
+    + rb"|\\u0026(?=(?:" + _URL_ALT.encode() + rb")=)|" + _VALUE_TRIGGERS
+)
+_TRIGGERS_BY_KIND = {
+    _BINARY: re.compile(_VALUE_TRIGGERS),
+    _TEXT: re.compile(_TEXT_TRIGGERS),
+    _FORM: re.compile(_TEXT_TRIGGERS),
+    _MULTI: re.compile(rb"C(?=(?i:ontent-disposition))|c(?=(?i:ontent-disposition))|" + _TEXT_TRIGGERS),
+}
+_AFTER_TRIGGER = frozenset(b"?&\\")
+
+
+class StreamingRedactor:
+    """Redacts a body that passes in chunks (it is spilled to disk as it streams; no secret may reach disk).
+
+    Same rules as ``redact_body``, which is this class fed the whole body at once. ``feed`` returns the
+    redacted bytes that are final now. Rule heads are bounded, so a head can only be undecided within
+    the last 4 KiB: that much is held back, so a token split across chunks is still caught. The
+    unbounded part of a match (the rest of a token, a JSON string value, a multipart part) is dropped
+    as it arrives, so memory stays bounded whatever the body size.
+    """
+
+    _use_triggers = True  # tests switch this off to compare with the plain regex search
+
+    def __init__(self, content_type: str | None) -> None:
+        kind, boundary = _kind(content_type)
+        self._rules = _RULES_BY_KIND[kind]
+        self._regex = _REGEX_BY_KIND[kind]
+        self._triggers = _TRIGGERS_BY_KIND[kind]
+        self._form = kind == _FORM
+        self._multipart_tail = _Until(b"\n--" + boundary, strip_cr=True)
+        self._buf = b""
+        self._pos = 0
+        self._tail: _Elements | _Until | None = None
+        self._closed = False
+
+    def feed(self, chunk: bytes) -> bytes:
+        """Add a chunk; return the redacted bytes that are safe to emit now (possibly empty)."""
+        if self._closed:
+            raise ValueError("StreamingRedactor is closed")
+        if not chunk:
+            return b""
+        self._buf += bytes(chunk)
+        return self._run(final=False)
+
+    def close(self) -> bytes:
+        """End of body: return the rest of the redacted bytes."""
+        if self._closed:
+            return b""
+        self._closed = True
+        out = self._run(final=True)
+        self._buf = b""
+        self._pos = 0
+        return out
+
+    def _find(self, buf: bytes, pos: int, safe: int) -> re.Match[bytes] | None:
+        """Leftmost rule match starting in [pos, safe], or None.
+
+        Same result as ``self._regex.search`` (which tries every alternative at every byte, about
+        1.5 MB/s), but only tries positions where some rule can start: after a cheap trigger scan.
+        """
+        if not self._use_triggers:
+            m = self._regex.search(buf, pos)
+            return m if m is not None and m.start() <= safe else None
+        if pos == 0:  # start of the body: a form field needs no '&' before it
+            m = self._regex.match(buf, 0)
+            if m is not None:
+                return m
+        for t in self._triggers.finditer(buf, pos):
+            start = t.end() if buf[t.start()] in _AFTER_TRIGGER else t.start()
+            if start > safe:
+                return None
+            m = self._regex.match(buf, start)
+            if m is not None:
+                return m
+        return None
+
+    def _run(self, final: bool) -> bytes:
+        """Scan from the current position; emit what is decided; keep the rest (and some context)."""
+        buf, pos, n = self._buf, self._pos, len(self._buf)
+        safe = n if final else n - _HOLD  # a head starting at or before `safe` is fully decidable
+        out: list[bytes] = []
+        while True:
+            if self._tail is not None:
+                pos, done = self._tail.step(buf, pos, final)
+                if not done:
+                    break
+                self._tail = None
+            if pos >= n or pos > safe:
+                break
+            m = self._find(buf, pos, safe)
+            if m is None:
+                end = max(pos, min(n, safe + (0 if final else 1)))
+                out.append(buf[pos:end])
+                pos = end
+                break
+            out.append(buf[pos : m.start()])
+            i = int(m.lastgroup[1:])  # type: ignore[index]  # the outer group r<i> closes last
+            _keep, _rest, tail, url_ctx = self._rules[i]
+            out.append(m.group(f"k{i}") + (_RU if url_ctx or self._form else _R))
+            pos = m.end()
+            self._tail = self._multipart_tail if isinstance(tail, str) else tail
+        cut = max(0, pos - _CONTEXT)
+        self._buf = buf[cut:]
+        self._pos = pos - cut
+        return b"".join(out)
+
+
+def redact_body(body: bytes, content_type: str | None) -> bytes:
+    """Redact a decoded body byte-level; everything that is not a credential is returned unchanged.
+
+    - form (application/x-www-form-urlencoded): values of credential fields (the query name list) become
+      ``[never%20captured]``; every other replacement in a form body uses that URL form too.
+    - text (JSON, *+json, text/*, XML, message/*, and an absent content type): ``"name": "value"``
+      pairs with a credential name get the string value ``[never captured]`` (escaped quotes handled).
+      Non-string values (numbers, booleans, null, objects, arrays) of such keys are kept: a number is not
+      a bearer credential, and strings nested in an object are still scanned. ``name=value`` parameters
+      with a credential name inside text (URLs in JSON strings, ``\\u0026`` included) lose their value.
+    - multipart/*: parts whose ``name=`` is a credential name get their content replaced (plus the text
+      rules inside every part).
+    - every body, binary included: credential value patterns (see ``contains_credential``).
+    """
+    r = StreamingRedactor(content_type)
+    return r.feed(body) + r.close()
+
+
+def contains_credential(data: bytes | str) -> bool:
+    """True if a credential value pattern occurs: Bearer token, JWT, ya29., 1//0, AIza, GOCSPX-, Slack
+    xox?-/xoxe.xox?-/xoxd-/xapp-, GitHub gh?_/github_pat_, hooks.slack.com capability URL, PEM private key.
+    """
+    if isinstance(data, str):
+        data = data.encode("utf-8", "surrogatepass")
+    return _VALUE_RE.search(data) is not None
+
+
+# ---------------------------------------------------------------------------------------------
+# Headers and URLs
+# ---------------------------------------------------------------------------------------------
+
+
+def _is_credential_header(name: str) -> bool:
+    """Fixed list plus the catch-all name pattern of connectors.md section 7."""
+    lname = name.strip().lower()
+    return lname in _HEADER_NAMES or _HEADER_NAME_RE.search(lname) is not None
+
+
+def redact_headers(headers: Iterable[tuple[str, str]]) -> list[list[str]]:
+    """Return [[name, value], ...] in the same order with credential values replaced by REDACTED.
+
+    Credential headers (fixed list, name pattern, or a value holding a credential value pattern) get
+    REDACTED. Location, Content-Location, X-Goog-Upload-URL and Link URLs go through ``redact_url``, so a
+    capability URL (upload_id=, sig=, X-Amz-Signature=, hooks.slack.com/...) keeps its shape and loses
+    its secret; a plain redirect stays byte for byte.
+    """
+    out: list[list[str]] = []
+    for name, value in headers:
+        lname = name.strip().lower()
+        if _is_credential_header(name):
+            new = REDACTED
+        elif lname in _URL_HEADERS:
+            new = redact_url(value)
+        elif lname == "link":
+            new = _LINK_URL_RE.sub(lambda m: "<" + redact_url(m.group(1)) + ">", value)
+        else:
+            new = value
+        if new != REDACTED and contains_credential(new):
+            new = REDACTED
+        out.append([name, new])
+    return out
+
+
+_AUTHORITY_RE = re.compile(r"(?P<pre>(?:[A-Za-z][A-Za-z0-9+.\-]*:)?//)(?P<auth>[^/?#]*)")
+
+
+def _has_credential_text(s: str) -> bool:
+    """Value pattern check on a URL component as written and percent-decoded."""
+    return contains_credential(s) or contains_credential(unquote(s)) or contains_credential(unquote_plus(s))
+
+
+def _redact_params(params: str) -> str:
+    """`a=1&token=x` -> `a=1&token=[never%20captured]`; unchanged parameters keep their exact bytes."""
+    parts = params.split("&")
+    for i, part in enumerate(parts):
+        name, eq, value = part.partition("=")
+        if eq:
+            if _URL_NAME_RE.fullmatch(unquote_plus(name)) or _has_credential_text(value):
+                parts[i] = name + "=" + REDACTED_URL
+            elif _has_credential_text(name):
+                parts[i] = REDACTED_URL + "=" + value
+        elif _has_credential_text(part):
+            parts[i] = REDACTED_URL
+    return "&".join(parts)
+
+
+def redact_url(url: str) -> str:
+    """Remove credentials from a URL, leaving every other byte where it was.
+
+    - userinfo (``user:pass@``) is removed;
+    - query and fragment parameters whose (decoded, case-insensitive) name is a credential name keep the
+      name, the value becomes ``[never%20captured]`` (REDACTED_URL: the literal text, only the space
+      encoded); so does any parameter whose value holds a credential value pattern;
+    - a path segment holding a credential value pattern becomes ``[never%20captured]``;
+    - hooks.slack.com URLs (webhooks, response_url) keep only the first path segment
+      (``/services/[never%20captured]``): the rest of the path is the secret.
+    Pagination cursors (pageToken, nextPageToken, syncToken) are not credentials and stay.
+    """
+    rest, hash_, fragment = url.partition("#")
+    rest, qmark, query = rest.partition("?")
+    m = _AUTHORITY_RE.match(rest)
+    if m:
+        pre, auth, path = m["pre"], m["auth"], rest[m.end() :]
+        if "@" in auth:
+            auth = auth.rpartition("@")[2]
+        host = re.sub(r":\d*$", "", auth).lower().rstrip(".")
+    else:
+        pre, auth, path, host = "", "", rest, ""
+    segments = path.split("/")
+    if host == "hooks.slack.com" and len(segments) > 2 and any(segments[2:]):
+        path = "/".join(segments[:2]) + "/" + REDACTED_URL
+    else:
+        path = "/".join(REDACTED_URL if _has_credential_text(s) else s for s in segments)
+    if query:
+        query = _redact_params(query)
+    if fragment:
+        fragment = _redact_params(fragment) if "=" in fragment else (
+            REDACTED_URL if _has_credential_text(fragment) else fragment
+        )
+    return pre + auth + path + qmark + query + hash_ + fragment
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsed JSON
+# ---------------------------------------------------------------------------------------------
+
+
+def _redact_text(s: str) -> str:
+    """Text rules on a Python string; cuts fall on ASCII bytes only, so the result is valid again."""
+    raw = s.encode("utf-8", "surrogatepass")
+    red = redact_body(raw, "text/plain")
+    return s if red == raw else red.decode("utf-8", "surrogatepass")
+
+
+def redact_json_value(value: object) -> object:
+    """Copy of parsed JSON (e.g. MCP tool-call params) with credentials removed.
+
+    String values of credential keys (the body name list: token, access_token, client_secret, password,
+    authorization, ... in any of snake_case, camelCase, kebab-case) become REDACTED; every other string
+    (and every key) goes through the text rules of ``redact_body``. Non-string values of credential keys
+    are kept, as in ``redact_body``. Tuples come back as lists.
+    """
+    if isinstance(value, dict):
+        out: dict[object, object] = {}
+        for k, v in value.items():
+            if isinstance(k, str) and isinstance(v, str) and _BODY_NAME_RE.fullmatch(k):
+                out[_redact_text(k)] = REDACTED
+            else:
+                out[_redact_text(k) if isinstance(k, str) else k] = redact_json_value(v)
+        return out
+    if isinstance(value, list | tuple):
+        return [redact_json_value(v) for v in value]
+    if isinstance(value, str):
+        return _redact_text(value)
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# Token exchanges: no entry at all
+# ---------------------------------------------------------------------------------------------
+
+_GENERIC_TOKEN_PATH = re.compile(
+    r"(?i)/(oauth2?|o/oauth2|login/oauth|connect|protocol/openid-connect)(/v[\d.]+)?"
+    r"/(token|access_token|device(/code)?|devicecode|revoke|introspect)$"
+)
+_HOST_PATHS: dict[str, re.Pattern[str]] = {
+    # Google
+    "oauth2.googleapis.com": re.compile(r"^/(?:v\d+/)?(?:token|revoke|tokeninfo|device/code)$"),
+    "accounts.google.com": re.compile(r"^/o/oauth2/"),
+    "www.googleapis.com": re.compile(r"^/oauth2/v\d+/(?:token|tokeninfo|revoke)$"),
+    "sts.googleapis.com": re.compile(r"^/"),
+    "iamcredentials.googleapis.com": re.compile(r"^/"),
+    # Microsoft: login.live.com
+    "login.live.com": re.compile(r"^/oauth20_token\.srf$"),
+}
+_MS_LOGIN_HOSTS = frozenset({
+    "login.microsoftonline.com", "login.windows.net", "login.microsoftonline.us", "login.chinacloudapi.cn",
+    "login.partner.microsoftonline.cn", "login.microsoftonline.de",
+})  # fmt: skip
+_MS_LOGIN_PATH = re.compile(r"^/[^/]+/oauth2/(?:v2\.0/)?(?:token|devicecode)$")
+_METADATA_PATHS = re.compile(
+    r"^/(?:computemetadata/v1/instance/service-accounts/[^/]+/(?:token|identity)"  # GCE
+    r"|metadata/identity/oauth2/token"  # Azure IMDS
+    r"|latest/api/token|latest/meta-data/iam/security-credentials(?:/.*)?)$"  # AWS IMDS
+)
+_METADATA_HOSTS = frozenset({"metadata.google.internal", "metadata", "169.254.169.254", "fd00:ec2::254"})
+_SLACK_TOKEN_METHODS = re.compile(
+    r"^/api/(?:oauth\.access|oauth\.v2\.access|oauth\.v2\.exchange|oauth\.v2\.user\.access|oauth\.token"
+    r"|openid\.connect\.token|tooling\.tokens\.rotate|auth\.revoke|apps\.connections\.open|rtm\.connect"
+    r"|rtm\.start)$"
+)
+_GITHUB_TOKEN_PATHS = re.compile(
+    r"^(?:/api/v3)?(?:/login/oauth/access_token|/login/device/code"
+    r"|/app/installations/[^/]+/access_tokens"
+    r"|/applications/[^/]+/(?:token(?:/scoped)?|grant)"
+    r"|/(?:repos/[^/]+/[^/]+|orgs/[^/]+|enterprises/[^/]+)/actions/runners"
+    r"/(?:registration-token|remove-token|generate-jitconfig))$"
+)
+_AWS_STS_HOST = re.compile(r"^sts(?:[.-][a-z0-9-]+)*\.amazonaws\.com(?:\.cn)?$")
+_GRANT_TYPE = re.compile(rb'(?:^|&)grant_type=|"grant_type"\s*:')
+
+
+def _header(headers: Iterable[tuple[str, str]], name: str) -> str | None:
+    """First value of a header (case-insensitive), or None."""
+    for k, v in headers:
+        if k.lower() == name:
+            return v
+    return None
+
+
+def is_token_exchange(method: str, url: str, headers: Iterable[tuple[str, str]], body: bytes | None) -> bool:
+    """True for OAuth/credential endpoints whose calls leave no entry at all (connectors.md section 7).
+
+    Matches the provider tables (Google, Slack, GitHub, Microsoft, cloud metadata services), the generic
+    OAuth path regex, any path ending ``/token`` whose body holds ``grant_type``, and AWS STS. The path
+    is percent-decoded and compared lowercase; the method does not matter (GET tokeninfo counts too).
+    A path-only URL takes its host from the Host header.
+    """
+    del method  # every method of these endpoints is dropped
+    headers = list(headers)
+    parts = urlsplit(url.strip())
+    host = (parts.hostname or "").lower()
+    if not host:
+        host = re.sub(r":\d*$", "", (_header(headers, "host") or "").strip()).lower()
+    host = host.rstrip(".")
+    path = re.sub(r"/{2,}", "/", unquote(parts.path or "/")).lower()
+    if len(path) > 1:
+        path = path.rstrip("/") or "/"
+
+    host_rule = _HOST_PATHS.get(host)
+    if host_rule is not None and host_rule.search(path):
+        return True
+    if host in _MS_LOGIN_HOSTS and _MS_LOGIN_PATH.match(path):
+        return True
+    if host in _METADATA_HOSTS and _METADATA_PATHS.match(path):
+        return True
+    if path.endswith("/oauth20_token.srf") or path == "/metadata/identity/oauth2/token":
+        return True
+    if (host.endswith((".slack.com", ".slack-gov.com")) or host in ("slack.com", "slack-gov.com")) and (
+        _SLACK_TOKEN_METHODS.match(path)
+    ):
+        return True
+    if _GITHUB_TOKEN_PATHS.match(path):
+        return True
+    if _AWS_STS_HOST.match(host):
+        return True
+    if _GENERIC_TOKEN_PATH.search(path):
+        return True
+    return bool(path.endswith("/token") and body and _GRANT_TYPE.search(body.strip()))
+
+
+_TOKEN_RESPONSE_KEY = re.compile(r"(?i)(?:access|refresh|id)[_-]?token")
+_FORM_TOKEN_RESPONSE = re.compile(rb"(?:^|&)(?:access_token|refresh_token|id_token)=")
+_MAX_TOKEN_RESPONSE = 1 << 20
+
+
+def is_token_response(headers: Iterable[tuple[str, str]], body: bytes | None) -> bool:
+    """True when a response body is a token grant, so the capture point drops the call entirely.
+
+    JSON with a top-level access_token, refresh_token or id_token (camelCase too: IAM credentials
+    returns accessToken), or GitHub-style ``{"token": ..., "expires_at": ...}``. Also the form-encoded
+    grant (``access_token=...&token_type=bearer``) GitHub's OAuth endpoint returns without an Accept
+    header. Bodies over 1 MiB are never token grants.
+    """
+    if not body or len(body) > _MAX_TOKEN_RESPONSE:
+        return False
+    data = body.strip()
+    if data[:1] == b"{":
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            return False
+        if not isinstance(obj, dict):
+            return False
+        keys = {k for k in obj if isinstance(k, str)}
+        if any(_TOKEN_RESPONSE_KEY.fullmatch(k) for k in keys):
+            return True
+        lowered = {k.lower().replace("-", "_") for k in keys}
+        return "token" in lowered and bool(lowered & {"expires_at", "expiresat"})
+    ctype = (_header(headers, "content-type") or "").split(";", 1)[0].strip().lower()
+    if ctype in ("", "application/x-www-form-urlencoded", "text/plain", "text/html"):
+        return _FORM_TOKEN_RESPONSE.search(data) is not None
+    return False

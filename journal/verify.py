@@ -1,0 +1,188 @@
+"""The verifier: re-read a session file and report the first seq where the chain stops holding.
+
+Checks per line, in order (the first failure decides the kind):
+
+1. `torn_tail`: the last line has no final newline (a crash mid-write, or a cut).
+2. `not_canonical`: the line is not JSON, or its bytes differ from the canonical form of what it
+   parses to (whitespace, escapes, `1.0`, duplicate keys ...).
+3. `contract_violation`: not exactly the fourteen keys with their types, or `session` is not
+   the session the file is named for.
+4. `edited`: `hash` does not match the entry's content.
+5. chain: `seq` must be the line's position and `prev` the previous entry's hash, else
+   `removed` (a gap: the expected seq is nowhere later in the file), `reordered` (a genuine
+   entry out of place; the expected one comes later) or `inserted` (a duplicate or an entry that
+   does not belong to the chain).
+6. `blob_missing` / `blob_corrupt`: a blob the entry references is absent or its bytes do not hash
+   to its name.
+
+What a hash chain cannot see (SPEC.md): a file cut at a line boundary, or a whole file rewritten
+with every hash recomputed. Sealing catches those; it is not implemented yet.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+
+import orjson
+
+from journal.blobstore import BlobStore, is_ref_object
+from journal.canonical import CanonicalError, canonical_bytes
+from journal.chain import GENESIS
+from journal.entry import ContractError, validate_entry
+from journal.reader import Line, iter_lines
+from journal.vault import Vault
+
+KINDS = (
+    "edited", "removed", "inserted", "reordered", "torn_tail", "not_canonical",
+    "contract_violation", "blob_missing", "blob_corrupt",
+)
+_HASH_KEY = b',"hash":"'
+_REF_MARK = b'"ref":"blobs/sha256/'
+
+
+@dataclass
+class SessionReport:
+    session: str
+    entries: int = 0  # lines that verified before the break (all of them when intact)
+    intact: bool = True
+    broken_at_seq: int | None = None
+    kind: str | None = None
+    detail: str | None = None
+    bytes: int = 0
+    first_ts: str | None = None
+    last_ts: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+class _Break(Exception):
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(detail)
+        self.kind = kind
+        self.detail = detail
+
+
+def verify_session(
+    vault: Vault, session: str, *, check_blobs: bool = True, progress: Callable[[int], None] | None = None,
+    on_entry: Callable[[dict], None] | None = None,
+) -> SessionReport:
+    """Verify one session file. `progress` gets byte counts as lines are read; `on_entry` each good entry."""
+    path = vault.require_session(session)
+    report = SessionReport(session)
+    blobs = BlobStore(vault.root)
+    blob_ok: dict[str, str | None] = {}
+    expected_prev = GENESIS
+    lines = iter_lines(path)
+    for line in lines:
+        k = line.index + 1
+        report.bytes += len(line.data)
+        if progress is not None:
+            progress(len(line.data))
+        try:
+            entry = _check_line(line, session)
+            if entry["seq"] != k or entry["prev"] != expected_prev:
+                kind, detail = _classify_chain_break(entry, k, expected_prev, lines)
+                raise _Break(kind, detail)
+            if check_blobs and _REF_MARK in line.data:
+                _check_blobs(entry, blobs, blob_ok)
+        except _Break as brk:
+            report.intact = False
+            report.broken_at_seq = k
+            report.kind = brk.kind
+            report.detail = f"line {k}: {brk.detail}"
+            break
+        report.entries = k
+        expected_prev = entry["hash"]
+        if report.first_ts is None:
+            report.first_ts = entry["ts"]
+        report.last_ts = entry["ts"]
+        if on_entry is not None:
+            on_entry(entry)
+    for q in sorted(path.parent.glob(path.name + ".torn-*")):
+        report.notes.append(f"torn tail quarantined by the writer: {q.name} ({q.stat().st_size} bytes)")
+    return report
+
+
+def _check_line(line: Line, session: str) -> dict:
+    data = line.data
+    if not data.endswith(b"\n"):
+        raise _Break("torn_tail", f"last line has no final newline ({len(data)} bytes)")
+    try:
+        entry = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise _Break("not_canonical", f"not JSON ({exc})") from None
+    try:
+        canon = canonical_bytes(entry)
+    except CanonicalError as exc:
+        raise _Break("not_canonical", f"value has no canonical form ({exc})") from None
+    if len(canon) + 1 != len(data) or data[:-1] != canon:
+        raise _Break("not_canonical", "line bytes differ from the canonical form of the entry")
+    # The hash is checked before the shape: an edit that also breaks the contract is an edit.
+    if isinstance(entry, dict) and isinstance(entry.get("hash"), str):
+        digest = entry["hash"]
+        at = canon.find(_HASH_KEY + digest.encode() + b'"') if len(digest) == 64 else -1
+        unhashed = canon[:at] + canon[at + 74 :] if at >= 0 else None
+        if unhashed is None or hashlib.sha256(unhashed).hexdigest() != digest:
+            raise _Break("edited", f"hash does not match the content of seq {entry.get('seq')}")
+    try:
+        validate_entry(entry)
+    except ContractError as exc:
+        raise _Break("contract_violation", str(exc)) from None
+    if entry["session"] != session:
+        raise _Break("contract_violation", f"entry names session {entry['session']!r}, not this file's")
+    return entry
+
+
+def _classify_chain_break(entry: dict, k: int, expected_prev: str, rest: Iterator[Line]) -> tuple[str, str]:
+    seq = entry["seq"]
+    if seq < k:
+        return "inserted", f"found seq {seq} where seq {k} belongs (a duplicate or an inserted entry)"
+    if seq == k:
+        return "inserted", f"seq {k} does not follow seq {k - 1} (its prev points elsewhere)"
+    later: dict[int, tuple[str, str]] = {}  # seq -> (prev, hash) of later lines that parse
+    for line in rest:
+        try:
+            e = orjson.loads(line.data)
+            later[e["seq"]] = (e["prev"], e["hash"])
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            continue
+    if k in later and later[k][0] == expected_prev:
+        genuine = later.get(seq - 1, (None, None))[1] == entry["prev"]
+        if genuine:
+            return "reordered", f"found seq {seq} where seq {k} belongs; seq {k} comes later"
+        return "inserted", f"found an entry claiming seq {seq} before seq {k}; it does not belong to the chain"
+    return "removed", f"found seq {seq} where seq {k} belongs: {seq - k} entr{'y' if seq - k == 1 else 'ies'} missing"
+
+
+def _check_blobs(entry: dict, blobs: BlobStore, cache: dict[str, str | None]) -> None:
+    for ref in _refs(entry):
+        digest = ref["sha256"]
+        if digest not in cache:
+            if ref["ref"] != f"blobs/sha256/{digest[:2]}/{digest}":
+                cache[digest] = f"ref {ref['ref']!r} does not match sha256 {digest}"
+            else:
+                cache[digest] = blobs.check(digest, ref["size"] if isinstance(ref["size"], int) else None)
+        problem = cache[digest]
+        if problem is not None:
+            kind = "blob_missing" if "missing" in problem else "blob_corrupt"
+            raise _Break(kind, problem)
+
+
+def _refs(value: object) -> Iterator[dict]:
+    if isinstance(value, dict):
+        if is_ref_object(value):
+            yield value
+            return
+        for v in value.values():
+            yield from _refs(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _refs(v)
+
+
+def verify_vault(vault: Vault, sessions: list[str] | None = None, **kw) -> list[SessionReport]:
+    return [verify_session(vault, s, **kw) for s in (sessions if sessions is not None else vault.sessions())]

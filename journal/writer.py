@@ -1,0 +1,320 @@
+"""Durable appends to `<vault>/journal/<session>.jsonl`.
+
+- The writer assigns `seq` and `prev` and computes `hash`; `append` returns only when the line
+  is written and fdatasync'ed.
+- Group commit: concurrent appends to one session are written together and share one fsync.
+  The first thread to arrive leads: it takes everything queued, writes it, syncs, and wakes the
+  others; appends that arrive meanwhile form the next batch.
+- Several processes may append to the same session: every batch is written under an exclusive
+  `flock` on the file, and if the file grew since this writer last wrote, it re-reads the last
+  line and continues the chain from there.
+- A torn last line (bytes after the last newline, from a crash mid-write) is moved into
+  `<session>.jsonl.torn-<ns>` beside the file (fsynced, never deleted), the file is truncated to
+  the last complete line, and the recovery is reported (log warning and `recoveries`).
+- A failed write or fsync stops the writer for that session (JournalStopped): after a failed
+  fsync the kernel may have dropped the data, so retrying could hide a loss.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+from journal.blobstore import BlobStore
+from journal.bodies import LINE_LIMIT, fit_entry
+from journal.chain import GENESIS, chain_entry
+from journal.entry import validate_fields
+from journal.vault import Vault
+
+log = logging.getLogger(__name__)
+_TAIL_BLOCK = 1 << 16
+
+
+class JournalError(Exception):
+    """The journal could not take an entry; the message says why."""
+
+
+class JournalStopped(JournalError):
+    """A session's file had a write or fsync failure; nothing more is appended to it."""
+
+
+class JournalCorrupt(JournalError):
+    """The session file's last complete line is not an entry: appending would hide the damage."""
+
+
+@dataclass
+class Recovery:
+    session: str
+    path: str
+    quarantine: str
+    torn_bytes: int
+
+
+@dataclass
+class _Pending:
+    fields: dict
+    entry: dict | None = None
+    error: BaseException | None = None
+    done: bool = False
+
+
+@dataclass
+class _SessionLog:
+    session: str
+    path: Path
+    fd: int
+    cond: threading.Condition = field(default_factory=threading.Condition)
+    pending: list[_Pending] = field(default_factory=list)
+    leading: bool = False
+    seq: int = -1  # -1: tail not read yet
+    prev: str = GENESIS
+    end: int = -1
+    failed: JournalError | None = None
+
+
+class JournalWriter:
+    """Appends entries to a vault's session files. Thread-safe; one per process is enough."""
+
+    def __init__(
+        self, vault: Vault | str | os.PathLike, *, line_limit: int = LINE_LIMIT, durable: bool = True
+    ) -> None:
+        self.vault = vault if isinstance(vault, Vault) else Vault.create(vault)
+        self.blobs = BlobStore(self.vault.root)
+        self.line_limit = line_limit
+        self.durable = durable
+        self.recoveries: list[Recovery] = []
+        self._logs: dict[str, _SessionLog] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    # -- public -----------------------------------------------------------------------------
+
+    def append(self, fields: dict) -> dict:
+        """Chain `fields` (the eleven capture-point keys) into their session; return the durable entry."""
+        validate_fields(fields)
+        fields = fit_entry(fields, self.blobs, self.line_limit)
+        slog = self._session_log(fields["session"])
+        mine = _Pending(fields)
+        with slog.cond:
+            if slog.failed:
+                raise slog.failed
+            slog.pending.append(mine)
+            if slog.leading:
+                while not mine.done:
+                    slog.cond.wait()
+                return self._result(mine)
+            slog.leading = True
+        try:
+            while True:
+                with slog.cond:
+                    batch, slog.pending = slog.pending, []
+                    if not batch:
+                        slog.leading = False
+                        break
+                try:
+                    self._commit(slog, batch)
+                except BaseException as exc:  # never leave followers waiting
+                    for p in batch:
+                        if p.entry is None and p.error is None:
+                            p.error = exc
+                    raise
+                finally:
+                    with slog.cond:
+                        for p in batch:
+                            p.done = True
+                        slog.cond.notify_all()
+        finally:
+            with slog.cond:
+                if slog.leading:  # leaving through an exception: fail what is queued
+                    for p in slog.pending:
+                        p.error = slog.failed or JournalError("writer failed")
+                        p.done = True
+                    slog.pending = []
+                    slog.leading = False
+                    slog.cond.notify_all()
+        return self._result(mine)
+
+    def head(self, session: str) -> tuple[int, str]:
+        """(last seq, last hash) of a session as this writer knows it after syncing with the file."""
+        slog = self._session_log(session)
+        with slog.cond:
+            fcntl.flock(slog.fd, fcntl.LOCK_EX)
+            try:
+                self._sync_tail(slog)
+            finally:
+                fcntl.flock(slog.fd, fcntl.LOCK_UN)
+            return slog.seq, slog.prev
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            for slog in self._logs.values():
+                try:
+                    os.close(slog.fd)
+                except OSError:
+                    pass
+            self._logs.clear()
+
+    def __enter__(self) -> JournalWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals ----------------------------------------------------------------------------
+
+    @staticmethod
+    def _result(p: _Pending) -> dict:
+        if p.error is not None:
+            raise p.error
+        assert p.entry is not None
+        return p.entry
+
+    def _session_log(self, session: str) -> _SessionLog:
+        slog = self._logs.get(session)
+        if slog is not None:
+            return slog
+        with self._lock:
+            if self._closed:
+                raise JournalError("writer is closed")
+            slog = self._logs.get(session)
+            if slog is None:
+                path = self.vault.session_path(session)
+                try:
+                    self.vault.journal_dir.mkdir(parents=True, exist_ok=True)
+                    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                except OSError as exc:
+                    raise JournalError(f"cannot open journal file {path}: {exc.strerror}") from None
+                slog = _SessionLog(session, path, fd)
+                self._logs[session] = slog
+            return slog
+
+    def _commit(self, slog: _SessionLog, batch: list[_Pending]) -> None:
+        if slog.failed:
+            for p in batch:
+                p.error = slog.failed
+            return
+        fd = slog.fd
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            self._sync_tail(slog)
+            seq, prev = slog.seq, slog.prev
+            lines: list[bytes] = []
+            chained: list[_Pending] = []
+            for p in batch:
+                try:
+                    entry, line = chain_entry(p.fields, seq + 1, prev)
+                    if len(line) > self.line_limit:
+                        raise JournalError(f"entry line is {len(line)} bytes, over the {self.line_limit} limit")
+                except (ValueError, JournalError) as exc:
+                    p.error = exc if isinstance(exc, JournalError) else JournalError(f"entry refused: {exc}")
+                    continue
+                seq, prev = entry["seq"], entry["hash"]
+                p.entry = entry
+                lines.append(line)
+                chained.append(p)
+            if not lines:
+                return
+            data = b"".join(lines)
+            try:
+                view = memoryview(data)
+                while view:
+                    n = os.write(fd, view)
+                    view = view[n:]
+            except OSError as exc:
+                self._fail(slog, chained, f"write to {slog.path} failed: {exc.strerror}", undo_to=slog.end)
+                return
+            if self.durable:
+                try:
+                    os.fdatasync(fd)
+                except OSError as exc:
+                    self._fail(slog, chained, f"fsync of {slog.path} failed: {exc.strerror}", undo_to=None)
+                    return
+            slog.seq, slog.prev, slog.end = seq, prev, slog.end + len(data)
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def _fail(self, slog: _SessionLog, chained: list[_Pending], why: str, undo_to: int | None) -> None:
+        err = JournalStopped(f"{why}; session {slog.session!r} is stopped, no further entries are accepted")
+        log.error("%s", err)
+        if undo_to is not None:
+            try:
+                os.ftruncate(slog.fd, undo_to)  # the partial line was never acknowledged
+            except OSError:
+                pass
+        slog.failed = err
+        for p in chained:
+            p.entry = None
+            p.error = err
+
+    def _sync_tail(self, slog: _SessionLog) -> None:
+        """Under the flock: make (seq, prev, end) match the file, recovering a torn tail."""
+        size = os.fstat(slog.fd).st_size
+        if size == slog.end:
+            return
+        if size == 0:
+            slog.seq, slog.prev, slog.end = 0, GENESIS, 0
+            return
+        last_nl = _rfind_byte(slog.fd, size, 0x0A)
+        if last_nl != size - 1:
+            self._quarantine(slog, last_nl + 1, size)
+            size = last_nl + 1
+            if size == 0:
+                slog.seq, slog.prev, slog.end = 0, GENESIS, 0
+                return
+        start = _rfind_byte(slog.fd, size - 1, 0x0A) + 1
+        line = os.pread(slog.fd, size - start, start)
+        try:
+            entry = orjson.loads(line)
+            seq, digest = entry["seq"], entry["hash"]
+            if type(seq) is not int or not isinstance(digest, str) or len(digest) != 64:
+                raise ValueError("no seq/hash")
+        except (orjson.JSONDecodeError, ValueError, KeyError, TypeError) as exc:
+            err = JournalCorrupt(
+                f"last line of {slog.path} is not a journal entry ({exc}); run `broker verify` "
+                "before appending to this session"
+            )
+            slog.failed = err
+            raise err from None
+        slog.seq, slog.prev, slog.end = seq, digest, size
+
+    def _quarantine(self, slog: _SessionLog, start: int, size: int) -> None:
+        torn = os.pread(slog.fd, size - start, start)
+        qpath = slog.path.with_name(f"{slog.path.name}.torn-{time.time_ns()}")
+        with open(qpath, "xb") as q:
+            q.write(torn)
+            q.flush()
+            os.fsync(q.fileno())
+        os.ftruncate(slog.fd, start)
+        os.fsync(slog.fd)
+        dfd = os.open(slog.path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+        rec = Recovery(slog.session, str(slog.path), str(qpath), len(torn))
+        self.recoveries.append(rec)
+        log.warning(
+            "session %r: torn last line (%d bytes) moved to %s and the file truncated to its last "
+            "complete entry", slog.session, len(torn), qpath,
+        )
+
+
+def _rfind_byte(fd: int, end: int, byte: int) -> int:
+    """Offset of the last `byte` before `end` in the file, or -1."""
+    pos = end
+    while pos > 0:
+        start = max(0, pos - _TAIL_BLOCK)
+        block = os.pread(fd, pos - start, start)
+        i = block.rfind(bytes((byte,)))
+        if i >= 0:
+            return start + i
+        pos = start
+    return -1

@@ -1,0 +1,207 @@
+"""The writer: chaining, durability, concurrency (threads and processes), torn tails, failures."""
+
+from __future__ import annotations
+
+import errno
+import multiprocessing
+import os
+import threading
+from pathlib import Path
+
+import orjson
+import pytest
+
+from journal.canonical import canonical_bytes
+from journal.chain import GENESIS, entry_hash
+from journal.entry import ContractError
+from journal.vault import Vault
+from journal.verify import verify_session
+from journal.writer import JournalCorrupt, JournalStopped, JournalWriter
+from tests.journal_factories import fields
+
+
+def read_lines(path: Path) -> list[bytes]:
+    return path.read_bytes().splitlines(keepends=True)
+
+
+def test_append_assigns_seq_prev_hash_and_writes_canonical_lines(tmp_path):
+    with JournalWriter(tmp_path) as w:
+        e1 = w.append(fields(n=1))
+        e2 = w.append(fields(n=2))
+    assert (e1["seq"], e1["prev"]) == (1, GENESIS)
+    assert (e2["seq"], e2["prev"]) == (2, e1["hash"])
+    assert e1["hash"] == entry_hash(e1)
+    lines = read_lines(Vault(tmp_path).session_path("s1"))
+    assert lines == [canonical_bytes(e1) + b"\n", canonical_bytes(e2) + b"\n"]
+    assert verify_session(Vault(tmp_path), "s1").intact
+
+
+def test_writer_refuses_fields_that_break_the_contract(tmp_path):
+    with JournalWriter(tmp_path) as w:
+        with pytest.raises(ContractError):
+            w.append({**fields(), "seq": 5})
+        with pytest.raises(ContractError):
+            w.append(fields(effect="delete"))
+        bad = fields()
+        del bad["mcp"]
+        with pytest.raises(ContractError):
+            w.append(bad)
+    assert not Vault(tmp_path).session_path("s1").exists() or Vault(tmp_path).session_path("s1").stat().st_size == 0
+
+
+def test_many_threads_give_one_contiguous_chain(tmp_path):
+    w = JournalWriter(tmp_path)
+    per_thread, threads = 50, 16
+    errors = []
+
+    def worker(t: int) -> None:
+        try:
+            for i in range(per_thread):
+                w.append(fields(session=f"s{t % 3}", n=t * 1000 + i))
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    ts = [threading.Thread(target=worker, args=(t,)) for t in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    w.close()
+    assert not errors
+    vault = Vault(tmp_path)
+    total = 0
+    for s in vault.sessions():
+        r = verify_session(vault, s)
+        assert r.intact, r
+        total += r.entries
+    assert total == per_thread * threads
+
+
+def test_group_commit_shares_fsyncs(tmp_path, monkeypatch):
+    calls = []
+    real = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (calls.append(fd), real(fd)))
+    w = JournalWriter(tmp_path)
+    barrier = threading.Barrier(32)
+
+    def worker(i: int) -> None:
+        barrier.wait()
+        for k in range(10):
+            w.append(fields(n=i * 100 + k))
+
+    ts = [threading.Thread(target=worker, args=(i,)) for i in range(32)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    w.close()
+    assert verify_session(Vault(tmp_path), "s1").entries == 320
+    assert len(calls) < 320  # batches shared a sync
+
+
+def _process_appender(root: str, n: int, tag: int) -> None:
+    w = JournalWriter(root)
+    for i in range(n):
+        w.append(fields(n=tag * 10000 + i))
+    w.close()
+
+
+def test_several_processes_continue_each_others_chain(tmp_path):
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_process_appender, args=(str(tmp_path), 60, t)) for t in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    r = verify_session(Vault(tmp_path), "s1")
+    assert r.intact, r
+    assert r.entries == 240
+
+
+def test_writer_notices_an_append_by_another_writer(tmp_path):
+    a, b = JournalWriter(tmp_path), JournalWriter(tmp_path)
+    a.append(fields(n=1))
+    b.append(fields(n=2))
+    e3 = a.append(fields(n=3))
+    assert e3["seq"] == 3
+    assert verify_session(Vault(tmp_path), "s1").intact
+
+
+@pytest.mark.parametrize("tail", [b'{"seq":3,"ts":"2026', b"\x00\x00\x00\x00", b"garbage without newline"])
+def test_torn_tail_is_quarantined_not_deleted(tmp_path, tail):
+    with JournalWriter(tmp_path) as w:
+        w.append(fields(n=1))
+        w.append(fields(n=2))
+    path = Vault(tmp_path).session_path("s1")
+    with open(path, "ab") as f:
+        f.write(tail)
+    r = verify_session(Vault(tmp_path), "s1")
+    assert (r.intact, r.kind, r.broken_at_seq) == (False, "torn_tail", 3)
+    with JournalWriter(tmp_path) as w:
+        e = w.append(fields(n=3))
+        assert e["seq"] == 3
+        assert len(w.recoveries) == 1
+        quarantine = Path(w.recoveries[0].quarantine)
+    assert quarantine.read_bytes() == tail
+    assert quarantine.parent == path.parent and quarantine.name.startswith(path.name + ".torn-")
+    r = verify_session(Vault(tmp_path), "s1")
+    assert r.intact and r.entries == 3
+    assert any("torn tail quarantined" in n for n in r.notes)
+
+
+def test_corrupt_last_line_stops_the_writer(tmp_path):
+    with JournalWriter(tmp_path) as w:
+        w.append(fields(n=1))
+    path = Vault(tmp_path).session_path("s1")
+    with open(path, "ab") as f:
+        f.write(b"not json at all\n")
+    with JournalWriter(tmp_path) as w:
+        with pytest.raises(JournalCorrupt, match="broker verify"):
+            w.append(fields(n=2))
+    assert read_lines(path)[-1] == b"not json at all\n"
+
+
+def test_fsync_failure_stops_the_session_without_retry(tmp_path, monkeypatch):
+    w = JournalWriter(tmp_path)
+    w.append(fields(n=1))
+    calls = []
+
+    def failing(fd):
+        calls.append(fd)
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", failing)
+    with pytest.raises(JournalStopped, match="fsync"):
+        w.append(fields(n=2))
+    monkeypatch.undo()
+    with pytest.raises(JournalStopped):
+        w.append(fields(n=3))
+    assert len(calls) == 1  # never retried
+    w.append(fields(session="other"))  # other sessions are unaffected
+    w.close()
+
+
+def test_large_entry_is_spilled_to_fit_the_line_limit(tmp_path):
+    big = "x" * (900 << 10)  # each under the 1 MiB rule, together over a small line limit
+    f = fields()
+    f["response"]["body"] = {"a": big, "b": big + "y", "c": "small"}
+    with JournalWriter(tmp_path, line_limit=1 << 20) as w:
+        e = w.append(f)
+    line = read_lines(Vault(tmp_path).session_path("s1"))[0]
+    assert len(line) <= 1 << 20
+    body = e["response"]["body"]
+    assert body["c"] == "small"
+    spilled = [v for v in body.values() if isinstance(v, dict)]
+    assert spilled and all(set(v) == {"sha256", "size", "ref"} for v in spilled)
+    for v in spilled:
+        data = (tmp_path / v["ref"]).read_bytes()
+        assert data in (big.encode(), (big + "y").encode())
+    assert verify_session(Vault(tmp_path), "s1").intact
+
+
+def test_line_is_canonical_of_returned_entry(tmp_path):
+    with JournalWriter(tmp_path) as w:
+        e = w.append(fields(n=7))
+    line = read_lines(Vault(tmp_path).session_path("s1"))[0]
+    assert orjson.loads(line) == e
