@@ -134,8 +134,9 @@ def build(vault_dir: Path) -> None:
 
     # 8-11: Drive: find the contract folder, read its sharing, share it, trash an old draft unseen.
     http(17.310, "drive", "read", "GET",
-         f"{DRIVE}/files?q=name%20contains%20%27Northwind%27&fields=files(id,name,mimeType)", 200, {"files": [{"id": "1NwContractsF0lder", "name": "Northwind contracts",
-                          "mimeType": "application/vnd.google-apps.folder"}]})
+         f"{DRIVE}/files?q=name%20contains%20%27Northwind%27&fields=files(id,name,mimeType)", 200,
+         {"files": [{"id": "1NwContractsF0lder", "name": "Northwind contracts",
+                     "mimeType": "application/vnd.google-apps.folder"}]})
     http(18.095, "drive", "read", "GET", f"{DRIVE}/files/1NwContractsF0lder?fields=*", 200,
          {"kind": "drive#file", "id": "1NwContractsF0lder", "name": "Northwind contracts",
           "mimeType": "application/vnd.google-apps.folder", "trashed": False, "shared": False,
