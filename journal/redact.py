@@ -112,7 +112,9 @@ _HEADER_NAMES = frozenset(
         "X-GUploader-UploadID",
     )
 )  # fmt: skip
-_HEADER_NAME_RE = re.compile(r"(?i)(auth|token|secret|api-?key|signature|session|cookie|passw|credential|otp)")
+_HEADER_NAME_RE = re.compile(
+    r"(?i)(auth|token|secret|api-?key|signature|session|cookie|passw|credential|otp)"
+)
 _URL_HEADERS = frozenset({"location", "content-location", "x-goog-upload-url", "x-goog-upload-control-url"})
 _LINK_URL_RE = re.compile(r"<([^>]*)>")
 
@@ -223,12 +225,19 @@ _VALUE_RULES: tuple[_Rule, ...] = (
 _JSON_KEY_RULE: _Rule = (
     b'"(?:' + _BODY_ALT.encode() + rb')"[ \t\r\n]{0,32}:[ \t\r\n]{0,32}"', b"", _T_JSON_STRING, False
 )
+# The same pair inside a JSON string holding JSON (MCP tool results, webhook payloads): \"token\": \"...\".
+# The tail walks the inner string: an inner escape is an escaped backslash plus one (escaped) character.
+_T_JSON_IN_JSON = _Elements(rb'[^"\\]*(?:(?:\\[^"\\]|\\\\(?:\\[\s\S]|[^"\\]))[^"\\]*)*', 4)
+_JSON_ESC_KEY_RULE: _Rule = (
+    rb'\\"(?:' + _BODY_ALT.encode() + rb')\\"(?:[ \t]|\\[nrt]){0,32}:(?:[ \t]|\\[nrt]){0,32}\\"',
+    b"", _T_JSON_IN_JSON, False,
+)  # fmt: skip
 _URL_PARAM_RULE: _Rule = (
     rb"(?:(?<=[?&])|(?<=\\u0026))(?:" + _URL_ALT.encode() + rb")=", b"", _T_URL_VALUE, True
 )
 _FORM_RULE: _Rule = (rb"(?<![^&])(?:" + _URL_ALT.encode() + rb")=", b"", _T_FORM_VALUE, True)
 _MULTIPART_RULE: _Rule = (
-    rb"(?i:content-disposition)[ \t]*:[^\r\n]{0,256}?(?<=[;\s])(?i:name)[ \t]*=[ \t]*\"?(?:"
+    rb"(?i:content-disposition)[ \t]{0,8}:[^\r\n]{0,256}?(?<=[;\s])(?i:name)[ \t]{0,8}=[ \t]{0,8}\"?(?:"
     + _BODY_ALT.encode()
     + rb")\"?(?=[;\s])[^\r\n]{0,256}\r?\n(?:[^\r\n]{1,256}\r?\n){0,4}\r?\n",
     b"", _MULTIPART, False,
@@ -237,9 +246,9 @@ _MULTIPART_RULE: _Rule = (
 _BINARY, _TEXT, _FORM, _MULTI = "binary", "text", "form", "multipart"
 _RULES_BY_KIND: dict[str, tuple[_Rule, ...]] = {
     _BINARY: _VALUE_RULES,
-    _TEXT: (_JSON_KEY_RULE, _URL_PARAM_RULE, *_VALUE_RULES),
-    _FORM: (_FORM_RULE, _JSON_KEY_RULE, _URL_PARAM_RULE, *_VALUE_RULES),
-    _MULTI: (_MULTIPART_RULE, _JSON_KEY_RULE, _URL_PARAM_RULE, *_VALUE_RULES),
+    _TEXT: (_JSON_KEY_RULE, _JSON_ESC_KEY_RULE, _URL_PARAM_RULE, *_VALUE_RULES),
+    _FORM: (_FORM_RULE, _JSON_KEY_RULE, _JSON_ESC_KEY_RULE, _URL_PARAM_RULE, *_VALUE_RULES),
+    _MULTI: (_MULTIPART_RULE, _JSON_KEY_RULE, _JSON_ESC_KEY_RULE, _URL_PARAM_RULE, *_VALUE_RULES),
 }
 
 
@@ -280,9 +289,9 @@ def _kind(content_type: str | None) -> tuple[str, bytes]:
     return _BINARY, b""
 
 
-# Every byte where a rule of a kind can start (the rules after '?', '&' or '\\u0026' start at the
-# trigger's end). A cheap first pass: Python's regex engine skips quickly to these bytes, whereas the
-# rule alternation itself is tried at every byte (about 1.5 MB/s). Keep in step with the rules above;
+# Every byte where a rule of a kind can start: a cheap first pass, since Python's regex engine skips
+# quickly to these bytes, whereas the rule alternation itself is tried at every byte (about 1.5 MB/s).
+# The rules after '?', '&' or '\\u0026' start at the trigger's end. Keep in step with the rules above;
 # the tests compare against a trigger-less scan.
 _VALUE_TRIGGERS = (
     rb"e(?=yJ)|y(?=a29\.)|1(?=//0|%2[Ff]%2[Ff]0)|A(?=Iza)|G(?=OCSPX-)|x(?=ox|app-)"
@@ -290,6 +299,7 @@ _VALUE_TRIGGERS = (
 )
 _TEXT_TRIGGERS = (
     b'"(?=(?:' + _BODY_ALT.encode() + b')")'
+    + rb'|\\(?="(?:' + _BODY_ALT.encode() + rb')\\")'
     + rb"|\?(?=(?:" + _URL_ALT.encode() + rb")=)|&(?=(?:" + _URL_ALT.encode() + rb")=)"
     + rb"|\\u0026(?=(?:" + _URL_ALT.encode() + rb")=)|" + _VALUE_TRIGGERS
 )
@@ -299,7 +309,34 @@ _TRIGGERS_BY_KIND = {
     _FORM: re.compile(_TEXT_TRIGGERS),
     _MULTI: re.compile(rb"C(?=(?i:ontent-disposition))|c(?=(?i:ontent-disposition))|" + _TEXT_TRIGGERS),
 }
-_AFTER_TRIGGER = frozenset(b"?&\\")
+_TRIGGER_BACK = 6  # longest trigger ('\\u0026'): a trigger may start this far before the scan position
+
+
+def _search(
+    regex: re.Pattern[bytes], triggers: re.Pattern[bytes] | None, buf: bytes, pos: int, safe: int
+) -> re.Match[bytes] | None:
+    """Leftmost match of `regex` starting in [pos, safe], or None; same result as a plain search.
+
+    With `triggers`, only positions where some rule can start are tried.
+    """
+    if triggers is None:
+        m = regex.search(buf, pos)
+        return m if m is not None and m.start() <= safe else None
+    if pos == 0:  # start of the body: a form field needs no '&' before it
+        m = regex.match(buf, 0)
+        if m is not None:
+            return m
+    for t in triggers.finditer(buf, max(0, pos - _TRIGGER_BACK)):
+        first = buf[t.start()]
+        start = t.end() if first in b"?&" or t.end() - t.start() == _TRIGGER_BACK else t.start()
+        if start < pos:
+            continue
+        if start > safe:
+            return None
+        m = regex.match(buf, start)
+        if m is not None:
+            return m
+    return None
 
 
 class StreamingRedactor:
@@ -345,28 +382,6 @@ class StreamingRedactor:
         self._pos = 0
         return out
 
-    def _find(self, buf: bytes, pos: int, safe: int) -> re.Match[bytes] | None:
-        """Leftmost rule match starting in [pos, safe], or None.
-
-        Same result as ``self._regex.search`` (which tries every alternative at every byte, about
-        1.5 MB/s), but only tries positions where some rule can start: after a cheap trigger scan.
-        """
-        if not self._use_triggers:
-            m = self._regex.search(buf, pos)
-            return m if m is not None and m.start() <= safe else None
-        if pos == 0:  # start of the body: a form field needs no '&' before it
-            m = self._regex.match(buf, 0)
-            if m is not None:
-                return m
-        for t in self._triggers.finditer(buf, pos):
-            start = t.end() if buf[t.start()] in _AFTER_TRIGGER else t.start()
-            if start > safe:
-                return None
-            m = self._regex.match(buf, start)
-            if m is not None:
-                return m
-        return None
-
     def _run(self, final: bool) -> bytes:
         """Scan from the current position; emit what is decided; keep the rest (and some context)."""
         buf, pos, n = self._buf, self._pos, len(self._buf)
@@ -380,7 +395,7 @@ class StreamingRedactor:
                 self._tail = None
             if pos >= n or pos > safe:
                 break
-            m = self._find(buf, pos, safe)
+            m = _search(self._regex, self._triggers if self._use_triggers else None, buf, pos, safe)
             if m is None:
                 end = max(pos, min(n, safe + (0 if final else 1)))
                 out.append(buf[pos:end])
@@ -422,7 +437,7 @@ def contains_credential(data: bytes | str) -> bool:
     """
     if isinstance(data, str):
         data = data.encode("utf-8", "surrogatepass")
-    return _VALUE_RE.search(data) is not None
+    return _search(_VALUE_RE, _TRIGGERS_BY_KIND[_BINARY], data, 0, len(data)) is not None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -813,7 +813,7 @@ def test_require_auth_and_method_override() -> None:
         mid = fgmail.MSG_STARRED
         r = c.post(f"{GMAIL}/messages/{mid}", headers=AUTH | {"X-HTTP-Method-Override": "DELETE"})
         assert r.status_code == 204
-        assert up.requests[-1]["method"] == "POST"
+        assert up.requests[-1]["method"] == "POST" and up.requests[-1]["effective_method"] == "DELETE"
         assert up.errors == []
     with Upstream() as up2, up2.client() as c2:
         assert c2.get(f"{GMAIL}/labels", headers={"Authorization": "Bearer ya29.expired"}).status_code == 401

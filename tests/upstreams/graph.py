@@ -25,6 +25,7 @@ from .common import (
     Route,
     empty_response,
     error_response,
+    int_param,
     json_response,
     rfc3339,
     route,
@@ -143,8 +144,8 @@ class Graph:
 
     def list_messages(self, req: Request, m: re.Match[str]) -> Response:
         _check_user(m)
-        top = max(1, min(1000, int(req.query.get("$top", "10") or 10)))
-        skip = max(0, int(req.query.get("$skip", "0") or 0))
+        top = int_param(req, "$top", 10, 1, 1000)
+        skip = int_param(req, "$skip", 0, 0)
         folder = m.group("folder")
         with self.st.lock:
             msgs = sorted(
@@ -156,9 +157,7 @@ class Graph:
         ctx = "https://graph.microsoft.com/v1.0/$metadata#users('" + ME_ID + "')/messages"
         out: dict[str, Any] = {"@odata.context": ctx, "value": chunk}
         if skip + top < len(msgs):
-            out["@odata.nextLink"] = (
-                f"https://graph.microsoft.com/v1.0/me/messages?$top={top}&$skip={skip + top}"
-            )
+            out["@odata.nextLink"] = f"https://graph.microsoft.com/v1.0/me/messages?$top={top}&$skip={skip + top}"
         return json_response(out, flavor="graph")
 
     def _msg(self, mid: str) -> dict[str, Any]:
@@ -171,9 +170,7 @@ class Graph:
         _check_user(m)
         with self.st.lock:
             msg = self._select(req, self._msg(unquote(m.group("id"))))
-        msg["@odata.context"] = (
-            f"https://graph.microsoft.com/v1.0/$metadata#users('{ME_ID}')/messages/$entity"
-        )
+        msg["@odata.context"] = f"https://graph.microsoft.com/v1.0/$metadata#users('{ME_ID}')/messages/$entity"
         return json_response(msg, flavor="graph")
 
     def patch_message(self, req: Request, m: re.Match[str]) -> Response:
@@ -200,9 +197,7 @@ class Graph:
         body = req.json_object()
         message = body.get("message")
         if not isinstance(message, dict) or not message.get("toRecipients"):
-            raise HttpError(
-                400, "At least one recipient is required, but none were found.", "ErrorInvalidRecipients"
-            )
+            raise HttpError(400, "At least one recipient is required, but none were found.", "ErrorInvalidRecipients")
         with self.st.lock:
             self.st.sent.append(message)
             if body.get("saveToSentItems", True) not in (False, "false"):

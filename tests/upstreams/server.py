@@ -210,6 +210,7 @@ class _Handler(BaseHTTPRequestHandler):
         )
         req = Request(self.command, self.path, host, headers, body, sni, record)
         resp = up._dispatch(req)
+        record["effective_method"] = req.method  # differs with X-HTTP-Method-Override
         try:
             body.drain()
         except BadBody:
@@ -288,9 +289,11 @@ class _Handler(BaseHTTPRequestHandler):
 class Upstream:
     """Fake SaaS upstreams behind one TLS port. Use as a context manager or start()/stop().
 
-    ``requests`` lists what the server received (dicts: id, time, method, host, host_header, sni, path,
-    headers [(name, value)], client, connection, body_sha256, body_size, body_head (<= 4 KiB), status,
-    complete, duration); it is bounded to ``max_records`` (oldest dropped).
+    ``requests`` lists what the server received (dicts: id, time, method, effective_method, host,
+    host_header, sni, path (raw target incl. query), headers [(name, value)], client, connection (one id
+    per TLS connection), body_sha256, body_size, body_head (<= 4 KiB), status, complete, duration). A
+    record is appended when the request line arrives and filled in as the exchange proceeds; the list
+    is bounded to ``max_records`` (oldest dropped). ``errors`` collects handler crashes (tracebacks).
     """
 
     def __init__(self, *, require_auth: bool = False, max_records: int = 100_000) -> None:
@@ -455,6 +458,7 @@ class Upstream:
             "id": next(self._ids),
             "time": time.time(),
             "method": method,
+            "effective_method": method,
             "host": host,
             "host_header": host_header,
             "sni": sni,
@@ -516,9 +520,7 @@ class Upstream:
         return error_response(
             host_flavor,
             404,
-            "Not Found"
-            if host_flavor != "google"
-            else f"The requested URL {req.path} was not found on this server.",
+            "Not Found" if host_flavor != "google" else f"The requested URL {req.path} was not found on this server.",
         )
 
     def _check_auth(self, req: Request) -> Response | None:
