@@ -29,7 +29,7 @@ import os
 import sys
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -127,6 +127,9 @@ class ConnectorJournal:
         self.recorded = 0
         self.journal_failures = 0
         self.inflight = 0  # recorded calls between requestheaders and their entry
+        self.attribute: Callable[[http.HTTPFlow, str], dict | None] | None = None
+        """Set by an embedder (the MCP shim's --through-broker): given a flow and its session, the MCP
+        request that caused the call, recorded in the entry's `mcp` field; None when it cannot tell."""
 
     # -- options --------------------------------------------------------------------------------
 
@@ -307,12 +310,13 @@ class ConnectorJournal:
 
     def _record(self, call: _Call, flow, req_body, status, resp_headers, resp_body, error, when) -> None:
         assert self.recorder is not None
+        mcp = self.attribute(flow, call.session) if self.attribute is not None else None
         entry = self.recorder.record(
             session=call.session, agent=call.agent, principal=call.principal or "anonymous",
             connector=call.connector, capture="broker", effect=call.effect,
             method=flow.request.method, url=call.url, request_headers=_pairs(flow.request.headers),
             request_body=req_body, status=status, response_headers=resp_headers, response_body=resp_body,
-            error=error, ts=when,
+            error=error, ts=when, mcp=mcp,
         )
         if entry is not None:
             self.recorded += 1
