@@ -31,7 +31,8 @@ def store(tmp_path):
     "data,ctype,expected",
     [
         (b"", "application/json", None),
-        (b'{"id": "m1", "labelIds": ["INBOX"]}', "application/json; charset=UTF-8", {"id": "m1", "labelIds": ["INBOX"]}),
+        (b'{"id": "m1", "labelIds": ["INBOX"]}', "application/json; charset=UTF-8",
+         {"id": "m1", "labelIds": ["INBOX"]}),
         (b'{"a": 1}', "application/vnd.api+json", {"a": 1}),
         (b'{"a": 1, "a": 2}', "application/json", '{"a": 1, "a": 2}'),  # duplicate keys: kept as text
         (b'{"n": 9007199254740993}', "application/json", '{"n": 9007199254740993}'),  # beyond 2^53-1
