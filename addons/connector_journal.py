@@ -12,10 +12,12 @@ Identity: proxy credentials (`http://SESSION:AGENT@host:port`), else `X-Broker-S
 headers are removed before the request goes upstream and are never recorded.
 
 When an entry is written: for a buffered response, before the response is released to the
-client (the `response` hook waits for the durable append). For a streamed response (bodies over
-the spill threshold, unknown length, event streams) the bytes reach the client as they arrive
-and the entry is written when the stream ends: the window between the client seeing bytes and
-the entry being durable is the length of the stream.
+client (the `response` hook waits for the durable append). Streamed responses (event streams,
+unknown length, bodies over the spill threshold, JSON over JSON_PARSE_LIMIT) reach the client as
+they arrive, and the entry is written when the upstream body ends, before mitmproxy sends the end
+of the message: a chunked or HTTP/2 client cannot see the response complete before its entry is
+durable. The window: a client reading a Content-Length body over HTTP/1.1 has every byte as soon as
+the last one arrives, possibly a few milliseconds before the entry is on disk.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ import base64
 import binascii
 import hashlib
 import logging
-import os
 import sys
 import time
 import weakref
@@ -39,7 +40,7 @@ _ROOT = str(Path(__file__).resolve().parent.parent)
 if _ROOT not in sys.path:  # loaded by path with `mitmdump -s`: make the journal package importable
     sys.path.insert(0, _ROOT)
 
-from journal.bodies import SPILL_THRESHOLD, BodyCapture  # noqa: E402
+from journal.bodies import JSON_PARSE_LIMIT, SPILL_THRESHOLD, BodyCapture, is_json_type  # noqa: E402
 from journal.connectors import Registry  # noqa: E402
 from journal.record import Prepared, Recorder  # noqa: E402
 from journal.redact import REDACTED, is_token_exchange, redact_url  # noqa: E402
@@ -121,6 +122,7 @@ class ConnectorJournal:
         self.recorder: Recorder | None = None
         self.registry: Registry = Registry.builtin()
         self.resolve: dict[str, tuple[str, int]] = {}
+        self._resolved: dict[str, tuple[str, int]] = {}  # server connection id -> address before --resolve
         self.identities: weakref.WeakKeyDictionary[connection.Client, tuple[str, str]] = (
             weakref.WeakKeyDictionary()
         )
@@ -174,6 +176,14 @@ class ConnectorJournal:
                 opts.vault, spill_threshold=opts.broker_spill_threshold, registry=self.registry
             )
 
+    def running(self) -> None:
+        # Lazy: the client's request is read before the upstream connection is made, so a call whose
+        # upstream cannot be reached still reaches this addon (and gets its entry) instead of
+        # failing at CONNECT time unseen.
+        if ctx.options.connection_strategy != "lazy":
+            log.info("broker: setting connection_strategy=lazy so failed upstream calls are recorded")
+            ctx.options.update(connection_strategy="lazy")
+
     def done(self) -> None:
         if self.recorder is not None:
             self.recorder.close()
@@ -185,7 +195,22 @@ class ConnectorJournal:
         if addr and self.resolve:
             target = self.resolve.get(str(addr[0]).lower())
             if target:
+                self._resolved[data.server.id] = addr
                 data.server.address = target
+
+    def server_connected(self, data) -> None:
+        # Give the connection its original address back once the TCP connection is made, so that
+        # mitmproxy reuses it for the next request to the same host: it matches connections by
+        # address, and allows at most 5 open connections per address and client, so without this
+        # every request would open a new upstream connection and the sixth would wait forever.
+        # Server.__setattr__ forbids changing the address of an open connection (a guard against
+        # redirecting it); here the destination does not change, only the name it is filed under.
+        original = self._resolved.pop(data.server.id, None)
+        if original is not None:
+            object.__setattr__(data.server, "address", original)
+
+    def server_connect_error(self, data) -> None:
+        self._resolved.pop(data.server.id, None)
 
     def http_connect(self, flow: http.HTTPFlow) -> None:
         auth = flow.request.headers.pop("proxy-authorization", None)
@@ -343,15 +368,23 @@ class ConnectorJournal:
             return req.raw_content
 
     def _must_stream(self, headers: http.Headers) -> bool:
-        if "text/event-stream" in headers.get("content-type", ""):
+        """Stream what could be big or long-lived; buffer the rest so its entry is durable before release.
+
+        JSON bodies of known length up to JSON_PARSE_LIMIT are buffered (bounded memory) so that their
+        small fields can stay in the entry and the response is held until the entry is on disk.
+        """
+        ctype = headers.get("content-type", "")
+        if "text/event-stream" in ctype:
             return True
         length = headers.get("content-length")
         if length is None:
             return "chunked" in headers.get("transfer-encoding", "").lower()
         try:
-            return int(length) > ctx.options.broker_spill_threshold
+            size = int(length)
         except ValueError:
             return True
+        limit = JSON_PARSE_LIMIT if is_json_type(ctype) else ctx.options.broker_spill_threshold
+        return size > max(limit, ctx.options.broker_spill_threshold)
 
     def _capture(self, headers: http.Headers) -> BodyCapture:
         assert self.recorder is not None
@@ -370,14 +403,13 @@ class ConnectorJournal:
         return chunk
 
     def _journal_problem(self, session: str) -> str | None:
+        """Why an entry for this session could not be written right now, or None (checked before the
+        call goes upstream, so that under `block` an unrecordable call never reaches the platform)."""
         assert self.recorder is not None
-        writer = self.recorder.writer
-        slog = writer._logs.get(session)
-        if slog is not None and slog.failed is not None:
-            return str(slog.failed)
-        jdir = writer.vault.journal_dir
-        if not os.access(jdir, os.W_OK):
-            return f"vault journal directory {jdir} is not writable"
+        try:
+            self.recorder.writer.check_session(session)
+        except (JournalError, OSError) as exc:
+            return str(exc)
         return None
 
     def _journal_failed(self, flow: http.HTTPFlow, call: _Call, exc: Exception, streamed: bool) -> None:

@@ -7,8 +7,9 @@
    padded to about 2 KB), each call returning only once its line is fdatasync'ed. Measured with 1, 8
    and 64 threads appending to ONE session (so group commit can share an fsync among them), and with
    each thread on its own session. Baseline, same run, same directory: a plain loop doing one
-   `os.write` of a pre-built 2 KB line and one `os.fdatasync` per line.
-   Ratio = broker entries/s / baseline lines/s.
+   `os.write` of a pre-built 2 KB line and one `os.fdatasync` per line, run before and after every
+   case. Ratio = broker entries/s / baseline lines/s around that case (geometric mean of the two),
+   median over rounds.
 2. verify: `verify_session(check_blobs=True)` of a session file of such entries (~100 MB), against
    `sha256sum` of the same file (warm page cache; each timed twice, best kept). Also shown for
    reference: hashlib.sha256 over the file in this process (OpenSSL; may be faster than coreutils).
@@ -25,10 +26,12 @@ import cProfile
 import hashlib
 import io
 import itertools
+import math
 import os
 import pstats
 import random
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,7 +42,11 @@ from pathlib import Path
 import orjson
 
 from bench import machine, scratch_dir, write_json
+from journal.blobstore import BlobStore
+from journal.bodies import fit_entry
+from journal.canonical import canonical_bytes
 from journal.chain import GENESIS, chain_entry
+from journal.entry import validate_entry, validate_fields
 from journal.vault import Vault
 from journal.verify import verify_session
 from journal.writer import JournalWriter
@@ -56,11 +63,12 @@ MB = 1_000_000
 
 def make_pad(line_target: int = LINE_TARGET) -> str:
     """Base64url text (like Gmail's `payload.body.data`) sized so a chained line is ~line_target bytes."""
-    probe = _padded_fields(SESSION, 1000, "")
-    _, line = chain_entry(probe, 1000, GENESIS)
-    size = max(0, line_target - len(line))
-    raw = random.Random(2026).randbytes(size)
-    return base64.urlsafe_b64encode(raw).decode("ascii")[:size]
+    text = base64.urlsafe_b64encode(random.Random(2026).randbytes(line_target)).decode("ascii")
+    pad = ""
+    for _ in range(3):  # the pad's own size field changes the line length by a digit or two
+        _, line = chain_entry(_padded_fields(SESSION, 1000, pad), 1000, GENESIS)
+        pad = text[: max(0, len(pad) + line_target - len(line))]
+    return pad
 
 
 def _padded_fields(session: str, n: int, pad: str) -> dict:
@@ -123,13 +131,13 @@ def bench_baseline(root: Path, n: int, line: bytes) -> dict:
     lat: list[int] = []
     clock = time.perf_counter_ns
     try:
-        t0 = clock()
+        c0, t0 = time.process_time(), clock()
         for _ in range(n):
             a = clock()
             os.write(fd, line)
             os.fdatasync(fd)
             lat.append(clock() - a)
-        wall = (clock() - t0) / 1e9
+        wall, cpu = (clock() - t0) / 1e9, time.process_time() - c0
     finally:
         os.close(fd)
         path.unlink(missing_ok=True)
@@ -137,7 +145,7 @@ def bench_baseline(root: Path, n: int, line: bytes) -> dict:
     return {
         "case": "baseline write+fdatasync", "threads": 1, "sessions": 1, "entries": n,
         "seconds": wall, "per_s": n / wall, "p50_ms": _pct(lat, 0.50), "p99_ms": _pct(lat, 0.99),
-        "entries_per_fsync": 1.0,
+        "entries_per_fsync": 1.0, "cpu_us": cpu / n * 1e6,
     }
 
 
@@ -173,10 +181,10 @@ def bench_append(root: Path, n: int, threads: int, shared: bool, pad: str) -> di
     try:
         with _FsyncCounter() as fsyncs:
             start.wait()
-            t0 = time.perf_counter_ns()
+            c0, t0 = time.process_time(), time.perf_counter_ns()
             for th in pool:
                 th.join()
-            wall = (time.perf_counter_ns() - t0) / 1e9
+            wall, cpu = (time.perf_counter_ns() - t0) / 1e9, time.process_time() - c0
         if errors:
             raise RuntimeError(f"append failed: {errors[0]!r}") from errors[0]
         written = sum(writer.head(s)[0] for s in set(sessions))
@@ -190,31 +198,47 @@ def bench_append(root: Path, n: int, threads: int, shared: bool, pad: str) -> di
         "case": "broker, one session" if shared else "broker, session per thread",
         "threads": threads, "sessions": len(set(sessions)), "entries": n, "seconds": wall,
         "per_s": n / wall, "p50_ms": _pct(lat, 0.50), "p99_ms": _pct(lat, 0.99),
-        "entries_per_fsync": n / fsyncs.calls if fsyncs.calls else float("nan"),
+        "entries_per_fsync": n / fsyncs.calls if fsyncs.calls else float("nan"), "cpu_us": cpu / n * 1e6,
     }
 
 
-def _median_run(runs: list[dict]) -> dict:
-    """The run with the median throughput (keeps its own latencies)."""
-    runs = sorted(runs, key=lambda r: r["per_s"])
-    best = dict(runs[len(runs) // 2])
-    best["runs_per_s"] = [r["per_s"] for r in runs]
-    return best
+def _median_run(runs: list[dict], ratios: list[float]) -> dict:
+    """The run with the median throughput (keeping its own latencies); ratio = median of the rounds' ratios."""
+    ordered = sorted(runs, key=lambda r: r["per_s"])
+    row = dict(ordered[len(ordered) // 2])
+    row["runs_per_s"] = [r["per_s"] for r in runs]
+    row["ratio"] = statistics.median(ratios)
+    row["runs_ratio"] = ratios
+    return row
 
 
 def run_append(root: Path, n: int, thread_counts: list[int], repeat: int, pad: str) -> list[dict]:
+    """`repeat` rounds of: baseline, case, baseline, case, ..., baseline.
+
+    Each case's ratio is taken against the baselines run just before and just after it (geometric
+    mean), so a slow phase of a shared machine (another process flushing the disk) hits both sides
+    of the ratio; the median over rounds is reported.
+    """
     line = prebuilt_line(pad)
     cases: list[tuple[int, bool]] = [(t, True) for t in thread_counts]
     cases += [(t, False) for t in thread_counts if t > 1]
-    rows = []
     bench_baseline(root, min(n, 200), line)  # warm-up: first fsyncs on a new file are slower
-    base = _median_run([bench_baseline(root, n, line) for _ in range(repeat)])
-    rows.append(base)
-    for threads, shared in cases:
-        row = _median_run([bench_append(root, n, threads, shared, pad) for _ in range(repeat)])
-        row["ratio"] = row["per_s"] / base["per_s"]
-        rows.append(row)
-    base["ratio"] = 1.0
+    base_runs: list[dict] = []
+    case_runs: list[list[dict]] = [[] for _ in cases]
+    case_ratios: list[list[float]] = [[] for _ in cases]
+    for _ in range(repeat):
+        before = bench_baseline(root, n, line)
+        base_runs.append(before)
+        for i, (threads, shared) in enumerate(cases):
+            run = bench_append(root, n, threads, shared, pad)
+            after = bench_baseline(root, n, line)
+            base_runs.append(after)
+            case_runs[i].append(run)
+            case_ratios[i].append(run["per_s"] / math.sqrt(before["per_s"] * after["per_s"]))
+            before = after
+    rows = [_median_run(base_runs, [1.0] * len(base_runs))]
+    for runs, ratios in zip(case_runs, case_ratios, strict=True):
+        rows.append(_median_run(runs, ratios))
     return rows
 
 
@@ -313,7 +337,73 @@ def run_profile(root: Path, n: int, target_bytes: int, pad: str) -> str:
     title = f"verify_session of {target_bytes / MB:.0f} MB"
     parts.append(_profile(title, lambda: verify_session(vault, SESSION)))
     shutil.rmtree(vault.root, ignore_errors=True)
+    parts.append(stage_breakdown(root, pad, min(n, 3000)))
     return "".join(parts)
+
+
+def _per_item_us(fn, items: list, rounds: int = 3) -> float:
+    """Best-of-rounds time of fn over items, in microseconds per item (no profiler overhead)."""
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for x in items:
+            fn(x)
+        best = min(best, time.perf_counter() - t0)
+    return best / len(items) * 1e6
+
+
+def stage_breakdown(root: Path, pad: str, n: int) -> str:
+    """Per-entry cost of each stage of verify and append, timed directly.
+
+    cProfile charges its own overhead to every Python-level call, which inflates walks over many
+    small values (canonical._orjson_safe) several times; these figures do not have that bias.
+    """
+    items = [_padded_fields(SESSION, k, pad) for k in range(1, n + 1)]
+    lines, prev = [], GENESIS
+    for k, f in enumerate(items, 1):
+        entry, line = chain_entry(f, k, prev)
+        prev = entry["hash"]
+        lines.append(line)
+    entries = [orjson.loads(line) for line in lines]
+
+    vault = Vault.create(root / "stages-vault")
+    path = vault.session_path(SESSION)
+    path.write_bytes(b"".join(lines))
+    verify_session(vault, SESSION)  # warm
+    whole_verify = _per_item_us(lambda _: verify_session(vault, SESSION), [None]) / n
+    store = BlobStore(vault.root)
+    verify_rows = [
+        ("orjson.loads(line)", _per_item_us(orjson.loads, lines)),
+        ("canonical_bytes(entry)", _per_item_us(canonical_bytes, entries)),
+        ("  of which orjson.dumps(OPT_SORT_KEYS)",
+         _per_item_us(lambda e: orjson.dumps(e, option=orjson.OPT_SORT_KEYS), entries)),
+        ("hashlib.sha256(line)", _per_item_us(lambda b: hashlib.sha256(b).hexdigest(), lines)),
+        ("validate_entry(entry)", _per_item_us(validate_entry, entries)),
+        ("verify_session, whole, per entry", whole_verify),
+    ]
+    writers = {}
+    for durable in (False, True):
+        wdir = Path(tempfile.mkdtemp(prefix="stages-append-", dir=root))
+        with JournalWriter(wdir, durable=durable) as w:
+            w.head(SESSION)
+            writers[durable] = _per_item_us(w.append, items, rounds=1)
+        shutil.rmtree(wdir, ignore_errors=True)
+    append_rows = [
+        ("validate_fields(fields)", _per_item_us(validate_fields, items)),
+        ("fit_entry(fields) (size check, no spill)", _per_item_us(lambda f: fit_entry(f, store), items)),
+        ("chain_entry(fields, seq, prev)", _per_item_us(lambda f: chain_entry(f, 7, GENESIS), items)),
+        ("append, durable=False (all CPU work)", writers[False]),
+        ("append, durable=True, 1 thread (wall)", writers[True]),
+    ]
+    shutil.rmtree(vault.root, ignore_errors=True)
+    out = [f"\n== stage breakdown, {n} entries of ~{len(lines[0])} B, microseconds per entry (no profiler)"]
+    for title, rows in (("verify", verify_rows), ("append", append_rows)):
+        total = rows[-1][1] if title == "verify" else writers[False]
+        out.append(f"{title:<46} {'us':>8} {'share':>7}")
+        for name, us in rows:
+            out.append(f"  {name:<44} {us:>8.2f} {us / total:>7.0%}")
+    out.append("(share: of `verify_session, whole` for verify, of `append, durable=False` for append)")
+    return "\n".join(out) + "\n"
 
 
 # -- output --------------------------------------------------------------------------------------
@@ -325,18 +415,26 @@ def format_tables(append_rows: list[dict], verify_rows: list[dict], params: dict
         n = params["entries"]
         out.append(
             f"journal append, durable (fdatasync before append returns), ~{params['line_bytes']} B lines, "
-            f"{n} entries per case, median of {params['repeat']}"
+            f"{n} entries per case, median of {params['repeat']} rounds"
         )
         out.append(
             f"{'case':<28} {'threads':>7} {'entries/s':>10} {'p50 ms':>8} {'p99 ms':>8} "
-            f"{'entries/fsync':>13} {'ratio':>7}"
+            f"{'entries/fsync':>13} {'CPU us/entry':>12} {'ratio':>7}"
         )
         for r in append_rows:
             out.append(
                 f"{r['case']:<28} {r['threads']:>7} {r['per_s']:>10.0f} {r['p50_ms']:>8.3f} "
-                f"{r['p99_ms']:>8.3f} {r['entries_per_fsync']:>13.1f} {r['ratio']:>7.2f}"
+                f"{r['p99_ms']:>8.3f} {r['entries_per_fsync']:>13.1f} {r['cpu_us']:>12.1f} {r['ratio']:>7.2f}"
             )
-        out.append("ratio = entries/s / baseline lines/s (baseline: one os.write + os.fdatasync per line)")
+        base = append_rows[0]["runs_per_s"]
+        spread = max(base) / min(base)
+        out.append("ratio = entries/s / baseline lines/s measured just before and after the case (one os.write")
+        out.append("        + os.fdatasync per line, same directory), median over rounds")
+        out.append(
+            f"baseline lines/s over {len(base)} runs: {min(base):.0f} .. {max(base):.0f}"
+            + (f"  (spread {spread:.1f}x: the disk or CPUs were busy; figures are noisy)" if spread > 1.5 else "")
+        )
+        out.append("CPU us/entry = process CPU time (all threads, user + system) / entries")
     if verify_rows:
         if out:
             out.append("")
@@ -358,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--entries", type=int, help="appends per case (default 4000, --quick 800)")
     ap.add_argument("--verify-mb", type=float, help="size of the verify file in MB (default 100, --quick 10)")
     ap.add_argument("--threads", default="1,8,64", help="comma-separated thread counts (default 1,8,64)")
-    ap.add_argument("--repeat", type=int, help="runs per append case, median kept (default 3, --quick 1)")
+    ap.add_argument("--repeat", type=int, help="rounds of append cases, median kept (default 5, --quick 1)")
     ap.add_argument("--only", choices=("append", "verify"), help="run only one of the two benchmarks")
     ap.add_argument("--json", metavar="FILE", help="also write the figures to FILE (key 'journal')")
     ap.add_argument("--profile", action="store_true", help="also print cProfile hot spots (append, verify)")
@@ -366,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
 
     n = args.entries or (800 if args.quick else 4000)
     verify_bytes = int((args.verify_mb or (10 if args.quick else 100)) * MB)
-    repeat = args.repeat or (1 if args.quick else 3)
+    repeat = args.repeat or (1 if args.quick else 5)
     thread_counts = [int(t) for t in args.threads.split(",") if t.strip()]
     if n < 1 or repeat < 1 or verify_bytes < 1 or not thread_counts or min(thread_counts) < 1:
         ap.error("--entries, --verify-mb, --repeat and --threads must be positive")

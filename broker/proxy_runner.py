@@ -109,7 +109,7 @@ class EmbeddedProxy:
             "vault": c.vault, "broker_session": c.session, "broker_agent": c.agent,
             "broker_principal": c.principal, "broker_connectors": c.connectors,
             "broker_resolve": list(c.resolve), "broker_on_journal_error": c.on_journal_error,
-            "broker_record_unknown": c.record_unknown,
+            "broker_record_unknown": c.record_unknown, "connection_strategy": "lazy",
         }
         if c.spill_threshold is not None:
             update["broker_spill_threshold"] = c.spill_threshold

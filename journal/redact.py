@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
-from urllib.parse import unquote, unquote_plus, urlsplit
+from urllib.parse import unquote, unquote_plus
 
 __all__ = [
     "REDACTED",
@@ -183,7 +183,7 @@ _T_BEARER = _Elements(rb"[A-Za-z0-9._~+/=_\-]*", 1)
 _T_XOXD = _Elements(rb"[A-Za-z0-9%+/=_\-]*", 1)
 _T_HOOK = _Elements(rb"[A-Za-z0-9_/+\-]*(?:\\/[A-Za-z0-9_/+\-]*)*", 2)
 _T_JSON_STRING = _Elements(rb'[^"\\]*(?:\\[\s\S][^"\\]*)*', 2)
-_T_URL_VALUE = _Elements(rb"[^&\s\"'<>\\#)\]}]*", 1)
+_T_URL_VALUE = _Elements(rb"[^&\s\"'<>\\#)}]*", 1)
 _T_FORM_VALUE = _Elements(rb"[^&]*", 1)
 _T_PEM = _Until(b"-----END", strip_cr=False)
 _MULTIPART = "multipart"  # tail built per redactor from the boundary
@@ -219,7 +219,7 @@ _VALUE_RULES: tuple[_Rule, ...] = (
     # Slack webhook / response_url capability URLs: everything after the first path segment goes.
     (rb"hooks\.slack\.com\\?/[A-Za-z0-9_\-]{1,32}\\?/", rb"(?=[A-Za-z0-9_\-])", _T_HOOK, False),
     # PEM private keys: the armour stays, the key material goes.
-    (rb"-----BEGIN (?:[A-Z0-9]+ ){0,3}PRIVATE KEY-----", b"", _T_PEM, False),
+    (rb"-----BEGIN (?:[A-Z0-9]+ ){0,3}PRIVATE KEY-----", rb"(?=[ \t\r\n]{0,4}[A-Za-z0-9+/])", _T_PEM, False),
 )  # fmt: skip
 
 _JSON_KEY_RULE: _Rule = (
@@ -233,7 +233,7 @@ _JSON_ESC_KEY_RULE: _Rule = (
     b"", _T_JSON_IN_JSON, False,
 )  # fmt: skip
 _URL_PARAM_RULE: _Rule = (
-    rb"(?:(?<=[?&])|(?<=\\u0026))(?:" + _URL_ALT.encode() + rb")=", b"", _T_URL_VALUE, True
+    rb"(?:(?<=[?&])|(?<=\\u0026)|(?<=&amp;))(?:" + _URL_ALT.encode() + rb")=", b"", _T_URL_VALUE, True
 )
 _FORM_RULE: _Rule = (rb"(?<![^&])(?:" + _URL_ALT.encode() + rb")=", b"", _T_FORM_VALUE, True)
 _MULTIPART_RULE: _Rule = (
@@ -291,8 +291,8 @@ def _kind(content_type: str | None) -> tuple[str, bytes]:
 
 # Every byte where a rule of a kind can start: a cheap first pass, since Python's regex engine skips
 # quickly to these bytes, whereas the rule alternation itself is tried at every byte (about 1.5 MB/s).
-# The rules after '?', '&' or '\\u0026' start at the trigger's end. Keep in step with the rules above;
-# the tests compare against a trigger-less scan.
+# The rules after '?', '&', '&amp;' or '\\u0026' start at the trigger's end. Keep in step with the
+# rules above; the tests compare against a trigger-less scan.
 _VALUE_TRIGGERS = (
     rb"e(?=yJ)|y(?=a29\.)|1(?=//0|%2[Ff]%2[Ff]0)|A(?=Iza)|G(?=OCSPX-)|x(?=ox|app-)"
     rb"|g(?=h[pousr]_|ithub_pat_)|h(?=ooks\.slack\.com)|-(?=----BEGIN )|B(?=(?i:earer))|b(?=(?i:earer))"
@@ -301,7 +301,8 @@ _TEXT_TRIGGERS = (
     b'"(?=(?:' + _BODY_ALT.encode() + b')")'
     + rb'|\\(?="(?:' + _BODY_ALT.encode() + rb')\\")'
     + rb"|\?(?=(?:" + _URL_ALT.encode() + rb")=)|&(?=(?:" + _URL_ALT.encode() + rb")=)"
-    + rb"|\\u0026(?=(?:" + _URL_ALT.encode() + rb")=)|" + _VALUE_TRIGGERS
+    + rb"|\\u0026(?=(?:" + _URL_ALT.encode() + rb")=)|&amp;(?=(?:" + _URL_ALT.encode() + rb")=)|"
+    + _VALUE_TRIGGERS
 )
 _TRIGGERS_BY_KIND = {
     _BINARY: re.compile(_VALUE_TRIGGERS),
@@ -402,7 +403,7 @@ class StreamingRedactor:
                 pos = end
                 break
             out.append(buf[pos : m.start()])
-            i = int(m.lastgroup[1:])  # type: ignore[index]  # the outer group r<i> closes last
+            i = int((m.lastgroup or "r0")[1:])  # the outer group r<i> closes after k<i>: it is lastgroup
             _keep, _rest, tail, url_ctx = self._rules[i]
             out.append(m.group(f"k{i}") + (_RU if url_ctx or self._form else _R))
             pos = m.end()
@@ -518,7 +519,7 @@ def redact_url(url: str) -> str:
         pre, auth, path = m["pre"], m["auth"], rest[m.end() :]
         if "@" in auth:
             auth = auth.rpartition("@")[2]
-        host = re.sub(r":\d*$", "", auth).lower().rstrip(".")
+        host = _host_of(auth)
     else:
         pre, auth, path, host = "", "", rest, ""
     segments = path.split("/")
@@ -575,7 +576,7 @@ def redact_json_value(value: object) -> object:
 # ---------------------------------------------------------------------------------------------
 
 _GENERIC_TOKEN_PATH = re.compile(
-    r"(?i)/(oauth2?|o/oauth2|login/oauth|connect|protocol/openid-connect)(/v[\d.]+)?"
+    r"(?i)/(oauth2?|o/oauth2|login/oauth|connect|protocol/openid-connect)((?:/[^/]+)?/v[\d.]+)?"
     r"/(token|access_token|device(/code)?|devicecode|revoke|introspect)$"
 )
 _HOST_PATHS: dict[str, re.Pattern[str]] = {
@@ -615,6 +616,14 @@ _AWS_STS_HOST = re.compile(r"^sts(?:[.-][a-z0-9-]+)*\.amazonaws\.com(?:\.cn)?$")
 _GRANT_TYPE = re.compile(rb'(?:^|&)grant_type=|"grant_type"\s*:')
 
 
+def _host_of(authority: str) -> str:
+    """Lowercase host of an authority without userinfo: port and IPv6 brackets removed."""
+    authority = authority.rpartition("@")[2].lower()
+    if authority.startswith("["):
+        return authority[1:].partition("]")[0]
+    return re.sub(r":\d*$", "", authority).rstrip(".")
+
+
 def _header(headers: Iterable[tuple[str, str]], name: str) -> str | None:
     """First value of a header (case-insensitive), or None."""
     for k, v in headers:
@@ -632,13 +641,13 @@ def is_token_exchange(method: str, url: str, headers: Iterable[tuple[str, str]],
     A path-only URL takes its host from the Host header.
     """
     del method  # every method of these endpoints is dropped
-    headers = list(headers)
-    parts = urlsplit(url.strip())
-    host = (parts.hostname or "").lower()
-    if not host:
-        host = re.sub(r":\d*$", "", (_header(headers, "host") or "").strip()).lower()
-    host = host.rstrip(".")
-    path = re.sub(r"/{2,}", "/", unquote(parts.path or "/")).lower()
+    rest = url.strip().partition("#")[0].partition("?")[0]
+    m = _AUTHORITY_RE.match(rest)
+    auth, raw_path = (m["auth"].rpartition("@")[2], rest[m.end() :]) if m else ("", rest)
+    if not auth:
+        auth = (_header(headers, "host") or "").strip()
+    host = _host_of(auth)
+    path = re.sub(r"/{2,}", "/", unquote(raw_path or "/")).lower()
     if len(path) > 1:
         path = path.rstrip("/") or "/"
 
@@ -693,6 +702,6 @@ def is_token_response(headers: Iterable[tuple[str, str]], body: bytes | None) ->
         lowered = {k.lower().replace("-", "_") for k in keys}
         return "token" in lowered and bool(lowered & {"expires_at", "expiresat"})
     ctype = (_header(headers, "content-type") or "").split(";", 1)[0].strip().lower()
-    if ctype in ("", "application/x-www-form-urlencoded", "text/plain", "text/html"):
+    if ctype in ("", "application/x-www-form-urlencoded", "text/plain"):
         return _FORM_TOKEN_RESPONSE.search(data) is not None
     return False

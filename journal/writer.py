@@ -141,6 +141,13 @@ class JournalWriter:
                     slog.cond.notify_all()
         return self._result(mine)
 
+    def check_session(self, session: str) -> None:
+        """Raise JournalError if an entry for `session` could not be appended now (the file cannot be
+        opened, or the session was stopped by an earlier failure). Cheap once the file is open."""
+        slog = self._session_log(session)
+        if slog.failed is not None:
+            raise slog.failed
+
     def head(self, session: str) -> tuple[int, str]:
         """(last seq, last hash) of a session as this writer knows it after syncing with the file."""
         slog = self._session_log(session)

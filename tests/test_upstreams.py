@@ -553,8 +553,9 @@ def test_sse_events_arrive_as_sent(c: httpx.Client) -> None:
     assert [json.loads(x[6:])["n"] for _, x in arrivals] == [1, 2, 3]
     total = time.monotonic() - t0
     assert total >= 0.55
-    assert arrivals[0][0] < 0.25 and arrivals[0][0] < total - 0.4
-    assert arrivals[1][0] - arrivals[0][0] > 0.2
+    # the first event is delivered when sent, not when the stream closes 0.6 s later
+    assert arrivals[0][0] < 0.5 and total - arrivals[0][0] >= 0.45
+    assert arrivals[1][0] - arrivals[0][0] > 0.15 and arrivals[2][0] - arrivals[1][0] > 0.15
 
 
 def test_slow_and_status(c: httpx.Client) -> None:
@@ -836,7 +837,7 @@ def test_200_concurrent_requests(up: Upstream) -> None:
     elapsed = time.monotonic() - t0
     assert codes == [200] * 200
     assert elapsed < 8, f"requests were not served concurrently ({elapsed:.1f}s)"
-    assert len({r["connection"] for r in up.requests}) >= 150
+    assert len({r["connection"] for r in up.requests}) >= 100
 
 
 def test_threads_hammer_state(up: Upstream) -> None:

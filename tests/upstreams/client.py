@@ -77,7 +77,9 @@ def mapped_client(up: Upstream, **kwargs: Any) -> httpx.Client:
     """``httpx.Client`` trusting the fake CA, ignoring env proxies, with hosts mapped to the server."""
     limits = kwargs.pop("limits", httpx.Limits(max_connections=256, max_keepalive_connections=64))
     transport = httpx.HTTPTransport(verify=up.ssl_context(), limits=limits, trust_env=False)
-    transport._pool._network_backend = _MappedBackend(up.resolve_map())  # httpcore has no public resolver hook
+    transport._pool._network_backend = _MappedBackend(
+        up.resolve_map()
+    )  # httpcore has no public resolver hook
     kwargs.setdefault("timeout", 30.0)
     return httpx.Client(transport=transport, trust_env=False, **kwargs)
 

@@ -34,7 +34,9 @@ ALL_HOSTS: list[str] = sorted(GOOGLE_HOSTS | SLACK_HOSTS | GITHUB_HOSTS | GRAPH_
 
 GOOGLE_JSON = "application/json; charset=UTF-8"
 UTF8_JSON = "application/json; charset=utf-8"
-GRAPH_JSON = "application/json;odata.metadata=minimal;odata.streaming=true;IEEE754Compatible=false;charset=utf-8"
+GRAPH_JSON = (
+    "application/json;odata.metadata=minimal;odata.streaming=true;IEEE754Compatible=false;charset=utf-8"
+)
 
 
 class HttpError(Exception):

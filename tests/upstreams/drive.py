@@ -389,7 +389,9 @@ def _match_q(f: dict[str, Any], q: str) -> bool:
                 return False
             continue
         value: Any = m.group("value")
-        value = value.lower() == "true" if value.lower() in ("true", "false") else value[1:-1].replace("\\'", "'")
+        value = (
+            value.lower() == "true" if value.lower() in ("true", "false") else value[1:-1].replace("\\'", "'")
+        )
         have = f.get(m.group("field"))
         op = m.group("op").lower()
         if op == "contains":
@@ -452,7 +454,9 @@ class Drive:
                 )
             assert blob is not None
             if blob.data is None and blob.path is None and blob.seed is None:
-                raise HttpError(410, "Content of this upload was not retained by the fake", "contentNotRetained")
+                raise HttpError(
+                    410, "Content of this upload was not retained by the fake", "contentNotRetained"
+                )
             return Response(
                 status=200,
                 body=blob.chunks(),
@@ -485,7 +489,9 @@ class Drive:
             for p in meta.get("parents") or []:
                 self._file(p)
             f = self.st.add_file({k: v for k, v in meta.items() if k != "id"})
-            return json_response(apply_fields(copy.deepcopy(f), _fields(req, DEFAULT_FIELDS)), flavor="google")
+            return json_response(
+                apply_fields(copy.deepcopy(f), _fields(req, DEFAULT_FIELDS)), flavor="google"
+            )
 
     def _apply_patch(self, req: Request, f: dict[str, Any], body: dict[str, Any]) -> None:
         if "parents" in body:
@@ -527,7 +533,9 @@ class Drive:
         with self.st.lock:
             f = self._file(unquote(m.group("id")))
             self._apply_patch(req, f, body)
-            return json_response(apply_fields(copy.deepcopy(f), _fields(req, DEFAULT_FIELDS)), flavor="google")
+            return json_response(
+                apply_fields(copy.deepcopy(f), _fields(req, DEFAULT_FIELDS)), flavor="google"
+            )
 
     def delete_file(self, req: Request, m: re.Match[str]) -> Response:
         with self.st.lock:
@@ -645,12 +653,16 @@ class Drive:
             self.st.uploads[upload_id] = {
                 "meta": meta,
                 "file_id": fid,
-                "mime": req.header("x-upload-content-type") or meta.get("mimeType") or "application/octet-stream",
+                "mime": req.header("x-upload-content-type")
+                or meta.get("mimeType")
+                or "application/octet-stream",
                 "total": int(total_raw) if total_raw and total_raw.isdigit() else None,
                 "sink": Sink(self.st.spill_path()),
                 "lock": threading.Lock(),
             }
-        target = f"/upload/drive/v3/files{'/' + fid if fid else ''}?uploadType=resumable&upload_id={upload_id}"
+        target = (
+            f"/upload/drive/v3/files{'/' + fid if fid else ''}?uploadType=resumable&upload_id={upload_id}"
+        )
         host = req.header("host") or req.host
         resp = empty_response(200)
         resp.headers += [("Location", f"https://{host}{target}"), ("X-GUploader-UploadID", upload_id)]
@@ -672,7 +684,9 @@ class Drive:
                 if m.group(3) != "*":
                     up["total"] = int(m.group(3))
                 if m.group(1) is not None and int(m.group(1)) != sink.size:
-                    raise HttpError(400, f"Content-Range start {m.group(1)} != received {sink.size}", "badContent")
+                    raise HttpError(
+                        400, f"Content-Range start {m.group(1)} != received {sink.size}", "badContent"
+                    )
             for piece in req.body.iter():
                 sink.write(piece)
             total = up["total"] if crange else sink.size
@@ -703,7 +717,11 @@ class Drive:
             f = self._file(unquote(m.group("id")))
             perms = copy.deepcopy(list(self.st.permissions[f["id"]].values()))
         spec = req.query.get("fields")
-        tree = parse_fields(spec) if spec else {"kind": None, "permissions": {k: None for k in PERMISSION_FIELDS}}
+        tree = (
+            parse_fields(spec)
+            if spec
+            else {"kind": None, "permissions": {k: None for k in PERMISSION_FIELDS}}
+        )
         return json_response(
             apply_fields({"kind": "drive#permissionList", "permissions": perms}, tree), flavor="google"
         )
@@ -719,7 +737,13 @@ class Drive:
             )
         if kind not in ("user", "group", "domain", "anyone"):
             raise HttpError(400, "The permission type field is required.", "required")
-        who = body.get("emailAddress") if kind in ("user", "group") else body.get("domain") if kind == "domain" else ""
+        who = (
+            body.get("emailAddress")
+            if kind in ("user", "group")
+            else body.get("domain")
+            if kind == "domain"
+            else ""
+        )
         if kind != "anyone" and not who:
             raise HttpError(400, "The permission emailAddress/domain field is required.", "required")
         pid = permission_id(kind, str(who))
@@ -744,7 +768,9 @@ class Drive:
             f["shared"] = True
             if pid not in f["permissionIds"]:
                 f["permissionIds"].append(pid)
-            return json_response(apply_fields(copy.deepcopy(perm), _fields(req, PERMISSION_FIELDS)), flavor="google")
+            return json_response(
+                apply_fields(copy.deepcopy(perm), _fields(req, PERMISSION_FIELDS)), flavor="google"
+            )
 
     def _perm(self, m: re.Match[str]) -> tuple[dict[str, Any], dict[str, Any]]:
         f = self._file(unquote(m.group("id")))
@@ -756,7 +782,9 @@ class Drive:
     def get_permission(self, req: Request, m: re.Match[str]) -> Response:
         with self.st.lock:
             _, perm = self._perm(m)
-            return json_response(apply_fields(copy.deepcopy(perm), _fields(req, PERMISSION_FIELDS)), flavor="google")
+            return json_response(
+                apply_fields(copy.deepcopy(perm), _fields(req, PERMISSION_FIELDS)), flavor="google"
+            )
 
     def update_permission(self, req: Request, m: re.Match[str]) -> Response:
         body = req.json_object()
@@ -766,7 +794,9 @@ class Drive:
                 if body["role"] not in ROLES:
                     raise HttpError(400, f"Invalid role {body['role']}", "invalid")
                 perm["role"] = body["role"]
-            return json_response(apply_fields(copy.deepcopy(perm), _fields(req, PERMISSION_FIELDS)), flavor="google")
+            return json_response(
+                apply_fields(copy.deepcopy(perm), _fields(req, PERMISSION_FIELDS)), flavor="google"
+            )
 
     def delete_permission(self, req: Request, m: re.Match[str]) -> Response:
         with self.st.lock:

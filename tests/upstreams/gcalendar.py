@@ -65,7 +65,9 @@ class CalendarState:
         self.events: dict[str, dict[str, dict[str, Any]]] = {ME: {}, TEAM_CAL: {}}
         self._ids = itertools.count(1)
         self._etag = itertools.count(int(time.time() * 1000) * 1000)
-        today = dt.datetime.now(dt.UTC).replace(hour=9, minute=0, second=0, microsecond=0) + dt.timedelta(days=1)
+        today = dt.datetime.now(dt.UTC).replace(hour=9, minute=0, second=0, microsecond=0) + dt.timedelta(
+            days=1
+        )
         self._seed(ME, EVENT_STANDUP, "Daily standup", today, 15, attendees=["bob@example.com"])
         self._seed(
             ME,
@@ -106,7 +108,9 @@ class CalendarState:
             ev["attendees"] = [{"email": a, "responseStatus": "needsAction"} for a in attendees]
         self.events[cal][eid] = self.complete(cal, eid, ev)
 
-    def complete(self, cal: str, eid: str, body: dict[str, Any], old: dict[str, Any] | None = None) -> dict[str, Any]:
+    def complete(
+        self, cal: str, eid: str, body: dict[str, Any], old: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         """Fill in the server-owned fields of an Event."""
         now = rfc3339()
         ev: dict[str, Any] = {
@@ -183,7 +187,9 @@ class Calendar:
                 }
                 for cid, meta in self.st.calendars.items()
             ]
-        return json_response({"kind": "calendar#calendarList", "etag": '"p1"', "items": items}, flavor="google")
+        return json_response(
+            {"kind": "calendar#calendarList", "etag": '"p1"', "items": items}, flavor="google"
+        )
 
     def list_events(self, req: Request, m: re.Match[str]) -> Response:
         with self.st.lock:
@@ -271,7 +277,9 @@ class Calendar:
             eid = unquote(m.group("e"))
             old = self._event(cal, eid)
             if "start" not in body or "end" not in body:
-                raise HttpError(400, "Missing end time." if "end" not in body else "Missing start time.", "required")
+                raise HttpError(
+                    400, "Missing end time." if "end" not in body else "Missing start time.", "required"
+                )
             ev = self.st.complete(cal, eid, {k: v for k, v in body.items() if k not in READ_ONLY}, old)
             self.st.events[cal][eid] = ev
             return json_response(copy.deepcopy(ev), flavor="google")
@@ -298,7 +306,9 @@ class Calendar:
             if dest not in self.st.calendars:
                 raise HttpError(404, "Not Found", "notFound")
             del self.st.events[cal][eid]
-            ev = self.st.complete(dest, eid, {k: v for k, v in ev.items() if k not in READ_ONLY or k == "iCalUID"}, ev)
+            ev = self.st.complete(
+                dest, eid, {k: v for k, v in ev.items() if k not in READ_ONLY or k == "iCalUID"}, ev
+            )
             self.st.events[dest][eid] = ev
             return json_response(copy.deepcopy(ev), flavor="google")
 

@@ -71,12 +71,16 @@ class GitHubState:
         self._ids = itertools.count(2900000001)
         self.repos: dict[tuple[str, str], dict[str, Any]] = {}
         self.comments: dict[int, dict[str, Any]] = {}  # comment id -> comment (with _repo, _issue)
-        self.nodes: dict[str, tuple[str, Any]] = {}  # node id -> ("issue", (repo key, number)) | ("comment", id)
+        self.nodes: dict[
+            str, tuple[str, Any]
+        ] = {}  # node id -> ("issue", (repo key, number)) | ("comment", id)
         self.add_repo(OWNER, REPO, REPO_NODE_ID)
         self.create_issue(
             (OWNER, REPO), "Widget crashes on empty input", "Steps to reproduce:\n1. ...", ["bug"], "hubot"
         )
-        self.create_issue((OWNER, REPO), "Document the config file", "We need docs.", ["documentation"], VIEWER)
+        self.create_issue(
+            (OWNER, REPO), "Document the config file", "We need docs.", ["documentation"], VIEWER
+        )
         self.add_comment((OWNER, REPO), 1, "I can reproduce this on main.", VIEWER)
 
     def add_repo(self, owner: str, name: str, node_id: str) -> None:
@@ -174,7 +178,9 @@ class GitHubState:
         issue["assignees"] = [copy.deepcopy(USERS.get(x) or _user(x, 100000 + len(x))) for x in logins]
         issue["assignee"] = issue["assignees"][0] if issue["assignees"] else None
 
-    def add_comment(self, key: tuple[str, str], number: int, body: str, login: str = VIEWER) -> dict[str, Any]:
+    def add_comment(
+        self, key: tuple[str, str], number: int, body: str, login: str = VIEWER
+    ) -> dict[str, Any]:
         """Comment on an issue."""
         issue = self.repos[key]["issues"][number]
         cid = next(self._ids)
@@ -218,7 +224,9 @@ class GitHubState:
             if k in body:
                 issue[k] = body[k]
         if "labels" in body:
-            issue["labels"] = [self.label(key, x if isinstance(x, str) else x.get("name", "")) for x in body["labels"]]
+            issue["labels"] = [
+                self.label(key, x if isinstance(x, str) else x.get("name", "")) for x in body["labels"]
+            ]
         if "assignees" in body:
             self.set_assignees(issue, list(body["assignees"] or []))
         if "state" in body:
@@ -285,7 +293,9 @@ class GitHub:
         return key, issue
 
     def user(self, req: Request, m: re.Match[str]) -> Response:
-        return _etagged(USERS[VIEWER] | {"name": "The Octocat", "email": "octocat@github.com", "public_repos": 8})
+        return _etagged(
+            USERS[VIEWER] | {"name": "The Octocat", "email": "octocat@github.com", "public_repos": 8}
+        )
 
     def get_repo(self, req: Request, m: re.Match[str]) -> Response:
         with self.st.lock:
@@ -323,7 +333,9 @@ class GitHub:
         if page_no * per_page < len(issues):
             base = f"https://api.github.com/repos/{key[0]}/{key[1]}/issues?state={state}&per_page={per_page}"
             last = (len(issues) + per_page - 1) // per_page
-            resp.headers.append(("Link", f'<{base}&page={page_no + 1}>; rel="next", <{base}&page={last}>; rel="last"'))
+            resp.headers.append(
+                ("Link", f'<{base}&page={page_no + 1}>; rel="next", <{base}&page={last}>; rel="last"')
+            )
         return resp
 
     def create_issue(self, req: Request, m: re.Match[str]) -> Response:
@@ -437,7 +449,9 @@ class GitHub:
     def graphql(self, req: Request, m: re.Match[str]) -> Response:
         body = req.json(default=None)
         if isinstance(body, list):
-            return json_response({"errors": [{"message": "Batched queries are not supported"}]}, flavor="github")
+            return json_response(
+                {"errors": [{"message": "Batched queries are not supported"}]}, flavor="github"
+            )
         if not isinstance(body, dict) or not isinstance(body.get("query"), str):
             return json_response(
                 {"errors": [{"message": "A query attribute must be specified and must be a string."}]},
@@ -467,7 +481,9 @@ class GitHub:
         ctx = _GqlContext(self.st, body.get("variables") or {}, frags)
         root = ctx.mutation_root() if op.operation == gql.OperationType.MUTATION else ctx.query_root()
         with self.st.lock:
-            data = ctx.project(root, op.selection_set, "Mutation" if op.operation.value == "mutation" else "Query")
+            data = ctx.project(
+                root, op.selection_set, "Mutation" if op.operation.value == "mutation" else "Query"
+            )
         out: dict[str, Any] = {"data": data}
         if ctx.errors:
             out["errors"] = ctx.errors
@@ -525,7 +541,9 @@ class GitHub:
 class _GqlContext:
     """Resolves a parsed operation against the state with plain dicts (values may be callables(args))."""
 
-    def __init__(self, st: GitHubState, variables: dict[str, Any], frags: dict[str, gql.FragmentDefinitionNode]):
+    def __init__(
+        self, st: GitHubState, variables: dict[str, Any], frags: dict[str, gql.FragmentDefinitionNode]
+    ):
         self.st = st
         self.variables = variables
         self.frags = frags
@@ -596,7 +614,9 @@ class _GqlContext:
     def connection(items: list[Any], args: dict[str, Any]) -> dict[str, Any]:
         """A Relay connection over ``items``."""
         first, last = args.get("first"), args.get("last")
-        chosen = items[: int(first)] if first is not None else items[-int(last) :] if last is not None else items
+        chosen = (
+            items[: int(first)] if first is not None else items[-int(last) :] if last is not None else items
+        )
         return {
             "totalCount": len(items),
             "nodes": chosen,
@@ -671,13 +691,17 @@ class _GqlContext:
         def issues(args: dict[str, Any]) -> dict[str, Any]:
             states = args.get("states") or ["OPEN", "CLOSED"]
             states = [states] if isinstance(states, str) else states
-            found = [self.issue(key, i) for _, i in sorted(repo["issues"].items()) if i["state"].upper() in states]
+            found = [
+                self.issue(key, i) for _, i in sorted(repo["issues"].items()) if i["state"].upper() in states
+            ]
             return self.connection(found, args)
 
         def issue(args: dict[str, Any]) -> dict[str, Any] | None:
             i = repo["issues"].get(int(args.get("number", 0)))
             if i is None:
-                raise HttpError(404, f"Could not resolve to an Issue with the number of {args.get('number')}.")
+                raise HttpError(
+                    404, f"Could not resolve to an Issue with the number of {args.get('number')}."
+                )
             return self.issue(key, i)
 
         return {
@@ -743,7 +767,9 @@ class _GqlContext:
             i = inp(a)
             kind, key = self.st.nodes.get(str(i.get("repositoryId")), ("", None))
             if kind != "repo":
-                raise HttpError(404, f"Could not resolve to a node with the global id of '{i.get('repositoryId')}'")
+                raise HttpError(
+                    404, f"Could not resolve to a node with the global id of '{i.get('repositoryId')}'"
+                )
             issue = self.st.create_issue(key, str(i.get("title") or ""), i.get("body"), [])
             return {"issue": self.issue(key, issue), "clientMutationId": i.get("clientMutationId")}
 

@@ -545,7 +545,9 @@ class Gmail:
             )
         with self.st.lock:
             mid = self.st.next_id()
-            tid = self._thread_for(thread_id, str(parsed.get("In-Reply-To", "")) + str(parsed.get("References", "")))
+            tid = self._thread_for(
+                thread_id, str(parsed.get("In-Reply-To", "")) + str(parsed.get("References", ""))
+            )
             if not parsed.get("Message-ID"):
                 headers.append(("Message-ID", f"<{mid}@mail.example.com>"))
             msg = Message(
@@ -606,7 +608,9 @@ class Gmail:
             if att is None:
                 raise HttpError(404, "Requested entity was not found.", "notFound")
         data = att.content()
-        return json_response({"attachmentId": att.id, "size": len(data), "data": b64url(data)}, flavor="google")
+        return json_response(
+            {"attachmentId": att.id, "size": len(data), "data": b64url(data)}, flavor="google"
+        )
 
     def list_labels(self, req: Request, m: re.Match[str]) -> Response:
         _check_user(m)
@@ -641,7 +645,11 @@ class Gmail:
             if any(lb["name"].lower() == name.lower() for lb in self.st.labels.values()):
                 raise HttpError(409, "Label name exists or conflicts", "duplicate")
             lid = f"Label_{next(self.st._labels)}"
-            extra = {k: v for k, v in body.items() if k in ("messageListVisibility", "labelListVisibility", "color")}
+            extra = {
+                k: v
+                for k, v in body.items()
+                if k in ("messageListVisibility", "labelListVisibility", "color")
+            }
             label = _user_label(lid, name, **extra)
             self.st.labels[lid] = label
             self.st.bump()
@@ -680,7 +688,9 @@ class Gmail:
         return empty_response(204)
 
     def _thread(self, tid: str) -> list[Message]:
-        msgs = sorted((x for x in self.st.messages.values() if x.thread_id == tid), key=lambda x: x.internal_date)
+        msgs = sorted(
+            (x for x in self.st.messages.values() if x.thread_id == tid), key=lambda x: x.internal_date
+        )
         if not msgs:
             raise HttpError(404, "Requested entity was not found.", "notFound")
         return msgs

@@ -157,7 +157,9 @@ class Graph:
         ctx = "https://graph.microsoft.com/v1.0/$metadata#users('" + ME_ID + "')/messages"
         out: dict[str, Any] = {"@odata.context": ctx, "value": chunk}
         if skip + top < len(msgs):
-            out["@odata.nextLink"] = f"https://graph.microsoft.com/v1.0/me/messages?$top={top}&$skip={skip + top}"
+            out["@odata.nextLink"] = (
+                f"https://graph.microsoft.com/v1.0/me/messages?$top={top}&$skip={skip + top}"
+            )
         return json_response(out, flavor="graph")
 
     def _msg(self, mid: str) -> dict[str, Any]:
@@ -170,7 +172,9 @@ class Graph:
         _check_user(m)
         with self.st.lock:
             msg = self._select(req, self._msg(unquote(m.group("id"))))
-        msg["@odata.context"] = f"https://graph.microsoft.com/v1.0/$metadata#users('{ME_ID}')/messages/$entity"
+        msg["@odata.context"] = (
+            f"https://graph.microsoft.com/v1.0/$metadata#users('{ME_ID}')/messages/$entity"
+        )
         return json_response(msg, flavor="graph")
 
     def patch_message(self, req: Request, m: re.Match[str]) -> Response:
@@ -197,7 +201,9 @@ class Graph:
         body = req.json_object()
         message = body.get("message")
         if not isinstance(message, dict) or not message.get("toRecipients"):
-            raise HttpError(400, "At least one recipient is required, but none were found.", "ErrorInvalidRecipients")
+            raise HttpError(
+                400, "At least one recipient is required, but none were found.", "ErrorInvalidRecipients"
+            )
         with self.st.lock:
             self.st.sent.append(message)
             if body.get("saveToSentItems", True) not in (False, "false"):

@@ -77,7 +77,9 @@ def token(req: Request, m: re.Match[str]) -> Response:
             flavor="google",
         )
     if grant in ("urn:ietf:params:oauth:grant-type:jwt-bearer", "client_credentials"):
-        return json_response({"access_token": access, "expires_in": 3599, "token_type": "Bearer"}, flavor="google")
+        return json_response(
+            {"access_token": access, "expires_in": 3599, "token_type": "Bearer"}, flavor="google"
+        )
     if not grant:
         return _err("unsupported_grant_type", "Invalid grant_type: ")
     return _err("unsupported_grant_type", f"Invalid grant_type: {grant}")

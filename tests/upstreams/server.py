@@ -520,7 +520,9 @@ class Upstream:
         return error_response(
             host_flavor,
             404,
-            "Not Found" if host_flavor != "google" else f"The requested URL {req.path} was not found on this server.",
+            "Not Found"
+            if host_flavor != "google"
+            else f"The requested URL {req.path} was not found on this server.",
         )
 
     def _check_auth(self, req: Request) -> Response | None:

@@ -110,7 +110,9 @@ class SlackState:
         self._msg(CHANNEL_GENERAL, TS_RELEASE, "U0CAROL", "Release notes for v2.3 are up :tada:")
         self._msg(CHANNEL_GENERAL, TS_RELEASE_REPLY, "U0ALICE", "Thanks, looks good", thread_ts=TS_RELEASE)
         self._msg(CHANNEL_GENERAL, TS_LUNCH, "U0ALICE", "Lunch at 12?")
-        self.messages[CHANNEL_GENERAL][TS_LUNCH]["reactions"] = [{"name": "thumbsup", "users": ["U0BOB"], "count": 1}]
+        self.messages[CHANNEL_GENERAL][TS_LUNCH]["reactions"] = [
+            {"name": "thumbsup", "users": ["U0BOB"], "count": 1}
+        ]
         self._msg(CHANNEL_RANDOM, "1758539000.000050", "U0BOB", "Anyone seen my stapler?")
         self.files: dict[str, dict[str, Any]] = {}
         self.blobs: dict[str, Blob] = {}
@@ -520,7 +522,9 @@ class Slack:
                 return json_response({"ok": False, "error": "invalid_auth"}, flavor="slack")
         fn = self.methods.get(method)
         if fn is None:
-            return json_response({"ok": False, "error": "unknown_method", "req_method": method}, flavor="slack")
+            return json_response(
+                {"ok": False, "error": "unknown_method", "req_method": method}, flavor="slack"
+            )
         try:
             with self.st.lock:
                 result = fn(params, token)
@@ -545,7 +549,9 @@ class Slack:
             fid = pending["file_id"]
             self.st.files[fid] = self.st._file_obj(fid, pending["name"], blob.size)
             self.st.blobs[fid] = blob
-        return Response(status=200, body=f"OK - {blob.size}".encode(), content_type="text/plain; charset=utf-8")
+        return Response(
+            status=200, body=f"OK - {blob.size}".encode(), content_type="text/plain; charset=utf-8"
+        )
 
     def download(self, req: Request, m: re.Match[str]) -> Response:
         fid = m.group("fid")
