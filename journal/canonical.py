@@ -11,6 +11,7 @@ against the `rfc8785` package).
 from __future__ import annotations
 
 import math
+import re
 
 import orjson
 
@@ -60,6 +61,34 @@ def check_reads_back(value: object) -> None:
             stack.extend(v.values())
         elif type(v) is list:
             stack.extend(v)
+
+
+# Bytes that make orjson's output possibly differ from JCS: a 4-byte UTF-8 sequence (a character
+# outside the BMP, which may be a key) or a number token with a fraction or exponent (a float).
+# Inside strings these patterns cause only a harmless detour through the exact check.
+_MAYBE_NOT_ORJSON = re.compile(rb"[\xf0-\xf4]|(?:\A|[:,\[])-?[0-9]+[.eE]")
+
+
+def is_canonical_line(data: bytes, value: object) -> bool:
+    """True when `data` (one line without its newline) is exactly canonical_bytes(value).
+
+    `value` is what `data` parses to. Raises CanonicalError when `value` has no canonical form at
+    all (an integer beyond +-(2^53-1), say). The fast path needs no walk of the value: when the bytes hold
+    no float token and no character outside the BMP, orjson's sorted output is JCS (proven by the
+    tests), and OPT_STRICT_INTEGER refuses integers beyond +-(2^53-1) as the contract does.
+    """
+    if _MAYBE_NOT_ORJSON.search(data) is None:
+        try:
+            return orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER) == data
+        except orjson.JSONEncodeError:
+            pass
+    return canonical_bytes(value) == data
+
+
+def orjson_matches_jcs(value: object) -> bool:
+    """True when orjson's sorted output of `value` is its canonical form (so callers that must
+    canonicalise the same value again, with small integer or hex fields added, may use orjson)."""
+    return _orjson_safe(value)
 
 
 def _orjson_safe(value: object) -> bool:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 
+import orjson
+
 from journal.canonical import canonical_bytes
 
 GENESIS = "0" * 64
@@ -16,8 +18,11 @@ def entry_hash(entry: dict) -> str:
     return hashlib.sha256(canonical_bytes(body)).hexdigest()
 
 
-def chain_entry(fields: dict, seq: int, prev: str) -> tuple[dict, bytes]:
+def chain_entry(fields: dict, seq: int, prev: str, *, orjson_ok: bool = False) -> tuple[dict, bytes]:
     """Complete `fields` into an entry at `seq` after `prev`; return it and its line bytes.
+
+    `orjson_ok`: the caller has established canonical.orjson_matches_jcs(fields) (adding a small
+    seq and a hex prev keeps that true), so the canonical bytes come straight from orjson.
 
     Canonicalises once without `hash` and splices the hash in. In sorted order `hash` comes right
     before `mcp`, and every key before it (agent, capture, connector, effect) holds a string, inside
@@ -27,7 +32,7 @@ def chain_entry(fields: dict, seq: int, prev: str) -> tuple[dict, bytes]:
     entry["seq"] = seq
     entry["prev"] = prev
     entry.pop("hash", None)
-    body = canonical_bytes(entry)
+    body = orjson.dumps(entry, option=orjson.OPT_SORT_KEYS) if orjson_ok else canonical_bytes(entry)
     digest = hashlib.sha256(body).hexdigest()
     entry["hash"] = digest
     at = body.index(b',"mcp":')

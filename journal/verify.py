@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 import orjson
 
 from journal.blobstore import BlobStore, is_ref_object
-from journal.canonical import CanonicalError, canonical_bytes
+from journal.canonical import CanonicalError, is_canonical_line
 from journal.chain import GENESIS
 from journal.entry import ContractError, validate_entry
 from journal.reader import Line, iter_lines
@@ -115,12 +115,12 @@ def _check_line(line: Line, session: str) -> dict:
         entry = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise _Break("not_canonical", f"not JSON ({exc})") from None
+    canon = data[:-1]
     try:
-        canon = canonical_bytes(entry)
+        if not is_canonical_line(canon, entry):
+            raise _Break("not_canonical", "line bytes differ from the canonical form of the entry")
     except CanonicalError as exc:
         raise _Break("not_canonical", f"value has no canonical form ({exc})") from None
-    if len(canon) + 1 != len(data) or data[:-1] != canon:
-        raise _Break("not_canonical", "line bytes differ from the canonical form of the entry")
     # The hash is checked before the shape: an edit that also breaks the contract is an edit.
     if isinstance(entry, dict) and isinstance(entry.get("hash"), str):
         digest = entry["hash"]

@@ -29,8 +29,9 @@ import orjson
 
 from journal.blobstore import BlobStore
 from journal.bodies import LINE_LIMIT, fit_entry
+from journal.canonical import CanonicalError, orjson_matches_jcs
 from journal.chain import GENESIS, chain_entry
-from journal.entry import validate_fields
+from journal.entry import ContractError, validate_fields
 from journal.vault import Vault
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,7 @@ class Recovery:
 @dataclass
 class _Pending:
     fields: dict
+    orjson_ok: bool = False
     entry: dict | None = None
     error: BaseException | None = None
     done: bool = False
@@ -101,7 +103,12 @@ class JournalWriter:
         validate_fields(fields)
         fields = fit_entry(fields, self.blobs, self.line_limit)
         slog = self._session_log(fields["session"])
-        mine = _Pending(fields)
+        # The walk that proves the fast path is done here, in the caller's thread, while another
+        # batch may be syncing; the leader then only serialises and hashes.
+        try:
+            mine = _Pending(fields, orjson_matches_jcs(fields))
+        except CanonicalError as exc:
+            raise ContractError(f"entry has no canonical form: {exc}") from None
         with slog.cond:
             if slog.failed:
                 raise slog.failed
@@ -217,7 +224,7 @@ class JournalWriter:
             chained: list[_Pending] = []
             for p in batch:
                 try:
-                    entry, line = chain_entry(p.fields, seq + 1, prev)
+                    entry, line = chain_entry(p.fields, seq + 1, prev, orjson_ok=p.orjson_ok)
                     if len(line) > self.line_limit:
                         raise JournalError(f"entry line is {len(line)} bytes, over the {self.line_limit} limit")
                 except (ValueError, JournalError) as exc:

@@ -408,3 +408,46 @@ def test_entry_line_is_canonical():
 def test_non_canonical_lines_are_detected(line):
     # A verifier compares the raw bytes with the canonical form of what they parse to.
     assert canonical_bytes(orjson.loads(line)) != line
+
+
+# ---------------------------------------------------------------------------------------------
+# (f) the verifier's line check agrees with canonical_bytes
+
+
+@PROPERTY_SETTINGS
+@given(json_values.filter(lambda v: not _reparses_as_unsafe_int(v)))
+def test_is_canonical_line_accepts_canonical_lines(value):
+    from journal.canonical import is_canonical_line
+
+    line = canonical_bytes(value)
+    assert is_canonical_line(line, orjson.loads(line))
+
+
+@PROPERTY_SETTINGS
+@given(json_values)
+def test_is_canonical_line_rejects_orjson_lines_that_differ(value):
+    from journal.canonical import is_canonical_line
+
+    line = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    parsed = orjson.loads(line)
+    try:
+        expected = canonical_bytes(parsed) == line
+    except CanonicalError:
+        with pytest.raises(CanonicalError):
+            is_canonical_line(line, parsed)
+        return
+    assert is_canonical_line(line, parsed) == expected
+
+
+@pytest.mark.parametrize(
+    "line", [b'{"a":1.0}', b'{"a":1e+16}', b'{"a":[1e21]}', b'{"\xee\x80\x80":1,"\xf0\x9f\x98\x80":2}',
+             b'{"a":9007199254740992}', b'{"a":-0.0}']
+)
+def test_is_canonical_line_examples(line):
+    from journal.canonical import is_canonical_line
+
+    parsed = orjson.loads(line)
+    try:
+        assert not is_canonical_line(line, parsed)
+    except CanonicalError:
+        pass  # no canonical form at all: rejected too
