@@ -327,7 +327,7 @@ class ConnectorJournal:
             )
         except (JournalError, OSError, ValueError) as exc:
             self.journal_failures += 1
-            log.error("journal: failed call %s %s not recorded: %s", flow.request.method, call.url, exc)
+            log.error("journal: failed call %s %s not recorded: %s", flow.request.method, redact_url(call.url), exc)
         finally:
             self.inflight -= 1
 
@@ -414,11 +414,12 @@ class ConnectorJournal:
 
     def _journal_failed(self, flow: http.HTTPFlow, call: _Call, exc: Exception, streamed: bool) -> None:
         self.journal_failures += 1
+        where = f"{flow.request.method} {redact_url(call.url)}"
         if ctx.options.broker_on_journal_error == "block" and not streamed:
-            log.error("journal: %s %s blocked, entry could not be written: %s", flow.request.method, call.url, exc)
+            log.error("journal: %s blocked, entry could not be written: %s", where, exc)
             self._answer(flow, 502, f"response withheld: the journal could not record this call ({exc})")
         else:
-            log.error("journal: %s %s passed WITHOUT an entry: %s", flow.request.method, call.url, exc)
+            log.error("journal: %s passed WITHOUT an entry: %s", where, exc)
 
     @staticmethod
     def _answer(flow: http.HTTPFlow, status: int, reason: str) -> None:
