@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from mitmproxy import connection, ctx, http
+from mitmproxy import connection, ctx, exceptions, http
 
 _ROOT = str(Path(__file__).resolve().parent.parent)
 if _ROOT not in sys.path:  # loaded by path with `mitmdump -s`: make the journal package importable
@@ -155,10 +155,13 @@ class ConnectorJournal:
     def configure(self, updated: set[str]) -> None:
         opts = ctx.options
         if "broker_on_journal_error" in updated and opts.broker_on_journal_error not in ("block", "pass"):
-            raise ValueError("broker_on_journal_error must be 'block' or 'pass'")
+            raise exceptions.OptionsError("broker_on_journal_error must be 'block' or 'pass'")
         if "broker_connectors" in updated:
             reg = Registry.builtin()
-            self.registry = reg.with_file(opts.broker_connectors) if opts.broker_connectors else reg
+            try:
+                self.registry = reg.with_file(opts.broker_connectors) if opts.broker_connectors else reg
+            except ValueError as exc:
+                raise exceptions.OptionsError(str(exc)) from None
             if self.recorder is not None:
                 self.recorder._registry = self.registry
         if "broker_resolve" in updated:
@@ -167,7 +170,7 @@ class ConnectorJournal:
                 host, _, target = spec.partition("=")
                 ip, _, port = target.rpartition(":")
                 if not host or not ip or not port.isdigit():
-                    raise ValueError(f"--resolve {spec!r}: expected HOST=IP:PORT")
+                    raise exceptions.OptionsError(f"--resolve {spec!r}: expected HOST=IP:PORT")
                 self.resolve[host.lower()] = (ip.strip("[]"), int(port))
         if "vault" in updated or "broker_spill_threshold" in updated or self.recorder is None:
             if self.recorder is not None:

@@ -12,6 +12,7 @@ import click
 
 from broker.audit_commands import vault_option
 from broker.proxy_runner import ProxyConfig, ca_cert_path, serve_forever, write_ca_bundle
+from journal.connectors import Registry
 from journal.vault import Vault
 
 confdir_option = click.option(
@@ -57,6 +58,12 @@ def run(
     if upstream_ca and upstream_insecure:
         raise click.UsageError("--upstream-ca and --upstream-insecure exclude each other")
     host, port = parse_listen(listen)
+    for spec in resolve:
+        name, _, target = spec.partition("=")
+        if not name or not target.rpartition(":")[2].isdigit():
+            raise click.BadParameter(f"{spec!r}: expected HOST=IP:PORT", param_hint="--resolve")
+    if connectors_file:
+        Registry.builtin().with_file(connectors_file)  # a bad file is one clear error, before listening
     Vault.create(vault_dir)
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING, format="broker: %(levelname)s: %(message)s",

@@ -338,3 +338,35 @@ def test_broker_env_prints_client_settings(tmp_path):
     text = bundle.read_text()
     assert (tmp_path / "mitmproxy-ca-cert.pem").read_text().strip() in text
     assert text.count("BEGIN CERTIFICATE") > 10  # the system roots are there too
+
+
+def test_connectors_file_and_record_unknown(upstream, tmp_path):
+    toml = tmp_path / "connectors.toml"
+    toml.write_text(
+        '[[connector]]\nname = "internal"\nhosts = ["localhost"]\n\n'
+        '[[connector.rule]]\nmethods = ["POST"]\npath = "/echo"\neffect = "read"\n'
+    )
+    with BrokerProcess(tmp_path, upstream, "--connectors", str(toml), "--record-unknown") as b:
+        with client(b, session="s-toml") as c:
+            assert c.post("https://localhost/echo", json={"q": "search"}).status_code == 200
+            assert c.delete("https://localhost/echo").status_code == 200
+            assert c.get("https://127.0.0.1/status/204").status_code == 204
+        got = b.entries("s-toml", 3)
+    assert [(e["connector"], e["effect"]) for e in got] == [("internal", "read"), ("internal", "write"),
+                                                            ("unknown", "read")]
+
+
+def test_unknown_traffic_passes_unrecorded_by_default(broker):
+    with client(broker, session="s-unknown") as c:
+        assert c.get("https://127.0.0.1/status/200").status_code == 200
+    assert not Vault(broker.vault).session_path("s-unknown").exists()
+
+
+def test_bad_connectors_file_is_one_clear_line(upstream, tmp_path):
+    toml = tmp_path / "bad.toml"
+    toml.write_text("[[connector]]\nname = 'x'\nhosts = 'not-a-list'\n")
+    r = subprocess.run([str(Path(os.sys.executable).parent / "broker"), "run", "--vault", str(tmp_path / "v"),
+                        "--listen", "127.0.0.1:0", "--confdir", str(tmp_path / "c"), "--connectors", str(toml)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert "bad.toml" in r.stderr and "Traceback" not in r.stderr
