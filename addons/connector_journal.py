@@ -55,6 +55,7 @@ PRINCIPAL_HEADER = "x-broker-principal"
 ERROR_HEADER = "X-Broker-Error"
 _CRED_HEADERS = ("authorization", "x-goog-api-key", "x-api-key", "api-key", "private-token", "x-auth-token")
 _META = "broker"
+_BAD_PROXY_AUTH = "proxy credentials unreadable: expected Basic base64(SESSION:AGENT) in UTF-8"
 
 
 def _text(raw: bytes) -> str:
@@ -219,8 +220,10 @@ class ConnectorJournal:
         auth = flow.request.headers.pop("proxy-authorization", None)
         if auth:
             creds = _parse_proxy_auth(auth)
-            if creds:
-                self.identities[flow.client_conn] = creds
+            if creds is None:
+                self._answer(flow, 400, _BAD_PROXY_AUTH)
+                return
+            self.identities[flow.client_conn] = creds
 
     # -- request --------------------------------------------------------------------------------
 
@@ -230,6 +233,9 @@ class ConnectorJournal:
         auth = req.headers.pop("proxy-authorization", None)
         if auth:
             creds = _parse_proxy_auth(auth)
+            if creds is None:  # never fall back to another session when the credentials are unreadable
+                self._answer(flow, 400, _BAD_PROXY_AUTH)
+                return
         creds = creds or self.identities.get(flow.client_conn)
         h_session = req.headers.pop(SESSION_HEADER, None)
         h_agent = req.headers.pop(AGENT_HEADER, None)

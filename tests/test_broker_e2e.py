@@ -233,6 +233,12 @@ def test_bad_input_leaves_the_broker_running(broker):
         assert r.status_code == 200
         r = c.get(f"{GMAIL}/labels", headers={"X-Huge": "h" * (64 << 10)})
         assert r.status_code in (200, 400, 413, 431, 502)
+    # unreadable proxy credentials are refused, not filed under the default session
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as s:
+        bad = base64.b64encode(b"\xff\xfe:agent").decode()
+        s.sendall(f"CONNECT gmail.googleapis.com:443 HTTP/1.1\r\nHost: gmail.googleapis.com:443\r\n"
+                  f"Proxy-Authorization: Basic {bad}\r\n\r\n".encode())
+        assert s.recv(4096).startswith(b"HTTP/1.1 400")
     # an unmappable session id is refused clearly, never rewritten into another session
     with client(broker, session="bad\x01session") as c:
         r = c.get(f"{GMAIL}/labels")
