@@ -376,3 +376,16 @@ def test_bad_connectors_file_is_one_clear_line(upstream, tmp_path):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
     assert "bad.toml" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_content_encoding_is_decoded_for_the_record_and_untouched_for_the_client(broker):
+    with client(broker, session="s-gzip") as c:
+        with c.stream("GET", f"{GMAIL}/labels", headers={"Accept-Encoding": "gzip"}) as r:
+            raw = b"".join(r.iter_raw())
+            assert r.headers["content-encoding"] == "gzip"
+    assert raw[:2] == b"\x1f\x8b"  # the client got the gzip bytes as the server sent them
+    (e,) = entries(broker, "s-gzip", 1)
+    assert ["Content-Encoding", "gzip"] in e["response"]["headers"]
+    import gzip as _gzip
+
+    assert e["response"]["body"] == json.loads(_gzip.decompress(raw))
