@@ -11,6 +11,7 @@ import orjson
 
 from journal.entry import parse_ts
 from journal.reader import iter_entries
+from journal.seal import load_public_key
 from journal.vault import Vault, VaultError
 from journal.verify import SessionReport, verify_session
 
@@ -55,17 +56,22 @@ def _total_bytes(vault: Vault, sessions: list[str]) -> int:
 @click.argument("sessions", nargs=-1)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line per session.")
 @click.option("--no-blobs", is_flag=True, help="Skip re-hashing spilled blobs (faster, weaker).")
-def verify(vault_dir: str, sessions: tuple[str, ...], as_json: bool, no_blobs: bool) -> int:
-    """Check every session's hash chain, canonical form, contract and blobs.
+@click.option("--seal-key", type=click.Path(dir_okay=False), default=None,
+              help="Public seal key (from `broker keygen`, kept outside the vault): check each session's seal.")
+def verify(vault_dir: str, sessions: tuple[str, ...], as_json: bool, no_blobs: bool, seal_key: str | None) -> int:
+    """Check every session's hash chain, canonical form, contract, blobs and (with --seal-key) seal.
 
     Exit 0 when every session is intact, 1 when any is broken, 2 on a usage error.
     """
+    public = load_public_key(seal_key) if seal_key else None
     vault = Vault.open_existing(vault_dir)
     names = _select(vault, sessions)
     reports: list[SessionReport] = []
     with _progress(_total_bytes(vault, names), "verifying") as advance:
         for s in names:
-            reports.append(verify_session(vault, s, check_blobs=not no_blobs, progress=advance))
+            reports.append(
+                verify_session(vault, s, check_blobs=not no_blobs, progress=advance, seal_key=public)
+            )
     for r in reports:
         if as_json:
             d = {k: getattr(r, k) for k in ("session", "entries", "intact", "broken_at_seq", "kind", "detail")}

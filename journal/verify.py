@@ -14,9 +14,13 @@ Checks per line, in order (the first failure decides the kind):
    does not belong to the chain).
 6. `blob_missing` / `blob_corrupt`: a blob the entry references is absent or its bytes do not hash
    to its name.
+7. `seal_mismatch` (when a seal key is given, see seal.py): the seal's signature does not verify,
+   the file holds fewer entries than were sealed (cut off), or the sealed seq has another hash
+   (rewritten).
 
-What a hash chain cannot see (SPEC.md): a file cut at a line boundary, or a whole file rewritten
-with every hash recomputed. Sealing catches those; it is not implemented yet.
+What a hash chain alone cannot see (SPEC.md): a file cut at a line boundary, or a whole file
+rewritten with every hash recomputed. A seal checked with a key held elsewhere catches both, for
+the entries it covers.
 """
 
 from __future__ import annotations
@@ -26,17 +30,19 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 
 import orjson
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from journal.blobstore import BlobStore, is_ref_object
 from journal.canonical import CanonicalError, is_canonical_line
 from journal.chain import GENESIS
 from journal.entry import ContractError, validate_entry
 from journal.reader import Line, iter_lines
+from journal.seal import Seal, check_signature, read_seal
 from journal.vault import Vault
 
 KINDS = (
     "edited", "removed", "inserted", "reordered", "torn_tail", "not_canonical",
-    "contract_violation", "blob_missing", "blob_corrupt",
+    "contract_violation", "blob_missing", "blob_corrupt", "seal_mismatch",
 )
 _HASH_KEY = b',"hash":"'
 _REF_MARK = b'"ref":"blobs/sha256/'
@@ -68,10 +74,13 @@ class _Break(Exception):
 
 def verify_session(
     vault: Vault, session: str, *, check_blobs: bool = True, progress: Callable[[int], None] | None = None,
-    on_entry: Callable[[dict], None] | None = None,
+    on_entry: Callable[[dict], None] | None = None, seal_key: Ed25519PublicKey | None = None,
 ) -> SessionReport:
-    """Verify one session file. `progress` gets byte counts as lines are read; `on_entry` each good entry."""
+    """Verify one session file. `progress` gets byte counts as lines are read; `on_entry` each good entry;
+    `seal_key` (a public key held outside the vault) checks the session's seal."""
     path = vault.require_session(session)
+    seal = read_seal(vault, session)
+    sealed_hash: str | None = None
     report = SessionReport(session)
     blobs = BlobStore(vault.root)
     blob_ok: dict[str, str | None] = {}
@@ -97,6 +106,8 @@ def verify_session(
             break
         report.entries = k
         expected_prev = entry["hash"]
+        if seal is not None and k == seal.entries:
+            sealed_hash = entry["hash"]
         if report.first_ts is None:
             report.first_ts = entry["ts"]
         report.last_ts = entry["ts"]
@@ -104,7 +115,36 @@ def verify_session(
             on_entry(entry)
     for q in sorted(path.parent.glob(path.name + ".torn-*")):
         report.notes.append(f"torn tail quarantined by the writer: {q.name} ({q.stat().st_size} bytes)")
+    _check_seal(report, seal, seal_key, sealed_hash)
     return report
+
+
+def _check_seal(
+    report: SessionReport, seal: Seal | None, key: Ed25519PublicKey | None, sealed_hash: str | None
+) -> None:
+    if seal is None:
+        if key is not None:
+            report.notes.append("not sealed: nothing shows whether entries were cut off at the end")
+        return
+    if key is None:
+        report.notes.append(f"sealed at {seal.entries} entries on {seal.sealed_at}; no key given, seal not checked")
+        return
+    problem = check_signature(seal, key)
+    if problem is None and report.intact:
+        if report.entries < seal.entries:
+            problem = f"the seal covers {seal.entries} entries, the file holds {report.entries}: entries were cut off"
+        elif sealed_hash != seal.head:
+            problem = f"seq {seal.entries} is not the entry that was sealed: the file was rewritten"
+    if problem is None:
+        report.notes.append(f"seal checked: {seal.entries} entries sealed on {seal.sealed_at}")
+        return
+    if report.intact:
+        report.intact = False
+        report.broken_at_seq = min(seal.entries, report.entries + 1)
+        report.kind = "seal_mismatch"
+        report.detail = problem
+    else:
+        report.notes.append(f"seal: {problem}")
 
 
 def _check_line(line: Line, session: str) -> dict:
