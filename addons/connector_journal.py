@@ -30,7 +30,7 @@ import logging
 import sys
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -40,6 +40,7 @@ _ROOT = str(Path(__file__).resolve().parent.parent)
 if _ROOT not in sys.path:  # loaded by path with `mitmdump -s`: make the journal package importable
     sys.path.insert(0, _ROOT)
 
+from addons.upstream_resolve import UpstreamResolve  # noqa: E402
 from journal.bodies import JSON_PARSE_LIMIT, SPILL_THRESHOLD, BodyCapture, is_json_type  # noqa: E402
 from journal.connectors import Registry  # noqa: E402
 from journal.record import Prepared, Recorder  # noqa: E402
@@ -122,8 +123,6 @@ class ConnectorJournal:
     def __init__(self) -> None:
         self.recorder: Recorder | None = None
         self.registry: Registry = Registry.builtin()
-        self.resolve: dict[str, tuple[str, int]] = {}
-        self._resolved: dict[str, tuple[str, int]] = {}  # server connection id -> address before --resolve
         self.identities: weakref.WeakKeyDictionary[connection.Client, tuple[str, str]] = (
             weakref.WeakKeyDictionary()
         )
@@ -144,9 +143,6 @@ class ConnectorJournal:
             "broker_principal", str, "", "Principal for calls that name none (default: credential fingerprint)."
         )
         loader.add_option("broker_connectors", str, "", "TOML file extending or overriding the connector rules.")
-        loader.add_option(
-            "broker_resolve", Sequence[str], [], "HOST=IP:PORT: send HOST's traffic there, keep the URL."
-        )
         loader.add_option("broker_record_unknown", bool, False, "Record traffic no connector recognises.")
         loader.add_option(
             "broker_on_journal_error", str, "block", "block: answer 502 when the journal fails; pass: let it through."
@@ -165,14 +161,6 @@ class ConnectorJournal:
                 raise exceptions.OptionsError(str(exc)) from None
             if self.recorder is not None:
                 self.recorder._registry = self.registry
-        if "broker_resolve" in updated:
-            self.resolve = {}
-            for spec in opts.broker_resolve:
-                host, _, target = spec.partition("=")
-                ip, _, port = target.rpartition(":")
-                if not host or not ip or not port.isdigit():
-                    raise exceptions.OptionsError(f"--resolve {spec!r}: expected HOST=IP:PORT")
-                self.resolve[host.lower()] = (ip.strip("[]"), int(port))
         if "vault" in updated or "broker_spill_threshold" in updated or self.recorder is None:
             if self.recorder is not None:
                 self.recorder.close()
@@ -193,28 +181,6 @@ class ConnectorJournal:
             self.recorder.close()
 
     # -- connection-level hooks -----------------------------------------------------------------
-
-    def server_connect(self, data) -> None:
-        addr = data.server.address
-        if addr and self.resolve:
-            target = self.resolve.get(str(addr[0]).lower())
-            if target:
-                self._resolved[data.server.id] = addr
-                data.server.address = target
-
-    def server_connected(self, data) -> None:
-        # Give the connection its original address back once the TCP connection is made, so that
-        # mitmproxy reuses it for the next request to the same host: it matches connections by
-        # address, and allows at most 5 open connections per address and client, so without this
-        # every request would open a new upstream connection and the sixth would wait forever.
-        # Server.__setattr__ forbids changing the address of an open connection (a guard against
-        # redirecting it); here the destination does not change, only the name it is filed under.
-        original = self._resolved.pop(data.server.id, None)
-        if original is not None:
-            object.__setattr__(data.server, "address", original)
-
-    def server_connect_error(self, data) -> None:
-        self._resolved.pop(data.server.id, None)
 
     def http_connect(self, flow: http.HTTPFlow) -> None:
         auth = flow.request.headers.pop("proxy-authorization", None)
@@ -438,6 +404,7 @@ class ConnectorJournal:
         )
 
 
-addons = [ConnectorJournal()]
+# Loaded as a script (`mitmdump -s`), the resolve addon comes along so `broker_resolve` works there too.
+addons = [UpstreamResolve(), ConnectorJournal()]
 
 __all__ = ["ConnectorJournal", "REDACTED", "addons", "principal_fingerprint"]

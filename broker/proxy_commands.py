@@ -9,7 +9,9 @@ import sys
 from urllib.parse import quote
 
 import click
+from mitmproxy.exceptions import OptionsError
 
+from addons.upstream_resolve import parse_resolve
 from broker.audit_commands import vault_option
 from broker.proxy_runner import ProxyConfig, ca_cert_path, serve_forever, write_ca_bundle
 from journal.connectors import Registry
@@ -58,10 +60,10 @@ def run(
     if upstream_ca and upstream_insecure:
         raise click.UsageError("--upstream-ca and --upstream-insecure exclude each other")
     host, port = parse_listen(listen)
-    for spec in resolve:
-        name, _, target = spec.partition("=")
-        if not name or not target.rpartition(":")[2].isdigit():
-            raise click.BadParameter(f"{spec!r}: expected HOST=IP:PORT", param_hint="--resolve")
+    try:
+        parse_resolve(resolve)
+    except OptionsError as exc:
+        raise click.BadParameter(str(exc), param_hint="--resolve") from None
     if connectors_file:
         Registry.builtin().with_file(connectors_file)  # a bad file is one clear error, before listening
     Vault.create(vault_dir)

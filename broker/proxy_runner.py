@@ -19,6 +19,7 @@ from mitmproxy.certs import CertStore
 from mitmproxy.master import Master
 
 from addons.connector_journal import ConnectorJournal
+from addons.upstream_resolve import UpstreamResolve
 
 CA_BASENAME = "mitmproxy"
 DRAIN_SECONDS = 10.0
@@ -104,7 +105,7 @@ class EmbeddedProxy:
         )
         self.master = Master(opts)
         ready = _Ready()
-        self.master.addons.add(*mitm_addons.default_addons(), ready, self.addon)
+        self.master.addons.add(*mitm_addons.default_addons(), ready, UpstreamResolve(), self.addon)
         update: dict = {
             "vault": c.vault, "broker_session": c.session, "broker_agent": c.agent,
             "broker_principal": c.principal, "broker_connectors": c.connectors,
