@@ -9,11 +9,8 @@ import sys
 from urllib.parse import quote
 
 import click
-from mitmproxy.exceptions import OptionsError
 
-from addons.upstream_resolve import parse_resolve
 from broker.audit_commands import vault_option
-from broker.proxy_runner import ProxyConfig, ca_cert_path, serve_forever, write_ca_bundle
 from journal.connectors import Registry
 from journal.vault import Vault
 
@@ -57,6 +54,11 @@ def run(
     record_unknown: bool, spill_threshold: int | None, verbose: bool,
 ) -> int:
     """Run the broker: an HTTPS proxy that records every connector call into the vault."""
+    # mitmproxy is imported here, not at the top: every other broker command starts faster without it.
+    from mitmproxy.exceptions import OptionsError
+
+    from addons.upstream_resolve import parse_resolve
+    from broker.proxy_runner import ProxyConfig, ca_cert_path, serve_forever
     if upstream_ca and upstream_insecure:
         raise click.UsageError("--upstream-ca and --upstream-insecure exclude each other")
     host, port = parse_listen(listen)
@@ -97,6 +99,7 @@ def run(
 @click.option("--agent", default=None, help="Agent name to put in the proxy URL.")
 def env(listen: str, confdir: str, session: str | None, agent: str | None) -> int:
     """Print the shell exports a client needs to go through the broker (eval "$(broker env)")."""
+    from broker.proxy_runner import write_ca_bundle
     host, port = parse_listen(listen)
     creds = ""
     if session or agent:

@@ -1,0 +1,223 @@
+"""MCP shim benchmark: `tools/call` round trips through `broker mcp` against the same server direct.
+
+    python -m bench.mcp_bench [--quick] [--calls N] [--json FILE]
+
+Two transports, each measured in the same run against its own baseline:
+
+1. stdio: a minimal JSON-RPC client (asyncio pipes, one line per message) drives two copies of the
+   SDK test server (`tests/mcp_servers/notes_server.py`): one started directly, one started by
+   `broker mcp -- ...`. Legacy handshake, `tools/list`, then N `tools/call echo` round trips,
+   alternating direct and shim call by call (the order swapped every call) so drift hits both alike.
+2. streamable HTTP: one SDK test server on 127.0.0.1 (`MCPServer.run("streamable-http")`), and
+   `broker mcp --listen ... --upstream` in front of it. A keep-alive httpx client POSTs 2026-era
+   `tools/call` requests (application/json answers), alternating direct and shim.
+
+Every shim round trip includes writing its journal entry durably (fdatasync) before the answer is
+released. Reported: p50 and p99 per path, and the added p50/p99 (shim minus direct). Nothing here
+asserts a timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import orjson
+
+from bench import machine, scratch_dir, write_json
+from tests.mcp_servers.harness import NOTES_SERVER, REPO, free_port, shim_argv, wait_for_port
+
+WARMUP = 20
+META = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientInfo": {"name": "mcp-bench", "version": "1"},
+    "io.modelcontextprotocol/clientCapabilities": {},
+}
+
+
+def percentile(values: list[float], q: float) -> float:
+    s = sorted(values)
+    if not s:
+        return float("nan")
+    k = (len(s) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def summary(direct: list[float], shim: list[float]) -> dict:
+    d50, d99, s50, s99 = (percentile(direct, 0.5), percentile(direct, 0.99), percentile(shim, 0.5),
+                          percentile(shim, 0.99))
+    return {
+        "calls": len(direct), "direct_p50_ms": d50 * 1e3, "direct_p99_ms": d99 * 1e3, "shim_p50_ms": s50 * 1e3,
+        "shim_p99_ms": s99 * 1e3, "added_p50_ms": (s50 - d50) * 1e3, "added_p99_ms": (s99 - d99) * 1e3,
+        "direct_mean_ms": statistics.fmean(direct) * 1e3, "shim_mean_ms": statistics.fmean(shim) * 1e3,
+    }
+
+
+# -- stdio ----------------------------------------------------------------------------------------
+
+
+class LineClient:
+    def __init__(self, argv: list[str]) -> None:
+        self.argv = argv
+        self.proc: asyncio.subprocess.Process | None = None
+        self.next_id = 0
+
+    async def start(self) -> None:
+        self.proc = await asyncio.create_subprocess_exec(
+            *self.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL, cwd=REPO, limit=1 << 24,
+        )
+        await self.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                          "clientInfo": {"name": "mcp-bench", "version": "1"}})
+        await self.notify("notifications/initialized")
+        await self.request("tools/list", {})
+
+    async def notify(self, method: str) -> None:
+        assert self.proc and self.proc.stdin
+        self.proc.stdin.write(orjson.dumps({"jsonrpc": "2.0", "method": method}) + b"\n")
+        await self.proc.stdin.drain()
+
+    async def request(self, method: str, params: dict) -> dict:
+        assert self.proc and self.proc.stdin and self.proc.stdout
+        self.next_id += 1
+        rid = self.next_id
+        self.proc.stdin.write(orjson.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params}) + b"\n")
+        await self.proc.stdin.drain()
+        while True:
+            line = await self.proc.stdout.readline()
+            if not line:
+                raise RuntimeError(f"{self.argv[0]} closed its output")
+            msg = orjson.loads(line)
+            if msg.get("id") == rid and "method" not in msg:
+                return msg
+
+    async def call(self, text: str) -> float:
+        t0 = time.perf_counter()
+        msg = await self.request("tools/call", {"name": "echo", "arguments": {"text": text}})
+        dt = time.perf_counter() - t0
+        if "result" not in msg:
+            raise RuntimeError(f"tools/call failed: {msg}")
+        return dt
+
+    async def stop(self) -> None:
+        if self.proc is None:
+            return
+        assert self.proc.stdin
+        self.proc.stdin.close()
+        try:
+            await asyncio.wait_for(self.proc.wait(), 10)
+        except TimeoutError:
+            self.proc.kill()
+            await self.proc.wait()
+
+
+async def bench_stdio(vault: Path, calls: int) -> dict:
+    direct = LineClient(NOTES_SERVER)
+    shim = LineClient([*shim_argv(vault, session="bench-stdio", agent="bench"), "--", *NOTES_SERVER])
+    await direct.start()
+    await shim.start()
+    try:
+        for i in range(WARMUP):
+            await direct.call(f"warm {i}")
+            await shim.call(f"warm {i}")
+        d, s = [], []
+        for i in range(calls):
+            pair = (direct, shim) if i % 2 == 0 else (shim, direct)
+            for client in pair:
+                (d if client is direct else s).append(await client.call(f"call {i}"))
+        return summary(d, s)
+    finally:
+        await direct.stop()
+        await shim.stop()
+
+
+# -- streamable HTTP ------------------------------------------------------------------------------
+
+
+def bench_http(vault: Path, calls: int) -> dict:
+    up_port, shim_port = free_port(), free_port()
+    upstream = subprocess.Popen([*NOTES_SERVER, "http", str(up_port)], cwd=REPO, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+    shim = None
+    try:
+        wait_for_port(up_port, upstream)
+        shim = subprocess.Popen(
+            [*shim_argv(vault, session="bench-http", agent="bench"), "--listen", f"127.0.0.1:{shim_port}",
+             "--upstream", f"http://127.0.0.1:{up_port}/mcp"], cwd=REPO, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_for_port(shim_port, shim)
+        headers = {"accept": "application/json, text/event-stream", "content-type": "application/json",
+                   "mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call", "mcp-name": "echo"}
+        urls = {"direct": f"http://127.0.0.1:{up_port}/mcp", "shim": f"http://127.0.0.1:{shim_port}/mcp"}
+        times: dict[str, list[float]] = {"direct": [], "shim": []}
+        with httpx.Client(timeout=30) as client:
+            def call(which: str, i: int, keep: bool) -> None:
+                body = orjson.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/call",
+                                     "params": {"name": "echo", "arguments": {"text": f"call {i}"}, "_meta": META}})
+                t0 = time.perf_counter()
+                r = client.post(urls[which], content=body, headers=headers)
+                dt = time.perf_counter() - t0
+                if r.status_code != 200 or b'"result"' not in r.content:
+                    raise RuntimeError(f"{which} tools/call failed: {r.status_code} {r.text[:200]}")
+                if keep:
+                    times[which].append(dt)
+
+            for i in range(WARMUP):
+                call("direct", i, False)
+                call("shim", i, False)
+            for i in range(calls):
+                for which in (("direct", "shim") if i % 2 == 0 else ("shim", "direct")):
+                    call(which, i, True)
+        return summary(times["direct"], times["shim"])
+    finally:
+        for proc in (shim, upstream):
+            if proc is not None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+
+
+def _print(name: str, f: dict) -> None:
+    print(f"{name}: {f['calls']} tools/call round trips each")
+    print(f"  direct  p50 {f['direct_p50_ms']:7.2f} ms   p99 {f['direct_p99_ms']:7.2f} ms")
+    print(f"  shim    p50 {f['shim_p50_ms']:7.2f} ms   p99 {f['shim_p99_ms']:7.2f} ms")
+    print(f"  added   p50 {f['added_p50_ms']:+7.2f} ms   p99 {f['added_p99_ms']:+7.2f} ms")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.mcp_bench", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small run (100 calls per path)")
+    ap.add_argument("--calls", type=int, help="measured round trips per path and transport (default 1000)")
+    ap.add_argument("--only", choices=("stdio", "http"), help="run only one transport")
+    ap.add_argument("--json", metavar="FILE", help="also write the figures to FILE (key 'mcp')")
+    args = ap.parse_args(argv)
+    calls = args.calls or (100 if args.quick else 1000)
+    work = scratch_dir("mcp-")
+    figures: dict = {"machine": machine()}
+    try:
+        if args.only in (None, "stdio"):
+            figures["stdio"] = asyncio.run(bench_stdio(work / "vault", calls))
+            _print("stdio", figures["stdio"])
+        if args.only in (None, "http"):
+            figures["streamable_http"] = bench_http(work / "vault", calls)
+            _print("streamable HTTP", figures["streamable_http"])
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if args.json:
+        write_json(args.json, "mcp", figures)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,666 @@
+"""HTTP transports of the shim.
+
+`serve` (`broker mcp --listen HOST:PORT --upstream URL`): a reverse proxy for streamable HTTP and the
+legacy HTTP+SSE transport. Every request goes to the upstream's origin with the same path and
+query; headers pass both ways (the client's `Authorization` goes upstream and is redacted in the
+entry; `mcp-session-id` and `mcp-protocol-version` are untouched), except hop-by-hop headers and
+`Accept-Encoding` (the shim asks the upstream for identity encoding so it can read the stream).
+`text/event-stream` answers are relayed event by event as they arrive. An event (or a JSON body)
+holding the answer to a recorded call is released only once its entry is durable; later events of
+the same stream wait behind it, other streams do not.
+
+`run_stdio_front` (`broker mcp --upstream URL` without `--listen`): a stdio MCP server to the client
+that speaks streamable HTTP to the upstream (one POST per client message, the GET stream for
+server-initiated messages, `DELETE` at the end of a session).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from dataclasses import dataclass, field
+from urllib.parse import parse_qs, urlsplit
+
+import orjson
+
+from broker.mcp.messages import (
+    PROTOCOL_VERSION_META,
+    RECORDED_METHODS,
+    Line,
+    Message,
+    error_response,
+    id_key,
+    parse_line,
+)
+from broker.mcp.recording import JOURNAL_ERROR_CODE, CallJournal, PendingCall
+from broker.mcp.relay import MAX_LINE, SERVER_GONE_CODE, LineRelay, restore_blocking, say
+from broker.mcp.upstream_http import UpstreamPool, UpstreamResponse
+
+HOP_BY_HOP = frozenset({
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
+    "transfer-encoding", "upgrade", "host", "content-length", "accept-encoding",
+})  # fmt: skip
+_EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
+SESSION_HEADER = "mcp-session-id"
+
+
+def _text(raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
+
+
+def principal_for(headers: list[tuple[str, str]], url: str, fixed: str) -> str:
+    """--principal when given, else the broker's fingerprint of the client's credential."""
+    if fixed:
+        return fixed
+    from addons.connector_journal import principal_fingerprint
+
+    return principal_fingerprint(headers, url)
+
+
+# -- server-sent events ---------------------------------------------------------------------------
+
+
+def split_events(buf: bytearray) -> list[bytes]:
+    """Take every complete event (with its blank-line terminator) off the front of `buf`."""
+    events = []
+    while True:
+        m = _EVENT_END.search(buf)
+        if m is None:
+            return events
+        events.append(bytes(buf[: m.end()]))
+        del buf[: m.end()]
+
+
+def event_fields(event: bytes) -> tuple[str, bytes]:
+    """(event type, data) of one event; data lines are joined with newlines."""
+    kind, data = "message", []
+    for line in re.split(rb"\r\n|\n|\r", event):
+        if line.startswith(b"data:"):
+            data.append(line[5:].removeprefix(b" "))
+        elif line.startswith(b"event:"):
+            kind = _text(line[6:]).strip()
+    return kind, b"\n".join(data)
+
+
+def event_with_data(event: bytes, data: bytes) -> bytes:
+    """The same event with its data replaced (keeps id:, event:, retry: lines)."""
+    lines = [ln for ln in re.split(rb"\r\n|\n|\r", event) if ln and not ln.startswith(b"data:")]
+    return b"\n".join([*lines, b"data: " + data]) + b"\n\n"
+
+
+# -- the reverse proxy ----------------------------------------------------------------------------
+
+
+@dataclass
+class _Tracked:
+    method: str
+    call: PendingCall | None
+
+
+@dataclass
+class _Exchange:
+    """The client requests of one POST, matched first against answers on that POST's own stream."""
+
+    scope: str
+    local: dict[str, _Tracked] = field(default_factory=dict)
+
+
+class HttpRelay:
+    def __init__(
+        self, journal: CallJournal, upstream: str, *, principal: str = "", max_line: int = MAX_LINE,
+    ) -> None:
+        self.journal = journal
+        self.upstream = upstream
+        parts = urlsplit(upstream)
+        self.origin = f"{parts.scheme}://{parts.netloc}"
+        self.principal = principal
+        self.max_line = max_line
+        self.pool = UpstreamPool(upstream)
+        self.tracked: dict[tuple[str, str], _Tracked] = {}  # answers that may come on another stream
+        self._bg: set[asyncio.Task] = set()
+
+    async def aclose(self) -> None:
+        while self._bg:
+            await asyncio.gather(*list(self._bg), return_exceptions=True)
+        await self.pool.aclose()
+
+    # -- ASGI -----------------------------------------------------------------------------------
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        if scope["type"] != "http":
+            return
+        body = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        await self._exchange(scope, bytes(body), receive, send)
+
+    async def _exchange(self, scope, body: bytes, receive, send) -> None:
+        method = scope["method"]
+        path = scope.get("raw_path") or scope["path"].encode()
+        query = scope.get("query_string", b"")
+        path_query = path + (b"?" + query if query else b"")
+        target = self.origin + _text(path_query)
+        headers = [(_text(k), _text(v)) for k, v in scope["headers"]]
+        session = _session_scope(headers, query)
+        exchange = _Exchange(session)
+        principal = None
+        if method == "POST" and body:
+            principal = principal_for(headers, target, self.principal)
+            self._track_request(body, exchange, target, headers, principal)
+        forward = [(k, v) for k, v in scope["headers"] if k.decode("latin-1").lower() not in HOP_BY_HOP]
+        forward.append((b"accept-encoding", b"identity"))
+        state: dict = {"started": False, "response": None}
+
+        async def tracked_send(message: dict) -> None:
+            state["started"] = state["started"] or message["type"] == "http.response.start"
+            await send(message)
+
+        async def forward_and_relay() -> None:
+            state["response"] = await self.pool.request(method, path_query, forward, body or None)
+            await self._relay_response(state["response"], exchange, tracked_send)
+
+        # The client may leave while the upstream is still working (before any answer byte): watch for it
+        # from the start, so the call's entry says so at once and the upstream request is closed.
+        watcher = asyncio.create_task(_wait_disconnect(receive))
+        work = asyncio.create_task(forward_and_relay())
+        try:
+            done, _ = await asyncio.wait({watcher, work}, return_when=asyncio.FIRST_COMPLETED)
+            response: UpstreamResponse | None = state["response"]
+            status = response.status if response is not None else None
+            resp_headers = _pairs(response.headers) if response is not None else []
+            if work not in done:
+                work.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await work
+                await self._unanswered(exchange, "the client disconnected before the answer came",
+                                       status=status, headers=resp_headers)
+            elif (exc := work.exception()) is not None:
+                if not isinstance(exc, OSError):
+                    raise exc
+                if response is None:
+                    why = f"the upstream MCP server could not be reached: {exc}"
+                else:
+                    why = f"the upstream broke the connection before answering: {exc}"
+                say(f"{method} {target}: {why}")
+                error_body = _error_body(exchange, SERVER_GONE_CODE, why)
+                await self._unanswered(exchange, why, status=status, headers=resp_headers)
+                if not state["started"]:
+                    await _send_json(send, 502, error_body)
+                else:
+                    with contextlib.suppress(Exception):
+                        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            watcher.cancel()
+            if state["response"] is not None:
+                await state["response"].aclose()
+
+    def _track_request(
+        self, body: bytes, exchange: _Exchange, url: str, headers: list[tuple[str, str]], principal: str,
+    ) -> None:
+        if len(body) > self.max_line:
+            say(f"a client request body over {self.max_line} bytes was relayed unparsed (not recorded)")
+            return
+        line = parse_line(body)
+        if line.error:
+            say(f"the client sent a body that is {line.error} ({len(body)} bytes); relayed unchanged")
+        if len(line.messages) == 1 and line.messages[0].value is None:  # not JSON: no id to match an answer to
+            method = next((m for m in RECORDED_METHODS if m.encode() in body), None)
+            if method is not None:
+                call = self.journal.start(Message({"method": method}, False, "invalid"), body, url=url,
+                                          request_headers=headers, principal=principal)
+                call.method = method
+                why = "the client's body is not JSON: relayed unchanged, no answer can be matched to it"
+                task = asyncio.create_task(self._record_unanswered(call, why))
+                self._bg.add(task)
+                task.add_done_callback(self._bg.discard)
+            return
+        for msg in line.messages:
+            if msg.kind != "request":
+                continue
+            call = None
+            if msg.method in RECORDED_METHODS:
+                raw = body if not line.batch else orjson.dumps(msg.value)
+                call = self.journal.start(msg, raw, url=url, request_headers=headers, principal=principal)
+            tracked = _Tracked(msg.method or "?", call)
+            key = id_key(msg.id)
+            exchange.local[key] = tracked
+            self.tracked.setdefault((exchange.scope, key), tracked)
+
+    def _match(self, exchange: _Exchange | None, scope: str, key: str) -> _Tracked | None:
+        tracked = exchange.local.pop(key, None) if exchange is not None else None
+        if tracked is not None:
+            if self.tracked.get((exchange.scope, key)) is tracked:
+                del self.tracked[(exchange.scope, key)]
+            return tracked
+        tracked = self.tracked.pop((scope, key), None)
+        if tracked is not None and exchange is not None:
+            exchange.local.pop(key, None)
+        return tracked
+
+    async def _relay_response(self, response: UpstreamResponse, exchange: _Exchange, send) -> None:
+        status = response.status
+        out_headers = _forward_headers(response)
+        ctype = (response.header("content-type") or "").split(";")[0].strip().lower()
+        resp_headers = _pairs(response.headers)
+        if ctype == "text/event-stream":
+            await send({"type": "http.response.start", "status": status, "headers": out_headers})
+            await self._relay_events(response, exchange, send, status, resp_headers)
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            await self._unanswered(exchange, "the upstream closed the event stream before answering",
+                                   status=status, headers=resp_headers)
+            return
+        if ctype == "application/json" and exchange.local:
+            body = await response.read()
+            body = await self._settle(body, exchange, exchange.scope, status, resp_headers)
+            out_headers.append((b"content-length", str(len(body)).encode()))
+            await send({"type": "http.response.start", "status": status, "headers": out_headers})
+            await send({"type": "http.response.body", "body": body, "more_body": False})
+            return
+        # 202: the answers come on another stream (the legacy SSE transport's GET stream)
+        length = response.header("content-length")
+        if length is not None and length.isdigit() and int(length) <= 1 << 20:
+            body = await response.read()
+            out_headers.append((b"content-length", str(len(body)).encode()))
+            await send({"type": "http.response.start", "status": status, "headers": out_headers})
+            await send({"type": "http.response.body", "body": body, "more_body": False})
+        else:
+            await send({"type": "http.response.start", "status": status, "headers": out_headers})
+            async for chunk in response.iter_raw():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        if status >= 300:
+            await self._unanswered(exchange, f"the upstream answered HTTP {status} without a JSON-RPC response",
+                                   status=status, headers=resp_headers)
+
+    async def _relay_events(self, response, exchange: _Exchange, send, status: int, headers) -> None:
+        buf = bytearray()
+        scope = exchange.scope
+        async for chunk in response.iter_raw():
+            buf += chunk
+            for event in split_events(buf):
+                kind, data = event_fields(event)
+                if kind == "endpoint":  # legacy SSE transport: where the client posts; learn its session
+                    event, scope = self._endpoint_event(event, data, scope)
+                elif data and data.lstrip()[:1] in (b"{", b"["):
+                    settled = await self._settle(data, exchange, scope, status, headers)
+                    if settled is not data:
+                        event = event_with_data(event, settled)
+                await send({"type": "http.response.body", "body": event, "more_body": True})
+        if buf:
+            await send({"type": "http.response.body", "body": bytes(buf), "more_body": True})
+
+    def _endpoint_event(self, event: bytes, data: bytes, scope: str) -> tuple[bytes, str]:
+        endpoint = _text(data).strip()
+        if endpoint.startswith(self.origin):
+            endpoint = endpoint[len(self.origin):] or "/"
+            event = event_with_data(event, endpoint.encode())
+        sid = parse_qs(urlsplit(endpoint).query).get("session_id", [""])[0]
+        return event, f"sse:{sid}" if sid else scope
+
+    async def _settle(
+        self, data: bytes, exchange: _Exchange | None, scope: str, status: int, headers,
+    ) -> bytes:
+        """Record the answers in `data` (a JSON body or an event's data); return what the client gets."""
+        line = parse_line(data)
+        finished: list[tuple[Message, PendingCall]] = []
+        for msg in line.messages:
+            if msg.kind != "response":
+                continue
+            tracked = self._match(exchange, scope, id_key(msg.id))
+            if tracked is None:
+                continue
+            self.journal.observe_response(tracked.method, msg)
+            if tracked.call is not None:
+                finished.append((msg, tracked.call))
+        if not finished:
+            return data
+        results = await asyncio.gather(
+            *(self.journal.finish(call, status=status, response=msg, response_headers=headers,
+                                  response_text=None if msg.strict else _text(data)) for msg, call in finished),
+            return_exceptions=True,
+        )
+        failed = {id_key(c.request_id): r for (_, c), r in zip(finished, results, strict=True)
+                  if isinstance(r, BaseException)}
+        if not failed:
+            return data
+        for key, exc in failed.items():
+            say(f"journal: could not record id {key}: {exc}; the client gets an error instead of the result")
+        replaced = []
+        for msg in line.messages:
+            key = id_key(msg.id) if msg.kind == "response" else None
+            if key in failed:
+                why = f"the journal could not record this call, so its result is withheld: {failed[key]}"
+                replaced.append(orjson.loads(error_response(msg.id, JOURNAL_ERROR_CODE, why)))
+            else:
+                replaced.append(msg.value)
+        return orjson.dumps(replaced if line.batch else replaced[0])
+
+    async def _unanswered(self, exchange: _Exchange, why: str, *, status: int | None = None, headers=()) -> None:
+        """Calls of this POST still unanswered (and not answerable on another stream) get their entry."""
+        for key, tracked in list(exchange.local.items()):
+            exchange.local.pop(key, None)
+            if self.tracked.get((exchange.scope, key)) is tracked:
+                del self.tracked[(exchange.scope, key)]
+            if tracked.call is not None:
+                try:
+                    await self.journal.finish(tracked.call, status=status, response_headers=list(headers), error=why)
+                except Exception as exc:  # noqa: BLE001
+                    say(f"journal: could not record unanswered call id {key}: {exc}")
+
+    async def _record_unanswered(self, call: PendingCall, why: str) -> None:
+        try:
+            await self.journal.finish(call, status=None, error=why)
+        except Exception as exc:  # noqa: BLE001 - reported, never raised into the relay
+            say(f"journal: could not record unanswered {call.method}: {exc}")
+
+    async def flush_unanswered(self, why: str) -> None:
+        for (_, key), tracked in list(self.tracked.items()):
+            if tracked.call is not None:
+                try:
+                    await self.journal.finish(tracked.call, status=None, error=why)
+                except Exception as exc:  # noqa: BLE001
+                    say(f"journal: could not record unanswered call id {key}: {exc}")
+        self.tracked.clear()
+
+
+def _session_scope(headers: list[tuple[str, str]], query: bytes) -> str:
+    for k, v in headers:
+        if k.lower() == SESSION_HEADER:
+            return "http:" + v
+    sid = parse_qs(_text(query)).get("session_id", [""])[0]
+    return f"sse:{sid}" if sid else ""
+
+
+def _pairs(headers: list[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
+    return [(_text(k), _text(v)) for k, v in headers]
+
+
+def _forward_headers(response: UpstreamResponse) -> list[tuple[bytes, bytes]]:
+    return [(k, v) for k, v in response.headers if k.decode("latin-1").lower() not in HOP_BY_HOP]
+
+
+def _error_body(exchange: _Exchange, code: int, why: str) -> bytes:
+    ids = [orjson.loads(k) for k in exchange.local] or [None]
+    return error_response(ids[0], code, why).rstrip(b"\n")
+
+
+async def _send_json(send, status: int, body: bytes) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def _wait_disconnect(receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def serve(journal: CallJournal, upstream: str, host: str, port: int, *, max_line: int = MAX_LINE) -> int:
+    """Run the HTTP relay until SIGINT/SIGTERM; every accepted entry is on disk when it returns.
+
+    There is no shim timeout over HTTP: the client's own timeout closes its stream, which is recorded
+    as a disconnect."""
+    import uvicorn
+
+    relay = HttpRelay(journal, upstream, principal=journal.identity.principal, max_line=max_line)
+    config = uvicorn.Config(relay, host=host, port=port, log_level="warning", lifespan="off",
+                            timeout_graceful_shutdown=5)
+    server = uvicorn.Server(config)
+    say(f"relaying http://{host}:{port} -> {upstream}")
+    try:
+        await server.serve()
+    finally:
+        await relay.flush_unanswered("the shim stopped before the upstream answered")
+        await relay.aclose()
+    return 0 if server.started else 2
+
+
+# -- stdio front for an HTTP upstream -------------------------------------------------------------
+
+
+class StdioFront:
+    """A stdio MCP server to the client, a streamable HTTP client to the upstream."""
+
+    def __init__(self, journal: CallJournal, upstream: str, *, principal: str = "", call_timeout: float | None = None,
+                 cancel_grace: float = 2.0, max_line: int = MAX_LINE) -> None:
+        self.journal = journal
+        self.upstream = upstream
+        self.principal = principal
+        self.call_timeout = call_timeout
+        self.cancel_grace = cancel_grace
+        self.max_line = max_line
+        self.pool = UpstreamPool(upstream)
+        parts = urlsplit(upstream)
+        self.target = ((parts.path or "/") + ("?" + parts.query if parts.query else "")).encode()
+        self.session_id: str | None = None
+        self.protocol_version: str | None = None
+        self.relay: LineRelay | None = None
+        self.posts: dict[str, asyncio.Task] = {}
+        self._tasks: set[asyncio.Task] = set()
+        self._get_stream: asyncio.Task | None = None
+
+    def _headers(self, msg: Message | None) -> dict[str, str]:
+        from mcp.shared.inbound import encode_header_value, mcp_param_headers, x_mcp_header_map
+
+        headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+        if self.session_id:
+            headers[SESSION_HEADER] = self.session_id
+        version = self.protocol_version
+        if msg is not None and isinstance(msg.value, dict):
+            params = msg.params if isinstance(msg.params, dict) else {}
+            meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
+            version = meta.get(PROTOCOL_VERSION_META) or version
+            if msg.method and msg.kind in ("request", "notification"):
+                headers["mcp-method"] = msg.method
+            name = params.get("uri" if msg.method == "resources/read" else "name")
+            if msg.method in ("tools/call", "prompts/get", "resources/read") and isinstance(name, str):
+                headers["mcp-name"] = encode_header_value(name)
+            if msg.method == "tools/call" and isinstance(name, str):
+                tool = self.journal.catalog.get(name)
+                schema = tool.get("inputSchema") if tool else None
+                args = params.get("arguments")
+                if isinstance(schema, dict) and isinstance(args, dict):
+                    with contextlib.suppress(Exception):
+                        headers.update(mcp_param_headers(x_mcp_header_map(schema), args))
+        if version and not (msg is not None and msg.method == "initialize"):
+            headers["mcp-protocol-version"] = version
+        return headers
+
+    async def _post(self, raw: bytes, line: Line) -> None:
+        relay = self.relay
+        assert relay is not None
+        msg = line.messages[0] if len(line.messages) == 1 else None
+        body = raw.rstrip(b"\r\n")
+        try:
+            resp = await self.pool.request("POST", self.target, _encode(self._headers(msg)), body)
+            try:
+                if msg is not None and msg.method == "initialize" and resp.header(SESSION_HEADER):
+                    self.session_id = resp.header(SESSION_HEADER)
+                await self._deliver(resp, msg)
+            finally:
+                await resp.aclose()
+        except OSError as exc:
+            why = f"the upstream MCP server could not be reached: {exc}"
+            say(why)
+            for m in line.messages:
+                if m.kind == "request":
+                    relay.answer_locally(m.id, SERVER_GONE_CODE, why)
+
+    async def _deliver(self, resp: UpstreamResponse, msg: Message | None) -> None:
+        relay = self.relay
+        assert relay is not None
+        status = resp.status
+        headers = _pairs(resp.headers)
+        ctype = (resp.header("content-type") or "").split(";")[0].strip().lower()
+        if ctype == "text/event-stream":
+            buf = bytearray()
+            async for chunk in resp.iter_raw():
+                buf += chunk
+                for event in split_events(buf):
+                    _, data = event_fields(event)
+                    if data.strip():
+                        self._to_client(data, status, headers)
+            return
+        body = await resp.read()
+        if ctype == "application/json" and body.strip():
+            self._to_client(body, status, headers)
+            return
+        if status >= 400 and msg is not None and msg.kind == "request":
+            why = f"HTTP {status} from the upstream MCP server: {_text(body[:500]).strip()}"
+            say(why)
+            self._to_client(error_response(msg.id, JOURNAL_ERROR_CODE if status >= 500 else -32600, why),
+                            status, headers)
+
+    def _to_client(self, data: bytes, status: int, headers: list[tuple[str, str]]) -> None:
+        """One message as one line: unchanged unless it spans lines (then written compactly)."""
+        data = data.strip()
+        if b"\n" in data or b"\r" in data:
+            ok, value = True, None
+            try:
+                value = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                ok = False
+            data = orjson.dumps(value) if ok else data.replace(b"\r", b"").replace(b"\n", b" ")
+        line = data + b"\n"
+        msg_line = parse_line(line)
+        assert self.relay is not None
+        for m in msg_line.messages:
+            if m.kind == "response" and isinstance(m.value, dict):
+                result = m.value.get("result")
+                if isinstance(result, dict) and isinstance(result.get("protocolVersion"), str):
+                    self.protocol_version = result["protocolVersion"]
+        self.relay.server_line(line, status=status, headers=headers)
+
+    async def _open_get_stream(self) -> None:
+        try:
+            resp = await self.pool.request("GET", self.target, _encode(self._headers(None)), None)
+            try:
+                if resp.status == 200:
+                    await self._deliver(resp, None)
+            finally:
+                await resp.aclose()
+        except OSError:
+            return
+
+    async def send_upstream(self, raw: bytes) -> None:
+        """Called by the LineRelay for each client line (already tracked)."""
+        line = parse_line(raw)
+        if not line.messages:
+            return
+        msg = line.messages[0]
+        if msg.kind == "notification" and msg.method == "notifications/cancelled":
+            params = msg.params if isinstance(msg.params, dict) else {}
+            key = id_key(params.get("requestId"))
+            post = self.posts.get(key)
+            modern = self.protocol_version is None or self.protocol_version >= "2026"
+            if post is not None and modern:  # the 2026 HTTP wire cancels by closing the request's stream
+                post.cancel()
+                return
+        task = asyncio.create_task(self._post(raw, line))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        if msg.kind == "request":
+            key = id_key(msg.id)
+            self.posts[key] = task
+            task.add_done_callback(lambda _t, key=key: self.posts.pop(key, None))
+        if msg.kind == "notification" and msg.method == "notifications/initialized" and self._get_stream is None:
+            self._get_stream = asyncio.create_task(self._open_get_stream())
+
+    async def run(self) -> int:
+        from broker.mcp.relay import iter_lines
+        from broker.mcp.stdio_relay import _install_signals, open_stdio
+
+        reader, writer = await open_stdio(self.max_line)
+        relay = self.relay = _FrontRelay(
+            self.journal, writer, send_upstream=self.send_upstream, call_timeout=self.call_timeout,
+            cancel_grace=self.cancel_grace, max_line=self.max_line, server_label="the upstream MCP server",
+        )
+        relay.front = self
+        relay.out.start()
+        stop = asyncio.Event()
+        writer.on_gone = stop.set
+        restore = _install_signals(stop.set)
+
+        async def client_to_server() -> None:
+            parts: list[bytes] = []
+            async for data, whole in iter_lines(reader, self.max_line):
+                if whole:
+                    await relay.client_line(data, True)
+                    continue
+                parts.append(data)  # a line over the limit: one POST, relayed unparsed
+                if data.endswith(b"\n"):
+                    say(f"the client sent a line over {self.max_line} bytes; relayed unparsed (not recorded)")
+                    await relay.client_line(b"".join(parts), False)
+                    parts.clear()
+
+        c2s = asyncio.create_task(client_to_server())
+        stopper = asyncio.create_task(stop.wait())
+        try:
+            await asyncio.wait({c2s, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            c2s.cancel()
+            if self._tasks:  # answers in flight still reach the client and the journal
+                await asyncio.wait(list(self._tasks), timeout=5.0)
+            for t in list(self._tasks):
+                t.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            if self._get_stream is not None:
+                self._get_stream.cancel()
+                await asyncio.gather(self._get_stream, return_exceptions=True)
+            if self.session_id:
+                with contextlib.suppress(OSError):
+                    resp = await self.pool.request("DELETE", self.target, _encode(self._headers(None)), None)
+                    await resp.read()
+                    await resp.aclose()
+            relay.fail_pending("the client went away before the upstream MCP server answered", answer_client=False)
+            await relay.drain()
+            await writer.close()
+            return 0
+        finally:
+            for t in (c2s, stopper):
+                t.cancel()
+            await asyncio.gather(c2s, stopper, return_exceptions=True)
+            restore()
+            await self.pool.aclose()
+
+
+def _encode(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
+    return [(k.encode("latin-1"), v.encode("latin-1", "replace")) for k, v in headers.items()]
+
+
+class _FrontRelay(LineRelay):
+    front: StdioFront
+
+    def call_info(self) -> dict:
+        return {"url": self.front.upstream}
+
+    def answer_locally(self, request_id: object, code: int, why: str) -> None:
+        key = id_key(request_id)
+        call = self.pending.pop(key, None)
+        self.methods.pop(key, None)
+        if call is not None:
+            self._no_answer(call, why)
+        self.out.put(error_response(request_id, code, why))
+
+
+async def run_stdio_front(journal: CallJournal, upstream: str, **kwargs) -> int:
+    front = StdioFront(journal, upstream, principal=journal.identity.principal, **kwargs)
+    try:
+        return await front.run()
+    finally:
+        restore_blocking(0, 1)

@@ -1,0 +1,114 @@
+"""Reading JSON-RPC lines without changing them: what a message is, and its id.
+
+The relay never re-serialises what it forwards; it only looks. `parse_line` reads one line
+(one JSON-RPC message or a batch) strictly with `journal.bodies.parse_json_strict` so the
+value can go into an entry unchanged; a line that is not strict JSON is read leniently just to
+learn its method and id, and is still relayed byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import orjson
+
+from journal.bodies import parse_json_strict
+
+RECORDED_METHODS = frozenset({"tools/call", "resources/read"})
+"""Client requests that become journal entries."""
+
+PROTOCOL_VERSION_META = "io.modelcontextprotocol/protocolVersion"
+SERVER_INFO_META = "io.modelcontextprotocol/serverInfo"
+
+
+@dataclass
+class Message:
+    """One JSON-RPC message as seen on the wire."""
+
+    value: object  # the parsed object (strict when `strict`, else lenient; None when unreadable)
+    strict: bool  # True when `value` is exactly what the bytes say (fit for an entry)
+    kind: str  # "request", "notification", "response", "invalid"
+
+    @property
+    def id(self) -> object:
+        return self.value.get("id") if isinstance(self.value, dict) else None
+
+    @property
+    def method(self) -> str | None:
+        m = self.value.get("method") if isinstance(self.value, dict) else None
+        return m if isinstance(m, str) else None
+
+    @property
+    def params(self) -> object:
+        return self.value.get("params") if isinstance(self.value, dict) else None
+
+
+@dataclass
+class Line:
+    """A line and the messages in it (one, or several for a JSON-RPC batch)."""
+
+    raw: bytes
+    messages: list[Message]
+    batch: bool
+    error: str | None  # why the line is not (strict) JSON, for stderr
+
+
+def _kind(value: object) -> str:
+    if not isinstance(value, dict):
+        return "invalid"
+    if isinstance(value.get("method"), str):
+        return "request" if "id" in value else "notification"
+    if "id" in value and ("result" in value or "error" in value):
+        return "response"
+    return "invalid"
+
+
+def _lenient(data: bytes) -> object:
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+
+
+def parse_line(raw: bytes) -> Line:
+    body = raw.rstrip(b"\r\n")
+    if not body.strip():
+        return Line(raw, [], False, None)
+    ok, value = parse_json_strict(body)
+    error = None
+    if not ok:
+        value = _lenient(body)
+        error = "not JSON" if value is None else "JSON the journal cannot hold exactly (duplicate keys or huge numbers)"
+    if isinstance(value, list):
+        return Line(raw, [Message(v, ok, _kind(v)) for v in value], True, error)
+    msg = Message(value, ok, _kind(value))
+    if value is not None and msg.kind == "invalid" and error is None:
+        error = "not a JSON-RPC message"
+    return Line(raw, [msg], False, error)
+
+
+def id_key(request_id: object) -> str:
+    """A dict key for a JSON-RPC id that keeps 1 and "1" apart."""
+    return orjson.dumps(request_id).decode() if isinstance(request_id, str | int | float) else repr(request_id)
+
+
+def error_response(request_id: object, code: int, message: str) -> bytes:
+    """A JSON-RPC error line the shim itself answers with."""
+    return orjson.dumps({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}) + b"\n"
+
+
+def notification(method: str, params: dict) -> bytes:
+    return orjson.dumps({"jsonrpc": "2.0", "method": method, "params": params}) + b"\n"
+
+
+def server_name(result: object) -> str | None:
+    """The server's own name from an `initialize` result or a 2026-era result's `_meta`."""
+    if not isinstance(result, dict):
+        return None
+    info = result.get("serverInfo")
+    if not isinstance(info, dict):
+        meta = result.get("_meta")
+        info = meta.get(SERVER_INFO_META) if isinstance(meta, dict) else None
+    name = info.get("name") if isinstance(info, dict) else None
+    return name if isinstance(name, str) and name else None

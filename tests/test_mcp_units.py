@@ -1,0 +1,136 @@
+"""Unit tests of the shim's pieces: effect rules, command-line redaction, line reading, SSE framing."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from broker.mcp.effects import EffectRules, EffectsFileError, ToolCatalog, first_word
+from broker.mcp.http_relay import event_fields, event_with_data, split_events
+from broker.mcp.messages import id_key, parse_line, server_name
+from broker.mcp.recording import connector_name, fallback_connector, redact_argv, stdio_url
+from broker.mcp.relay import iter_lines
+
+
+def _catalog(*tools: dict) -> ToolCatalog:
+    c = ToolCatalog()
+    c.update_from_list_result({"tools": list(tools)})
+    return c
+
+
+def test_effect_order() -> None:
+    catalog = _catalog(
+        {"name": "get_thing", "annotations": {"readOnlyHint": False}},  # the server says write: name does not matter
+        {"name": "send_mail", "annotations": {"readOnlyHint": True}},  # the server says read
+        {"name": "searchIssues"},  # no hint: the name rule (camelCase)
+        {"name": "github.list_repos", "annotations": {"destructiveHint": False}},
+        {"name": "archive"},
+    )
+    rules = EffectRules()
+    assert rules.decide_tool("get_thing", catalog).effect == "write"
+    assert rules.decide_tool("send_mail", catalog).effect == "read"
+    assert rules.decide_tool("searchIssues", catalog).effect == "read"
+    assert rules.decide_tool("github.list_repos", catalog).effect == "read"
+    assert rules.decide_tool("archive", catalog).effect == "write"
+    assert rules.decide_tool("get_unlisted", catalog).effect == "write"  # never listed by the server
+    assert rules.decide_tool(None, catalog).effect == "write"
+    assert rules.decide("resources/read", {"uri": "x://y"}, catalog).effect == "read"
+    over = EffectRules([("send_*", "write"), ("archive", "read")])
+    assert over.decide_tool("send_mail", catalog).rule == "override file"
+    assert over.decide_tool("send_mail", catalog).effect == "write"
+    assert over.decide_tool("archive", catalog).effect == "read"
+
+
+def test_effects_file(tmp_path: Path) -> None:
+    good = tmp_path / "e.toml"
+    good.write_text('[tools]\nsend = "write"\n"get_*" = "read"\n')
+    rules = EffectRules.from_file(str(good))
+    assert rules.exact == {"send": "write"} and rules.globs == [("get_*", "read")]
+    for text, message in (('[tools]\nx = "maybe"\n', "use read or write"), ("[other]\n", "unknown table"),
+                          ("not toml = = 1", "not valid TOML")):
+        bad = tmp_path / "bad.toml"
+        bad.write_text(text)
+        with pytest.raises(EffectsFileError, match=message):
+            EffectRules.from_file(str(bad))
+    with pytest.raises(EffectsFileError, match="cannot read"):
+        EffectRules.from_file(str(tmp_path / "missing.toml"))
+
+
+def test_first_word() -> None:
+    assert [first_word(n) for n in ("get_note", "getNote", "notes.get-note", "ListThings", "x/fetch_url", "")] == [
+        "get", "get", "get", "list", "fetch", ""]
+
+
+def test_command_line_redaction() -> None:
+    token = "xoxb-123456789012-abcdefghijklmnop"
+    argv = ["srv", "--api-key", "k1", "--password=hunter2", token, "--repository", "/r", "--verbose"]
+    assert redact_argv(argv) == ["srv", "--api-key", "[never captured]", "--password=[never captured]",
+                                 "[never captured]", "--repository", "/r", "--verbose"]
+    url = stdio_url(argv)
+    assert url.startswith("stdio:srv --api-key ") and "k1" not in url and "hunter2" not in url and token not in url
+
+
+def test_connector_names() -> None:
+    assert connector_name("Test Notes") == "test-notes"
+    assert connector_name("mcp-time") == "mcp-time"
+    assert connector_name("  ") is None
+    assert fallback_connector(["/usr/bin/python3", "-u", "-m", "pkg.my_server"]) == "my-server"
+    assert fallback_connector(["npx", "-y", "@modelcontextprotocol/server-everything"]) == "server-everything"
+    assert fallback_connector(["./bin/mcp-server-git", "--repository", "."]) == "mcp-server-git"
+
+
+def test_parse_line_kinds() -> None:
+    assert parse_line(b'{"jsonrpc":"2.0","id":1,"method":"tools/call"}\n').messages[0].kind == "request"
+    assert parse_line(b'{"jsonrpc":"2.0","method":"x"}\n').messages[0].kind == "notification"
+    assert parse_line(b'{"id":1,"result":{},"jsonrpc":"2.0"}\n').messages[0].kind == "response"
+    line = parse_line(b'{"id":1,"id":2,"method":"m"}\n')  # duplicate keys: lenient, not strict
+    assert line.error and not line.messages[0].strict and line.messages[0].kind == "request"
+    assert parse_line(b"garbage\n").messages[0].value is None
+    batch = parse_line(b'[{"id":1,"method":"a"},{"method":"b"}]\n')
+    assert batch.batch and [m.kind for m in batch.messages] == ["request", "notification"]
+    assert id_key(1) != id_key("1")
+    assert server_name({"serverInfo": {"name": "a"}}) == "a"
+    assert server_name({"_meta": {"io.modelcontextprotocol/serverInfo": {"name": "b"}}}) == "b"
+
+
+def test_iter_lines_splits_and_marks_oversize() -> None:
+    async def collect(data: bytes, limit: int) -> list[tuple[bytes, bool]]:
+        reader = asyncio.StreamReader()
+        reader.feed_data(data)
+        reader.feed_eof()
+        return [x async for x in iter_lines(reader, limit)]
+
+    got = asyncio.run(collect(b"a\n" + b"x" * 50 + b"\nbb\ntail", 10))
+    assert got[0] == (b"a\n", True)
+    assert b"".join(d for d, whole in got if not whole) == b"x" * 50 + b"\n"
+    assert got[-2:] == [(b"bb\n", True), (b"tail", True)]
+
+
+def test_sse_framing() -> None:
+    buf = bytearray(b'event: message\r\ndata: {"a":1}\r\n\r\nid: 7\ndata: x\ndata: y\n\npartial')
+    events = split_events(buf)
+    assert buf == b"partial" and len(events) == 2
+    assert event_fields(events[0]) == ("message", b'{"a":1}')
+    assert event_fields(events[1]) == ("message", b"x\ny")
+    assert event_with_data(events[1], b"z") == b"id: 7\ndata: z\n\n"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--listen", "127.0.0.1:1"], "--listen needs --upstream"),
+    (["--upstream", "http://x/mcp", "--", "srv"], "not both"),
+    ([], "give the MCP server to run"),
+    (["--upstream", "ftp://x"], "expected an http:// or https:// URL"),
+    (["--connector", "Bad Name", "--", "srv"], "lowercase name"),
+    (["--through-broker", "--upstream", "http://x/mcp"], "does not apply to --upstream"),
+    (["--effects", "/no/such/file.toml", "--", "srv"], "cannot read effects file"),
+])
+def test_usage_errors(tmp_path: Path, args: list[str], message: str) -> None:
+    from click.testing import CliRunner
+
+    from broker.cli import cli
+
+    r = CliRunner().invoke(cli, ["mcp", "--vault", str(tmp_path / "v"), "--session", "s", "--agent", "a", *args])
+    assert r.exit_code == 2 and message in r.output
+    assert not (tmp_path / "v").exists()
