@@ -389,3 +389,12 @@ def test_content_encoding_is_decoded_for_the_record_and_untouched_for_the_client
     import gzip as _gzip
 
     assert e["response"]["body"] == json.loads(_gzip.decompress(raw))
+
+
+def test_readme_demo_agent_runs_end_to_end(tmp_path):
+    root = Path(__file__).resolve().parent.parent
+    r = subprocess.run([os.sys.executable, str(root / "scripts" / "demo_agent.py"), "--vault", str(tmp_path / "v")],
+                       capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "demo: intact (4 entries)" in r.stdout
+    assert b"ya29.demo" not in b"".join(p.read_bytes() for p in (tmp_path / "v").rglob("*") if p.is_file())
