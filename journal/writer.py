@@ -13,6 +13,8 @@
   the last complete line, and the recovery is reported (log warning and `recoveries`).
 - A failed write or fsync stops the writer for that session (JournalStopped): after a failed
   fsync the kernel may have dropped the data, so retrying could hide a loss.
+- At most `max_open` session files stay open (least recently used are closed when idle), so a
+  long-running broker that sees many sessions does not run out of file descriptors.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import logging
 import os
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,20 +82,24 @@ class _SessionLog:
     prev: str = GENESIS
     end: int = -1
     failed: JournalError | None = None
+    users: int = 0  # threads between _acquire and _release; only idle files are closed
 
 
 class JournalWriter:
     """Appends entries to a vault's session files. Thread-safe; one per process is enough."""
 
     def __init__(
-        self, vault: Vault | str | os.PathLike, *, line_limit: int = LINE_LIMIT, durable: bool = True
+        self, vault: Vault | str | os.PathLike, *, line_limit: int = LINE_LIMIT, durable: bool = True,
+        max_open: int = 256,
     ) -> None:
         self.vault = vault if isinstance(vault, Vault) else Vault.create(vault)
         self.blobs = BlobStore(self.vault.root)
         self.line_limit = line_limit
         self.durable = durable
         self.recoveries: list[Recovery] = []
-        self._logs: dict[str, _SessionLog] = {}
+        self.max_open = max_open
+        self._logs: OrderedDict[str, _SessionLog] = OrderedDict()  # least recently used first
+        self._stopped: dict[str, JournalError] = {}  # failed sessions whose files were closed
         self._lock = threading.Lock()
         self._closed = False
 
@@ -102,13 +109,19 @@ class JournalWriter:
         """Chain `fields` (the eleven capture-point keys) into their session; return the durable entry."""
         validate_fields(fields)
         fields = fit_entry(fields, self.blobs, self.line_limit)
-        slog = self._session_log(fields["session"])
         # The walk that proves the fast path is done here, in the caller's thread, while another
         # batch may be syncing; the leader then only serialises and hashes.
         try:
             mine = _Pending(fields, orjson_matches_jcs(fields))
         except CanonicalError as exc:
             raise ContractError(f"entry has no canonical form: {exc}") from None
+        slog = self._acquire(fields["session"])
+        try:
+            return self._append(slog, mine)
+        finally:
+            self._release(slog)
+
+    def _append(self, slog: _SessionLog, mine: _Pending) -> dict:
         with slog.cond:
             if slog.failed:
                 raise slog.failed
@@ -151,20 +164,26 @@ class JournalWriter:
     def check_session(self, session: str) -> None:
         """Raise JournalError if an entry for `session` could not be appended now (the file cannot be
         opened, or the session was stopped by an earlier failure). Cheap once the file is open."""
-        slog = self._session_log(session)
-        if slog.failed is not None:
-            raise slog.failed
+        slog = self._acquire(session)
+        try:
+            if slog.failed is not None:
+                raise slog.failed
+        finally:
+            self._release(slog)
 
     def head(self, session: str) -> tuple[int, str]:
         """(last seq, last hash) of a session as this writer knows it after syncing with the file."""
-        slog = self._session_log(session)
-        with slog.cond:
-            fcntl.flock(slog.fd, fcntl.LOCK_EX)
-            try:
-                self._sync_tail(slog)
-            finally:
-                fcntl.flock(slog.fd, fcntl.LOCK_UN)
-            return slog.seq, slog.prev
+        slog = self._acquire(session)
+        try:
+            with slog.cond:
+                fcntl.flock(slog.fd, fcntl.LOCK_EX)
+                try:
+                    self._sync_tail(slog)
+                finally:
+                    fcntl.flock(slog.fd, fcntl.LOCK_UN)
+                return slog.seq, slog.prev
+        finally:
+            self._release(slog)
 
     def close(self) -> None:
         with self._lock:
@@ -191,13 +210,13 @@ class JournalWriter:
         assert p.entry is not None
         return p.entry
 
-    def _session_log(self, session: str) -> _SessionLog:
-        slog = self._logs.get(session)
-        if slog is not None:
-            return slog
+    def _acquire(self, session: str) -> _SessionLog:
+        """The open log of a session (opening its file if needed), marked in use until _release."""
         with self._lock:
             if self._closed:
                 raise JournalError("writer is closed")
+            if session in self._stopped:
+                raise self._stopped[session]
             slog = self._logs.get(session)
             if slog is None:
                 path = self.vault.session_path(session)
@@ -208,7 +227,33 @@ class JournalWriter:
                     raise JournalError(f"cannot open journal file {path}: {exc.strerror}") from None
                 slog = _SessionLog(session, path, fd)
                 self._logs[session] = slog
+                self._evict_idle()
+            else:
+                self._logs.move_to_end(session)
+            slog.users += 1
             return slog
+
+    def _release(self, slog: _SessionLog) -> None:
+        with self._lock:
+            slog.users -= 1
+
+    def _evict_idle(self) -> None:
+        """Under self._lock: close least recently used files nobody is using, down to max_open."""
+        excess = len(self._logs) - self.max_open
+        for session in list(self._logs):
+            if excess <= 0:
+                break
+            slog = self._logs[session]
+            if slog.users or slog.leading or slog.pending:
+                continue
+            if slog.failed is not None:
+                self._stopped[session] = slog.failed
+            del self._logs[session]
+            try:
+                os.close(slog.fd)
+            except OSError:
+                pass
+            excess -= 1
 
     def _commit(self, slog: _SessionLog, batch: list[_Pending]) -> None:
         if slog.failed:

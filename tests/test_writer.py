@@ -205,3 +205,29 @@ def test_line_is_canonical_of_returned_entry(tmp_path):
         e = w.append(fields(n=7))
     line = read_lines(Vault(tmp_path).session_path("s1"))[0]
     assert orjson.loads(line) == e
+
+
+def test_idle_session_files_are_closed_beyond_max_open(tmp_path):
+    w = JournalWriter(tmp_path, max_open=2)
+    for round_ in range(3):
+        for s in range(5):
+            w.append(fields(session=f"s{s}", n=round_))
+            assert len(w._logs) <= 2
+    w.close()
+    vault = Vault(tmp_path)
+    for s in range(5):
+        r = verify_session(vault, f"s{s}")
+        assert r.intact and r.entries == 3
+
+
+def test_a_stopped_session_stays_stopped_after_its_file_is_closed(tmp_path, monkeypatch):
+    w = JournalWriter(tmp_path, max_open=1)
+    w.append(fields(session="bad"))
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (_ for _ in ()).throw(OSError(errno.EIO, "EIO")))
+    with pytest.raises(JournalStopped):
+        w.append(fields(session="bad"))
+    monkeypatch.undo()
+    w.append(fields(session="other"))  # evicts "bad"
+    with pytest.raises(JournalStopped):
+        w.append(fields(session="bad"))
+    w.close()
