@@ -1,5 +1,121 @@
-"""Replay commands (`broker replay`, `broker revert-plan`): not built yet."""
+"""Replay commands: `broker replay` (views of what the agent saw and changed) and `broker revert-plan`.
+
+Both verify and fold the session in one pass (journal/replay) and (re)write the derived folder
+`<vault>/views/<session>/`: resource notes, index, timeline, `revert-plan.md`/`.json`, `views.json`.
+Exit 0 when the session's chain is intact, 1 when it is broken (the outputs are written with
+everything from the broken seq on marked untrusted; `--require-intact` refuses instead), 2 on a
+usage error. Nothing is ever executed.
+"""
 
 from __future__ import annotations
 
-COMMANDS: list = []
+import click
+import orjson
+
+from broker.audit_commands import _progress, vault_option
+from journal.replay import BrokenChainError, plan_dict, replay_session, write_outputs
+from journal.replay.plan import ordered_steps, step_dict
+from journal.seal import load_public_key
+from journal.vault import Vault
+
+_require = click.option("--require-intact", is_flag=True,
+                        help="Refuse (exit 1, nothing written) when the session's chain is broken.")
+_seal_key = click.option("--seal-key", type=click.Path(dir_okay=False), default=None,
+                         help="Public seal key (from `broker keygen`): also check the session's seal.")
+
+
+def _run(vault_dir: str, session: str, require_intact: bool, seal_key: str | None):
+    vault = Vault.open_existing(vault_dir)
+    path = vault.require_session(session)
+    public = load_public_key(seal_key) if seal_key else None
+    with _progress(path.stat().st_size, "replaying") as advance:
+        rp = replay_session(vault, session, progress=advance, require_intact=require_intact, seal_key=public)
+    folder, files = write_outputs(vault, rp)
+    return vault, rp, folder, files
+
+
+def _broken_line(rp) -> str:
+    r = rp.report
+    return (f"WARNING: chain broken at seq {r.broken_at_seq} ({r.kind}): {r.detail}; everything from seq "
+            f"{rp.untrusted_from} on is marked UNTRUSTED")
+
+
+@click.command()
+@vault_option
+@click.argument("session")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary (views.json holds everything).")
+@_require
+@_seal_key
+def replay(vault_dir: str, session: str, as_json: bool, require_intact: bool, seal_key: str | None) -> int:
+    """Rebuild views of every resource SESSION touched, under <vault>/views/<session>/.
+
+    One Markdown note per resource (state as last seen, the entries that read or changed it, and
+    for each write its before-state, request, response and their differences), an index note,
+    timeline pages, the revert plan and views.json. Deterministic: replaying again gives the
+    same bytes.
+    """
+    try:
+        _, rp, folder, files = _run(vault_dir, session, require_intact, seal_key)
+    except BrokenChainError as exc:
+        click.echo(f"broker: {exc}", err=True)
+        return 1
+    writes = sum(1 for e in rp.entries if e.effect == "write")
+    summary = {
+        "session": session, "views": str(folder), "files": len(files), "entries": len(rp.entries),
+        "resources": len(rp.resources), "writes": writes, "plan_steps": len(rp.steps), "intact": rp.intact,
+        "broken_at_seq": rp.report.broken_at_seq, "kind": rp.report.kind, "untrusted_from_seq": rp.untrusted_from,
+    }
+    if as_json:
+        click.echo(orjson.dumps(summary).decode())
+    else:
+        click.echo(f"{session}: {len(rp.entries)} entries, {len(rp.resources)} resources, {writes} writes, "
+                   f"{len(rp.steps)} revert-plan steps")
+        click.echo(f"views: {folder / 'index.md'}")
+        if not rp.intact:
+            click.echo(_broken_line(rp))
+    return 0 if rp.intact else 1
+
+
+@click.command("revert-plan")
+@vault_option
+@click.argument("session")
+@click.option("--json", "as_json", is_flag=True, help='Print {"session", "chain", "steps": [...]} as JSON.')
+@_require
+@_seal_key
+def revert_plan(vault_dir: str, session: str, as_json: bool, require_intact: bool, seal_key: str | None) -> int:
+    """The revert plan for SESSION: for each write, newest first, the inverse call or why there is none.
+
+    Also written as revert-plan.md and revert-plan.json beside the views (the whole views folder is
+    refreshed). Never executes anything.
+    """
+    try:
+        _, rp, folder, _ = _run(vault_dir, session, require_intact, seal_key)
+    except BrokenChainError as exc:
+        click.echo(f"broker: {exc}", err=True)
+        return 1
+    if as_json:
+        click.echo(orjson.dumps(plan_dict(rp)).decode())
+        return 0 if rp.intact else 1
+    if not rp.intact:
+        click.echo(_broken_line(rp))
+    steps = ordered_steps(rp)
+    click.echo(f"revert plan for {session}: {len(steps)} steps, newest first (never executed); "
+               f"{folder / 'revert-plan.md'}")
+    for i, s in enumerate(steps, 1):
+        d = step_dict(rp, s)
+        flags = ["revertible" if d["revertible"] else "NOT revertible"]
+        flags += [f for f in ("blind", "approximate") if d[f]]
+        if not d["trusted"]:
+            flags.append("UNTRUSTED")
+        click.echo(f"{i:>4}. seq {d['for_seq']:<5} {d['connector']:<9} {d['op']:<28} [{', '.join(flags)}] "
+                   f"evidence={d['evidence']}")
+        if d["call"] is not None:
+            body = "" if d["call"]["body"] is None else " " + orjson.dumps(d["call"]["body"]).decode()
+            if len(body) > 300:
+                body = body[:297] + "..."
+            click.echo(f"        {d['call']['method']} {d['call']['url']}{body}")
+        click.echo(f"        {d['reason']}")
+    return 0 if rp.intact else 1
+
+
+COMMANDS = [replay, revert_plan]
