@@ -1,0 +1,1113 @@
+"""Broker vs plain mitmdump vs direct: throughput and latency of connector calls over TLS.
+
+    python -m bench.broker_bench [--quick] [--rounds R] [--seq N] [--conc N] [--clients C]
+                                 [--json FILE] [--profile]
+
+One run starts, each in its own process:
+
+- the fake upstreams (`python -m tests.upstreams`, TLS on 127.0.0.1, certificates for the real host names);
+- plain `mitmdump` with no recording addon, only `-s addons/upstream_resolve.py` (the redirect addon that
+  `broker run` itself loads for `--resolve`, so upstream connections are redirected and reused the same
+  way), plus `ssl_verify_upstream_trusted_ca` and `connection_strategy=lazy` like the broker;
+- `broker run` with a vault in a temporary directory under bench/results/ (durable: fdatasync before
+  each response is released, as in production).
+
+and measures, from this process, three targets: `direct` (the client connects straight to the fake with
+SNI and Host of the real API), `mitmdump` and `broker` (the client uses them as its HTTPS proxy and trusts
+their CA). Scenarios:
+
+- `seq GET`: one client, keep-alive, GET https://gmail.googleapis.com/gmail/v1/users/me/labels;
+- `seq mix`: the same, but every 4th call is a write: POST https://slack.com/api/chat.postMessage (JSON);
+- `16x GET`, `16x mix`: 16 concurrent clients (asyncio, each its own httpx.AsyncClient and connections).
+
+The machine is shared and noisy, so targets are interleaved finely: within a scenario every target keeps
+its client(s) and keep-alive connections open (warmed up first), and each round gives every target a
+slice of calls (--seq / --conc per target), in an order that rotates every round. A slow phase of the
+machine then hits all targets of a round alike. Figures pool the slices (req/s = calls / time spent on
+that target, p50/p99 over all its calls); throughput ratios are medians of the within-round ratios
+(with their interquartile range). Process CPU time (user + system, all threads, from /proc) per call is
+reported for the proxy, the fake and the client: it moves less than the wall clock on a busy machine, and
+mitmdump CPU / broker CPU is the throughput ratio to expect when the proxy's CPU is the limit. At the end
+the broker is stopped and its vault must hold exactly one entry per call sent through it (warm-ups
+included) and verify intact.
+
+The client runs in this process, alone: one thread for the sequential scenarios (sync httpx.Client), one
+asyncio event loop for the concurrent ones, so it never competes with itself for the GIL (16 threads of
+sync clients would, and would add GIL hand-off delays to the latencies). More client processes would not
+help on 2 cores: the proxy, the fake and the client already share them; the `client CPU` column shows
+what the client costs. The client is the same for all three targets.
+
+--profile adds, while the fake and mitmdump still run: (1) what-if variants of `broker run` patched at
+start (fsync off; fsync off and the record done inline instead of in asyncio.to_thread; a prototype of
+"record on the event loop, one writer thread", _LOOP_WRITER_PATCH), interleaved with mitmdump; (2) a
+py-spy sampling profile (--gil) of the broker and of mitmdump under the 16-client load, when py-spy is
+installed in the venv; (3) the addon's stages timed in this process on real request/response shapes,
+thread CPU time per call, no profiler.
+
+Nothing here asserts a timing; the figures are printed (and written with --json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import signal
+import ssl
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from types import SimpleNamespace
+
+import httpx
+
+from bench import machine, scratch_dir, write_json
+from tests.broker_harness import BIN, ROOT, BrokerProcess
+from tests.upstreams.client import _AsyncMappedBackend, _MappedBackend
+
+SESSION = "bench"
+TARGETS = ("direct", "mitmdump", "broker")
+GET_URL = "https://gmail.googleapis.com/gmail/v1/users/me/labels"
+POST_URL = "https://slack.com/api/chat.postMessage"
+GET_HEADERS = {"Authorization": "Bearer ya29.bench-access-token", "Accept": "application/json"}
+POST_HEADERS = {"Authorization": "Bearer xoxb-bench-bot-token"}
+WRITE_EVERY = 4
+"""In the `mix` workload, call k (k = 1, 2, ...) is a write when k % WRITE_EVERY == 0."""
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+# -- processes -----------------------------------------------------------------------------------
+
+
+class UpstreamProcess:
+    """`python -m tests.upstreams --json` in its own process."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+        self.info = SimpleNamespace(port=0, ca_pem="", hosts=[])
+
+    def start(self, timeout: float = 30) -> UpstreamProcess:
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.upstreams", "--json", "--max-records", "1000"],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        )
+        assert self.proc.stdout is not None
+        line = _readline_with_timeout(self.proc.stdout, timeout)
+        if not line:
+            self.stop()
+            raise RuntimeError("fake upstreams did not start")
+        data = json.loads(line)
+        # what tests.broker_harness.BrokerProcess reads from an Upstream
+        self.info = SimpleNamespace(port=data["port"], ca_pem=data["ca_pem"], hosts=data["hosts"],
+                                    resolve_args=lambda: list(data["resolve_args"]))
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def resolve_map(self) -> dict[str, tuple[str, int]]:
+        return {h: ("127.0.0.1", self.info.port) for h in self.info.hosts}
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+def _readline_with_timeout(stream, timeout: float) -> bytes:
+    out: list[bytes] = []
+    t = threading.Thread(target=lambda: out.append(stream.readline()), daemon=True)
+    t.start()
+    t.join(timeout)
+    return out[0] if out else b""
+
+
+class PlainMitmdump(BrokerProcess):
+    """Stock mitmdump with only addons/upstream_resolve.py (no recording): the baseline proxy. That addon
+    is the very redirect `broker run` loads for --resolve, so upstream connections are redirected and
+    reused identically."""
+
+    def command(self) -> list[str]:
+        sets = [
+            "flow_detail=0", f"confdir={self.confdir}", f"ssl_verify_upstream_trusted_ca={self.upstream.ca_pem}",
+            "connection_strategy=lazy",
+        ]
+        sets += [f"broker_resolve={h}=127.0.0.1:{self.upstream.port}" for h in self.upstream.hosts]
+        cmd = [str(BIN / "mitmdump"), "-s", str(ROOT / "addons" / "upstream_resolve.py"),
+               "--listen-host", "127.0.0.1", "--listen-port", "0"]
+        for s in sets:
+            cmd += ["--set", s]
+        return cmd
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (all its threads), in seconds."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+
+
+# -- clients -------------------------------------------------------------------------------------
+
+
+class Target:
+    """How to reach one target: client factories (sync and async) and the proxy process, if any."""
+
+    def __init__(self, name: str, upstream: UpstreamProcess, proxy: BrokerProcess | None) -> None:
+        self.name = name
+        self.upstream = upstream
+        self.proxy = proxy
+        ca = proxy.ca if proxy is not None else upstream.info.ca_pem
+        self.ssl = ssl.create_default_context(cafile=ca)
+        self.sent = 0  # calls answered through this target (warm-ups included)
+
+    @property
+    def pid(self) -> int | None:
+        return self.proxy.proc.pid if self.proxy is not None and self.proxy.proc is not None else None
+
+    def client(self) -> httpx.Client:
+        limits = httpx.Limits(max_connections=4, max_keepalive_connections=4)
+        if self.proxy is not None:
+            return httpx.Client(proxy=self.proxy.proxy_url(), verify=self.ssl, limits=limits, trust_env=False,
+                                timeout=30)
+        transport = httpx.HTTPTransport(verify=self.ssl, limits=limits, trust_env=False)
+        transport._pool._network_backend = _MappedBackend(self.upstream.resolve_map())
+        return httpx.Client(transport=transport, trust_env=False, timeout=30)
+
+    def async_client(self) -> httpx.AsyncClient:
+        limits = httpx.Limits(max_connections=4, max_keepalive_connections=4)
+        if self.proxy is not None:
+            return httpx.AsyncClient(proxy=self.proxy.proxy_url(), verify=self.ssl, limits=limits,
+                                     trust_env=False, timeout=30)
+        transport = httpx.AsyncHTTPTransport(verify=self.ssl, limits=limits, trust_env=False)
+        transport._pool._network_backend = _AsyncMappedBackend(self.upstream.resolve_map())
+        return httpx.AsyncClient(transport=transport, trust_env=False, timeout=30)
+
+
+def _request_args(k: int, mix: bool) -> tuple[str, str, dict, bytes | None]:
+    if mix and k % WRITE_EVERY == 0:
+        body = json.dumps({"channel": "#general", "text": f"bench message {k}"}).encode()
+        headers = POST_HEADERS | {"Content-Type": "application/json; charset=utf-8"}
+        return "POST", POST_URL, headers, body
+    return "GET", GET_URL, GET_HEADERS, None
+
+
+def _check(resp: httpx.Response) -> None:
+    if resp.status_code != 200:
+        raise RuntimeError(f"{resp.request.method} {resp.request.url} answered {resp.status_code}: {resp.text[:300]}")
+
+
+class _Slice:
+    """CPU and wall clock around one slice of calls to one target."""
+
+    def __init__(self, target: Target, upstream: UpstreamProcess) -> None:
+        self.pids = {"proxy": target.pid, "upstream": upstream.pid}
+
+    def __enter__(self) -> _Slice:
+        self.before = {k: cpu_seconds(p) for k, p in self.pids.items() if p is not None}
+        self.c0 = time.process_time()
+        self.t0 = time.perf_counter_ns()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = (time.perf_counter_ns() - self.t0) / 1e9
+        self.client_cpu = time.process_time() - self.c0
+        self.cpu = {k: cpu_seconds(p) - self.before[k] for k, p in self.pids.items() if p is not None}
+
+    def row(self, target: Target, lat: list[int]) -> dict:
+        n = len(lat)
+        return {
+            "target": target.name, "requests": n, "seconds": self.seconds, "req_s": n / self.seconds,
+            "client_cpu": self.client_cpu, "upstream_cpu": self.cpu["upstream"], "proxy_cpu": self.cpu.get("proxy"),
+            "lat_ns": lat,
+        }
+
+
+def _seq_calls(c: httpx.Client, ks: range, mix: bool, lat: list[int] | None) -> None:
+    clock = time.perf_counter_ns
+    for k in ks:
+        method, url, headers, body = _request_args(k, mix)
+        a = clock()
+        resp = c.request(method, url, headers=headers, content=body)
+        if lat is not None:
+            lat.append(clock() - a)
+        _check(resp)
+
+
+def run_sequential(targets: dict[str, Target], upstream: UpstreamProcess, scen: dict, rounds: int,
+                   log: Callable[[str], None]) -> list[dict]:
+    """One client per target, each with its own keep-alive connection(s), open for the whole scenario;
+    round after round every target gets a slice of scen["n"] calls, in a rotating order."""
+    rows: list[dict] = []
+    clients = {name: t.client() for name, t in targets.items()}
+    count = dict.fromkeys(targets, 0)  # calls made per target: keeps the mix pattern going across slices
+    try:
+        for name, c in clients.items():
+            _seq_calls(c, range(1, scen["warm"] + 1), scen["mix"], None)
+            targets[name].sent += scen["warm"]
+        order = list(targets)
+        for r in range(rounds):
+            for name in order:
+                t, lat = targets[name], []
+                with _Slice(t, upstream) as sl:
+                    _seq_calls(clients[name], range(count[name] + 1, count[name] + scen["n"] + 1), scen["mix"], lat)
+                count[name] += scen["n"]
+                t.sent += scen["n"]
+                rows.append(sl.row(t, lat) | {"scenario": scen["name"], "round": r + 1})
+            order = order[1:] + order[:1]
+            _log_round(log, scen, r, rows[-len(order):])
+    finally:
+        for c in clients.values():
+            c.close()
+    return rows
+
+
+async def _run_concurrent(targets: dict[str, Target], upstream: UpstreamProcess, scen: dict, rounds: int,
+                          log: Callable[[str], None]) -> list[dict]:
+    """scen["clients"] clients per target (each its own httpx.AsyncClient and connections), open for the
+    whole scenario; every round each target gets a slice of scen["n"] calls shared by its clients."""
+    width, per_client = scen["clients"], max(1, scen["n"] // scen["clients"])
+    rows: list[dict] = []
+    pools = {name: [t.async_client() for _ in range(width)] for name, t in targets.items()}
+    count = {name: [0] * width for name in targets}
+    clock = time.perf_counter_ns
+
+    async def worker(name: str, i: int, calls: int, lat: list[int] | None) -> None:
+        c = pools[name][i]
+        for _ in range(calls):
+            count[name][i] += 1
+            method, url, headers, body = _request_args(count[name][i] + i, scen["mix"])  # each client: the mix
+            a = clock()
+            resp = await c.request(method, url, headers=headers, content=body)
+            if lat is not None:
+                lat.append(clock() - a)
+            _check(resp)
+
+    try:
+        for name, t in targets.items():
+            await asyncio.gather(*(worker(name, i, scen["warm"], None) for i in range(width)))
+            t.sent += scen["warm"] * width
+        order = list(targets)
+        for r in range(rounds):
+            for name in order:
+                t, lat = targets[name], []
+                with _Slice(t, upstream) as sl:
+                    await asyncio.gather(*(worker(name, i, per_client, lat) for i in range(width)))
+                t.sent += per_client * width
+                rows.append(sl.row(t, lat) | {"scenario": scen["name"], "round": r + 1})
+            order = order[1:] + order[:1]
+            _log_round(log, scen, r, rows[-len(order):])
+    finally:
+        await asyncio.gather(*(c.aclose() for pool in pools.values() for c in pool), return_exceptions=True)
+    return rows
+
+
+def _log_round(log: Callable[[str], None], scen: dict, r: int, rows: list[dict]) -> None:
+    log(f"  {scen['name']:<8} round {r + 1:>2}: " + "  ".join(f"{x['target']} {x['req_s']:.0f}/s" for x in rows))
+
+
+def run_scenario(targets: dict[str, Target], upstream: UpstreamProcess, scen: dict, rounds: int,
+                 log: Callable[[str], None]) -> list[dict]:
+    if scen["clients"] == 1:
+        return run_sequential(targets, upstream, scen, rounds, log)
+    return asyncio.run(_run_concurrent(targets, upstream, scen, rounds, log))
+
+
+def _pct(sorted_ns: list[int], q: float) -> float:
+    """q-quantile (nearest rank) of sorted nanosecond samples, in milliseconds."""
+    i = min(len(sorted_ns) - 1, max(0, round(q * len(sorted_ns)) - 1))
+    return sorted_ns[i] / 1e6
+
+
+def measure(target: Target, upstream: UpstreamProcess, scen: dict) -> dict:
+    """One target alone: fresh clients, scen["warm"] untimed calls each, then one slice of scen["n"] calls."""
+    rows = run_scenario({target.name: target}, upstream, scen, 1, lambda _msg: None)
+    return pooled(rows)
+
+
+def pooled(rows: list[dict]) -> dict:
+    """Slices of one target pooled: calls / time, percentiles over all calls, CPU per call."""
+    lat = sorted(x for r in rows for x in r["lat_ns"])
+    n, seconds = len(lat), sum(r["seconds"] for r in rows)
+    proxy = [r["proxy_cpu"] for r in rows if r["proxy_cpu"] is not None]
+    return {
+        "requests": n, "seconds": seconds, "req_s": n / seconds, "p50_ms": _pct(lat, 0.50),
+        "p99_ms": _pct(lat, 0.99), "mean_ms": sum(lat) / n / 1e6,
+        "client_cpu_us": sum(r["client_cpu"] for r in rows) / n * 1e6,
+        "upstream_cpu_us": sum(r["upstream_cpu"] for r in rows) / n * 1e6,
+        "proxy_cpu_us": sum(proxy) / n * 1e6 if proxy else None,
+    }
+
+
+# -- the run -------------------------------------------------------------------------------------
+
+
+def scenarios(seq: int, conc: int, clients: int) -> list[dict]:
+    return [
+        {"name": "seq GET", "clients": 1, "n": seq, "warm": 20, "mix": False},
+        {"name": "seq mix", "clients": 1, "n": seq, "warm": 20, "mix": True},
+        {"name": f"{clients}x GET", "clients": clients, "n": conc, "warm": 4, "mix": False},
+        {"name": f"{clients}x mix", "clients": clients, "n": conc, "warm": 4, "mix": True},
+    ]
+
+
+def summarise(rows: list[dict], scens: list[dict], names: tuple[str, ...] = TARGETS,
+              base: str = "mitmdump") -> tuple[list[dict], list[dict]]:
+    """Per (scenario, target): slices pooled. Per scenario: medians of the per-round ratios (each round's
+    slices ran back to back, so a slow phase of the machine hits both sides of a ratio)."""
+    table: list[dict] = []
+    ratios: list[dict] = []
+    for scen in scens:
+        mine = [r for r in rows if r["scenario"] == scen["name"]]
+        by_round: dict[int, dict[str, dict]] = {}
+        for r in mine:
+            by_round.setdefault(r["round"], {})[r["target"]] = r
+        pooled_rows = {}
+        for t in names:
+            p = pooled([r for r in mine if r["target"] == t])
+            p |= {"scenario": scen["name"], "target": t, "rounds": len(by_round),
+                  "runs_req_s": [by_round[k][t]["req_s"] for k in sorted(by_round)]}
+            pooled_rows[t] = p
+            table.append(p)
+        per_round = [{f"{t}/{base}": rr[t]["req_s"] / rr[base]["req_s"] for t in names} for rr in by_round.values()]
+        summary: dict = {"scenario": scen["name"]}
+        for t in names:
+            if t != base:
+                vals = sorted(p[f"{t}/{base}"] for p in per_round)
+                summary[f"{t}/{base}"] = statistics.median(vals)
+                summary[f"{t}/{base} runs"] = [round(v, 3) for v in vals]
+                summary[f"{t}/{base} pooled"] = pooled_rows[t]["req_s"] / pooled_rows[base]["req_s"]
+        if "direct" in names and "broker" in names:
+            b, m, d = pooled_rows["broker"], pooled_rows["mitmdump"], pooled_rows["direct"]
+            summary["broker/direct"] = statistics.median(
+                rr["broker"]["req_s"] / rr["direct"]["req_s"] for rr in by_round.values())
+            summary["mitmdump/direct"] = statistics.median(
+                rr["mitmdump"]["req_s"] / rr["direct"]["req_s"] for rr in by_round.values())
+            summary |= {
+                "added_p50_broker_ms": b["p50_ms"] - m["p50_ms"], "added_p99_broker_ms": b["p99_ms"] - m["p99_ms"],
+                "added_p50_mitmdump_ms": m["p50_ms"] - d["p50_ms"],
+                "added_p99_mitmdump_ms": m["p99_ms"] - d["p99_ms"],
+                "added_cpu_broker_us": b["proxy_cpu_us"] - m["proxy_cpu_us"],
+                "cpu_ratio": m["proxy_cpu_us"] / b["proxy_cpu_us"],
+            }
+        ratios.append(summary)
+    return table, ratios
+
+
+def _quartiles(vals: list[float]) -> str:
+    if len(vals) < 4:
+        return " ".join(f"{v:.2f}" for v in vals)
+    q = statistics.quantiles(vals, n=4)
+    return f"{q[0]:.2f}..{q[2]:.2f}"
+
+
+def format_tables(table: list[dict], ratios: list[dict], params: dict, check: dict) -> str:
+    out = [
+        f"broker vs mitmdump vs direct: HTTPS, HTTP/1.1 keep-alive; {params['rounds']} rounds, each a slice of "
+        f"{params['seq']} (seq) or {params['conc']} ({params['clients']}x) calls per target, targets interleaved",
+        f"{'scenario':<9} {'target':<9} {'req/s':>7} {'p50 ms':>7} {'p99 ms':>7} "
+        f"{'proxy CPU':>10} {'upstr CPU':>10} {'client CPU':>10}",
+    ]
+    for r in table:
+        proxy = f"{r['proxy_cpu_us']:>10.0f}" if r["proxy_cpu_us"] is not None else f"{'-':>10}"
+        out.append(
+            f"{r['scenario']:<9} {r['target']:<9} {r['req_s']:>7.0f} {r['p50_ms']:>7.2f} {r['p99_ms']:>7.2f} "
+            f"{proxy} {r['upstream_cpu_us']:>10.0f} {r['client_cpu_us']:>10.0f}"
+        )
+    out.append("req/s: calls / time over all rounds; p50/p99: over all calls; CPU columns: microseconds of process")
+    out.append("CPU (user + system, all threads) per call")
+    out.append("")
+    out.append(
+        f"{'scenario':<9} {'broker/mitmdump':>15} {'(IQR)':>11} {'broker/':>8} {'mitmdump/':>9}   "
+        f"{'added by broker ms':>18}  {'added by mitmdump':>17}  {'broker CPU':>10} {'CPU':>6}"
+    )
+    out.append(
+        f"{'':<9} {'':>15} {'':>11} {'direct':>8} {'direct':>9}   {'p50':>8} {'p99':>9}  {'p50':>8} {'p99':>8}  "
+        f"{'+us/call':>10} {'ratio':>6}"
+    )
+    for s in ratios:
+        out.append(
+            f"{s['scenario']:<9} {s['broker/mitmdump']:>15.2f} {_quartiles(s['broker/mitmdump runs']):>11} "
+            f"{s['broker/direct']:>8.2f} {s['mitmdump/direct']:>9.2f}"
+            f"   {s['added_p50_broker_ms']:>+8.2f} {s['added_p99_broker_ms']:>+9.2f}"
+            f"  {s['added_p50_mitmdump_ms']:>+8.2f} {s['added_p99_mitmdump_ms']:>+8.2f}"
+            f"  {s['added_cpu_broker_us']:>+10.0f} {s['cpu_ratio']:>6.2f}"
+        )
+    out.append("throughput ratios: median over rounds of the ratio within the round (IQR: its spread);")
+    out.append("added latency: broker - mitmdump, mitmdump - direct, from the pooled p50/p99; broker CPU: proxy")
+    out.append("CPU/call over mitmdump's; CPU ratio = mitmdump CPU/call / broker CPU/call (the throughput ratio")
+    out.append("to expect when the proxy's CPU is the limit)")
+    out.append("")
+    out.append(
+        f"vault check: {check['entries']} entries in session {SESSION!r} (expected {check['expected']}), "
+        f"verify_session intact={check['intact']}"
+        + ("" if check["ok"] else "  <-- MISMATCH")
+    )
+    return "\n".join(out)
+
+
+def verify_vault(vault_dir: Path, expected: int) -> dict:
+    from journal.vault import Vault
+    from journal.verify import verify_session
+
+    report = verify_session(Vault(vault_dir), SESSION, check_blobs=True)
+    ok = report.intact and report.entries == expected
+    return {"entries": report.entries, "expected": expected, "intact": report.intact, "ok": ok,
+            "detail": report.detail}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.broker_bench", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small run (under a minute)")
+    ap.add_argument("--rounds", type=int, help="rounds per scenario (default 15, --quick 4)")
+    ap.add_argument("--seq", type=int, help="calls per target per round, sequential (default 60, --quick 40)")
+    ap.add_argument("--conc", type=int, help="calls per target per round, concurrent (default 160, --quick 96)")
+    ap.add_argument("--clients", type=int, default=16, help="concurrent clients (default 16)")
+    ap.add_argument("--json", metavar="FILE", help="also write the figures to FILE (key 'broker')")
+    ap.add_argument("--profile", action="store_true",
+                    help="also run broker what-if variants, py-spy (if installed) and an addon stage breakdown")
+    args = ap.parse_args(argv)
+    rounds = args.rounds or (4 if args.quick else 15)
+    seq = args.seq or (40 if args.quick else 60)
+    conc = args.conc or (96 if args.quick else 160)
+    if min(rounds, seq, conc, args.clients) < 1:
+        ap.error("--rounds, --seq, --conc and --clients must be positive")
+    scens = scenarios(seq, conc, args.clients)
+    params = {"rounds": rounds, "seq": seq, "conc": conc, "clients": args.clients, "write_every": WRITE_EVERY,
+              "quick": args.quick, "get_url": GET_URL, "post_url": POST_URL}
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    root = scratch_dir("broker-")
+    upstream = UpstreamProcess()
+    procs: list[BrokerProcess] = []
+    revision = _revision()
+    t0 = time.perf_counter()
+    try:
+        upstream.start()
+        (root / "mitmdump").mkdir()
+        (root / "broker").mkdir()
+        mitm = PlainMitmdump(root / "mitmdump", upstream.info, flavour="mitmdump")
+        broker = BrokerProcess(root / "broker", upstream.info, "--session", SESSION)
+        procs += [mitm, broker]
+        mitm.start()
+        broker.start()
+        targets = {"direct": Target("direct", upstream, None), "mitmdump": Target("mitmdump", upstream, mitm),
+                   "broker": Target("broker", upstream, broker)}
+        log(f"processes: upstream pid {upstream.pid}, mitmdump pid {mitm.proc.pid}, broker pid {broker.proc.pid}")
+        for t in targets.values():  # first calls: certificates generated, code paths warmed
+            measure(t, upstream, {"name": "warm-up", "clients": 1, "n": 100, "warm": 0, "mix": True})
+            measure(t, upstream, {"name": "warm-up", "clients": args.clients, "n": args.clients * 5, "warm": 0,
+                                  "mix": True})
+        rows = [row for scen in scens for row in run_scenario(targets, upstream, scen, rounds, log)]
+        code = broker.stop()
+        if code != 0:
+            raise RuntimeError(f"broker exited with {code}:\n{broker.output.decode(errors='replace')[-2000:]}")
+        check = verify_vault(broker.vault, targets["broker"].sent)
+        bench_seconds = time.perf_counter() - t0
+        profile, profile_figures = run_profile(root, args.quick, upstream, mitm, args.clients, log) if args.profile \
+            else ("", {})
+    finally:
+        for p in procs:
+            p.stop()
+        upstream.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    total = time.perf_counter() - t0
+    table, ratios = summarise(rows, scens)
+    print(format_tables(table, ratios, params, check))
+    print(f"\n(benchmark {bench_seconds:.1f} s, total {total:.1f} s, on {os.cpu_count()} CPUs, "
+          f"Python {sys.version.split()[0]}, httpx {httpx.__version__}, mitmproxy {_mitmproxy_version()}, "
+          f"revision {revision})")
+    if profile:
+        print(profile)
+    if args.json:
+        write_json(args.json, "broker", {
+            "machine": machine() | {"mitmproxy": _mitmproxy_version(), "httpx": httpx.__version__},
+            "revision": revision,
+            "params": params, "table": table, "ratios": ratios, "runs": _without_latencies(rows),
+            "vault_check": check,
+            "bench_seconds": bench_seconds, "total_seconds": total, "profile": profile_figures,
+        })
+        print(f"figures written to {args.json}")
+    return 0 if check["ok"] else 1
+
+
+def _revision() -> str:
+    """The checkout measured: commit, plus '+changes' when addons/, journal/ or broker/ differ from it."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "addons", "journal", "broker"], cwd=ROOT,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+changes" if dirty else "")
+
+
+def _without_latencies(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != "lat_ns"} for r in rows]
+
+
+def _mitmproxy_version() -> str:
+    from mitmproxy.version import VERSION
+
+    return VERSION
+
+
+# -- profiling (--profile) -----------------------------------------------------------------------
+
+
+def _sample_exchanges() -> list[tuple[str, str, list, bytes, int, list, bytes]]:
+    """The two calls the benchmark makes, with the headers and bodies the fake upstream really answers
+    (fetched from an in-process fake): (method, url, request headers, body, status, response headers,
+    decoded response body). Request headers are what httpx 0.28 sends."""
+    from tests.upstreams import Upstream
+
+    base = [("Host", ""), ("Accept", "*/*"), ("Accept-Encoding", "gzip, deflate, br"), ("Connection", "keep-alive"),
+            ("User-Agent", f"python-httpx/{httpx.__version__}")]
+    out = []
+    with Upstream(max_records=100) as up, up.client() as c:
+        for method, url, headers, body in (_request_args(1, False), _request_args(WRITE_EVERY, True)):
+            resp = c.request(method, url, headers=headers, content=body)
+            _check(resp)
+            host = httpx.URL(url).host
+            req_headers = [(k, host if k == "Host" else headers.get(k, v)) for k, v in base]
+            req_headers += [(k, v) for k, v in headers.items() if k not in dict(base)]
+            if body:
+                req_headers.append(("Content-Length", str(len(body))))
+            out.append((method, url, req_headers, body or b"", resp.status_code, list(resp.headers.multi_items()),
+                        resp.content))
+    return out
+
+
+def _flows(exchange, n: int) -> list[tuple]:
+    """n fresh (flow, response) pairs; the response is attached after the request hooks ran."""
+    from mitmproxy import http
+    from mitmproxy.test import tflow
+
+    method, url, req_headers, body, status, resp_headers, resp_body = exchange
+    out = []
+    for _ in range(n):
+        f = tflow.tflow()
+        f.request = http.Request.make(method, url, body, [(k.encode(), v.encode()) for k, v in req_headers])
+        resp = http.Response.make(status, resp_body, [(k.encode(), v.encode()) for k, v in resp_headers])
+        out.append((f, resp))  # Response.make re-encodes the body per its content-encoding (gzip)
+    return out
+
+
+STAGES = ("requestheaders", "request", "responseheaders", "response_loop", "record_nosync", "record_durable",
+          "pairs", "token", "redact_url", "redact_headers", "body_req", "body_resp", "fields", "validate", "fit",
+          "chain", "append")
+
+
+def _us(ns: int, n: int) -> float:
+    return ns / n / 1e3
+
+
+def stage_breakdown(root: Path, n: int, rounds: int = 3) -> tuple[list[tuple[str, float, str]], dict]:
+    """Per-call cost of each part of the addon, timed directly in this process (no profiler), for the
+    `mix` workload's two calls in turn; each stage's best round is kept (after a warm-up round).
+    Returns rows (label, us per call, note) and raw figures."""
+    from mitmproxy.test import taddons
+
+    import addons.connector_journal as cj
+    from addons.connector_journal import ConnectorJournal, _pairs
+    from journal.bodies import fit_entry, record_body
+    from journal.canonical import orjson_matches_jcs
+    from journal.chain import GENESIS, chain_entry
+    from journal.entry import format_ts, validate_fields
+    from journal.record import Recorder, header_value
+    from journal.redact import is_token_exchange, is_token_response, redact_headers, redact_url
+
+    exchanges = _sample_exchanges()
+    vault = root / "stages-vault"
+    addon = ConnectorJournal()
+    rows: list[tuple[str, float, str]] = []
+    figures: dict = {}
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, vault=str(vault), broker_session=SESSION)
+        durable_rec = addon.recorder
+        fast_rec = Recorder(root / "stages-vault-nosync", registry=addon.registry, durable=False)
+        addon.recorder = fast_rec
+        loop = tctx.master.event_loop
+        asyncio.set_event_loop(loop)
+
+        def pairs(k: int) -> list[tuple]:
+            return _flows(exchanges[k % 2], 1)[0]
+
+        def build(count: int) -> list[tuple]:
+            return [pairs(k) for k in range(count)]
+
+        # Thread CPU time, not wall time: on a shared machine a stage should not be charged for the time
+        # this thread sat descheduled. (The fsync and the hop are timed by the wall clock.)
+        clock = time.thread_time_ns
+        wall = time.perf_counter_ns
+        n_sync = min(n, 200)
+        best: dict[str, int] = {}
+        for _round in range(rounds + 1):  # round 0 is a warm-up
+            # Everything for one call is timed back to back (a load spike of the shared machine hits all
+            # the stages alike); each stage keeps its best round.
+            t = dict.fromkeys(STAGES, 0)
+            saved = []
+            for k, (f, resp) in enumerate(build(n)):
+                # 1. the hooks, on the event loop
+                a = clock()
+                addon.requestheaders(f)
+                b = clock()
+                addon.request(f)
+                c = clock()
+                f.response = resp
+                addon.responseheaders(f)
+                d = clock()
+                call = f.metadata.pop("broker")
+                req_body = addon._body(f.request, call.req_cap)
+                resp_body = addon._body(resp, call.resp_cap)
+                when = datetime.fromtimestamp(resp.timestamp_start or time.time(), UTC)
+                resp_pairs = _pairs(resp.headers)
+                e = clock()
+                # 2. the worker thread's part, called directly (no fsync)
+                args = (call, f, req_body, resp.status_code, resp_pairs, resp_body, None, when)
+                addon._record(*args)
+                g = clock()
+                for key, dt in (("requestheaders", b - a), ("request", c - b), ("responseheaders", d - c),
+                                ("response_loop", e - d), ("record_nosync", g - e)):
+                    t[key] += dt
+                saved.append(args)
+                # 3. the same record, step by step (what Recorder.record and JournalWriter.append do)
+                a = clock()
+                rh = [(str(x), str(y)) for x, y in _pairs(f.request.headers)]
+                rsh = [(str(x), str(y)) for x, y in resp_pairs]
+                b = clock()
+                raw_req = f.request.raw_content or None
+                is_token_exchange(f.request.method, call.url, rh, raw_req)
+                is_token_response(rsh, resp.raw_content or b"")
+                c = clock()
+                url = redact_url(call.url)
+                d = clock()
+                hq, hs = redact_headers(rh), redact_headers(rsh)
+                e = clock()
+                bq = record_body(raw_req, header_value(rh, "content-type"), header_value(rh, "content-encoding"),
+                                 fast_rec.blobs)
+                g = clock()
+                bs = record_body(resp.raw_content, header_value(rsh, "content-type"),
+                                 header_value(rsh, "content-encoding"), fast_rec.blobs)
+                h = clock()
+                fields = {
+                    "ts": format_ts(when), "session": SESSION, "agent": call.agent, "principal": call.principal,
+                    "connector": call.connector, "capture": "broker", "prompt_ref": None, "effect": call.effect,
+                    "mcp": None, "request": {"method": f.request.method, "url": url, "headers": hq, "body": bq[0]},
+                    "response": {"status": resp.status_code, "headers": hs, "body": bs[0]},
+                }
+                i = clock()
+                validate_fields(fields)
+                j = clock()
+                fit_entry(fields, fast_rec.blobs)
+                m = clock()
+                chain_entry(fields, k + 1, GENESIS, orjson_ok=orjson_matches_jcs(fields))
+                o = clock()
+                fast_rec.writer.append(fields)
+                q = clock()
+                for key, dt in (("pairs", b - a), ("token", c - b), ("redact_url", d - c), ("redact_headers", e - d),
+                                ("body_req", g - e), ("body_resp", h - g), ("fields", i - h), ("validate", j - i),
+                                ("fit", m - j), ("chain", o - m), ("append", q - o)):
+                    t[key] += dt
+            addon.recorder = durable_rec
+            for args in saved[:n_sync]:  # an fdatasync each: fewer of them
+                a = wall()
+                addon._record(*args)
+                t["record_durable"] += (wall() - a) * n // n_sync
+            addon.recorder = fast_rec
+            addon.inflight = 0
+            if _round:
+                for key, v in t.items():
+                    best[key] = min(best.get(key, v), v)
+
+        # 3. the hop to the worker thread, alone
+        async def hops(count: int) -> tuple[int, float]:
+            c0 = time.process_time()
+            a = wall()
+            for _ in range(count):
+                await asyncio.to_thread(int)
+            return wall() - a, time.process_time() - c0
+
+        hop_ns, hop_cpu = loop.run_until_complete(hops(n))
+
+        # 4. the whole addon per call on the event loop, 1 and 16 at a time: as shipped (to_thread, fsync), and
+        # without the fsync, and also without the thread (record called inline on the loop)
+        async def cycle(items: list[tuple]) -> None:
+            for f, resp in items:
+                addon.requestheaders(f)
+                addon.request(f)
+                f.response = resp
+                addon.responseheaders(f)
+                await addon.response(f)
+
+        async def whole(items: list[tuple], width: int) -> tuple[float, float]:
+            c0 = time.process_time()
+            a = wall()
+            await asyncio.gather(*(cycle(items[w::width]) for w in range(width)))
+            return _us(wall() - a, len(items)), (time.process_time() - c0) / len(items) * 1e6
+
+        async def inline(fn, *args):
+            return fn(*args)
+
+        n_whole = min(n, 500)
+        wholes: dict[str, tuple] = {}
+        for label, rec, hop in (("inline, fsync off", fast_rec, "inline"), ("to_thread, fsync off", fast_rec, ""),
+                                ("to_thread, fsync on (as shipped)", durable_rec, "")):
+            addon.recorder = rec
+            cj.asyncio = SimpleNamespace(to_thread=inline) if hop else asyncio
+            try:
+                wholes[label] = (loop.run_until_complete(whole(build(n_whole), 1)),
+                                 loop.run_until_complete(whole(build(n_whole), 16)))
+            finally:
+                cj.asyncio = asyncio
+        fast_rec.close()
+
+    per = {k: _us(v, n) for k, v in best.items()}
+    rows += [
+        ("on the event loop", per["requestheaders"] + per["request"] + per["responseheaders"]
+         + per["response_loop"], "the proxy's only thread for everything else"),
+        ("  requestheaders (pretty_url, registry.match, _pairs, is_token_exchange, session check)",
+         per["requestheaders"], ""),
+        ("  request (get_content, registry.classify, principal_fingerprint, check_session)", per["request"], ""),
+        ("  responseheaders (_must_stream)", per["responseheaders"], ""),
+        ("  response before the hop (_body x2, _pairs(resp), timestamp)", per["response_loop"], ""),
+        ("asyncio.to_thread hop, wall per call (1 at a time)", _us(hop_ns, n), f"CPU {hop_cpu / n * 1e6:.0f} us"),
+        ("worker: _record, durable=False (all CPU work)", per["record_nosync"], ""),
+        ("  _pairs(request.headers) + str() copies", per["pairs"], ""),
+        ("  is_token_exchange + is_token_response", per["token"], ""),
+        ("  redact_url", per["redact_url"], ""),
+        ("  redact_headers (request + response)", per["redact_headers"], ""),
+        ("  record_body(request) (decode, redact scan, parse JSON)", per["body_req"], ""),
+        ("  record_body(response) (gunzip, redact scan, parse JSON)", per["body_resp"], ""),
+        ("  build fields + format_ts", per["fields"], ""),
+        ("  JournalWriter.append, durable=False", per["append"], ""),
+        ("    of which validate_fields", per["validate"], ""),
+        ("    of which fit_entry", per["fit"], ""),
+        ("    of which orjson_matches_jcs + chain_entry (canonical form, SHA-256)", per["chain"], ""),
+        ("worker: _record, durable=True (wall, one fdatasync per call)", per["record_durable"], ""),
+    ]
+    for label, (one, sixteen) in wholes.items():
+        rows.append((f"whole addon, {label}: 1 at a time, wall per call", one[0], f"CPU {one[1]:.0f} us"))
+        rows.append((f"whole addon, {label}: 16 at a time, wall / calls", sixteen[0], f"CPU {sixteen[1]:.0f} us"))
+    figures = per | {"hop_us": _us(hop_ns, n), "hop_cpu_us": hop_cpu / n * 1e6,
+                     "whole": {k: {"1": {"wall_us": v[0][0], "cpu_us": v[0][1]},
+                                   "16": {"wall_us": v[1][0], "cpu_us": v[1][1]}} for k, v in wholes.items()}}
+    return rows, figures
+
+
+_LOOP_WRITER_PATCH = '''\
+# Prototype of a suggested change, for measuring only: the record's CPU work runs on the event loop
+# (where it holds the GIL anyway) and one long-lived writer thread commits whatever is queued (one
+# write + one fdatasync per session per batch, GIL released meanwhile) and wakes the loop once per
+# batch. Replaces asyncio.to_thread + the thread pool + JournalWriter's follower threads. Durable:
+# a response is still released only after its entry's fdatasync.
+import asyncio, collections, threading, types
+import addons.connector_journal as cj
+import journal.record as jr
+from journal.bodies import fit_entry
+from journal.canonical import orjson_matches_jcs
+from journal.entry import validate_fields
+from journal.writer import _Pending
+
+
+class _BatchWriter:
+    """One long-lived thread: takes every queued entry, commits them (one write + one fdatasync per
+    session), then wakes the event loop once for the whole batch."""
+
+    def __init__(self, writer, loop):
+        self.writer, self.loop = writer, loop
+        self.queue = collections.deque()
+        self.wake = threading.Event()
+        self.last = None
+        threading.Thread(target=self._run, daemon=True, name="journal-writer").start()
+
+    def submit(self, fields):
+        fut = self.loop.create_future()
+        self.queue.append((_Pending(fields, orjson_matches_jcs(fields)), fut))
+        self.wake.set()
+        self.last = fut
+        return fut
+
+    def _run(self):
+        while True:
+            self.wake.wait()
+            self.wake.clear()
+            batch = []
+            while self.queue:
+                batch.append(self.queue.popleft())
+            if not batch:
+                continue
+            sessions = {}
+            for p, _ in batch:
+                sessions.setdefault(p.fields["session"], []).append(p)
+            for session, pending in sessions.items():
+                try:
+                    slog = self.writer._acquire(session)
+                    try:
+                        self.writer._commit(slog, pending)
+                    finally:
+                        self.writer._release(slog)
+                except BaseException as exc:  # noqa: BLE001
+                    for p in pending:
+                        if p.entry is None and p.error is None:
+                            p.error = exc
+            self.loop.call_soon_threadsafe(self._resolve, batch)
+
+    @staticmethod
+    def _resolve(batch):
+        for p, fut in batch:
+            if fut.done():
+                continue
+            if p.error is not None:
+                fut.set_exception(p.error)
+            else:
+                fut.set_result(p.entry)
+
+
+class _LoopWriter:
+    """Stands in for the JournalWriter inside Recorder: validates and sizes on the loop, queues the commit."""
+
+    def __init__(self, real):
+        self.real = real
+        self.blobs = real.blobs
+        self.batch = None
+
+    def append(self, fields):
+        validate_fields(fields)
+        fields = fit_entry(fields, self.real.blobs, self.real.line_limit)
+        if self.batch is None:
+            self.batch = _BatchWriter(self.real, asyncio.get_running_loop())
+        return self.batch.submit(fields)
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+
+_orig_init = jr.Recorder.__init__
+
+
+def _init(self, *args, **kwargs):
+    _orig_init(self, *args, **kwargs)
+    self.writer = _LoopWriter(self.writer)
+
+
+jr.Recorder.__init__ = _init
+async def _on_loop(fn, *args):
+    """asyncio.to_thread stand-in: run the record on the loop, then await its queued commit."""
+    self = fn.__self__
+    lw = self.recorder.writer
+    if lw.batch is not None:
+        lw.batch.last = None
+    fn(*args)
+    fut = lw.batch.last if lw.batch is not None else None
+    if fut is not None:
+        await fut
+
+
+cj.asyncio = types.SimpleNamespace(to_thread=_on_loop)
+'''
+
+_VARIANT_PATCHES = {
+    "broker": "",
+    "broker, fsync off": "import os; os.fdatasync = lambda fd: None",
+    "broker, fsync off, record inline": (
+        "import os, types; os.fdatasync = lambda fd: None\n"
+        "import addons.connector_journal as cj\n"
+        "async def _inline(fn, *args): return fn(*args)\n"
+        "cj.asyncio = types.SimpleNamespace(to_thread=_inline)"
+    ),
+    "broker, record on loop + writer thread": _LOOP_WRITER_PATCH,
+}
+"""What-if variants of `broker run` for --profile: the same command with a patch applied in the process
+before it starts (only for measuring; the broker's code is unchanged)."""
+
+
+class PatchedBroker(BrokerProcess):
+    """`broker run` started through `python -c` with a patch applied first."""
+
+    def __init__(self, tmp: Path, upstream, patch: str, *extra: str) -> None:
+        super().__init__(tmp, upstream, *extra)
+        self.patch = patch
+
+    def command(self) -> list[str]:
+        cmd = super().command()
+        launcher = (f"import sys; sys.path.insert(0, {str(ROOT)!r})\n{self.patch}\n"
+                    "from broker.cli import main; sys.argv[0] = 'broker'; main()")
+        return [sys.executable, "-c", launcher, *cmd[1:]]
+
+
+def run_variants(root: Path, upstream: UpstreamProcess, mitm: BrokerProcess, clients: int, quick: bool,
+                 log: Callable[[str], None]) -> tuple[list[dict], list[dict]]:
+    """Broker variants against plain mitmdump, interleaved: which part of the gap is fsync, which the hop."""
+    n_seq, n_conc, rounds = (40, 96, 3) if quick else (40, 128, 8)
+    scens = [{"name": "seq GET", "clients": 1, "n": n_seq, "warm": 20, "mix": False},
+             {"name": f"{clients}x GET", "clients": clients, "n": n_conc, "warm": 4, "mix": False}]
+    procs = []
+    targets = {"mitmdump": Target("mitmdump", upstream, mitm)}
+    try:
+        for i, (name, patch) in enumerate(_VARIANT_PATCHES.items()):
+            tmp = root / f"variant-{i}"
+            tmp.mkdir()
+            proc = PatchedBroker(tmp, upstream.info, patch, "--session", SESSION)
+            procs.append(proc)
+            proc.start()
+            targets[name] = Target(name, upstream, proc)
+        for t in targets.values():
+            measure(t, upstream, {"name": "warm-up", "clients": clients, "n": clients * 5, "warm": 0, "mix": False})
+        rows = [row for scen in scens for row in run_scenario(targets, upstream, scen, rounds, log)]
+    finally:
+        for p in procs:
+            p.stop()
+    vaults = {name: verify_vault(proc.vault, targets[name].sent)
+              for name, proc in zip(_VARIANT_PATCHES, procs, strict=True)}
+    table, ratios = summarise(rows, scens, tuple(targets), "mitmdump")
+    for r in table:
+        summary = next(x for x in ratios if x["scenario"] == r["scenario"])
+        r["vs_mitmdump"] = summary.get(f"{r['target']}/mitmdump", 1.0)
+        r["vs_mitmdump_runs"] = summary.get(f"{r['target']}/mitmdump runs", [])
+        r["vault_ok"] = vaults[r["target"]]["ok"] if r["target"] in vaults else None
+    return table, _without_latencies(rows)
+
+
+# py-spy: where the broker process spends its CPU (samples of the thread holding the GIL)
+
+_HOOKS = ("requestheaders", "request", "responseheaders", "response", "error")
+
+
+def _spy_category(stack: str) -> str:
+    frames = stack.split(";")
+    thread = frames[0].partition(": ")[2] or frames[0]
+    names = [f.split(" (", 1)[0] for f in frames[1:]]
+    if thread.startswith("asyncio_"):
+        if "ConnectorJournal._record" not in names:
+            return "worker thread: thread pool machinery (wake-up, future callbacks)"
+        if "JournalWriter.append" in names:
+            inner = [n for n in names if n.split(".")[-1] in ("validate_fields", "fit_entry", "_commit")]
+            detail = {"validate_fields": "validate_fields", "fit_entry": "fit_entry",
+                      "_commit": "_commit (chain_entry, flock, write, fdatasync)"}
+            return "worker thread: JournalWriter.append: " + (detail[inner[0].split(".")[-1]] if inner else "rest")
+        for key, label in (("redact_headers", "redact_headers"), ("record_body", "record_body (bodies)"),
+                           ("Recorder._body", "record_body (bodies)"), ("redact_url", "redact_url"),
+                           ("is_token_exchange", "is_token_exchange/response"),
+                           ("is_token_response", "is_token_exchange/response"), ("_pairs", "_pairs")):
+            if key in names:
+                return "worker thread: Recorder.record: " + label
+        return "worker thread: Recorder.record: rest (fields, format_ts, copies)"
+    if thread != "MainThread":
+        return f"other thread ({thread})"
+    if "to_thread" in names or "BaseEventLoop.run_in_executor" in names:
+        return "event loop: asyncio.to_thread submit"
+    for hook in _HOOKS:
+        if f"ConnectorJournal.{hook}" in names:
+            return f"event loop: addon hook {hook}"
+    if any(n.startswith("ConnectorJournal.") for n in names):
+        return "event loop: addon, other hooks"
+    if any("Redirect." in n for n in names):
+        return "event loop: redirect addon"
+    return "event loop: mitmproxy + asyncio (TLS, HTTP, hook dispatch, ...)"
+
+
+def spy_profile(root: Path, upstream: UpstreamProcess, proxy: BrokerProcess, name: str, clients: int, n: int,
+                rate: int = 250) -> tuple[dict[str, float], dict]:
+    """Sample `proxy` with py-spy (--gil: the thread holding the GIL, i.e. running Python) while `clients`
+    clients make n GETs; returns {category: us per call} and the measurement row."""
+    assert proxy.proc is not None
+    out = root / f"spy-{name}.txt"
+    target = Target(name, upstream, proxy)
+    measure(target, upstream, {"name": "warm-up", "clients": clients, "n": clients * 3, "warm": 0, "mix": False})
+    spy = subprocess.Popen(
+        [str(BIN / "py-spy"), "record", "--pid", str(proxy.proc.pid), "--rate", str(rate), "--format", "raw",
+         "--gil", "--threads", "--nonblocking", "-o", str(out)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    time.sleep(1.5)  # py-spy attaches
+    row = measure(target, upstream, {"name": "py-spy", "clients": clients, "n": n, "warm": 2, "mix": False})
+    spy.send_signal(signal.SIGINT)
+    _, err = spy.communicate(timeout=60)
+    if not out.exists():
+        raise RuntimeError(f"py-spy wrote nothing: {err.decode(errors='replace')[-500:]}")
+    cats: dict[str, int] = {}
+    for line in out.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if stack and count.isdigit():
+            cat = _spy_category(stack)
+            cats[cat] = cats.get(cat, 0) + int(count)
+    # py-spy keeps sampling for the 1.5 s before the calls and while it stops; those samples are idle
+    # ones mostly (no GIL holder), so dividing by the calls made is a fair per-call figure.
+    per_call = {k: v / rate / row["requests"] * 1e6 for k, v in sorted(cats.items(), key=lambda kv: -kv[1])}
+    return per_call, row
+
+
+def run_profile(root: Path, quick: bool, upstream: UpstreamProcess, mitm: BrokerProcess, clients: int,
+                log: Callable[[str], None]) -> tuple[str, dict]:
+    figures: dict = {}
+    out: list[str] = []
+    log("profile: broker variants")
+    vtable, vrows = run_variants(root, upstream, mitm, clients, quick, log)
+    figures["variants"] = {"table": vtable, "runs": vrows}
+    out.append("\n== what-if variants of the broker process (patched at start; the code is unchanged), GET only, "
+               "targets interleaved; /mitmdump: median of the per-round ratios (IQR)")
+    out.append(f"{'scenario':<9} {'target':<39} {'req/s':>7} {'p50 ms':>7} {'p99 ms':>7} {'proxy CPU':>10} "
+               f"{'/mitmdump':>9} {'(IQR)':>11} {'vault':>6}")
+    for r in vtable:
+        vault = "-" if r["vault_ok"] is None else "ok" if r["vault_ok"] else "BAD"
+        out.append(f"{r['scenario']:<9} {r['target']:<39} {r['req_s']:>7.0f} {r['p50_ms']:>7.2f} {r['p99_ms']:>7.2f} "
+                   f"{r['proxy_cpu_us']:>10.0f} {r['vs_mitmdump']:>9.2f} {_quartiles(r['vs_mitmdump_runs']):>11} "
+                   f"{vault:>6}")
+    out.append("fsync off: os.fdatasync replaced by a no-op; record inline: asyncio.to_thread replaced by a direct "
+               "call on the event loop;")
+    out.append("record on loop + writer thread: see _LOOP_WRITER_PATCH (fsync on); vault: entries = calls sent "
+               "and verify_session intact")
+
+    if (BIN / "py-spy").exists():
+        log("profile: py-spy")
+        n = 480 if quick else 1280
+        tmp = root / "spy-broker"
+        tmp.mkdir()
+        broker = BrokerProcess(tmp, upstream.info, "--session", SESSION).start()
+        try:
+            bcats, brow = spy_profile(root, upstream, broker, "broker", clients, n)
+        finally:
+            broker.stop()
+        mcats, mrow = spy_profile(root, upstream, mitm, "mitmdump", clients, n)
+        figures["py_spy"] = {"broker": bcats, "mitmdump": mcats, "broker_row": brow, "mitmdump_row": mrow}
+        out.append(f"\n== py-spy --gil (samples of the thread running Python), {clients}x GET, {n} calls, us per call")
+        for title, cats, row in (("broker", bcats, brow), ("mitmdump", mcats, mrow)):
+            total = sum(cats.values())
+            out.append(f"{title}: {row['req_s']:.0f} req/s; sampled {total:.0f} us/call, "
+                       f"process CPU {row['proxy_cpu_us']:.0f} us/call")
+            for cat, us in cats.items():
+                if us >= 1:
+                    out.append(f"  {cat:<76} {us:>7.0f} {us / total:>6.0%}")
+    else:
+        out.append("\n(py-spy not installed in the venv: `.venv/bin/pip install py-spy` adds a sampling profile)")
+
+    log("profile: stage breakdown")
+    n = 300 if quick else 2000
+    rows, stages = stage_breakdown(root, n)
+    figures["stages_us"] = stages
+    out.append(f"\n== addon stage breakdown, in-process, {n} calls (mix: Gmail labels GET / Slack chat.postMessage "
+               "alternating), us per call: thread CPU time, best of 3 rounds, no profiler")
+    for label, us, note in rows:
+        out.append(f"  {label:<88} {us:>8.1f}  {note}")
+    return "\n".join(out) + "\n", figures
+
+
+if __name__ == "__main__":
+    sys.exit(main())
