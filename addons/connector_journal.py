@@ -56,6 +56,10 @@ PRINCIPAL_HEADER = "x-broker-principal"
 ERROR_HEADER = "X-Broker-Error"
 _CRED_HEADERS = ("authorization", "x-goog-api-key", "x-api-key", "api-key", "private-token", "x-auth-token")
 _META = "broker"
+_CACHED_OPTIONS = (
+    "broker_session", "broker_agent", "broker_principal", "broker_record_unknown", "broker_on_journal_error",
+    "broker_spill_threshold",
+)
 _BAD_PROXY_AUTH = "proxy credentials unreadable: expected Basic base64(SESSION:AGENT) in UTF-8"
 
 
@@ -108,12 +112,18 @@ def principal_fingerprint(headers: list[tuple[str, str]], url: str) -> str:
 class _Call:
     """What the addon tracks for one recorded flow (kept in flow.metadata)."""
 
-    __slots__ = ("session", "agent", "principal", "connector", "effect", "url", "req_cap", "resp_cap", "started")
+    __slots__ = (
+        "session", "agent", "principal", "connector", "effect", "url", "req_headers", "req_cap", "resp_cap", "started",
+    )
 
-    def __init__(self, session: str, agent: str, principal: str | None, connector: str, url: str) -> None:
+    def __init__(
+        self, session: str, agent: str, principal: str | None, connector: str, url: str,
+        req_headers: list[tuple[str, str]],
+    ) -> None:
         self.session, self.agent, self.principal, self.connector = session, agent, principal, connector
         self.effect = "write"
         self.url = url
+        self.req_headers = req_headers  # as sent upstream (proxy credentials and X-Broker-* removed)
         self.req_cap: BodyCapture | None = None
         self.resp_cap: BodyCapture | None = None
         self.started = time.time()
@@ -126,6 +136,7 @@ class ConnectorJournal:
         self.identities: weakref.WeakKeyDictionary[connection.Client, tuple[str, str]] = (
             weakref.WeakKeyDictionary()
         )
+        self._opts: dict = {}
         self.recorded = 0
         self.journal_failures = 0
         self.inflight = 0  # recorded calls between requestheaders and their entry
@@ -151,6 +162,8 @@ class ConnectorJournal:
 
     def configure(self, updated: set[str]) -> None:
         opts = ctx.options
+        # Read once here: every ctx.options read copies the value, and the hooks run per request.
+        self._opts = {name: getattr(opts, name) for name in _CACHED_OPTIONS}
         if "broker_on_journal_error" in updated and opts.broker_on_journal_error not in ("block", "pass"):
             raise exceptions.OptionsError("broker_on_journal_error must be 'block' or 'pass'")
         if "broker_connectors" in updated:
@@ -209,14 +222,15 @@ class ConnectorJournal:
         url = req.pretty_url
         connector = self.registry.match(req.pretty_host, req.path.split("?", 1)[0])
         if connector is None:
-            if not ctx.options.broker_record_unknown:
+            if not self._opts["broker_record_unknown"]:
                 return
             connector = "unknown"
-        if is_token_exchange(req.method, url, _pairs(req.headers), None):
+        req_headers = _pairs(req.headers)
+        if is_token_exchange(req.method, url, req_headers, None):
             return
-        session = (creds[0] if creds and creds[0] else None) or h_session or ctx.options.broker_session
-        agent = (creds[1] if creds and creds[1] else None) or h_agent or ctx.options.broker_agent
-        principal = h_principal or ctx.options.broker_principal or None
+        session = (creds[0] if creds and creds[0] else None) or h_session or self._opts["broker_session"]
+        agent = (creds[1] if creds and creds[1] else None) or h_agent or self._opts["broker_agent"]
+        principal = h_principal or self._opts["broker_principal"] or None
         try:
             session_filename(session)
         except SessionIdError as exc:
@@ -224,7 +238,7 @@ class ConnectorJournal:
             return
         if not agent:
             agent = "unknown"
-        call = _Call(session, agent, principal, connector, url)
+        call = _Call(session, agent, principal, connector, url, req_headers)
         flow.metadata[_META] = call
         self.inflight += 1
         if self._must_stream(req.headers):
@@ -237,10 +251,10 @@ class ConnectorJournal:
             return
         req = flow.request
         body = None if call.req_cap is not None else self._decoded(req)
-        if body is not None and is_token_exchange(req.method, call.url, _pairs(req.headers), body):
+        if body is not None and is_token_exchange(req.method, call.url, call.req_headers, body):
             self._drop(flow)
             return
-        cls = self.registry.classify(req.method, call.url, _pairs(req.headers), body)
+        cls = self.registry.classify(req.method, call.url, call.req_headers, body)
         if cls is not None:
             call.effect = cls.effect
             if call.connector == "unknown":
@@ -248,8 +262,8 @@ class ConnectorJournal:
         elif call.connector == "unknown":
             call.effect = "read" if req.method in ("GET", "HEAD", "OPTIONS") else "write"
         if call.principal is None:
-            call.principal = principal_fingerprint(_pairs(req.headers), call.url)
-        if ctx.options.broker_on_journal_error == "block":
+            call.principal = principal_fingerprint(call.req_headers, call.url)
+        if self._opts["broker_on_journal_error"] == "block":
             problem = self._journal_problem(call.session)
             if problem:
                 self.journal_failures += 1
@@ -290,7 +304,7 @@ class ConnectorJournal:
             return
         msg = flow.error.msg if flow.error else "unknown error"
         if call.principal is None:
-            call.principal = principal_fingerprint(_pairs(flow.request.headers), call.url)
+            call.principal = principal_fingerprint(call.req_headers, call.url)
         req_body = self._body(flow.request, call.req_cap) if call.req_cap or flow.request.raw_content else None
         if call.resp_cap is not None:
             call.resp_cap.abort()
@@ -314,7 +328,7 @@ class ConnectorJournal:
         entry = self.recorder.record(
             session=call.session, agent=call.agent, principal=call.principal or "anonymous",
             connector=call.connector, capture="broker", effect=call.effect,
-            method=flow.request.method, url=call.url, request_headers=_pairs(flow.request.headers),
+            method=flow.request.method, url=call.url, request_headers=call.req_headers,
             request_body=req_body, status=status, response_headers=resp_headers, response_body=resp_body,
             error=error, ts=when, mcp=mcp,
         )
@@ -358,14 +372,15 @@ class ConnectorJournal:
             size = int(length)
         except ValueError:
             return True
-        limit = JSON_PARSE_LIMIT if is_json_type(ctype) else ctx.options.broker_spill_threshold
-        return size > max(limit, ctx.options.broker_spill_threshold)
+        threshold = self._opts["broker_spill_threshold"]
+        limit = JSON_PARSE_LIMIT if is_json_type(ctype) else threshold
+        return size > max(limit, threshold)
 
     def _capture(self, headers: http.Headers) -> BodyCapture:
         assert self.recorder is not None
         return BodyCapture(
             self.recorder.blobs, headers.get("content-type"), headers.get("content-encoding"),
-            ctx.options.broker_spill_threshold,
+            self._opts["broker_spill_threshold"],
         )
 
     @staticmethod
@@ -390,7 +405,7 @@ class ConnectorJournal:
     def _journal_failed(self, flow: http.HTTPFlow, call: _Call, exc: Exception, streamed: bool) -> None:
         self.journal_failures += 1
         where = f"{flow.request.method} {redact_url(call.url)}"
-        if ctx.options.broker_on_journal_error == "block" and not streamed:
+        if self._opts["broker_on_journal_error"] == "block" and not streamed:
             log.error("journal: %s blocked, entry could not be written: %s", where, exc)
             self._answer(flow, 502, f"response withheld: the journal could not record this call ({exc})")
         else:

@@ -87,6 +87,27 @@ class ContentDecoder:
         return out
 
 
+def decoded_prefix(data: bytes, content_encoding: str | None, limit: int) -> bytes | None:
+    """The decoded body if it decodes to at most `limit` bytes, else None (also when it does not decode).
+
+    For checks on small bodies (is this a token grant?) without risking a decompression bomb: input
+    is fed in small pieces and decoding stops once the output passes the limit.
+    """
+    try:
+        decoder = ContentDecoder(content_encoding)
+        if not decoder.active:
+            return data if len(data) <= limit else None
+        out = bytearray()
+        for i in range(0, len(data), 16 << 10):
+            out += decoder.feed(data[i : i + (16 << 10)])
+            if len(out) > limit:
+                return None
+        out += decoder.flush()
+    except Exception:  # noqa: BLE001 - any codec failure: not decodable
+        return None
+    return bytes(out) if len(out) <= limit else None
+
+
 class _Stage:
     def feed(self, data: bytes) -> bytes:  # pragma: no cover - interface
         raise NotImplementedError
@@ -195,7 +216,8 @@ def parse_json_strict(data: bytes) -> tuple[bool, object]:
         rest = text.lstrip(" \t\r\n")[end:]
         if rest.strip(" \t\r\n"):
             return False, None
-        canonical_bytes(value)  # lone surrogates and the like
+        if "\\u" in text:
+            canonical_bytes(value)  # a lone surrogate can only come from a \u escape
         return True, value
     except (ValueError, RecursionError):
         return False, None

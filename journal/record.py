@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from journal.bodies import SPILL_THRESHOLD, record_body, spill_large_strings
+from journal.bodies import SPILL_THRESHOLD, decoded_prefix, record_body, spill_large_strings
 from journal.canonical import CanonicalError, canonical_bytes, check_reads_back
 from journal.connectors import Registry
 from journal.entry import ContractError, format_ts
@@ -32,6 +32,8 @@ from journal.redact import (
 from journal.writer import JournalWriter
 
 Headers = Iterable[tuple[str, str]] | Iterable[list[str]]
+TOKEN_CHECK_LIMIT = 1 << 20
+"""Token grants are small; a response body that decodes to more than this is not checked for one."""
 
 
 @dataclass(frozen=True)
@@ -97,8 +99,10 @@ class Recorder:
         raw_req = request_body if isinstance(request_body, bytes) else None
         if is_token_exchange(method, url, req_headers, raw_req):
             return None
-        if isinstance(response_body, bytes) and is_token_response(resp_headers, response_body):
-            return None
+        if isinstance(response_body, bytes) and response_body:
+            plain = decoded_prefix(response_body, header_value(resp_headers, "content-encoding"), TOKEN_CHECK_LIMIT)
+            if plain is not None and is_token_response(resp_headers, plain):
+                return None
         request = {
             "method": method,
             "url": redact_url(url),

@@ -18,6 +18,7 @@ fed the whole body at once, so the streaming and the one-shot results are equal 
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable
@@ -446,8 +447,9 @@ def contains_credential(data: bytes | str) -> bool:
 # ---------------------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=4096)
 def _is_credential_header(name: str) -> bool:
-    """Fixed list plus the catch-all name pattern of connectors.md section 7."""
+    """Fixed list plus the catch-all name pattern of connectors.md section 7 (cached: names hold no secrets)."""
     lname = name.strip().lower()
     return lname in _HEADER_NAMES or _HEADER_NAME_RE.search(lname) is not None
 
@@ -460,6 +462,10 @@ def redact_headers(headers: Iterable[tuple[str, str]]) -> list[list[str]]:
     capability URL (upload_id=, sig=, X-Amz-Signature=, hooks.slack.com/...) keeps its shape and loses
     its secret; a plain redirect stays byte for byte.
     """
+    headers = list(headers)
+    # One value-pattern scan over all plain values; they are scanned one by one only if it hits.
+    plain = [v for n, v in headers if not _is_credential_header(n)]
+    suspect = contains_credential("\n".join(plain)) if plain else False
     out: list[list[str]] = []
     for name, value in headers:
         lname = name.strip().lower()
@@ -471,7 +477,7 @@ def redact_headers(headers: Iterable[tuple[str, str]]) -> list[list[str]]:
             new = _LINK_URL_RE.sub(lambda m: "<" + redact_url(m.group(1)) + ">", value)
         else:
             new = value
-        if new != REDACTED and contains_credential(new):
+        if new != REDACTED and (suspect or new is not value) and contains_credential(new):
             new = REDACTED
         out.append([name, new])
     return out
@@ -500,6 +506,29 @@ def _redact_params(params: str) -> str:
     return "&".join(parts)
 
 
+def _plainly_clean(url: str) -> bool:
+    """Fast path for the common URL: nothing encoded, no userinfo, no webhook host, no credential-named
+    parameter, and no credential value pattern in any component redact_url would check (path segments,
+    parameter values, a bare fragment), scanned in one pass. Then redact_url would change nothing."""
+    if "%" in url or "+" in url or "@" in url or "hooks.slack" in url.lower():
+        return False
+    rest, _, fragment = url.partition("#")
+    rest, _, query = rest.partition("?")
+    m = _AUTHORITY_RE.match(rest)
+    components = (rest[m.end() :] if m else rest).split("/")
+    for params in (query, fragment):
+        if params is fragment and "=" not in fragment:
+            components.append(fragment)
+            continue
+        for part in params.split("&"):
+            name, eq, value = part.partition("=")
+            if eq:
+                if _URL_NAME_RE.fullmatch(name):
+                    return False
+                components.append(value)
+    return not contains_credential("\n".join(components))
+
+
 def redact_url(url: str) -> str:
     """Remove credentials from a URL, leaving every other byte where it was.
 
@@ -512,6 +541,8 @@ def redact_url(url: str) -> str:
       (``/services/[never%20captured]``): the rest of the path is the secret.
     Pagination cursors (pageToken, nextPageToken, syncToken) are not credentials and stay.
     """
+    if _plainly_clean(url):
+        return url
     rest, hash_, fragment = url.partition("#")
     rest, qmark, query = rest.partition("?")
     m = _AUTHORITY_RE.match(rest)

@@ -221,3 +221,12 @@ def test_agent_report_takes_effect_from_rules_not_the_agent(tmp_path):
     assert (e["connector"], e["effect"]) == ("example", "write")
     rec.close()
     assert [x["seq"] for x in iter_entries(Vault(tmp_path), "s1")] == [1, 2, 3]
+
+
+def test_gzip_encoded_token_response_leaves_no_entry(tmp_path):
+    rec = Recorder(tmp_path)
+    body = gzip.compress(b'{"access_token": "ya29.a0secret", "expires_in": 3599, "token_type": "Bearer"}')
+    out = _record(rec, url="https://idp.example.com/custom/exchange", response_body=body,
+                  response_headers=[("Content-Type", "application/json"), ("Content-Encoding", "gzip")])
+    rec.close()
+    assert out is None and not list(tmp_path.rglob("*.jsonl"))
