@@ -1,9 +1,10 @@
 """The canonical form of SPEC.md: RFC 8785 (JCS), the one implementation in the project.
 
 Everything that hashes or writes an entry calls `canonical_bytes`. orjson is used as a
-fast path only for values where its `OPT_SORT_KEYS` output is proven byte-identical to
-JCS: no float anywhere and no object key outside the Basic Multilingual Plane (orjson
-sorts keys by code point, JCS by UTF-16 code unit; they differ only for such keys).
+fast path only where its `OPT_SORT_KEYS` output is proven byte-identical to JCS: no float
+anywhere, and no mix of characters outside the Basic Multilingual Plane with characters in
+U+E000..U+FFFF (orjson sorts keys by code point, JCS by UTF-16 code unit; they differ only
+there). See `_fast`.
 `tests/test_canonical.py` holds the proof (vectors plus a differential property test
 against the `rfc8785` package).
 """
@@ -21,13 +22,31 @@ class CanonicalError(ValueError):
     """A value that has no canonical form under the contract."""
 
 
+_FAST_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER | orjson.OPT_PASSTHROUGH_SUBCLASS
+
+
+def _fast(value: object) -> bytes | None:
+    """orjson's sorted output when it is provably the canonical form, else None.
+
+    orjson itself refuses integers beyond +-(2^53-1) (OPT_STRICT_INTEGER), non-string keys, subclasses
+    (OPT_PASSTHROUGH_SUBCLASS), lone surrogates and very deep nesting; the byte scan rules out floats
+    and key orders that differ from UTF-16 order; and reading the bytes back must give the value
+    again, which rules out NaN and infinities (orjson writes those as null).
+    """
+    try:
+        data = orjson.dumps(value, option=_FAST_OPTIONS)
+    except orjson.JSONEncodeError:
+        return None
+    if _may_differ_from_orjson(data) or orjson.loads(data) != value:
+        return None
+    return data
+
+
 def canonical_bytes(value: object) -> bytes:
     """Return the RFC 8785 canonical UTF-8 bytes of a JSON value."""
-    if _orjson_safe(value):
-        try:
-            return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
-        except orjson.JSONEncodeError:
-            pass  # lone surrogates or very deep nesting: the slow path says which, or writes it
+    data = _fast(value)
+    if data is not None:
+        return data
     parts: list[str] = []
     try:
         _write(value, parts)
@@ -119,42 +138,12 @@ def is_canonical_line(data: bytes, value: object) -> bool:
 
 def orjson_matches_jcs(value: object) -> bool:
     """True when orjson's sorted output of `value` is its canonical form (so callers that must
-    canonicalise the same value again, with small integer or hex fields added, may use orjson)."""
-    return _orjson_safe(value)
-
-
-def _orjson_safe(value: object) -> bool:
-    """True when orjson's sorted output equals JCS for this value (and the value is valid).
-
-    Walks the value once; raises CanonicalError for values no canonical form allows
-    (integers beyond 2^53-1, non-string keys, unknown types), so the fast path never
-    writes something the slow path would refuse.
-    """
-    stack = [value]
-    while stack:
-        v = stack.pop()
-        t = type(v)
-        if t is str or v is None or t is bool:
-            continue
-        if t is int:
-            if -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER:
-                continue
-            raise CanonicalError(f"integer {v} is outside +-(2^53-1)")
-        if t is dict:
-            for k in v:
-                if type(k) is not str:
-                    raise CanonicalError(f"object key {k!r} is not a string")
-                if not k.isascii() and any(ord(c) > 0xFFFF for c in k):
-                    return False
-            stack.extend(v.values())
-            continue
-        if t is list:
-            stack.extend(v)
-            continue
-        if t is float:
-            return False
-        raise CanonicalError(f"value of type {t.__name__} has no JSON form")
-    return True
+    canonicalise the same value again, with small integer or hex fields added, may use orjson).
+    Raises CanonicalError when `value` has no canonical form at all."""
+    if _fast(value) is not None:
+        return True
+    canonical_bytes(value)  # raises for values no canonical form allows
+    return False
 
 
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}

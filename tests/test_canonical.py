@@ -4,7 +4,9 @@
 - values with no canonical form raise CanonicalError;
 - differential property test: canonical_bytes == rfc8785.dumps for generated JSON values;
 - fast-path proof: for values with no float and only BMP keys, orjson's OPT_SORT_KEYS output
-  equals JCS, and `_orjson_safe` refuses every value holding a float or a non-BMP key;
+  equals JCS, and the fast path (`_fast`) never returns bytes that differ from JCS: it declines
+  every value holding a float, NaN or infinity, and keys whose code-point order could differ from
+  their UTF-16 order;
 - line property: a canonical line parses back to a value with the same canonical bytes.
 """
 
@@ -22,7 +24,7 @@ import rfc8785
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from journal.canonical import MAX_SAFE_INTEGER, CanonicalError, _orjson_safe, canonical_bytes, format_number
+from journal.canonical import MAX_SAFE_INTEGER, CanonicalError, _fast, canonical_bytes, format_number
 
 VECTOR_DIR = Path(__file__).parent / "vectors"
 VECTORS = json.loads((VECTOR_DIR / "canonical.json").read_text(encoding="utf-8"))
@@ -295,8 +297,11 @@ poisoned_values = st.recursive(_poison, _embed, max_leaves=6)
 @given(json_values)
 def test_canonical_bytes_equals_rfc8785(value):
     assert canonical_bytes(value) == rfc8785.dumps(value)
-    # (d) the fast path is taken exactly when there is no float and no non-BMP key.
-    assert _orjson_safe(value) is (not _has_float_or_non_bmp_key(value))
+    # (d) the fast path is taken whenever there is no float and no non-BMP key, and is never wrong.
+    fast = _fast(value)
+    assert fast is None or fast == rfc8785.dumps(value)
+    if not _has_float_or_non_bmp_key(value) and not _mixes_non_bmp_and_high_bmp(value):
+        assert fast is not None
 
 
 @PROPERTY_SETTINGS
@@ -333,26 +338,35 @@ def test_integers_outside_the_safe_range_raise(n):
 @given(fast_path_values)
 def test_orjson_sorted_equals_jcs_without_floats_and_non_bmp_keys(value):
     assert orjson.dumps(value, option=orjson.OPT_SORT_KEYS) == rfc8785.dumps(value)
-    assert _orjson_safe(value) is True
+    assert _fast(value) == (None if _mixes_non_bmp_and_high_bmp(value) else rfc8785.dumps(value))
     assert canonical_bytes(value) == rfc8785.dumps(value)
+
+
+def _mixes_non_bmp_and_high_bmp(value: object) -> bool:
+    """The fast path declines (conservatively) when the text holds both kinds of character anywhere."""
+    data = orjson.dumps(value)
+    return any(b in data for b in (b"\xf0", b"\xf1", b"\xf2", b"\xf3", b"\xf4")) and (
+        b"\xee" in data or b"\xef" in data
+    )
 
 
 @PROPERTY_SETTINGS
 @given(poisoned_values)
-def test_orjson_safe_refuses_floats_and_non_bmp_keys(value):
+def test_fast_path_is_never_wrong_for_floats_and_non_bmp_keys(value):
     assert _has_float_or_non_bmp_key(value)
-    assert _orjson_safe(value) is False
+    fast = _fast(value)
+    assert fast is None or fast == rfc8785.dumps(value)
     assert canonical_bytes(value) == rfc8785.dumps(value)
 
 
 @pytest.mark.parametrize(
     "value",
-    [1.0, [0.0], {"a": [1, {"b": -0.0}]}, {"\U0001f600": 1}, {"a": {"b\U00010000": None}},
-     [[{"x\U0010ffff": 1}]]],
+    [1.0, [0.0], {"a": [1, {"b": -0.0}]}, {"\U0001f600": 1, "\ue000": 2}, [float("nan")], {"a": float("inf")},
+     [[{"x\U0010ffff": 1, "x\uffff": 2}]]],
     ids=repr,
 )
-def test_orjson_safe_examples(value):
-    assert _orjson_safe(value) is False
+def test_fast_path_declines_floats_and_differing_key_orders(value):
+    assert _fast(value) is None
 
 
 # ---------------------------------------------------------------------------------------------
