@@ -50,9 +50,10 @@ from journal.writer import JournalError  # noqa: E402
 
 log = logging.getLogger("broker")
 
-SESSION_HEADER = "x-broker-session"
-AGENT_HEADER = "x-broker-agent"
-PRINCIPAL_HEADER = "x-broker-principal"
+SESSION_HEADER = b"x-broker-session"
+AGENT_HEADER = b"x-broker-agent"
+PRINCIPAL_HEADER = b"x-broker-principal"
+_IDENTITY_HEADERS = frozenset({b"proxy-authorization", SESSION_HEADER, AGENT_HEADER, PRINCIPAL_HEADER})
 ERROR_HEADER = "X-Broker-Error"
 _CRED_HEADERS = ("authorization", "x-goog-api-key", "x-api-key", "api-key", "private-token", "x-auth-token")
 _META = "broker"
@@ -208,24 +209,35 @@ class ConnectorJournal:
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         req = flow.request
+        # One pass over the raw header fields takes out the proxy credentials and X-Broker-* headers
+        # (never forwarded, never recorded) and yields the recorded header pairs.
+        special: dict[bytes, bytes] = {}
+        kept = []
+        for k, v in req.headers.fields:
+            lk = k.lower()
+            if lk in _IDENTITY_HEADERS:
+                special.setdefault(lk, v)
+            else:
+                kept.append((k, v))
+        if special:
+            req.headers.fields = tuple(kept)
         creds = None
-        auth = req.headers.pop("proxy-authorization", None)
-        if auth:
-            creds = _parse_proxy_auth(auth)
+        if b"proxy-authorization" in special:
+            creds = _parse_proxy_auth(_text(special[b"proxy-authorization"]))
             if creds is None:  # never fall back to another session when the credentials are unreadable
                 self._answer(flow, 400, _BAD_PROXY_AUTH)
                 return
         creds = creds or self.identities.get(flow.client_conn)
-        h_session = req.headers.pop(SESSION_HEADER, None)
-        h_agent = req.headers.pop(AGENT_HEADER, None)
-        h_principal = req.headers.pop(PRINCIPAL_HEADER, None)
+        h_session, h_agent, h_principal = (
+            _text(special[h]) if h in special else None for h in (SESSION_HEADER, AGENT_HEADER, PRINCIPAL_HEADER)
+        )
         url = req.pretty_url
         connector = self.registry.match(req.pretty_host, req.path.split("?", 1)[0])
         if connector is None:
             if not self._opts["broker_record_unknown"]:
                 return
             connector = "unknown"
-        req_headers = _pairs(req.headers)
+        req_headers = [(_text(k), _text(v)) for k, v in kept]
         if is_token_exchange(req.method, url, req_headers, None):
             return
         session = (creds[0] if creds and creds[0] else None) or h_session or self._opts["broker_session"]
