@@ -297,14 +297,10 @@ class ConnectorJournal:
         if call is None or flow.response is None:
             return
         resp = flow.response
-        req_body = self._body(flow.request, call.req_cap)
-        resp_body = self._body(resp, call.resp_cap)
         when = datetime.fromtimestamp(resp.timestamp_start or time.time(), UTC)
         streamed = call.resp_cap is not None
         try:
-            await asyncio.to_thread(
-                self._record, call, flow, req_body, resp.status_code, _pairs(resp.headers), resp_body, None, when
-            )
+            await self._record(call, flow, resp.status_code, _pairs(resp.headers), resp, None, when)
         except (JournalError, OSError, ValueError) as exc:
             self._journal_failed(flow, call, exc, streamed)
         finally:
@@ -317,15 +313,13 @@ class ConnectorJournal:
         msg = flow.error.msg if flow.error else "unknown error"
         if call.principal is None:
             call.principal = principal_fingerprint(call.req_headers, call.url)
-        req_body = self._body(flow.request, call.req_cap) if call.req_cap or flow.request.raw_content else None
         if call.resp_cap is not None:
             call.resp_cap.abort()
+            call.resp_cap = None
         status = flow.response.status_code if flow.response is not None else None
         headers = _pairs(flow.response.headers) if flow.response is not None else []
         try:
-            await asyncio.to_thread(
-                self._record, call, flow, req_body, status, headers, None, msg, datetime.now(UTC)
-            )
+            await self._record(call, flow, status, headers, None, msg, datetime.now(UTC))
         except (JournalError, OSError, ValueError) as exc:
             self.journal_failures += 1
             log.error("journal: failed call %s %s not recorded: %s", flow.request.method, redact_url(call.url), exc)
@@ -334,16 +328,35 @@ class ConnectorJournal:
 
     # -- helpers --------------------------------------------------------------------------------
 
-    def _record(self, call: _Call, flow, req_body, status, resp_headers, resp_body, error, when) -> None:
+    async def _record(self, call: _Call, flow, status, resp_headers, resp: http.Response | None, error, when) -> None:
+        """Build the entry and wait until it is durable.
+
+        Bodies held in memory are redacted and encoded here on the event loop (CPU work that holds
+        the GIL either way) and only the durable append waits in a thread. A streamed body's
+        capture ends with a blob commit (an fsync), so that whole call is recorded in a thread.
+        """
         assert self.recorder is not None
         mcp = self.attribute(flow, call.session) if self.attribute is not None else None
-        entry = self.recorder.record(
-            session=call.session, agent=call.agent, principal=call.principal or "anonymous",
-            connector=call.connector, capture="broker", effect=call.effect,
-            method=flow.request.method, url=call.url, request_headers=call.req_headers,
-            request_body=req_body, status=status, response_headers=resp_headers, response_body=resp_body,
-            error=error, ts=when, mcp=mcp,
-        )
+
+        def prepare() -> dict | None:
+            return self.recorder.prepare(
+                session=call.session, agent=call.agent, principal=call.principal or "anonymous",
+                connector=call.connector, capture="broker", effect=call.effect,
+                method=flow.request.method, url=call.url, request_headers=call.req_headers,
+                request_body=self._body(flow.request, call.req_cap), status=status, response_headers=resp_headers,
+                response_body=self._body(resp, call.resp_cap) if resp is not None else None,
+                error=error, ts=when, mcp=mcp,
+            )
+
+        def prepare_and_append() -> dict | None:
+            fields = prepare()
+            return None if fields is None else self.recorder.writer.append(fields)
+
+        if call.req_cap is not None or call.resp_cap is not None:
+            entry = await asyncio.to_thread(prepare_and_append)
+        else:
+            fields = prepare()
+            entry = None if fields is None else await asyncio.to_thread(self.recorder.writer.append, fields)
         if entry is not None:
             self.recorded += 1
 
@@ -355,7 +368,8 @@ class ConnectorJournal:
                 if cap is not None:
                     cap.abort()
 
-    def _body(self, message: http.Message, cap: BodyCapture | None):
+    @staticmethod
+    def _body(message: http.Message, cap: BodyCapture | None):
         if cap is not None:
             value, extra = cap.finish()
             return Prepared(value, extra)

@@ -85,15 +85,22 @@ class Recorder:
 
     # -- the general entry point ------------------------------------------------------------
 
-    def record(
+    def record(self, **call) -> dict | None:
+        """Append one entry (arguments as for `prepare`); returns it once durable, or None when the
+        call is a token exchange (SPEC.md: those leave no entry and no blob)."""
+        fields = self.prepare(**call)
+        return None if fields is None else self.writer.append(fields)
+
+    def prepare(
         self, *, session: str, agent: str, principal: str, connector: str, capture: str, effect: str,
         method: str, url: str, request_headers: Headers, request_body: Body,
         status: int | None, response_headers: Headers, response_body: Body,
         error: str | None = None, mcp: dict | None = None, prompt_ref: str | None = None,
         ts: datetime | str | None = None, request_extra: dict | None = None, response_extra: dict | None = None,
     ) -> dict | None:
-        """Append one entry; returns it once durable, or None when the call is a token exchange
-        (SPEC.md: those leave no entry and no blob)."""
+        """The entry fields for one call, redacted and encoded (large values already spilled to
+        blobs), ready for `writer.append`; None for a token exchange. Split from `record` so a
+        capture point can do this CPU work where it suits it and only wait for the durable append."""
         req_headers = [(str(k), str(v)) for k, v in request_headers]
         resp_headers = [(str(k), str(v)) for k, v in response_headers]
         raw_req = request_body if isinstance(request_body, bytes) else None
@@ -134,7 +141,7 @@ class Recorder:
             "request": request,
             "response": response,
         }
-        return self.writer.append(fields)
+        return fields
 
     def _body(self, body: Body, headers: list[tuple[str, str]]) -> tuple[object, dict]:
         if body is None or isinstance(body, bytes):
