@@ -35,7 +35,7 @@ from broker.mcp.messages import (
 )
 from broker.mcp.recording import JOURNAL_ERROR_CODE, CallJournal, PendingCall
 from broker.mcp.relay import MAX_LINE, SERVER_GONE_CODE, LineRelay, restore_blocking, say
-from broker.mcp.upstream_http import UpstreamPool, UpstreamResponse
+from broker.mcp.upstream import UpstreamPool, UpstreamResponse
 
 HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
