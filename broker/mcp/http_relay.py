@@ -34,7 +34,7 @@ from broker.mcp.messages import (
     parse_line,
 )
 from broker.mcp.recording import JOURNAL_ERROR_CODE, CallJournal, PendingCall
-from broker.mcp.relay import MAX_LINE, SERVER_GONE_CODE, LineRelay, restore_blocking, say
+from broker.mcp.relay import MAX_LINE, SERVER_GONE_CODE, LineRelay, finish_answers, restore_blocking, say, withhold
 from broker.mcp.upstream import UpstreamPool, UpstreamResponse
 
 HOP_BY_HOP = frozenset({
@@ -328,26 +328,12 @@ class HttpRelay:
                 finished.append((msg, tracked.call))
         if not finished:
             return data
-        results = await asyncio.gather(
-            *(self.journal.finish(call, status=status, response=msg, response_headers=headers,
-                                  response_text=None if msg.strict else _text(data)) for msg, call in finished),
-            return_exceptions=True,
-        )
-        failed = {id_key(c.request_id): r for (_, c), r in zip(finished, results, strict=True)
-                  if isinstance(r, BaseException)}
+        failed = await finish_answers(self.journal, finished, status=status, headers=headers, text=lambda: _text(data))
         if not failed:
             return data
         for key, exc in failed.items():
             say(f"journal: could not record id {key}: {exc}; the client gets an error instead of the result")
-        replaced = []
-        for msg in line.messages:
-            key = id_key(msg.id) if msg.kind == "response" else None
-            if key in failed:
-                why = f"the journal could not record this call, so its result is withheld: {failed[key]}"
-                replaced.append(orjson.loads(error_response(msg.id, JOURNAL_ERROR_CODE, why)))
-            else:
-                replaced.append(msg.value)
-        return orjson.dumps(replaced if line.batch else replaced[0])
+        return withhold(line, failed)
 
     async def _unanswered(self, exchange: _Exchange, why: str, *, status: int | None = None, headers=()) -> None:
         """Calls of this POST still unanswered (and not answerable on another stream) get their entry."""

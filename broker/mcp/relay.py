@@ -247,31 +247,14 @@ class LineRelay:
         self, raw: bytes, line: Line, finished: list[tuple[Message, PendingCall]], status: int | None,
         headers: list[tuple[str, str]],
     ) -> bytes:
-        results = await asyncio.gather(
-            *(self.journal.finish(call, status=status, response=msg, response_headers=headers,
-                                  response_text=None if msg.strict else raw.decode("utf-8", "replace"))
-              for msg, call in finished),
-            return_exceptions=True,
-        )
-        failed = {id_key(call.request_id): exc for (_, call), exc in zip(finished, results, strict=True)
-                  if isinstance(exc, BaseException)}
+        failed = await finish_answers(self.journal, finished, status=status, headers=headers,
+                                      text=lambda: raw.decode("utf-8", "replace"))
         if not failed:
             return raw
         for key, exc in failed.items():
             say(f"journal: could not record {finished[0][1].method} id {key}: {exc}; the client gets an error "
                 "instead of the result")
-        if not line.batch:
-            ((msg, call),) = finished
-            exc = failed[id_key(call.request_id)]
-            return error_response(call.request_id, JOURNAL_ERROR_CODE, _journal_message(exc))
-        out = []
-        for msg in line.messages:
-            key = id_key(msg.id) if msg.kind == "response" else None
-            if key in failed:
-                out.append(orjson.loads(error_response(msg.id, JOURNAL_ERROR_CODE, _journal_message(failed[key]))))
-            else:
-                out.append(msg.value)
-        return orjson.dumps(out) + b"\n"
+        return withhold(line, failed) + b"\n"
 
     # -- calls that get no answer ---------------------------------------------------------------
 
@@ -335,8 +318,33 @@ class LineRelay:
         await self.out.close()
 
 
-def _journal_message(exc: BaseException) -> str:
-    return f"the journal could not record this call, so its result is withheld: {exc}"
+async def finish_answers(
+    journal: CallJournal, finished: list[tuple[Message, PendingCall]], *, status: int | None,
+    headers: list[tuple[str, str]], text: Callable[[], str],
+) -> dict[str, BaseException]:
+    """Record the answers of `finished` at once; the failures by id key. `text()` is the raw answer,
+    stored for a response that is not strict JSON-RPC."""
+    results = await asyncio.gather(
+        *(journal.finish(call, status=status, response=msg, response_headers=headers,
+                         response_text=None if msg.strict else text())
+          for msg, call in finished),
+        return_exceptions=True,
+    )
+    return {id_key(call.request_id): exc for (_, call), exc in zip(finished, results, strict=True)
+            if isinstance(exc, BaseException)}
+
+
+def withhold(line: Line, failed: dict[str, BaseException]) -> bytes:
+    """The line (without a newline) with each failed response replaced by a JSON-RPC error."""
+    out = []
+    for msg in line.messages:
+        key = id_key(msg.id) if msg.kind == "response" else None
+        if key in failed:
+            why = f"the journal could not record this call, so its result is withheld: {failed[key]}"
+            out.append(orjson.loads(error_response(msg.id, JOURNAL_ERROR_CODE, why)))
+        else:
+            out.append(msg.value)
+    return orjson.dumps(out if line.batch else out[0])
 
 
 def _one(msg: Message, raw: bytes) -> bytes:
