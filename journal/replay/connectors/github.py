@@ -116,13 +116,7 @@ def touches(call: Call) -> list[Touch] | None:
     # /repos/{o}/{r}/issues[/...]
     if rest[0] == "issues":
         if len(rest) == 1:
-            if m == "GET":
-                return [Touch(issue(str(x["number"])), READ, "issues.list", state=x, data=data)
-                        for x in res or [] if isinstance(x, dict) and isinstance(x.get("number"), int)]
-            if m == "POST" and isinstance(res_d.get("number"), int):
-                return [Touch(issue(str(res_d["number"])), WRITE, "issues.create", state=res_d, intended=args or None,
-                              lifecycle=CREATED, data=data)]
-            return None
+            return _numbered_collection(issue, "issues", m, res, res_d, args, data)
         if rest[1] == "comments" and len(rest) >= 3:
             cid = rest[2]
             if len(rest) == 3:
@@ -162,13 +156,7 @@ def touches(call: Call) -> list[Touch] | None:
         return None
     if rest[0] == "pulls":
         if len(rest) == 1:
-            if m == "GET":
-                return [Touch(pull(str(x["number"])), READ, "pulls.list", state=x, data=data)
-                        for x in res or [] if isinstance(x, dict) and isinstance(x.get("number"), int)]
-            if m == "POST" and isinstance(res_d.get("number"), int):
-                return [Touch(pull(str(res_d["number"])), WRITE, "pulls.create", state=res_d, intended=args or None,
-                              lifecycle=CREATED, data=data)]
-            return None
+            return _numbered_collection(pull, "pulls", m, res, res_d, args, data)
         n = rest[1]
         if not n.isdigit():
             return None
@@ -475,4 +463,15 @@ def describe(kind: str, key: tuple, state: dict) -> str | None:
         return state["body"]
     if kind == "reaction" and isinstance(state.get("content"), str):
         return state["content"]
+    return None
+
+
+def _numbered_collection(key, name: str, m: str, res, res_d: dict, args, data) -> list[Touch] | None:
+    """GET lists issues or pulls (each read by its number); POST creates one, numbered in the response."""
+    if m == "GET":
+        return [Touch(key(str(x["number"])), READ, f"{name}.list", state=x, data=data)
+                for x in res or [] if isinstance(x, dict) and isinstance(x.get("number"), int)]
+    if m == "POST" and isinstance(res_d.get("number"), int):
+        return [Touch(key(str(res_d["number"])), WRITE, f"{name}.create", state=res_d, intended=args or None,
+                      lifecycle=CREATED, data=data)]
     return None
