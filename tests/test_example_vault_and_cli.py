@@ -120,3 +120,40 @@ def test_show_timeline_and_json():
     one = broker("show", "--vault", str(EXAMPLE), SESSION, "--seq", "12", "--json")
     entry = orjson.loads(one.stdout)
     assert entry["seq"] == 12 and entry["capture"] == "gateway"
+
+
+def test_progress_bar_on_a_terminal_only(tmp_path):
+    """Large vaults get a progress bar on stderr when it is a terminal, and nothing when it is not."""
+    import os
+    import pty
+
+    from journal.chain import chain_entry
+    from tests.journal_factories import fields
+
+    vault = Vault.create(tmp_path)
+    prev, lines = "0" * 64, []
+    for i in range(1, 4501):
+        f = fields(n=i)
+        f["response"]["body"]["pad"] = "x" * 1800
+        entry, line = chain_entry(f, i, prev)
+        prev = entry["hash"]
+        lines.append(line)
+    vault.session_path("s1").write_bytes(b"".join(lines))  # about 10 MB: over the 8 MiB threshold
+    plain = broker("verify", "--vault", str(tmp_path))
+    assert plain.returncode == 0 and "verifying" not in plain.stderr
+    pid, fd = pty.fork()
+    if pid == 0:  # child: stdout and stderr are the terminal
+        os.chdir(ROOT)
+        os.execv(sys.executable, [sys.executable, "-m", "broker.cli", "verify", "--vault", str(tmp_path)])
+    out = b""
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert b"verifying" in out and b"s1: intact (4500 entries)" in out
