@@ -630,8 +630,8 @@ def stage_breakdown(root: Path, n: int, rounds: int = 3) -> tuple[list[tuple[str
     from journal.canonical import orjson_matches_jcs
     from journal.chain import GENESIS, chain_entry
     from journal.entry import format_ts, validate_fields
-    from journal.record import Recorder, header_value
-    from journal.redact import is_token_exchange, is_token_response, redact_headers, redact_url
+    from journal.record import Recorder
+    from journal.redact import header_value, is_token_exchange, is_token_response, redact_headers, redact_url
 
     exchanges = _sample_exchanges()
     vault = root / "stages-vault"

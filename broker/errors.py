@@ -9,7 +9,8 @@ from journal.vault import VaultError
 from journal.writer import JournalError
 
 USAGE_EXIT = 2
-USER_ERRORS = (VaultError, JournalError, ContractError, FileNotFoundError, PermissionError, ValueError)
+# OSError covers what the machine refuses (a port in use, a full disk, a missing file, no permission).
+USER_ERRORS = (VaultError, JournalError, ContractError, OSError, ValueError)
 
 
 def run_cli(group: click.Group) -> int:

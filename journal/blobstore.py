@@ -10,8 +10,10 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
+
+from journal.vault import fsync_dir
 
 CHUNK = 1 << 20
 
@@ -37,14 +39,6 @@ def is_ref_object(value: object) -> bool:
         and isinstance(value["ref"], str)
         and value["ref"].startswith("blobs/sha256/")
     )
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class BlobWriter:
@@ -134,15 +128,13 @@ class BlobStore:
         if target.exists():
             tmp.unlink(missing_ok=True)  # same bytes already stored: dedupe
             return
+        new_dir = not target.parent.is_dir()
         target.parent.mkdir(parents=True, exist_ok=True)
         os.chmod(tmp, 0o444)
         os.replace(tmp, target)
-        _fsync_dir(target.parent)
-
-    def read_chunks(self, digest: str, chunk_size: int = CHUNK) -> Iterator[bytes]:
-        with open(self.path_for(digest), "rb") as f:
-            while chunk := f.read(chunk_size):
-                yield chunk
+        fsync_dir(target.parent)
+        if new_dir:  # the new <hh> directory's own entry must be durable too
+            fsync_dir(self.base)
 
     def check(self, digest: str, size: int | None = None) -> str | None:
         """None when the blob is present and hashes to its name (and size); else what is wrong."""

@@ -19,7 +19,6 @@ decode is recorded as received and the message carries `content_encoding_error`.
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 import math
 import zlib
@@ -264,13 +263,6 @@ def encode_body(data: bytes, content_type: str | None, store: BlobStore, thresho
         except UnicodeDecodeError:
             pass
     return {"base64": base64.b64encode(data).decode("ascii")}
-
-
-def decode_base64_body(value: dict) -> bytes:
-    try:
-        return base64.b64decode(value["base64"], validate=True)
-    except (binascii.Error, KeyError, TypeError) as exc:
-        raise ValueError(f"not a base64 body: {exc}") from None
 
 
 @dataclass

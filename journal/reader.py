@@ -53,10 +53,3 @@ def iter_entries(vault: Vault, session: str) -> Iterator[dict]:
             yield orjson.loads(line.data)
         except orjson.JSONDecodeError as exc:
             raise ValueError(f"{path}: line {line.index + 1} is not JSON ({exc}); run `broker verify`") from None
-
-
-def find_entry(vault: Vault, session: str, seq: int) -> dict | None:
-    for entry in iter_entries(vault, session):
-        if entry.get("seq") == seq:
-            return entry
-    return None

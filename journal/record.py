@@ -23,6 +23,7 @@ from journal.canonical import CanonicalError, canonical_bytes, check_reads_back
 from journal.connectors import Registry
 from journal.entry import ContractError, format_ts
 from journal.redact import (
+    header_value,
     is_token_exchange,
     is_token_response,
     redact_headers,
@@ -52,14 +53,6 @@ class JsonValue:
 
 
 Body = bytes | Prepared | JsonValue | None
-
-
-def header_value(headers: Headers, name: str) -> str | None:
-    name = name.lower()
-    for k, v in headers:
-        if k.lower() == name:
-            return v
-    return None
 
 
 class Recorder:

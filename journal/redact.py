@@ -655,8 +655,9 @@ def _host_of(authority: str) -> str:
     return re.sub(r":\d*$", "", authority).rstrip(".")
 
 
-def _header(headers: Iterable[tuple[str, str]], name: str) -> str | None:
+def header_value(headers: Iterable[tuple[str, str]] | Iterable[list[str]], name: str) -> str | None:
     """First value of a header (case-insensitive), or None."""
+    name = name.lower()
     for k, v in headers:
         if k.lower() == name:
             return v
@@ -676,7 +677,7 @@ def is_token_exchange(method: str, url: str, headers: Iterable[tuple[str, str]],
     m = _AUTHORITY_RE.match(rest)
     auth, raw_path = (m["auth"].rpartition("@")[2], rest[m.end() :]) if m else ("", rest)
     if not auth:
-        auth = (_header(headers, "host") or "").strip()
+        auth = (header_value(headers, "host") or "").strip()
     host = _host_of(auth)
     path = re.sub(r"/{2,}", "/", unquote(raw_path or "/")).lower()
     if len(path) > 1:
@@ -734,7 +735,7 @@ def is_token_response(headers: Iterable[tuple[str, str]], body: bytes | None) ->
             return True
         lowered = {k.lower().replace("-", "_") for k in keys}
         return "token" in lowered and bool(lowered & {"expires_at", "expiresat"})
-    ctype = (_header(headers, "content-type") or "").split(";", 1)[0].strip().lower()
+    ctype = (header_value(headers, "content-type") or "").split(";", 1)[0].strip().lower()
     if ctype in ("", "application/x-www-form-urlencoded", "text/plain"):
         return _FORM_TOKEN_RESPONSE.search(data) is not None
     return False

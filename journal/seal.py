@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from journal.canonical import canonical_bytes
 from journal.entry import format_ts
-from journal.vault import Vault, VaultError, session_filename
+from journal.vault import Vault, VaultError, session_filename, write_atomically
 
 SEAL_FORMAT = "connector-journal-seal/1"
 KEY_FORMAT = "connector-journal-seal-key/1"
@@ -109,18 +109,7 @@ def write_seal(vault: Vault, session: str, entries: int, head: str, key: Ed25519
     signature = base64.b64encode(key.sign(canonical_bytes(unsigned.signed_part()))).decode()
     seal = Seal(session, entries, head, unsigned.key_id, unsigned.sealed_at, signature)
     vault.seals_dir.mkdir(parents=True, exist_ok=True)
-    path = seal_path(vault, session)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(canonical_bytes({**seal.signed_part(), "signature": signature}) + b"\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dfd = os.open(vault.seals_dir, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    write_atomically(seal_path(vault, session), canonical_bytes({**seal.signed_part(), "signature": signature}) + b"\n")
     return seal
 
 

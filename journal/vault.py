@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from pathlib import Path
 
 import orjson
@@ -28,6 +29,31 @@ SESSION_SUFFIX = ".jsonl"
 _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 _ENCODED_RE = re.compile(r"(?:[A-Za-z0-9_\-]|%[0-9A-F]{2})(?:[A-Za-z0-9_.\-]|%[0-9A-F]{2})*\Z")
+
+
+def fsync_dir(path: str | os.PathLike) -> None:
+    """Make a rename or create in `path` durable (a rename is durable only once its directory is synced)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` so that a reader sees the old or the new bytes, never a mix, even
+    after a crash: temp file beside it, fsync, rename, directory fsync."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # unique: writers may race
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
 
 
 class VaultError(Exception):
@@ -108,9 +134,7 @@ class Vault:
             (vault.blobs_dir / "sha256").mkdir(parents=True, exist_ok=True)
             manifest = vault.root / "VAULT.json"
             if not manifest.exists():
-                tmp = vault.root / ".VAULT.json.tmp"
-                tmp.write_bytes(orjson.dumps({"format": FORMAT}, option=orjson.OPT_SORT_KEYS) + b"\n")
-                os.replace(tmp, manifest)
+                write_atomically(manifest, orjson.dumps({"format": FORMAT}, option=orjson.OPT_SORT_KEYS) + b"\n")
         except OSError as exc:
             raise VaultError(f"cannot create vault at {vault.root}: {exc.strerror}") from None
         vault.check_format()

@@ -222,7 +222,3 @@ def _refs(value: object) -> Iterator[dict]:
     elif isinstance(value, list):
         for v in value:
             yield from _refs(v)
-
-
-def verify_vault(vault: Vault, sessions: list[str] | None = None, **kw) -> list[SessionReport]:
-    return [verify_session(vault, s, **kw) for s in (sessions if sessions is not None else vault.sessions())]

@@ -35,7 +35,7 @@ from journal.bodies import LINE_LIMIT, fit_entry
 from journal.canonical import CanonicalError, orjson_matches_jcs
 from journal.chain import GENESIS, chain_entry
 from journal.entry import ContractError, validate_fields
-from journal.vault import Vault
+from journal.vault import Vault, fsync_dir
 
 log = logging.getLogger(__name__)
 _TAIL_BLOCK = 1 << 16
@@ -353,11 +353,7 @@ class JournalWriter:
             os.fsync(q.fileno())
         os.ftruncate(slog.fd, start)
         os.fsync(slog.fd)
-        dfd = os.open(slog.path.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        fsync_dir(slog.path.parent)
         rec = Recovery(slog.session, str(slog.path), str(qpath), len(torn))
         self.recoveries.append(rec)
         log.warning(

@@ -398,3 +398,15 @@ def test_readme_demo_agent_runs_end_to_end(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "demo: intact (4 entries)" in r.stdout
     assert b"ya29.demo" not in b"".join(p.read_bytes() for p in (tmp_path / "v").rglob("*") if p.is_file())
+
+
+def test_port_in_use_is_one_clear_line(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        r = subprocess.run([str(Path(os.sys.executable).parent / "broker"), "run", "--vault", str(tmp_path / "v"),
+                            "--listen", f"127.0.0.1:{port}", "--confdir", str(tmp_path / "c")],
+                           capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in r.stderr and "Traceback" not in r.stderr

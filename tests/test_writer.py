@@ -231,3 +231,34 @@ def test_a_stopped_session_stays_stopped_after_its_file_is_closed(tmp_path, monk
     with pytest.raises(JournalStopped):
         w.append(fields(session="bad"))
     w.close()
+
+
+def test_failed_write_is_rolled_back_and_stops_the_session(tmp_path, monkeypatch):
+    """A write that fails half way (a full disk) leaves no partial line behind, and nothing more is appended."""
+    w = JournalWriter(tmp_path)
+    w.append(fields(n=1))
+    path = Vault(tmp_path).session_path("s1")
+    size = path.stat().st_size
+    real_write = os.write
+
+    def half_then_enospc(fd, data):
+        real_write(fd, bytes(data[: len(data) // 2]))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", half_then_enospc)
+    with pytest.raises(JournalStopped, match="No space left"):
+        w.append(fields(n=2))
+    monkeypatch.undo()
+    assert path.stat().st_size == size
+    with pytest.raises(JournalStopped):
+        w.append(fields(n=3))
+    w.close()
+    assert verify_session(Vault(tmp_path), "s1").intact
+
+
+def test_vault_path_that_is_a_file_is_a_clear_error(tmp_path):
+    from journal.vault import VaultError
+
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(VaultError, match="not a directory"):
+        JournalWriter(tmp_path / "file")
