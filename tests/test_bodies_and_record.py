@@ -230,3 +230,13 @@ def test_gzip_encoded_token_response_leaves_no_entry(tmp_path):
                   response_headers=[("Content-Type", "application/json"), ("Content-Encoding", "gzip")])
     rec.close()
     assert out is None and not list(tmp_path.rglob("*.jsonl"))
+
+
+def test_token_exchange_known_only_by_its_body_leaves_no_entry(tmp_path):
+    rec = Recorder(tmp_path)
+    out = _record(rec, method="POST", url="https://idp.example.com/custom/token",
+                  request_headers=[("Content-Type", "application/x-www-form-urlencoded")],
+                  request_body=b"grant_type=client_credentials&client_id=abc",
+                  response_body=b'{"ok": true}')
+    rec.close()
+    assert out is None and not list(tmp_path.rglob("*.jsonl"))
