@@ -232,7 +232,7 @@ def test_bad_input_leaves_the_broker_running(broker):
                    headers={"Content-Type": "text/plain"})
         assert r.status_code == 200
         r = c.get(f"{GMAIL}/labels", headers={"X-Huge": "h" * (64 << 10)})
-        assert r.status_code in (200, 400, 413, 431, 502)
+        huge_status = r.status_code
     # unreadable proxy credentials are refused, not filed under the default session
     with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as s:
         bad = base64.b64encode(b"\xff\xfe:agent").decode()
@@ -248,6 +248,11 @@ def test_bad_input_leaves_the_broker_running(broker):
         assert c.get(f"{GMAIL}/labels").status_code == 200
     got = entries(broker, "s-bad")
     assert got[0]["request"]["body"] == {"base64": base64.b64encode(b"\xff\xfe\x80 binary \x00").decode()}
+    # the 64 KiB header went upstream (the fake answers 431 to it, as real servers do) and the call is
+    # recorded with the header whole and the status the client got
+    (huge,) = [e for e in got if any(k == "X-Huge" for k, _ in e["request"]["headers"])]
+    assert huge["response"]["status"] == huge_status
+    assert dict(huge["request"]["headers"])["X-Huge"] == "h" * (64 << 10)
     assert verify_session(Vault(broker.vault), "s-bad").intact
 
 
