@@ -25,13 +25,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import hashlib
 import logging
 import sys
 import time
 import weakref
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 
 from mitmproxy import connection, ctx, exceptions, http
@@ -40,11 +38,13 @@ _ROOT = str(Path(__file__).resolve().parent.parent)
 if _ROOT not in sys.path:  # loaded by path with `mitmdump -s`: make the journal package importable
     sys.path.insert(0, _ROOT)
 
+from addons.recorder_link import RecorderLink  # noqa: E402
 from addons.upstream_resolve import UpstreamResolve  # noqa: E402
 from journal.bodies import JSON_PARSE_LIMIT, SPILL_THRESHOLD, BodyCapture, is_json_type  # noqa: E402
 from journal.connectors import Registry  # noqa: E402
 from journal.record import Prepared, Recorder  # noqa: E402
 from journal.redact import REDACTED, is_token_exchange, redact_url  # noqa: E402
+from journal.service import material_fields, text_pairs  # noqa: E402
 from journal.vault import SessionIdError, session_filename  # noqa: E402
 from journal.writer import JournalError  # noqa: E402
 
@@ -55,12 +55,13 @@ AGENT_HEADER = b"x-broker-agent"
 PRINCIPAL_HEADER = b"x-broker-principal"
 _IDENTITY_HEADERS = frozenset({b"proxy-authorization", SESSION_HEADER, AGENT_HEADER, PRINCIPAL_HEADER})
 ERROR_HEADER = "X-Broker-Error"
-_CRED_HEADERS = ("authorization", "x-goog-api-key", "x-api-key", "api-key", "private-token", "x-auth-token")
 _META = "broker"
 _CACHED_OPTIONS = (
     "broker_session", "broker_agent", "broker_principal", "broker_record_unknown", "broker_on_journal_error",
-    "broker_spill_threshold",
+    "broker_spill_threshold", "broker_recorder",
 )
+_SESSION_CACHE = 4096
+"""Session ids already checked for a vault file name (the check runs once per id, not per call)."""
 _BAD_PROXY_AUTH = "proxy credentials unreadable: expected Basic base64(SESSION:AGENT) in UTF-8"
 
 
@@ -70,10 +71,6 @@ def _text(raw: bytes) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
         return raw.decode("latin-1")
-
-
-def _pairs(headers: http.Headers) -> list[tuple[str, str]]:
-    return [(_text(k), _text(v)) for k, v in headers.fields]
 
 
 def _parse_proxy_auth(value: str) -> tuple[str, str] | None:
@@ -87,57 +84,32 @@ def _parse_proxy_auth(value: str) -> tuple[str, str] | None:
     return user, password
 
 
-def principal_fingerprint(headers: list[tuple[str, str]], url: str) -> str:
-    """A stable name for the account a call acted as, derived from its credential but not revealing it.
-
-    SHA-256 of the credential (truncated to 16 hex): tokens are high-entropy, so the fingerprint
-    cannot be turned back into the credential, and calls made as different accounts stay apart.
-    """
-    cred = None
-    for k, v in headers:
-        if k.lower() in _CRED_HEADERS and v:
-            cred = v.split(" ", 1)[-1] if k.lower() == "authorization" else v
-            break
-    if cred is None and "token=" in url:
-        from urllib.parse import parse_qsl, urlsplit
-
-        for k, v in parse_qsl(urlsplit(url).query):
-            if k in ("token", "access_token", "key") and v:
-                cred = v
-                break
-    if cred is None:
-        return "anonymous"
-    return "fp:" + hashlib.sha256(b"connector-broker principal\0" + cred.encode()).hexdigest()[:16]
-
-
 class _Call:
     """What the addon tracks for one recorded flow (kept in flow.metadata)."""
 
-    __slots__ = (
-        "session", "agent", "principal", "connector", "effect", "url", "req_headers", "req_cap", "resp_cap", "started",
-    )
+    __slots__ = ("session", "agent", "principal", "connector", "url", "req_fields", "req_cap", "resp_cap")
 
     def __init__(
         self, session: str, agent: str, principal: str | None, connector: str, url: str,
-        req_headers: list[tuple[str, str]],
+        req_fields: tuple[tuple[bytes, bytes], ...],
     ) -> None:
         self.session, self.agent, self.principal, self.connector = session, agent, principal, connector
-        self.effect = "write"
         self.url = url
-        self.req_headers = req_headers  # as sent upstream (proxy credentials and X-Broker-* removed)
+        self.req_fields = req_fields  # as sent upstream (proxy credentials and X-Broker-* removed)
         self.req_cap: BodyCapture | None = None
         self.resp_cap: BodyCapture | None = None
-        self.started = time.time()
 
 
 class ConnectorJournal:
     def __init__(self) -> None:
         self.recorder: Recorder | None = None
+        self.link: RecorderLink | None = None
         self.registry: Registry = Registry.builtin()
         self.identities: weakref.WeakKeyDictionary[connection.Client, tuple[str, str]] = (
             weakref.WeakKeyDictionary()
         )
         self._opts: dict = {}
+        self._sessions_ok: set[str] = set()
         self.recorded = 0
         self.journal_failures = 0
         self.inflight = 0  # recorded calls between requestheaders and their entry
@@ -160,6 +132,11 @@ class ConnectorJournal:
             "broker_on_journal_error", str, "block", "block: answer 502 when the journal fails; pass: let it through."
         )
         loader.add_option("broker_spill_threshold", int, SPILL_THRESHOLD, "Spill bodies larger than this (bytes).")
+        loader.add_option(
+            "broker_recorder", str, "process",
+            "process: record in a separate recording service process (journal.service), leaving the proxy's "
+            "CPU to the proxy; inline: record in the proxy process.",
+        )
 
     def configure(self, updated: set[str]) -> None:
         opts = ctx.options
@@ -167,6 +144,8 @@ class ConnectorJournal:
         self._opts = {name: getattr(opts, name) for name in _CACHED_OPTIONS}
         if "broker_on_journal_error" in updated and opts.broker_on_journal_error not in ("block", "pass"):
             raise exceptions.OptionsError("broker_on_journal_error must be 'block' or 'pass'")
+        if "broker_recorder" in updated and opts.broker_recorder not in ("process", "inline"):
+            raise exceptions.OptionsError("broker_recorder must be 'process' or 'inline'")
         if "broker_connectors" in updated:
             reg = Registry.builtin()
             try:
@@ -178,19 +157,42 @@ class ConnectorJournal:
         if "vault" in updated or "broker_spill_threshold" in updated or self.recorder is None:
             if self.recorder is not None:
                 self.recorder.close()
+            # In this process the recorder writes streamed bodies' blobs and checks that a session's
+            # file can be opened; with broker_recorder=inline it records everything.
             self.recorder = Recorder(
                 opts.vault, spill_threshold=opts.broker_spill_threshold, registry=self.registry
             )
+        if updated & {"vault", "broker_spill_threshold", "broker_connectors", "broker_recorder"} or (
+            self.link is None and opts.broker_recorder == "process"
+        ):
+            if self.link is not None:
+                self.link.close()
+                self.link = None
+            if opts.broker_recorder == "process":
+                self.link = RecorderLink(
+                    str(Path(opts.vault).resolve()), opts.broker_spill_threshold,
+                    str(Path(opts.broker_connectors).resolve()) if opts.broker_connectors else "",
+                )
 
-    def running(self) -> None:
+    async def running(self) -> None:
         # Lazy: the client's request is read before the upstream connection is made, so a call whose
         # upstream cannot be reached still reaches this addon (and gets its entry) instead of
         # failing at CONNECT time unseen.
         if ctx.options.connection_strategy != "lazy":
             log.info("broker: setting connection_strategy=lazy so failed upstream calls are recorded")
             ctx.options.update(connection_strategy="lazy")
+        if self.link is not None:
+            # Started now rather than on the first call: starting Python takes a CPU for a moment,
+            # which should not fall on the first calls.
+            try:
+                await self.link.connect()
+            except JournalError as exc:
+                log.error("journal: %s", exc)
 
-    def done(self) -> None:
+    async def done(self) -> None:
+        if self.link is not None:
+            await self.link.aclose()
+            self.link = None
         if self.recorder is not None:
             self.recorder.close()
 
@@ -210,17 +212,16 @@ class ConnectorJournal:
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         req = flow.request
         # One pass over the raw header fields takes out the proxy credentials and X-Broker-* headers
-        # (never forwarded, never recorded) and yields the recorded header pairs.
+        # (never forwarded, never recorded) and yields the recorded header fields.
+        fields = req.headers.fields
         special: dict[bytes, bytes] = {}
-        kept = []
-        for k, v in req.headers.fields:
+        for k, v in fields:
             lk = k.lower()
             if lk in _IDENTITY_HEADERS:
                 special.setdefault(lk, v)
-            else:
-                kept.append((k, v))
         if special:
-            req.headers.fields = tuple(kept)
+            fields = tuple((k, v) for k, v in fields if k.lower() not in _IDENTITY_HEADERS)
+            req.headers.fields = fields
         creds = None
         if b"proxy-authorization" in special:
             creds = _parse_proxy_auth(_text(special[b"proxy-authorization"]))
@@ -228,52 +229,43 @@ class ConnectorJournal:
                 self._answer(flow, 400, _BAD_PROXY_AUTH)
                 return
         creds = creds or self.identities.get(flow.client_conn)
-        h_session, h_agent, h_principal = (
-            _text(special[h]) if h in special else None for h in (SESSION_HEADER, AGENT_HEADER, PRINCIPAL_HEADER)
-        )
         url = req.pretty_url
         connector = self.registry.match(req.pretty_host, req.path.split("?", 1)[0])
         if connector is None:
             if not self._opts["broker_record_unknown"]:
                 return
             connector = "unknown"
-        req_headers = [(_text(k), _text(v)) for k, v in kept]
-        if is_token_exchange(req.method, url, req_headers, None):
-            return
+        h_session = _text(special[SESSION_HEADER]) if SESSION_HEADER in special else None
         session = (creds[0] if creds and creds[0] else None) or h_session or self._opts["broker_session"]
-        agent = (creds[1] if creds and creds[1] else None) or h_agent or self._opts["broker_agent"]
-        principal = h_principal or self._opts["broker_principal"] or None
-        try:
-            session_filename(session)
-        except SessionIdError as exc:
-            self._answer(flow, 400, f"session id cannot be recorded: {exc}")
-            return
-        if not agent:
-            agent = "unknown"
-        call = _Call(session, agent, principal, connector, url, req_headers)
-        flow.metadata[_META] = call
-        self.inflight += 1
+        if session not in self._sessions_ok:
+            try:
+                session_filename(session)
+            except SessionIdError as exc:
+                self._answer(flow, 400, f"session id cannot be recorded: {exc}")
+                return
+            if len(self._sessions_ok) >= _SESSION_CACHE:
+                self._sessions_ok.clear()
+            self._sessions_ok.add(session)
+        h_agent = _text(special[AGENT_HEADER]) if AGENT_HEADER in special else None
+        agent = (creds[1] if creds and creds[1] else None) or h_agent or self._opts["broker_agent"] or "unknown"
+        principal = (_text(special[PRINCIPAL_HEADER]) if PRINCIPAL_HEADER in special else None) or (
+            self._opts["broker_principal"] or None
+        )
+        call = _Call(session, agent, principal, connector, url, fields)
         if self._must_stream(req.headers):
+            # Token exchanges leave no entry and no blob: known by URL here, before a body is captured
+            # (one known only by its body is dropped by the recorder, which sees that body).
+            if is_token_exchange(req.method, url, text_pairs(fields), None):
+                return
             call.req_cap = self._capture(req.headers)
             req.stream = self._streamer(call.req_cap)
+        flow.metadata[_META] = call
+        self.inflight += 1
 
     def request(self, flow: http.HTTPFlow) -> None:
         call: _Call | None = flow.metadata.get(_META)
         if call is None or flow.response is not None:
             return
-        req = flow.request
-        # A token exchange recognised only by its body (grant_type= to a /token path) is dropped by
-        # Recorder.prepare, which sees the same body; checking here too would be the same work twice.
-        body = None if call.req_cap is not None else self._decoded(req)
-        cls = self.registry.classify(req.method, call.url, call.req_headers, body)
-        if cls is not None:
-            call.effect = cls.effect
-            if call.connector == "unknown":
-                call.connector = cls.connector
-        elif call.connector == "unknown":
-            call.effect = "read" if req.method in ("GET", "HEAD", "OPTIONS") else "write"
-        if call.principal is None:
-            call.principal = principal_fingerprint(call.req_headers, call.url)
         if self._opts["broker_on_journal_error"] == "block":
             problem = self._journal_problem(call.session)
             if problem:
@@ -288,6 +280,9 @@ class ConnectorJournal:
         if call is None or flow.response is None:
             return
         if self._must_stream(flow.response.headers):
+            if is_token_exchange(flow.request.method, call.url, text_pairs(call.req_fields), None):
+                self._drop(flow)
+                return
             call.resp_cap = self._capture(flow.response.headers)
             flow.response.stream = self._streamer(call.resp_cap)
 
@@ -296,10 +291,10 @@ class ConnectorJournal:
         if call is None or flow.response is None:
             return
         resp = flow.response
-        when = datetime.fromtimestamp(resp.timestamp_start or time.time(), UTC)
         streamed = call.resp_cap is not None
         try:
-            await self._record(call, flow, resp.status_code, _pairs(resp.headers), resp, None, when)
+            await self._record(call, flow, resp.status_code, resp.headers.fields, resp, None,
+                               resp.timestamp_start or time.time())
         except (JournalError, OSError, ValueError) as exc:
             self._journal_failed(flow, call, exc, streamed)
         finally:
@@ -310,15 +305,13 @@ class ConnectorJournal:
         if call is None:
             return
         msg = flow.error.msg if flow.error else "unknown error"
-        if call.principal is None:
-            call.principal = principal_fingerprint(call.req_headers, call.url)
         if call.resp_cap is not None:
             call.resp_cap.abort()
             call.resp_cap = None
         status = flow.response.status_code if flow.response is not None else None
-        headers = _pairs(flow.response.headers) if flow.response is not None else []
+        headers = flow.response.headers.fields if flow.response is not None else ()
         try:
-            await self._record(call, flow, status, headers, None, msg, datetime.now(UTC))
+            await self._record(call, flow, status, headers, None, msg, time.time())
         except (JournalError, OSError, ValueError) as exc:
             self.journal_failures += 1
             log.error("journal: failed call %s %s not recorded: %s", flow.request.method, redact_url(call.url), exc)
@@ -327,36 +320,39 @@ class ConnectorJournal:
 
     # -- helpers --------------------------------------------------------------------------------
 
-    async def _record(self, call: _Call, flow, status, resp_headers, resp: http.Response | None, error, when) -> None:
-        """Build the entry and wait until it is durable.
+    async def _record(self, call: _Call, flow, status, resp_fields, resp: http.Response | None, error,
+                      ts: float) -> None:
+        """Hand the call's raw material to the recorder and wait until its entry is durable.
 
-        Bodies held in memory are redacted and encoded here on the event loop (CPU work that holds
-        the GIL either way) and only the durable append waits in a thread. A streamed body's
-        capture ends with a blob commit (an fsync), so that whole call is recorded in a thread.
+        A streamed body's capture ends with a blob commit (an fsync), so it is finished in a thread
+        first. With the recording service (the default) the rest happens in that process; inline, the
+        entry is built here on the event loop (CPU work that holds the GIL either way) and only the
+        durable append waits in a thread.
         """
         assert self.recorder is not None
-        mcp = self.attribute(flow, call.session) if self.attribute is not None else None
+        material = {
+            "session": call.session, "agent": call.agent, "principal": call.principal,
+            "connector": call.connector, "method": flow.request.method, "url": call.url,
+            "request_headers": call.req_fields, "request_body": None, "status": status,
+            "response_headers": resp_fields, "response_body": None, "error": error, "ts": ts,
+            "mcp": self.attribute(flow, call.session) if self.attribute is not None else None,
+        }
 
-        def prepare() -> dict | None:
-            return self.recorder.prepare(
-                session=call.session, agent=call.agent, principal=call.principal or "anonymous",
-                connector=call.connector, capture="broker", effect=call.effect,
-                method=flow.request.method, url=call.url, request_headers=call.req_headers,
-                request_body=self._body(flow.request, call.req_cap), status=status, response_headers=resp_headers,
-                response_body=self._body(resp, call.resp_cap) if resp is not None else None,
-                error=error, ts=when, mcp=mcp,
-            )
-
-        def prepare_and_append() -> dict | None:
-            fields = prepare()
-            return None if fields is None else self.recorder.writer.append(fields)
+        def bodies() -> None:
+            material["request_body"] = self._body(flow.request, call.req_cap)
+            if resp is not None:
+                material["response_body"] = self._body(resp, call.resp_cap)
 
         if call.req_cap is not None or call.resp_cap is not None:
-            entry = await asyncio.to_thread(prepare_and_append)
+            await asyncio.to_thread(bodies)
         else:
-            fields = prepare()
-            entry = None if fields is None else await asyncio.to_thread(self.recorder.writer.append, fields)
-        if entry is not None:
+            bodies()
+        if self.link is not None:
+            recorded = await self.link.record(material)
+        else:
+            fields = material_fields(self.recorder, material)
+            recorded = fields is not None and bool(await asyncio.to_thread(self.recorder.writer.append, fields))
+        if recorded:
             self.recorded += 1
 
     def _drop(self, flow: http.HTTPFlow) -> None:
@@ -373,13 +369,6 @@ class ConnectorJournal:
             value, extra = cap.finish()
             return Prepared(value, extra)
         return message.raw_content or None
-
-    @staticmethod
-    def _decoded(req: http.Request) -> bytes | None:
-        try:
-            return req.get_content(strict=False)
-        except ValueError:
-            return req.raw_content
 
     def _must_stream(self, headers: http.Headers) -> bool:
         """Stream what could be big or long-lived; buffer the rest so its entry is durable before release.
@@ -421,6 +410,8 @@ class ConnectorJournal:
         """Why an entry for this session could not be written right now, or None (checked before the
         call goes upstream, so that under `block` an unrecordable call never reaches the platform)."""
         assert self.recorder is not None
+        if self.link is not None and session in self.link.stopped:
+            return self.link.stopped[session]
         try:
             self.recorder.writer.check_session(session)
         except (JournalError, OSError) as exc:
@@ -447,4 +438,4 @@ class ConnectorJournal:
 # Loaded as a script (`mitmdump -s`), the resolve addon comes along so `broker_resolve` works there too.
 addons = [UpstreamResolve(), ConnectorJournal()]
 
-__all__ = ["ConnectorJournal", "REDACTED", "addons", "principal_fingerprint"]
+__all__ = ["ConnectorJournal", "REDACTED", "addons"]

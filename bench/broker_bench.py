@@ -1,4 +1,4 @@
-"""Broker vs plain mitmdump vs direct: throughput and latency of connector calls over TLS.
+"""Broker vs plain mitmdump vs direct (and the addon in stock mitmdump): throughput and latency over TLS.
 
     python -m bench.broker_bench [--quick] [--rounds R] [--seq N] [--conc N] [--clients C]
                                  [--json FILE] [--profile]
@@ -9,12 +9,15 @@ One run starts, each in its own process:
 - plain `mitmdump` with no recording addon, only `-s addons/upstream_resolve.py` (the redirect addon that
   `broker run` itself loads for `--resolve`, so upstream connections are redirected and reused the same
   way), plus `ssl_verify_upstream_trusted_ca` and `connection_strategy=lazy` like the broker;
+- stock `mitmdump -s addons/connector_journal.py` (target `addon`): the same addon in stock mitmproxy, with
+  all of mitmdump's default addons loaded, and its own vault;
 - `broker run` with a vault in a temporary directory under bench/results/ (durable: fdatasync before
-  each response is released, as in production).
+  each response is released, as in production). It records through its recording service, a child
+  process; the CPU of child processes is counted with the proxy's.
 
-and measures, from this process, three targets: `direct` (the client connects straight to the fake with
-SNI and Host of the real API), `mitmdump` and `broker` (the client uses them as its HTTPS proxy and trusts
-their CA). Scenarios:
+and measures, from this process, four targets: `direct` (the client connects straight to the fake with
+SNI and Host of the real API), `mitmdump`, `addon` and `broker` (the client uses them as its HTTPS proxy
+and trusts their CA). Scenarios:
 
 - `seq GET`: one client, keep-alive, GET https://gmail.googleapis.com/gmail/v1/users/me/labels;
 - `seq mix`: the same, but every 4th call is a write: POST https://slack.com/api/chat.postMessage (JSON);
@@ -26,22 +29,19 @@ slice of calls (--seq / --conc per target), in an order that rotates every round
 machine then hits all targets of a round alike. Figures pool the slices (req/s = calls / time spent on
 that target, p50/p99 over all its calls); throughput ratios are medians of the within-round ratios
 (with their interquartile range). Process CPU time (user + system, all threads, from /proc) per call is
-reported for the proxy, the fake and the client: it moves less than the wall clock on a busy machine, and
-mitmdump CPU / broker CPU is the throughput ratio to expect when the proxy's CPU is the limit. At the end
-the broker is stopped and its vault must hold exactly one entry per call sent through it (warm-ups
-included) and verify intact.
+reported for the proxy (with its child processes), the fake and the client: it moves less than the wall
+clock on a busy machine. At the end the broker and the addon target are stopped and each vault must hold
+exactly one entry per call sent through it (warm-ups included) and verify intact.
 
 The client runs in this process, alone: one thread for the sequential scenarios (sync httpx.Client), one
 asyncio event loop for the concurrent ones, so it never competes with itself for the GIL (16 threads of
 sync clients would, and would add GIL hand-off delays to the latencies). More client processes would not
 help on 2 cores: the proxy, the fake and the client already share them; the `client CPU` column shows
-what the client costs. The client is the same for all three targets.
+what the client costs. The client is the same for all targets.
 
---profile adds, while the fake and mitmdump still run: (1) what-if variants of `broker run` patched at
-start (fsync off; fsync off and the record done inline instead of in asyncio.to_thread; a prototype of
-"record on the event loop, one writer thread", _LOOP_WRITER_PATCH), interleaved with mitmdump; (2) a
-py-spy sampling profile (--gil) of the broker and of mitmdump under the 16-client load, when py-spy is
-installed in the venv; (3) the addon's stages timed in this process on real request/response shapes,
+--profile adds, while the fake and mitmdump still run: (1) a py-spy sampling profile (--gil) of the broker's
+proxy process and of mitmdump under the 16-client load, when py-spy is installed in the venv; (2) the
+recording service's stages timed in this process on the benchmark's real request/response material,
 thread CPU time per call, no profiler.
 
 Nothing here asserts a timing; the figures are printed (and written with --json).
@@ -62,7 +62,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -73,7 +72,7 @@ from tests.broker_harness import BIN, ROOT, BrokerProcess
 from tests.upstreams.client import _AsyncMappedBackend, _MappedBackend
 
 SESSION = "bench"
-TARGETS = ("direct", "mitmdump", "broker")
+TARGETS = ("direct", "mitmdump", "addon", "broker")
 GET_URL = "https://gmail.googleapis.com/gmail/v1/users/me/labels"
 POST_URL = "https://slack.com/api/chat.postMessage"
 GET_HEADERS = {"Authorization": "Bearer ya29.bench-access-token", "Accept": "application/json"}
@@ -154,10 +153,21 @@ class PlainMitmdump(BrokerProcess):
 
 
 def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (all its threads), in seconds."""
+    """utime + stime of a process (all its threads) and of its running child processes (the broker's
+    recording service), in seconds."""
     stat = Path(f"/proc/{pid}/stat").read_text()
     fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+    total = (int(fields[11]) + int(fields[12])) / _CLK_TCK
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        children = []
+    for child in children:
+        try:
+            total += cpu_seconds(int(child))
+        except OSError:
+            pass  # exited meanwhile
+    return total
 
 
 # -- clients -------------------------------------------------------------------------------------
@@ -431,31 +441,32 @@ def format_tables(table: list[dict], ratios: list[dict], params: dict, check: di
     out.append("CPU (user + system, all threads) per call")
     out.append("")
     out.append(
-        f"{'scenario':<9} {'broker/mitmdump':>15} {'(IQR)':>11} {'broker/':>8} {'mitmdump/':>9}   "
+        f"{'scenario':<9} {'broker/mitmdump':>15} {'(IQR)':>11} {'addon/':>9} {'broker/':>8} {'mitmdump/':>9}   "
         f"{'added by broker ms':>18}  {'added by mitmdump':>17}  {'broker CPU':>10} {'CPU':>6}"
     )
     out.append(
-        f"{'':<9} {'':>15} {'':>11} {'direct':>8} {'direct':>9}   {'p50':>8} {'p99':>9}  {'p50':>8} {'p99':>8}  "
-        f"{'+us/call':>10} {'ratio':>6}"
+        f"{'':<9} {'':>15} {'':>11} {'mitmdump':>9} {'direct':>8} {'direct':>9}   {'p50':>8} {'p99':>9}  {'p50':>8} "
+        f"{'p99':>8}  {'+us/call':>10} {'ratio':>6}"
     )
     for s in ratios:
         out.append(
             f"{s['scenario']:<9} {s['broker/mitmdump']:>15.2f} {_quartiles(s['broker/mitmdump runs']):>11} "
-            f"{s['broker/direct']:>8.2f} {s['mitmdump/direct']:>9.2f}"
+            f"{s['addon/mitmdump']:>9.2f} {s['broker/direct']:>8.2f} {s['mitmdump/direct']:>9.2f}"
             f"   {s['added_p50_broker_ms']:>+8.2f} {s['added_p99_broker_ms']:>+9.2f}"
             f"  {s['added_p50_mitmdump_ms']:>+8.2f} {s['added_p99_mitmdump_ms']:>+8.2f}"
             f"  {s['added_cpu_broker_us']:>+10.0f} {s['cpu_ratio']:>6.2f}"
         )
-    out.append("throughput ratios: median over rounds of the ratio within the round (IQR: its spread);")
+    out.append("throughput ratios: median over rounds of the ratio within the round (IQR: its spread); addon:")
+    out.append("stock mitmdump -s addons/connector_journal.py (all of mitmdump's default addons loaded);")
     out.append("added latency: broker - mitmdump, mitmdump - direct, from the pooled p50/p99; broker CPU: proxy")
     out.append("CPU/call over mitmdump's; CPU ratio = mitmdump CPU/call / broker CPU/call (the throughput ratio")
     out.append("to expect when the proxy's CPU is the limit)")
     out.append("")
-    out.append(
-        f"vault check: {check['entries']} entries in session {SESSION!r} (expected {check['expected']}), "
-        f"verify_session intact={check['intact']}"
-        + ("" if check["ok"] else "  <-- MISMATCH")
-    )
+    for name, c in check.items():
+        out.append(
+            f"vault check ({name}): {c['entries']} entries in session {SESSION!r} (expected {c['expected']}), "
+            f"verify_session intact={c['intact']}" + ("" if c["ok"] else "  <-- MISMATCH")
+        )
     return "\n".join(out)
 
 
@@ -499,25 +510,29 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     try:
         upstream.start()
-        (root / "mitmdump").mkdir()
-        (root / "broker").mkdir()
+        for name in ("mitmdump", "addon", "broker"):
+            (root / name).mkdir()
         mitm = PlainMitmdump(root / "mitmdump", upstream.info, flavour="mitmdump")
+        addon = BrokerProcess(root / "addon", upstream.info, "--set", f"broker_session={SESSION}", flavour="mitmdump")
         broker = BrokerProcess(root / "broker", upstream.info, "--session", SESSION)
-        procs += [mitm, broker]
-        mitm.start()
-        broker.start()
+        procs += [mitm, addon, broker]
+        for p in procs:
+            p.start()
         targets = {"direct": Target("direct", upstream, None), "mitmdump": Target("mitmdump", upstream, mitm),
-                   "broker": Target("broker", upstream, broker)}
-        log(f"processes: upstream pid {upstream.pid}, mitmdump pid {mitm.proc.pid}, broker pid {broker.proc.pid}")
+                   "addon": Target("addon", upstream, addon), "broker": Target("broker", upstream, broker)}
+        log(f"processes: upstream pid {upstream.pid}, mitmdump pid {mitm.proc.pid}, mitmdump -s addon pid "
+            f"{addon.proc.pid}, broker pid {broker.proc.pid}")
         for t in targets.values():  # first calls: certificates generated, code paths warmed
             measure(t, upstream, {"name": "warm-up", "clients": 1, "n": 100, "warm": 0, "mix": True})
             measure(t, upstream, {"name": "warm-up", "clients": args.clients, "n": args.clients * 5, "warm": 0,
                                   "mix": True})
         rows = [row for scen in scens for row in run_scenario(targets, upstream, scen, rounds, log)]
-        code = broker.stop()
-        if code != 0:
-            raise RuntimeError(f"broker exited with {code}:\n{broker.output.decode(errors='replace')[-2000:]}")
-        check = verify_vault(broker.vault, targets["broker"].sent)
+        check = {}
+        for name, proc in (("broker", broker), ("addon", addon)):
+            code = proc.stop()
+            if code != 0:
+                raise RuntimeError(f"{name} exited with {code}:\n{proc.output.decode(errors='replace')[-2000:]}")
+            check[name] = verify_vault(proc.vault, targets[name].sent)
         bench_seconds = time.perf_counter() - t0
         profile, profile_figures = run_profile(root, args.quick, upstream, mitm, args.clients, log) if args.profile \
             else ("", {})
@@ -543,7 +558,7 @@ def main(argv: list[str] | None = None) -> int:
             "bench_seconds": bench_seconds, "total_seconds": total, "profile": profile_figures,
         })
         print(f"figures written to {args.json}")
-    return 0 if check["ok"] else 1
+    return 0 if all(c["ok"] for c in check.values()) else 1
 
 
 def _revision() -> str:
@@ -571,10 +586,11 @@ def _mitmproxy_version() -> str:
 # -- profiling (--profile) -----------------------------------------------------------------------
 
 
-def _sample_exchanges() -> list[tuple[str, str, list, bytes, int, list, bytes]]:
-    """The two calls the benchmark makes, with the headers and bodies the fake upstream really answers
-    (fetched from an in-process fake): (method, url, request headers, body, status, response headers,
-    decoded response body). Request headers are what httpx 0.28 sends."""
+def _sample_materials() -> list[dict]:
+    """What the recording service receives for the benchmark's two calls: the headers httpx 0.28 sends and
+    the headers and (encoded) bodies the fake upstream really answers, fetched from an in-process fake."""
+    from mitmproxy import http
+
     from tests.upstreams import Upstream
 
     base = [("Host", ""), ("Accept", "*/*"), ("Accept-Encoding", "gzip, deflate, br"), ("Connection", "keep-alive"),
@@ -589,436 +605,107 @@ def _sample_exchanges() -> list[tuple[str, str, list, bytes, int, list, bytes]]:
             req_headers += [(k, v) for k, v in headers.items() if k not in dict(base)]
             if body:
                 req_headers.append(("Content-Length", str(len(body))))
-            out.append((method, url, req_headers, body or b"", resp.status_code, list(resp.headers.multi_items()),
-                        resp.content))
+            raw = http.Response.make(resp.status_code, resp.content, list(resp.headers.multi_items()))
+            out.append({
+                "session": SESSION, "agent": "bench", "principal": None,
+                "connector": "gmail" if "gmail" in url else "slack", "method": method, "url": url,
+                "request_headers": tuple((k.encode(), v.encode()) for k, v in req_headers),
+                "request_body": body or None, "status": resp.status_code,
+                "response_headers": raw.headers.fields, "response_body": raw.raw_content, "error": None,
+                "ts": time.time(), "mcp": None,
+            })
     return out
 
 
-def _flows(exchange, n: int) -> list[tuple]:
-    """n fresh (flow, response) pairs; the response is attached after the request hooks ran."""
-    from mitmproxy import http
-    from mitmproxy.test import tflow
-
-    method, url, req_headers, body, status, resp_headers, resp_body = exchange
-    out = []
-    for _ in range(n):
-        f = tflow.tflow()
-        f.request = http.Request.make(method, url, body, [(k.encode(), v.encode()) for k, v in req_headers])
-        resp = http.Response.make(status, resp_body, [(k.encode(), v.encode()) for k, v in resp_headers])
-        out.append((f, resp))  # Response.make re-encodes the body per its content-encoding (gzip)
-    return out
-
-
-STAGES = ("requestheaders", "request", "responseheaders", "response_loop", "record_nosync", "record_durable",
-          "pairs", "token", "redact_url", "redact_headers", "body_req", "body_resp", "fields", "validate", "fit",
-          "chain", "append")
-
-
-def _us(ns: int, n: int) -> float:
-    return ns / n / 1e3
-
-
-def stage_breakdown(root: Path, n: int, rounds: int = 3) -> tuple[list[tuple[str, float, str]], dict]:
-    """Per-call cost of each part of the addon, timed directly in this process (no profiler), for the
-    `mix` workload's two calls in turn; each stage's best round is kept (after a warm-up round).
-    Returns rows (label, us per call, note) and raw figures."""
-    from mitmproxy.test import taddons
-
-    import addons.connector_journal as cj
-    from addons.connector_journal import ConnectorJournal, _pairs
-    from journal.bodies import fit_entry, record_body
+def service_breakdown(root: Path, n: int, rounds: int = 3) -> list[tuple[str, float]]:
+    """The recording service's work per call, stage by stage, timed in this process on the benchmark's
+    two calls in turn (thread CPU time, best of `rounds` after a warm-up; no profiler)."""
+    from journal.bodies import JSON_PARSE_LIMIT, decoded_prefix, fit_entry, record_body
     from journal.canonical import orjson_matches_jcs
     from journal.chain import GENESIS, chain_entry
-    from journal.entry import format_ts, validate_fields
-    from journal.record import Recorder
+    from journal.entry import validate_fields
+    from journal.record import Recorder, principal_fingerprint
     from journal.redact import header_value, is_token_exchange, is_token_response, redact_headers, redact_url
+    from journal.service import material_fields, text_pairs
 
-    exchanges = _sample_exchanges()
-    vault = root / "stages-vault"
-    addon = ConnectorJournal()
-    rows: list[tuple[str, float, str]] = []
-    figures: dict = {}
-    with taddons.context(addon) as tctx:
-        tctx.configure(addon, vault=str(vault), broker_session=SESSION)
-        durable_rec = addon.recorder
-        fast_rec = Recorder(root / "stages-vault-nosync", registry=addon.registry, durable=False)
-        addon.recorder = fast_rec
-        loop = tctx.master.event_loop
-        asyncio.set_event_loop(loop)
+    samples = _sample_materials()
+    fast = Recorder(root / "stages-nosync", durable=False)
+    durable = Recorder(root / "stages-durable")
+    clock = time.thread_time_ns
 
-        def pairs(k: int) -> list[tuple]:
-            return _flows(exchanges[k % 2], 1)[0]
+    def stages(m: dict) -> dict[str, object]:
+        rh, sh = text_pairs(m["request_headers"]), text_pairs(m["response_headers"])
+        body, resp = m["request_body"], m["response_body"]
+        return {
+            "header pairs as text": lambda: (text_pairs(m["request_headers"]), text_pairs(m["response_headers"])),
+            "token exchange / grant checks": lambda: (
+                is_token_exchange(m["method"], m["url"], rh, body),
+                is_token_response(sh, decoded_prefix(resp, header_value(sh, "content-encoding"), 1 << 20) or b"")),
+            "effect rules (registry.classify)": lambda: fast.registry.classify(
+                m["method"], m["url"], rh, decoded_prefix(body, None, JSON_PARSE_LIMIT) if body else None),
+            "principal fingerprint": lambda: principal_fingerprint(rh, m["url"]),
+            "redact_url": lambda: redact_url(m["url"]),
+            "redact_headers (request + response)": lambda: (redact_headers(rh), redact_headers(sh)),
+            "request body (record_body)": lambda: record_body(
+                body, header_value(rh, "content-type"), header_value(rh, "content-encoding"), fast.blobs),
+            "response body (decode, redact, parse)": lambda: record_body(
+                resp, header_value(sh, "content-type"), header_value(sh, "content-encoding"), fast.blobs),
+        }
 
-        def build(count: int) -> list[tuple]:
-            return [pairs(k) for k in range(count)]
-
-        # Thread CPU time, not wall time: on a shared machine a stage should not be charged for the time
-        # this thread sat descheduled. (The fsync and the hop are timed by the wall clock.)
-        clock = time.thread_time_ns
-        wall = time.perf_counter_ns
-        n_sync = min(n, 200)
-        best: dict[str, int] = {}
-        for _round in range(rounds + 1):  # round 0 is a warm-up
-            # Everything for one call is timed back to back (a load spike of the shared machine hits all
-            # the stages alike); each stage keeps its best round.
-            t = dict.fromkeys(STAGES, 0)
-            saved = []
-            for k, (f, resp) in enumerate(build(n)):
-                # 1. the hooks, on the event loop
+    fields = [material_fields(fast, m) for m in samples]
+    whole = {
+        "material_fields, whole (the above and the entry dict)": lambda k: material_fields(fast, samples[k % 2]),
+        "validate_fields": lambda k: validate_fields(fields[k % 2]),
+        "fit_entry (size check)": lambda k: fit_entry(fields[k % 2], fast.blobs),
+        "orjson_matches_jcs + chain_entry (canonical form, SHA-256)": lambda k: chain_entry(
+            fields[k % 2], k + 1, GENESIS, orjson_ok=orjson_matches_jcs(fields[k % 2])),
+        "append_many, batches of 1, no fsync": lambda k: fast.writer.append_many([fields[k % 2]]),
+    }
+    per_sample = [stages(m) for m in samples]
+    best: dict[str, float] = {}
+    for r in range(rounds + 1):
+        got: dict[str, int] = {}
+        for k in range(n):
+            for label, fn in per_sample[k % 2].items():
                 a = clock()
-                addon.requestheaders(f)
-                b = clock()
-                addon.request(f)
-                c = clock()
-                f.response = resp
-                addon.responseheaders(f)
-                d = clock()
-                call = f.metadata.pop("broker")
-                req_body = addon._body(f.request, call.req_cap)
-                resp_body = addon._body(resp, call.resp_cap)
-                when = datetime.fromtimestamp(resp.timestamp_start or time.time(), UTC)
-                resp_pairs = _pairs(resp.headers)
-                e = clock()
-                # 2. the worker thread's part, called directly (no fsync)
-                args = (call, f, req_body, resp.status_code, resp_pairs, resp_body, None, when)
-                addon._record(*args)
-                g = clock()
-                for key, dt in (("requestheaders", b - a), ("request", c - b), ("responseheaders", d - c),
-                                ("response_loop", e - d), ("record_nosync", g - e)):
-                    t[key] += dt
-                saved.append(args)
-                # 3. the same record, step by step (what Recorder.record and JournalWriter.append do)
+                fn()
+                got[label] = got.get(label, 0) + clock() - a
+            for label, fn in whole.items():
                 a = clock()
-                rh = [(str(x), str(y)) for x, y in _pairs(f.request.headers)]
-                rsh = [(str(x), str(y)) for x, y in resp_pairs]
-                b = clock()
-                raw_req = f.request.raw_content or None
-                is_token_exchange(f.request.method, call.url, rh, raw_req)
-                is_token_response(rsh, resp.raw_content or b"")
-                c = clock()
-                url = redact_url(call.url)
-                d = clock()
-                hq, hs = redact_headers(rh), redact_headers(rsh)
-                e = clock()
-                bq = record_body(raw_req, header_value(rh, "content-type"), header_value(rh, "content-encoding"),
-                                 fast_rec.blobs)
-                g = clock()
-                bs = record_body(resp.raw_content, header_value(rsh, "content-type"),
-                                 header_value(rsh, "content-encoding"), fast_rec.blobs)
-                h = clock()
-                fields = {
-                    "ts": format_ts(when), "session": SESSION, "agent": call.agent, "principal": call.principal,
-                    "connector": call.connector, "capture": "broker", "prompt_ref": None, "effect": call.effect,
-                    "mcp": None, "request": {"method": f.request.method, "url": url, "headers": hq, "body": bq[0]},
-                    "response": {"status": resp.status_code, "headers": hs, "body": bs[0]},
-                }
-                i = clock()
-                validate_fields(fields)
-                j = clock()
-                fit_entry(fields, fast_rec.blobs)
-                m = clock()
-                chain_entry(fields, k + 1, GENESIS, orjson_ok=orjson_matches_jcs(fields))
-                o = clock()
-                fast_rec.writer.append(fields)
-                q = clock()
-                for key, dt in (("pairs", b - a), ("token", c - b), ("redact_url", d - c), ("redact_headers", e - d),
-                                ("body_req", g - e), ("body_resp", h - g), ("fields", i - h), ("validate", j - i),
-                                ("fit", m - j), ("chain", o - m), ("append", q - o)):
-                    t[key] += dt
-            addon.recorder = durable_rec
-            for args in saved[:n_sync]:  # an fdatasync each: fewer of them
-                a = wall()
-                addon._record(*args)
-                t["record_durable"] += (wall() - a) * n // n_sync
-            addon.recorder = fast_rec
-            addon.inflight = 0
-            if _round:
-                for key, v in t.items():
-                    best[key] = min(best.get(key, v), v)
-
-        # 3. the hop to the worker thread, alone
-        async def hops(count: int) -> tuple[int, float]:
-            c0 = time.process_time()
-            a = wall()
-            for _ in range(count):
-                await asyncio.to_thread(int)
-            return wall() - a, time.process_time() - c0
-
-        hop_ns, hop_cpu = loop.run_until_complete(hops(n))
-
-        # 4. the whole addon per call on the event loop, 1 and 16 at a time: as shipped (to_thread, fsync), and
-        # without the fsync, and also without the thread (record called inline on the loop)
-        async def cycle(items: list[tuple]) -> None:
-            for f, resp in items:
-                addon.requestheaders(f)
-                addon.request(f)
-                f.response = resp
-                addon.responseheaders(f)
-                await addon.response(f)
-
-        async def whole(items: list[tuple], width: int) -> tuple[float, float]:
-            c0 = time.process_time()
-            a = wall()
-            await asyncio.gather(*(cycle(items[w::width]) for w in range(width)))
-            return _us(wall() - a, len(items)), (time.process_time() - c0) / len(items) * 1e6
-
-        async def inline(fn, *args):
-            return fn(*args)
-
-        n_whole = min(n, 500)
-        wholes: dict[str, tuple] = {}
-        for label, rec, hop in (("inline, fsync off", fast_rec, "inline"), ("to_thread, fsync off", fast_rec, ""),
-                                ("to_thread, fsync on (as shipped)", durable_rec, "")):
-            addon.recorder = rec
-            cj.asyncio = SimpleNamespace(to_thread=inline) if hop else asyncio
-            try:
-                wholes[label] = (loop.run_until_complete(whole(build(n_whole), 1)),
-                                 loop.run_until_complete(whole(build(n_whole), 16)))
-            finally:
-                cj.asyncio = asyncio
-        fast_rec.close()
-
-    per = {k: _us(v, n) for k, v in best.items()}
-    rows += [
-        ("on the event loop", per["requestheaders"] + per["request"] + per["responseheaders"]
-         + per["response_loop"], "the proxy's only thread for everything else"),
-        ("  requestheaders (pretty_url, registry.match, _pairs, is_token_exchange, session check)",
-         per["requestheaders"], ""),
-        ("  request (get_content, registry.classify, principal_fingerprint, check_session)", per["request"], ""),
-        ("  responseheaders (_must_stream)", per["responseheaders"], ""),
-        ("  response before the hop (_body x2, _pairs(resp), timestamp)", per["response_loop"], ""),
-        ("asyncio.to_thread hop, wall per call (1 at a time)", _us(hop_ns, n), f"CPU {hop_cpu / n * 1e6:.0f} us"),
-        ("worker: _record, durable=False (all CPU work)", per["record_nosync"], ""),
-        ("  _pairs(request.headers) + str() copies", per["pairs"], ""),
-        ("  is_token_exchange + is_token_response", per["token"], ""),
-        ("  redact_url", per["redact_url"], ""),
-        ("  redact_headers (request + response)", per["redact_headers"], ""),
-        ("  record_body(request) (decode, redact scan, parse JSON)", per["body_req"], ""),
-        ("  record_body(response) (gunzip, redact scan, parse JSON)", per["body_resp"], ""),
-        ("  build fields + format_ts", per["fields"], ""),
-        ("  JournalWriter.append, durable=False", per["append"], ""),
-        ("    of which validate_fields", per["validate"], ""),
-        ("    of which fit_entry", per["fit"], ""),
-        ("    of which orjson_matches_jcs + chain_entry (canonical form, SHA-256)", per["chain"], ""),
-        ("worker: _record, durable=True (wall, one fdatasync per call)", per["record_durable"], ""),
-    ]
-    for label, (one, sixteen) in wholes.items():
-        rows.append((f"whole addon, {label}: 1 at a time, wall per call", one[0], f"CPU {one[1]:.0f} us"))
-        rows.append((f"whole addon, {label}: 16 at a time, wall / calls", sixteen[0], f"CPU {sixteen[1]:.0f} us"))
-    figures = per | {"hop_us": _us(hop_ns, n), "hop_cpu_us": hop_cpu / n * 1e6,
-                     "whole": {k: {"1": {"wall_us": v[0][0], "cpu_us": v[0][1]},
-                                   "16": {"wall_us": v[1][0], "cpu_us": v[1][1]}} for k, v in wholes.items()}}
-    return rows, figures
-
-
-_LOOP_WRITER_PATCH = '''\
-# Prototype of a suggested change, for measuring only: the record's CPU work runs on the event loop
-# (where it holds the GIL anyway) and one long-lived writer thread commits whatever is queued (one
-# write + one fdatasync per session per batch, GIL released meanwhile) and wakes the loop once per
-# batch. Replaces asyncio.to_thread + the thread pool + JournalWriter's follower threads. Durable:
-# a response is still released only after its entry's fdatasync.
-import asyncio, collections, threading, types
-import addons.connector_journal as cj
-import journal.record as jr
-from journal.bodies import fit_entry
-from journal.canonical import orjson_matches_jcs
-from journal.entry import validate_fields
-from journal.writer import _Pending
-
-
-class _BatchWriter:
-    """One long-lived thread: takes every queued entry, commits them (one write + one fdatasync per
-    session), then wakes the event loop once for the whole batch."""
-
-    def __init__(self, writer, loop):
-        self.writer, self.loop = writer, loop
-        self.queue = collections.deque()
-        self.wake = threading.Event()
-        self.last = None
-        threading.Thread(target=self._run, daemon=True, name="journal-writer").start()
-
-    def submit(self, fields):
-        fut = self.loop.create_future()
-        self.queue.append((_Pending(fields, orjson_matches_jcs(fields)), fut))
-        self.wake.set()
-        self.last = fut
-        return fut
-
-    def _run(self):
-        while True:
-            self.wake.wait()
-            self.wake.clear()
-            batch = []
-            while self.queue:
-                batch.append(self.queue.popleft())
-            if not batch:
-                continue
-            sessions = {}
-            for p, _ in batch:
-                sessions.setdefault(p.fields["session"], []).append(p)
-            for session, pending in sessions.items():
-                try:
-                    slog = self.writer._acquire(session)
-                    try:
-                        self.writer._commit(slog, pending)
-                    finally:
-                        self.writer._release(slog)
-                except BaseException as exc:  # noqa: BLE001
-                    for p in pending:
-                        if p.entry is None and p.error is None:
-                            p.error = exc
-            self.loop.call_soon_threadsafe(self._resolve, batch)
-
-    @staticmethod
-    def _resolve(batch):
-        for p, fut in batch:
-            if fut.done():
-                continue
-            if p.error is not None:
-                fut.set_exception(p.error)
-            else:
-                fut.set_result(p.entry)
-
-
-class _LoopWriter:
-    """Stands in for the JournalWriter inside Recorder: validates and sizes on the loop, queues the commit."""
-
-    def __init__(self, real):
-        self.real = real
-        self.blobs = real.blobs
-        self.batch = None
-
-    def append(self, fields):
-        validate_fields(fields)
-        fields = fit_entry(fields, self.real.blobs, self.real.line_limit)
-        if self.batch is None:
-            self.batch = _BatchWriter(self.real, asyncio.get_running_loop())
-        return self.batch.submit(fields)
-
-    def __getattr__(self, name):
-        return getattr(self.real, name)
-
-
-_orig_init = jr.Recorder.__init__
-
-
-def _init(self, *args, **kwargs):
-    _orig_init(self, *args, **kwargs)
-    self.writer = _LoopWriter(self.writer)
-
-
-jr.Recorder.__init__ = _init
-async def _on_loop(fn, *args):
-    """asyncio.to_thread stand-in: run the record on the loop, then await its queued commit."""
-    self = fn.__self__
-    lw = self.recorder.writer
-    if lw.batch is not None:
-        lw.batch.last = None
-    fn(*args)
-    fut = lw.batch.last if lw.batch is not None else None
-    if fut is not None:
-        await fut
-
-
-cj.asyncio = types.SimpleNamespace(to_thread=_on_loop)
-'''
-
-_VARIANT_PATCHES = {
-    "broker": "",
-    "broker, fsync off": "import os; os.fdatasync = lambda fd: None",
-    "broker, fsync off, record inline": (
-        "import os, types; os.fdatasync = lambda fd: None\n"
-        "import addons.connector_journal as cj\n"
-        "async def _inline(fn, *args): return fn(*args)\n"
-        "cj.asyncio = types.SimpleNamespace(to_thread=_inline)"
-    ),
-    "broker, record on loop + writer thread": _LOOP_WRITER_PATCH,
-}
-"""What-if variants of `broker run` for --profile: the same command with a patch applied in the process
-before it starts (only for measuring; the broker's code is unchanged)."""
-
-
-class PatchedBroker(BrokerProcess):
-    """`broker run` started through `python -c` with a patch applied first."""
-
-    def __init__(self, tmp: Path, upstream, patch: str, *extra: str) -> None:
-        super().__init__(tmp, upstream, *extra)
-        self.patch = patch
-
-    def command(self) -> list[str]:
-        cmd = super().command()
-        launcher = (f"import sys; sys.path.insert(0, {str(ROOT)!r})\n{self.patch}\n"
-                    "from broker.cli import main; sys.argv[0] = 'broker'; main()")
-        return [sys.executable, "-c", launcher, *cmd[1:]]
-
-
-def run_variants(root: Path, upstream: UpstreamProcess, mitm: BrokerProcess, clients: int, quick: bool,
-                 log: Callable[[str], None]) -> tuple[list[dict], list[dict]]:
-    """Broker variants against plain mitmdump, interleaved: which part of the gap is fsync, which the hop."""
-    n_seq, n_conc, rounds = (40, 96, 3) if quick else (40, 128, 8)
-    scens = [{"name": "seq GET", "clients": 1, "n": n_seq, "warm": 20, "mix": False},
-             {"name": f"{clients}x GET", "clients": clients, "n": n_conc, "warm": 4, "mix": False}]
-    procs = []
-    targets = {"mitmdump": Target("mitmdump", upstream, mitm)}
-    try:
-        for i, (name, patch) in enumerate(_VARIANT_PATCHES.items()):
-            tmp = root / f"variant-{i}"
-            tmp.mkdir()
-            proc = PatchedBroker(tmp, upstream.info, patch, "--session", SESSION)
-            procs.append(proc)
-            proc.start()
-            targets[name] = Target(name, upstream, proc)
-        for t in targets.values():
-            measure(t, upstream, {"name": "warm-up", "clients": clients, "n": clients * 5, "warm": 0, "mix": False})
-        rows = [row for scen in scens for row in run_scenario(targets, upstream, scen, rounds, log)]
-    finally:
-        for p in procs:
-            p.stop()
-    vaults = {name: verify_vault(proc.vault, targets[name].sent)
-              for name, proc in zip(_VARIANT_PATCHES, procs, strict=True)}
-    table, ratios = summarise(rows, scens, tuple(targets), "mitmdump")
-    for r in table:
-        summary = next(x for x in ratios if x["scenario"] == r["scenario"])
-        r["vs_mitmdump"] = summary.get(f"{r['target']}/mitmdump", 1.0)
-        r["vs_mitmdump_runs"] = summary.get(f"{r['target']}/mitmdump runs", [])
-        r["vault_ok"] = vaults[r["target"]]["ok"] if r["target"] in vaults else None
-    return table, _without_latencies(rows)
-
-
-# py-spy: where the broker process spends its CPU (samples of the thread holding the GIL)
-
-_HOOKS = ("requestheaders", "request", "responseheaders", "response", "error")
+                fn(k)
+                got[label] = got.get(label, 0) + clock() - a
+        a = clock()
+        for k in range(0, n, 16):
+            fast.writer.append_many([fields[j % 2] for j in range(k, min(n, k + 16))])
+        got["append_many, batches of 16, no fsync, per entry"] = clock() - a
+        if r:
+            for label, ns in got.items():
+                best[label] = min(best.get(label, ns), ns)
+    m = min(n, 300)
+    t0 = time.perf_counter_ns()
+    for k in range(m):
+        durable.writer.append_many([fields[k % 2]])
+    out = [(label, ns / n / 1e3) for label, ns in best.items()]
+    out.append(("append_many, batches of 1, fdatasync (wall)", (time.perf_counter_ns() - t0) / m / 1e3))
+    fast.close()
+    durable.close()
+    return out
 
 
 def _spy_category(stack: str) -> str:
     frames = stack.split(";")
     thread = frames[0].partition(": ")[2] or frames[0]
     names = [f.split(" (", 1)[0] for f in frames[1:]]
-    if thread.startswith("asyncio_"):
-        if "ConnectorJournal._record" not in names:
-            return "worker thread: thread pool machinery (wake-up, future callbacks)"
-        if "JournalWriter.append" in names:
-            inner = [n for n in names if n.split(".")[-1] in ("validate_fields", "fit_entry", "_commit")]
-            detail = {"validate_fields": "validate_fields", "fit_entry": "fit_entry",
-                      "_commit": "_commit (chain_entry, flock, write, fdatasync)"}
-            return "worker thread: JournalWriter.append: " + (detail[inner[0].split(".")[-1]] if inner else "rest")
-        for key, label in (("redact_headers", "redact_headers"), ("record_body", "record_body (bodies)"),
-                           ("Recorder._body", "record_body (bodies)"), ("redact_url", "redact_url"),
-                           ("is_token_exchange", "is_token_exchange/response"),
-                           ("is_token_response", "is_token_exchange/response"), ("_pairs", "_pairs")):
-            if key in names:
-                return "worker thread: Recorder.record: " + label
-        return "worker thread: Recorder.record: rest (fields, format_ts, copies)"
     if thread != "MainThread":
         return f"other thread ({thread})"
-    if "to_thread" in names or "BaseEventLoop.run_in_executor" in names:
-        return "event loop: asyncio.to_thread submit"
-    for hook in _HOOKS:
+    if any(n.startswith("RecorderLink.") or n.startswith("_Acks.") for n in names):
+        return "event loop: link to the recording service (send, acknowledgements)"
+    for hook in ("requestheaders", "request", "responseheaders", "response", "error"):
         if f"ConnectorJournal.{hook}" in names:
             return f"event loop: addon hook {hook}"
     if any(n.startswith("ConnectorJournal.") for n in names):
-        return "event loop: addon, other hooks"
-    if any("Redirect." in n for n in names):
+        return "event loop: addon, other"
+    if any("UpstreamResolve." in n for n in names):
         return "event loop: redirect addon"
     return "event loop: mitmproxy + asyncio (TLS, HTTP, hook dispatch, ...)"
 
@@ -1058,23 +745,6 @@ def run_profile(root: Path, quick: bool, upstream: UpstreamProcess, mitm: Broker
                 log: Callable[[str], None]) -> tuple[str, dict]:
     figures: dict = {}
     out: list[str] = []
-    log("profile: broker variants")
-    vtable, vrows = run_variants(root, upstream, mitm, clients, quick, log)
-    figures["variants"] = {"table": vtable, "runs": vrows}
-    out.append("\n== what-if variants of the broker process (patched at start; the code is unchanged), GET only, "
-               "targets interleaved; /mitmdump: median of the per-round ratios (IQR)")
-    out.append(f"{'scenario':<9} {'target':<39} {'req/s':>7} {'p50 ms':>7} {'p99 ms':>7} {'proxy CPU':>10} "
-               f"{'/mitmdump':>9} {'(IQR)':>11} {'vault':>6}")
-    for r in vtable:
-        vault = "-" if r["vault_ok"] is None else "ok" if r["vault_ok"] else "BAD"
-        out.append(f"{r['scenario']:<9} {r['target']:<39} {r['req_s']:>7.0f} {r['p50_ms']:>7.2f} {r['p99_ms']:>7.2f} "
-                   f"{r['proxy_cpu_us']:>10.0f} {r['vs_mitmdump']:>9.2f} {_quartiles(r['vs_mitmdump_runs']):>11} "
-                   f"{vault:>6}")
-    out.append("fsync off: os.fdatasync replaced by a no-op; record inline: asyncio.to_thread replaced by a direct "
-               "call on the event loop;")
-    out.append("record on loop + writer thread: see _LOOP_WRITER_PATCH (fsync on); vault: entries = calls sent "
-               "and verify_session intact")
-
     if (BIN / "py-spy").exists():
         log("profile: py-spy")
         n = 480 if quick else 1280
@@ -1087,25 +757,27 @@ def run_profile(root: Path, quick: bool, upstream: UpstreamProcess, mitm: Broker
             broker.stop()
         mcats, mrow = spy_profile(root, upstream, mitm, "mitmdump", clients, n)
         figures["py_spy"] = {"broker": bcats, "mitmdump": mcats, "broker_row": brow, "mitmdump_row": mrow}
-        out.append(f"\n== py-spy --gil (samples of the thread running Python), {clients}x GET, {n} calls, us per call")
-        for title, cats, row in (("broker", bcats, brow), ("mitmdump", mcats, mrow)):
+        out.append(f"\n== py-spy --gil of the proxy process (samples of the thread running Python), {clients}x GET, "
+                   f"{n} calls, us per call")
+        for title, cats, row in (("broker (proxy process; the recording service is not sampled)", bcats, brow),
+                                 ("mitmdump", mcats, mrow)):
             total = sum(cats.values())
             out.append(f"{title}: {row['req_s']:.0f} req/s; sampled {total:.0f} us/call, "
-                       f"process CPU {row['proxy_cpu_us']:.0f} us/call")
+                       f"CPU {row['proxy_cpu_us']:.0f} us/call (with its child processes)")
             for cat, us in cats.items():
                 if us >= 1:
                     out.append(f"  {cat:<76} {us:>7.0f} {us / total:>6.0%}")
     else:
         out.append("\n(py-spy not installed in the venv: `.venv/bin/pip install py-spy` adds a sampling profile)")
 
-    log("profile: stage breakdown")
+    log("profile: recording service stages")
     n = 300 if quick else 2000
-    rows, stages = stage_breakdown(root, n)
-    figures["stages_us"] = stages
-    out.append(f"\n== addon stage breakdown, in-process, {n} calls (mix: Gmail labels GET / Slack chat.postMessage "
-               "alternating), us per call: thread CPU time, best of 3 rounds, no profiler")
-    for label, us, note in rows:
-        out.append(f"  {label:<88} {us:>8.1f}  {note}")
+    rows = service_breakdown(root, n)
+    figures["service_stages_us"] = dict(rows)
+    out.append(f"\n== the recording service's work, in-process, {n} calls (mix: Gmail labels GET / Slack "
+               "chat.postMessage alternating), us per call: thread CPU time, best of 3 rounds, no profiler")
+    for label, us in rows:
+        out.append(f"  {label:<70} {us:>8.1f}")
     return "\n".join(out) + "\n", figures
 
 

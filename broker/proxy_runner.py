@@ -13,8 +13,8 @@ import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mitmproxy import addons as mitm_addons
 from mitmproxy import options
+from mitmproxy.addons import block, core, disable_h2c, dns_resolver, next_layer, proxyserver, tlsconfig
 from mitmproxy.certs import CertStore
 from mitmproxy.master import Master
 
@@ -22,6 +22,22 @@ from addons.connector_journal import ConnectorJournal
 from addons.upstream_resolve import UpstreamResolve
 
 CA_BASENAME = "mitmproxy"
+
+
+def proxy_addons() -> list:
+    """The mitmproxy addons a broker needs: the proxy itself (server, layers, TLS, DNS resolution for
+    upstream names), `block` (refuses clients from other hosts unless told otherwise) and `disable_h2c`.
+
+    Not the rest of `mitmproxy.addons.default_addons()` (playback, map/modify, save, anticache,
+    sticky cookies, proxyauth: the broker reads the proxy credentials itself, ...): the broker
+    exposes none of their options, and mitmproxy offers every hook of every flow to every loaded
+    addon, so each one costs CPU on every call even when idle (about a fifth of mitmdump's CPU per
+    call goes to that dispatch; see docs/benchmarks.md).
+    """
+    return [
+        core.Core(), block.Block(), disable_h2c.DisableH2C(), proxyserver.Proxyserver(),
+        dns_resolver.DnsResolver(), next_layer.NextLayer(), tlsconfig.TlsConfig(),
+    ]
 DRAIN_SECONDS = 10.0
 
 
@@ -105,7 +121,7 @@ class EmbeddedProxy:
         )
         self.master = Master(opts)
         ready = _Ready()
-        self.master.addons.add(*mitm_addons.default_addons(), ready, UpstreamResolve(), self.addon)
+        self.master.addons.add(*proxy_addons(), ready, UpstreamResolve(), self.addon)
         update: dict = {
             "vault": c.vault, "broker_session": c.session, "broker_agent": c.agent,
             "broker_principal": c.principal, "broker_connectors": c.connectors,

@@ -13,6 +13,7 @@ The broker (mitmproxy addon), the MCP shim and agents reporting their own calls 
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -35,6 +36,32 @@ from journal.writer import JournalWriter
 Headers = Iterable[tuple[str, str]] | Iterable[list[str]]
 TOKEN_CHECK_LIMIT = 1 << 20
 """Token grants are small; a response body that decodes to more than this is not checked for one."""
+
+
+_CRED_HEADERS = ("authorization", "x-goog-api-key", "x-api-key", "api-key", "private-token", "x-auth-token")
+
+
+def principal_fingerprint(headers: list[tuple[str, str]], url: str) -> str:
+    """A stable name for the account a call acted as, derived from its credential but not revealing it.
+
+    SHA-256 of the credential (truncated to 16 hex): tokens are high-entropy, so the fingerprint
+    cannot be turned back into the credential, and calls made as different accounts stay apart.
+    """
+    cred = None
+    for k, v in headers:
+        if k.lower() in _CRED_HEADERS and v:
+            cred = v.split(" ", 1)[-1] if k.lower() == "authorization" else v
+            break
+    if cred is None and "token=" in url:
+        from urllib.parse import parse_qsl, urlsplit
+
+        for k, v in parse_qsl(urlsplit(url).query):
+            if k in ("token", "access_token", "key") and v:
+                cred = v
+                break
+    if cred is None:
+        return "anonymous"
+    return "fp:" + hashlib.sha256(b"connector-broker principal\0" + cred.encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)

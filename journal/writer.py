@@ -107,29 +107,64 @@ class JournalWriter:
 
     def append(self, fields: dict) -> dict:
         """Chain `fields` (the eleven capture-point keys) into their session; return the durable entry."""
+        mine = self._pending(fields)
+        slog = self._acquire(fields["session"])
+        try:
+            self._append(slog, [mine])
+        finally:
+            self._release(slog)
+        return self._result(mine)
+
+    def append_many(self, batch: list[dict]) -> list[dict | JournalError | ContractError]:
+        """Append several entries, one write and one fsync per session; per item, the durable entry
+        or the error that kept it out. For a single-threaded caller (the recording service) that
+        has a whole batch at hand: threads calling `append` get the same grouping by waiting."""
+        results: list[dict | JournalError | ContractError] = [None] * len(batch)  # type: ignore[list-item]
+        groups: dict[str, list[tuple[int, _Pending]]] = {}
+        for i, fields in enumerate(batch):
+            try:
+                groups.setdefault(fields["session"], []).append((i, self._pending(fields)))
+            except (ContractError, JournalError) as exc:
+                results[i] = exc
+        for session, items in groups.items():
+            try:
+                slog = self._acquire(session)
+            except JournalError as exc:
+                for i, _ in items:
+                    results[i] = exc
+                continue
+            try:
+                self._append(slog, [p for _, p in items])
+            except JournalError as exc:
+                for _, p in items:
+                    if p.entry is None and p.error is None:
+                        p.error = exc
+            finally:
+                self._release(slog)
+            for i, p in items:
+                results[i] = p.error if p.error is not None else p.entry  # type: ignore[assignment]
+        return results
+
+    def _pending(self, fields: dict) -> _Pending:
         validate_fields(fields)
         fields = fit_entry(fields, self.blobs, self.line_limit)
         # The walk that proves the fast path is done here, in the caller's thread, while another
         # batch may be syncing; the leader then only serialises and hashes.
         try:
-            mine = _Pending(fields, orjson_matches_jcs(fields))
+            return _Pending(fields, orjson_matches_jcs(fields))
         except CanonicalError as exc:
             raise ContractError(f"entry has no canonical form: {exc}") from None
-        slog = self._acquire(fields["session"])
-        try:
-            return self._append(slog, mine)
-        finally:
-            self._release(slog)
 
-    def _append(self, slog: _SessionLog, mine: _Pending) -> dict:
+    def _append(self, slog: _SessionLog, mine: list[_Pending]) -> None:
+        """Queue `mine` and wait until they are committed: lead the commits if nobody is leading."""
         with slog.cond:
             if slog.failed:
                 raise slog.failed
-            slog.pending.append(mine)
+            slog.pending.extend(mine)
             if slog.leading:
-                while not mine.done:
+                while not all(p.done for p in mine):
                     slog.cond.wait()
-                return self._result(mine)
+                return
             slog.leading = True
         try:
             while True:
@@ -159,7 +194,6 @@ class JournalWriter:
                     slog.pending = []
                     slog.leading = False
                     slog.cond.notify_all()
-        return self._result(mine)
 
     def check_session(self, session: str) -> None:
         """Raise JournalError if an entry for `session` could not be appended now (the file cannot be

@@ -415,3 +415,33 @@ def test_port_in_use_is_one_clear_line(tmp_path):
                            capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
     assert f"cannot listen on 127.0.0.1:{port}" in r.stderr and "Traceback" not in r.stderr
+
+
+def _service_pid(b: BrokerProcess) -> int:
+    assert b.proc is not None
+    (pid,) = Path(f"/proc/{b.proc.pid}/task/{b.proc.pid}/children").read_text().split()
+    return int(pid)
+
+
+def test_recording_service_death_blocks_waiting_calls_and_a_new_one_takes_over(upstream, tmp_path):
+    import signal
+
+    with BrokerProcess(tmp_path, upstream) as b:
+        with client(b, session="s-svc") as c:
+            assert c.get(f"{GMAIL}/labels").status_code == 200
+            first = _service_pid(b)
+            os.kill(first, signal.SIGSTOP)  # takes the next call, never answers it
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                waiting = pool.submit(c.get, f"{GMAIL}/labels", params={"n": "lost"})
+                time.sleep(1.5)
+                assert not waiting.done()  # held: the response waits for its entry
+                os.kill(first, signal.SIGKILL)
+                r = waiting.result(30)
+            assert r.status_code == 502 and "journal" in r.text
+            time.sleep(1.2)  # past the restart interval
+            assert c.get(f"{GMAIL}/labels", params={"n": "after"}).status_code == 200
+            assert _service_pid(b) != first
+        assert b.alive()
+    got = entries(b, "s-svc")
+    assert [e["request"]["url"] for e in got] == [f"{GMAIL}/labels", f"{GMAIL}/labels?n=after"]  # none for the lost one
+    assert verify_session(Vault(b.vault), "s-svc").intact

@@ -262,3 +262,40 @@ def test_vault_path_that_is_a_file_is_a_clear_error(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(VaultError, match="not a directory"):
         JournalWriter(tmp_path / "file")
+
+
+def test_append_many_writes_each_session_once_and_reports_per_item(tmp_path, monkeypatch):
+    syncs = []
+    real = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (syncs.append(fd), real(fd)))
+    batch = [fields(session="s1", n=1), fields(session="s2", n=2), {**fields(n=3), "seq": 9},
+             fields(session="s1", n=4), fields(session="s2", n=5), fields(effect="delete")]
+    with JournalWriter(tmp_path) as w:
+        out = w.append_many(batch)
+    assert [type(r).__name__ for r in out] == ["dict", "dict", "ContractError", "dict", "dict", "ContractError"]
+    got = [(r["session"], r["seq"]) for r in out if isinstance(r, dict)]
+    assert got == [("s1", 1), ("s2", 1), ("s1", 2), ("s2", 2)]
+    assert out[3]["prev"] == out[0]["hash"]
+    assert len(syncs) == 2  # one fsync per session for the whole batch
+    for s in ("s1", "s2"):
+        r = verify_session(Vault(tmp_path), s)
+        assert r.intact and r.entries == 2
+
+
+def test_append_many_on_a_stopped_session_fails_only_that_session(tmp_path, monkeypatch):
+    real = os.fdatasync
+    w = JournalWriter(tmp_path)
+    w.append(fields(session="bad"))
+    target = w._logs["bad"].fd
+
+    def failing(fd):
+        if fd == target:
+            raise OSError(errno.EIO, "I/O error")
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", failing)
+    out = w.append_many([fields(session="bad", n=1), fields(session="good", n=2)])
+    assert isinstance(out[0], JournalStopped) and isinstance(out[1], dict)
+    out = w.append_many([fields(session="bad", n=3)])
+    assert isinstance(out[0], JournalStopped)  # stays stopped: no retry after a failed fsync
+    w.close()

@@ -56,7 +56,7 @@ def principal_for(headers: list[tuple[str, str]], url: str, fixed: str) -> str:
     """--principal when given, else the broker's fingerprint of the client's credential."""
     if fixed:
         return fixed
-    from addons.connector_journal import principal_fingerprint
+    from journal.record import principal_fingerprint
 
     return principal_fingerprint(headers, url)
 

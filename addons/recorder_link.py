@@ -1,0 +1,193 @@
+"""The proxy's end of the recording service (`journal.service`), for the connector-journal addon.
+
+`record(material)` sends one call's raw material to the service process and resolves once the
+service acknowledges it: the entry is durable, or the call was a token exchange, or it failed (a
+JournalError with the service's reason). `connect` starts the service (the addon calls it once the
+proxy runs). If the service exits, every call waiting on it fails (so `block` answers 502) and the
+next call starts a new one, which continues each session's chain from its file.
+
+Runs on the proxy's event loop: sending is one `transport.write`, acknowledgements arrive through
+a protocol's `data_received`, so the loop never blocks and no thread is involved.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from journal.service import frame, split_frames
+from journal.writer import JournalError, JournalStopped
+
+log = logging.getLogger("broker")
+
+_ROOT = str(Path(__file__).resolve().parent.parent)
+RESTART_INTERVAL = 1.0
+"""Seconds between attempts to start the service, so a service that cannot start does not spin."""
+
+
+class RecorderLink:
+    def __init__(self, vault: str, spill_threshold: int, connectors: str = "") -> None:
+        self.vault, self.spill_threshold, self.connectors = vault, spill_threshold, connectors
+        self.proc: subprocess.Popen | None = None
+        self._transport: asyncio.Transport | None = None
+        self._starting: asyncio.Future | None = None
+        self._waiting: dict[int, asyncio.Future] = {}
+        self._next_id = 0
+        self._last_start = 0.0
+        self._start_error: JournalError | None = None
+        self.stopped: dict[str, str] = {}
+        """Sessions the service reported stopped (a failed write or fsync), with the reason."""
+
+    async def record(self, material: dict) -> bool:
+        """True once the call's entry is durable, False for a token exchange (nothing recorded);
+        JournalError when it could not be recorded."""
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            transport = await self.connect()
+        self._next_id += 1
+        call_id = self._next_id
+        fut = asyncio.get_running_loop().create_future()
+        self._waiting[call_id] = fut
+        transport.write(frame((call_id, material)))
+        outcome, detail, stopped = await fut
+        if outcome == "ok":
+            return True
+        if outcome == "skip":
+            return False
+        if stopped:
+            self.stopped[material["session"]] = detail
+            raise JournalStopped(detail)
+        raise JournalError(detail)
+
+    async def connect(self) -> asyncio.Transport:
+        """The connection to the service, starting the service if it is not running."""
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            return transport
+        if self._starting is None:
+            self._starting = asyncio.ensure_future(self._start())
+        starting = self._starting
+        try:
+            return await asyncio.shield(starting)
+        finally:
+            if self._starting is starting and starting.done():
+                self._starting = None
+
+    async def _start(self) -> asyncio.Transport:
+        now = time.monotonic()
+        if self._start_error is not None and now - self._last_start < RESTART_INTERVAL:
+            raise self._start_error
+        self._last_start = now
+        self._reap()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        cmd = [sys.executable, "-m", "journal.service", "--fd", str(theirs.fileno()), "--vault", self.vault,
+               "--spill-threshold", str(self.spill_threshold)]
+        if self.connectors:
+            cmd += ["--connectors", self.connectors]
+        env = dict(os.environ)
+        env["PYTHONPATH"] = _ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        try:
+            self.proc = subprocess.Popen(cmd, pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL)
+        except OSError as exc:
+            ours.close()
+            self._start_error = JournalError(f"cannot start the recording service ({sys.executable}): {exc}")
+            raise self._start_error from None
+        finally:
+            theirs.close()
+        self._start_error = None
+        loop = asyncio.get_running_loop()
+        transport, _ = await loop.create_connection(lambda: _Acks(self), sock=ours)
+        self._transport = transport
+        return transport
+
+    def _acknowledged(self, acks: list) -> None:
+        for call_id, outcome, detail, stopped in acks:
+            fut = self._waiting.pop(call_id, None)
+            if fut is not None and not fut.done():
+                fut.set_result((outcome, detail, stopped))
+
+    def _lost(self, transport: asyncio.BaseTransport) -> None:
+        if self._transport is transport:
+            self._transport = None
+        code = self.proc.poll() if self.proc is not None else None
+        why = f"the recording service exited (code {code})" if code is not None else "the recording service hung up"
+        if time.monotonic() - self._last_start < RESTART_INTERVAL:
+            self._start_error = JournalError(why)  # died at once: do not start another one right away
+        if self._waiting:
+            log.error("journal: %s with %d calls not acknowledged", why, len(self._waiting))
+        waiting, self._waiting = self._waiting, {}
+        for fut in waiting.values():
+            if not fut.done():
+                fut.set_exception(JournalError(why))
+
+    def _reap(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+        if self.proc is not None:
+            self.proc.wait()
+        self.proc = None
+
+    async def aclose(self, timeout: float = 30.0) -> None:
+        """Let the service record what it has received (acknowledging it), then wait for it to exit."""
+        transport = self._shut_write()
+        if self.proc is not None:
+            await asyncio.to_thread(self._wait, timeout)
+        if transport is not None:
+            transport.abort()
+
+    def close(self, timeout: float = 30.0) -> None:
+        """As `aclose`, blocking (outside the event loop, or when no call can be waiting)."""
+        transport = self._shut_write()
+        self._wait(timeout)
+        if transport is not None:
+            transport.abort()
+
+    def _shut_write(self) -> asyncio.Transport | None:
+        transport = self._transport
+        if transport is not None:
+            sock = transport.get_extra_info("socket")
+            try:
+                if sock is not None:
+                    sock.shutdown(socket.SHUT_WR)  # the service sees the end once it has read every call
+            except OSError:
+                pass
+        return transport
+
+    def _wait(self, timeout: float) -> None:
+        if self.proc is None:
+            return
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            log.error("journal: the recording service did not finish within %.0f s; killing it", timeout)
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+
+class _Acks(asyncio.Protocol):
+    def __init__(self, link: RecorderLink) -> None:
+        self.link = link
+        self.buf = bytearray()
+        self.transport: asyncio.BaseTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        batches, used = split_frames(self.buf)
+        if used:
+            del self.buf[:used]
+        for acks in batches:
+            self.link._acknowledged(acks)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        assert self.transport is not None
+        self.link._lost(self.transport)

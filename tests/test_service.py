@@ -1,0 +1,174 @@
+"""The recording service (journal.service) and the proxy's link to it (addons.recorder_link)."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import os
+import signal
+import socket
+import threading
+import time
+
+import pytest
+
+import addons.recorder_link as recorder_link
+from addons.recorder_link import RecorderLink
+from journal.blobstore import is_ref_object
+from journal.reader import iter_entries
+from journal.record import Prepared, Recorder, principal_fingerprint
+from journal.service import frame, material_fields, record_batch, serve, split_frames
+from journal.vault import Vault
+from journal.verify import verify_session
+from journal.writer import JournalError
+
+CANARY = "ya29.SERVICEcanary0SERVICEcanary0SERVICE"
+
+
+def material(n: int = 0, **over) -> dict:
+    body = gzip.compress(json.dumps({"labels": [{"id": f"L{n}", "name": "Inbox"}]}).encode())
+    m = {
+        "session": "svc", "agent": "agent-s", "principal": None, "connector": "gmail", "method": "GET",
+        "url": f"https://gmail.googleapis.com/gmail/v1/users/me/labels?n={n}",
+        "request_headers": ((b"Host", b"gmail.googleapis.com"), (b"Authorization", f"Bearer {CANARY}".encode()),
+                            (b"X-Odd", b"caf\xe9")),
+        "request_body": None, "status": 200,
+        "response_headers": ((b"Content-Type", b"application/json"), (b"Content-Encoding", b"gzip")),
+        "response_body": body, "error": None, "ts": 1790000000.25 + n, "mcp": None,
+    }
+    m.update(over)
+    return m
+
+
+def slack_token_exchange() -> dict:
+    return material(connector="slack", method="POST", url="https://slack.com/api/oauth.v2.access",
+                    request_body=b"code=abc&client_secret=shh", response_body=b'{"ok":true,"access_token":"xoxb-1"}')
+
+
+def test_material_fields_decodes_headers_fingerprints_and_classifies(tmp_path):
+    rec = Recorder(tmp_path)
+    f = material_fields(rec, material())
+    assert f["principal"] == principal_fingerprint([("Authorization", f"Bearer {CANARY}")], "")
+    assert dict(f["request"]["headers"])["X-Odd"] == "café"  # not UTF-8: read as Latin-1, nothing lost
+    assert dict(f["request"]["headers"])["Authorization"] == "[never captured]"
+    assert f["response"]["body"] == {"labels": [{"id": "L0", "name": "Inbox"}]}
+    assert (f["effect"], f["ts"]) == ("read", "2026-09-21T14:13:20.250Z")
+    slack = material(connector="slack", method="POST", url="https://slack.com/api/conversations.history",
+                     request_body=b"channel=C1",
+                     request_headers=((b"Content-Type", b"application/x-www-form-urlencoded"),))
+    assert material_fields(rec, slack)["effect"] == "read"  # by method name, not by HTTP method
+    unknown = material(connector="unknown", method="DELETE", url="https://example.org/x")
+    assert (material_fields(rec, unknown)["connector"], material_fields(rec, unknown)["effect"]) == ("unknown", "write")
+    assert material_fields(rec, material(principal="alice@example.com"))["principal"] == "alice@example.com"
+    assert material_fields(rec, slack_token_exchange()) is None
+    rec.close()
+
+
+def test_record_batch_answers_every_call_in_order(tmp_path):
+    rec = Recorder(tmp_path)
+    calls = [(1, material(1)), (2, slack_token_exchange()), (3, material(3, method=None)), (4, material(4))]
+    acks = record_batch(rec, calls)
+    assert [(a[0], a[1]) for a in acks] == [(1, "ok"), (2, "skip"), (3, "error"), (4, "ok")]
+    assert [a[2] for a in acks if a[1] == "ok"] == [1, 2]
+    rec.close()
+    assert verify_session(Vault(tmp_path), "svc").entries == 2
+
+
+def test_serve_records_frames_from_a_socket_until_it_closes(tmp_path):
+    rec = Recorder(tmp_path)
+    ours, theirs = socket.socketpair()
+    t = threading.Thread(target=serve, args=(theirs, rec))
+    t.start()
+    big = material(7, response_body=b"x" * (3 << 20), response_headers=((b"Content-Type", b"text/plain"),))
+    ours.sendall(b"".join(frame((i, material(i))) for i in range(5)) + frame((99, big)))
+    ours.shutdown(socket.SHUT_WR)
+    t.join(30)  # serve returns at the end of input, having answered everything
+    assert not t.is_alive()
+    theirs.close()
+    buf = bytearray()
+    while chunk := ours.recv(65536):
+        buf += chunk
+    batches, used = split_frames(buf)
+    assert used == len(buf)
+    acks = [a for batch in batches for a in batch]
+    assert sorted(a[0] for a in acks) == [0, 1, 2, 3, 4, 99] and {a[1] for a in acks} == {"ok"}
+    rec.close()
+    entries = list(iter_entries(Vault(tmp_path), "svc"))
+    spilled = entries[-1]["response"]["body"]  # 3 MiB spilled to a blob by the service
+    assert is_ref_object(spilled) and spilled["size"] == 3 << 20
+
+
+def _run(coro):
+    return asyncio.run(coro)
+
+
+def test_link_records_through_a_service_process_and_drains_on_close(tmp_path):
+    vault = tmp_path / "vault"
+
+    async def main():
+        link = RecorderLink(str(vault), 1 << 20)
+        await link.connect()
+        assert await link.record(material(0)) is True
+        assert await link.record(slack_token_exchange()) is False
+        # calls in flight when the proxy stops are still recorded and acknowledged
+        pending = [asyncio.ensure_future(link.record(material(i))) for i in range(1, 41)]
+        await asyncio.sleep(0)
+        await link.aclose()
+        assert all(await asyncio.gather(*pending))
+        assert link.proc is None
+
+    _run(main())
+    r = verify_session(Vault(vault), "svc")
+    assert r.intact and r.entries == 41
+    for path in vault.rglob("*"):
+        if path.is_file():
+            assert CANARY.encode() not in path.read_bytes(), path
+
+
+def test_link_reports_a_dead_service_and_starts_a_new_one(tmp_path, monkeypatch):
+    monkeypatch.setattr(recorder_link, "RESTART_INTERVAL", 0.0)
+    vault = tmp_path / "vault"
+
+    async def main():
+        link = RecorderLink(str(vault), 1 << 20)
+        await link.connect()
+        assert await link.record(material(0))
+        os.kill(link.proc.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while link._transport is not None and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)  # the hang-up reaches the protocol
+        assert await link.record(material(1))  # a new service, continuing the chain
+        await link.aclose()
+
+    _run(main())
+    r = verify_session(Vault(vault), "svc")
+    assert r.intact and r.entries == 2
+
+
+def test_link_fails_waiting_calls_when_the_service_dies(tmp_path):
+    vault = tmp_path / "vault"
+
+    async def main():
+        link = RecorderLink(str(vault), 1 << 20)
+        await link.connect()
+        os.kill(link.proc.pid, signal.SIGSTOP)  # it can take the call but never answer
+        call = asyncio.ensure_future(link.record(material(0)))
+        await asyncio.sleep(0.2)
+        assert not call.done()
+        os.kill(link.proc.pid, signal.SIGKILL)
+        with pytest.raises(JournalError, match="recording service"):
+            await asyncio.wait_for(call, 10)
+        await link.aclose()
+
+    _run(main())
+
+
+def test_prepared_bodies_travel_to_the_service(tmp_path):
+    rec = Recorder(tmp_path)
+    ref = rec.blobs.put_bytes(b"streamed body")
+    acks = record_batch(rec, [(1, material(1, response_body=Prepared(ref, {"encoding": "spilled"})))])
+    assert acks[0][1] == "ok", acks
+    (e,) = iter_entries(Vault(tmp_path), "svc")
+    assert e["response"]["body"] == ref
+    rec.close()
