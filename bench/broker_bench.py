@@ -605,7 +605,8 @@ def _sample_materials() -> list[dict]:
             req_headers += [(k, v) for k, v in headers.items() if k not in dict(base)]
             if body:
                 req_headers.append(("Content-Length", str(len(body))))
-            raw = http.Response.make(resp.status_code, resp.content, list(resp.headers.multi_items()))
+            raw = http.Response.make(resp.status_code, resp.content,
+                                     [(k.encode(), v.encode()) for k, v in resp.headers.multi_items()])
             out.append({
                 "session": SESSION, "agent": "bench", "principal": None,
                 "connector": "gmail" if "gmail" in url else "slack", "method": method, "url": url,

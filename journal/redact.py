@@ -454,6 +454,18 @@ def _is_credential_header(name: str) -> bool:
     return lname in _HEADER_NAMES or _HEADER_NAME_RE.search(lname) is not None
 
 
+_H_PLAIN, _H_CREDENTIAL, _H_URL, _H_LINK = range(4)
+
+
+@functools.lru_cache(maxsize=4096)
+def _header_kind(name: str) -> int:
+    """How redact_headers treats a header name (cached: names hold no secrets)."""
+    if _is_credential_header(name):
+        return _H_CREDENTIAL
+    lname = name.strip().lower()
+    return _H_URL if lname in _URL_HEADERS else _H_LINK if lname == "link" else _H_PLAIN
+
+
 def redact_headers(headers: Iterable[tuple[str, str]]) -> list[list[str]]:
     """Return [[name, value], ...] in the same order with credential values replaced by REDACTED.
 
@@ -463,22 +475,22 @@ def redact_headers(headers: Iterable[tuple[str, str]]) -> list[list[str]]:
     its secret; a plain redirect stays byte for byte.
     """
     headers = list(headers)
+    kinds = [_header_kind(n) for n, _ in headers]
     # One value-pattern scan over all plain values; they are scanned one by one only if it hits.
-    plain = [v for n, v in headers if not _is_credential_header(n)]
+    plain = [v for (_, v), kind in zip(headers, kinds, strict=True) if kind != _H_CREDENTIAL]
     suspect = contains_credential("\n".join(plain)) if plain else False
     out: list[list[str]] = []
-    for name, value in headers:
-        lname = name.strip().lower()
-        if _is_credential_header(name):
+    for (name, value), kind in zip(headers, kinds, strict=True):
+        if kind == _H_CREDENTIAL:
             new = REDACTED
-        elif lname in _URL_HEADERS:
-            new = redact_url(value)
-        elif lname == "link":
-            new = _LINK_URL_RE.sub(lambda m: "<" + redact_url(m.group(1)) + ">", value)
+        elif kind == _H_PLAIN:
+            new = REDACTED if suspect and contains_credential(value) else value
         else:
-            new = value
-        if new != REDACTED and (suspect or new is not value) and contains_credential(new):
-            new = REDACTED
+            new = redact_url(value) if kind == _H_URL else _LINK_URL_RE.sub(
+                lambda m: "<" + redact_url(m.group(1)) + ">", value
+            )
+            if new != REDACTED and contains_credential(new):
+                new = REDACTED
         out.append([name, new])
     return out
 

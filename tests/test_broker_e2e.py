@@ -322,14 +322,18 @@ def test_large_download_and_upload_stream_with_bounded_memory(upstream, tmp_path
     assert peak_mib < 150, f"broker peak RSS {peak_mib:.0f} MiB for a 200 MiB body"
 
 
-def test_stock_mitmdump_runs_the_same_addon(upstream, tmp_path):
-    with BrokerProcess(tmp_path, upstream, "--set", "broker_session=md-default", flavour="mitmdump") as b:
+@pytest.mark.parametrize("recorder", ["process", "inline"])
+def test_stock_mitmdump_runs_the_same_addon(upstream, tmp_path, recorder):
+    with BrokerProcess(tmp_path, upstream, "--set", "broker_session=md-default", "--set", f"broker_recorder={recorder}",
+                       flavour="mitmdump") as b:
         with client(b, session="md-s", agent="md-agent") as c:
             r = c.post(f"{SLACK}/conversations.history", data={"channel": "C0GENERAL"},
                        headers={"Authorization": "Bearer xoxb-md-1"})
             assert r.status_code == 200
         with client(b, session=None) as c:
             assert c.get(f"{GMAIL}/labels").status_code == 200
+        children = Path(f"/proc/{b.proc.pid}/task/{b.proc.pid}/children").read_text().split()
+        assert len(children) == (1 if recorder == "process" else 0)  # the recording service, or none
     (e,) = entries(b, "md-s")
     assert (e["connector"], e["effect"], e["agent"], e["capture"]) == ("slack", "read", "md-agent", "broker")
     assert len(entries(b, "md-default")) == 1
