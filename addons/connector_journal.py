@@ -87,7 +87,10 @@ def _parse_proxy_auth(value: str) -> tuple[str, str] | None:
 class _Call:
     """What the addon tracks for one recorded flow (kept in flow.metadata)."""
 
-    __slots__ = ("session", "agent", "principal", "connector", "url", "req_fields", "req_cap", "resp_cap")
+    __slots__ = (
+        "session", "agent", "principal", "connector", "url", "req_fields", "req_cap", "resp_cap", "req_material",
+        "sent",
+    )
 
     def __init__(
         self, session: str, agent: str, principal: str | None, connector: str, url: str,
@@ -98,6 +101,8 @@ class _Call:
         self.req_fields = req_fields  # as sent upstream (proxy credentials and X-Broker-* removed)
         self.req_cap: BodyCapture | None = None
         self.resp_cap: BodyCapture | None = None
+        self.req_material: dict | None = None  # the request half, once handed to the recording service
+        self.sent: tuple[int, int] | None = None  # its handle there
 
 
 class ConnectorJournal:
@@ -272,6 +277,12 @@ class ConnectorJournal:
                 self.journal_failures += 1
                 self._answer(flow, 502, f"call not forwarded: the journal cannot record it ({problem})")
                 self._drop(flow)
+                return
+        if self.link is not None and call.req_cap is None:
+            # The request half goes to the recording service now: it is redacted and classified there
+            # while the call is upstream, so only the response half is left when the response arrives.
+            call.req_material = self._request_material(call, flow)
+            call.sent = self.link.send_request(call.req_material)
 
     # -- response -------------------------------------------------------------------------------
 
@@ -330,35 +341,47 @@ class ConnectorJournal:
         durable append waits in a thread.
         """
         assert self.recorder is not None
-        material = {
-            "session": call.session, "agent": call.agent, "principal": call.principal,
-            "connector": call.connector, "method": flow.request.method, "url": call.url,
-            "request_headers": call.req_fields, "request_body": None, "status": status,
-            "response_headers": resp_fields, "response_body": None, "error": error, "ts": ts,
+        response = {
+            "status": status, "response_headers": resp_fields, "response_body": None, "error": error, "ts": ts,
             "mcp": self.attribute(flow, call.session) if self.attribute is not None else None,
         }
+        request = call.req_material
 
         def bodies() -> None:
-            material["request_body"] = self._body(flow.request, call.req_cap)
+            if request is None:
+                material.update(self._request_material(call, flow))
             if resp is not None:
-                material["response_body"] = self._body(resp, call.resp_cap)
+                response["response_body"] = self._body(resp, call.resp_cap)
 
+        material: dict = {}
         if call.req_cap is not None or call.resp_cap is not None:
             await asyncio.to_thread(bodies)
         else:
             bodies()
         if self.link is not None:
-            recorded = await self.link.record(material)
+            if request is not None:
+                recorded = await self.link.finish(call.sent, request, response)
+            else:
+                recorded = await self.link.record(material | response)
         else:
-            fields = material_fields(self.recorder, material)
+            fields = material_fields(self.recorder, material | response)
             recorded = fields is not None and bool(await asyncio.to_thread(self.recorder.writer.append, fields))
         if recorded:
             self.recorded += 1
+
+    def _request_material(self, call: _Call, flow: http.HTTPFlow) -> dict:
+        return {
+            "session": call.session, "agent": call.agent, "principal": call.principal,
+            "connector": call.connector, "method": flow.request.method, "url": call.url,
+            "request_headers": call.req_fields, "request_body": self._body(flow.request, call.req_cap),
+        }
 
     def _drop(self, flow: http.HTTPFlow) -> None:
         call = flow.metadata.pop(_META, None)
         if call is not None:
             self.inflight -= 1
+            if call.sent is not None and self.link is not None:
+                self.link.forget(call.sent)
             for cap in (call.req_cap, call.resp_cap):
                 if cap is not None:
                     cap.abort()

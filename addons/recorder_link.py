@@ -39,6 +39,7 @@ class RecorderLink:
         self._starting: asyncio.Future | None = None
         self._waiting: dict[int, asyncio.Future] = {}
         self._next_id = 0
+        self._generation = 0  # one per service started: a request half lives in one service only
         self._last_start = 0.0
         self._start_error: JournalError | None = None
         self.stopped: dict[str, str] = {}
@@ -51,17 +52,44 @@ class RecorderLink:
         if transport is None or transport.is_closing():
             transport = await self.connect()
         self._next_id += 1
-        call_id = self._next_id
+        return await self._answer(transport, ("call", self._next_id, material), material["session"])
+
+    def send_request(self, material: dict) -> tuple[int, int] | None:
+        """Hand over a call's request half while the call goes upstream, so the service prepares it
+        meanwhile; the handle for `finish`, or None when the service is not connected (then `finish`
+        sends the whole call)."""
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return None
+        self._next_id += 1
+        transport.write(frame(("request", self._next_id, material)))
+        return self._generation, self._next_id
+
+    async def finish(self, sent: tuple[int, int] | None, request: dict, response: dict) -> bool:
+        """As `record`, for a call whose request half went ahead with `send_request`."""
+        transport = self._transport
+        if sent is None or sent[0] != self._generation or transport is None or transport.is_closing():
+            return await self.record(request | response)  # a new service never saw the request half
+        return await self._answer(transport, ("response", sent[1], response), request["session"])
+
+    def forget(self, sent: tuple[int, int] | None) -> None:
+        """The call of a request half sent ahead will not be recorded (blocked, dropped)."""
+        transport = self._transport
+        if sent is not None and sent[0] == self._generation and transport is not None and not transport.is_closing():
+            transport.write(frame(("forget", sent[1])))
+
+    async def _answer(self, transport: asyncio.Transport, message: tuple, session: str) -> bool:
+        call_id = message[1]
         fut = asyncio.get_running_loop().create_future()
         self._waiting[call_id] = fut
-        transport.write(frame((call_id, material)))
+        transport.write(frame(message))
         outcome, detail, stopped = await fut
         if outcome == "ok":
             return True
         if outcome == "skip":
             return False
         if stopped:
-            self.stopped[material["session"]] = detail
+            self.stopped[session] = detail
             raise JournalStopped(detail)
         raise JournalError(detail)
 
@@ -104,6 +132,7 @@ class RecorderLink:
         loop = asyncio.get_running_loop()
         transport, _ = await loop.create_connection(lambda: _Acks(self), sock=ours)
         self._transport = transport
+        self._generation += 1
         return transport
 
     def _acknowledged(self, acks: list) -> None:

@@ -82,6 +82,15 @@ class JsonValue:
 Body = bytes | Prepared | JsonValue | None
 
 
+@dataclass
+class RequestHalf:
+    """The request's part of an entry, redacted and encoded, kept while the call is upstream."""
+
+    fields: dict
+    request_extra: dict
+    deferred_body: tuple[bytes, list[tuple[str, str]]] | None = None
+
+
 class Recorder:
     """One per process and vault; thread-safe (the writer does the locking)."""
 
@@ -121,23 +130,65 @@ class Recorder:
         """The entry fields for one call, redacted and encoded (large values already spilled to
         blobs), ready for `writer.append`; None for a token exchange. Split from `record` so a
         capture point can do this CPU work where it suits it and only wait for the durable append."""
+        half = self.prepare_request(
+            session=session, agent=agent, principal=principal, connector=connector, capture=capture,
+            effect=effect, method=method, url=url, request_headers=request_headers, request_body=request_body,
+            prompt_ref=prompt_ref, request_extra=request_extra,
+        )
+        if half is None:
+            return None
+        return self.prepare_response(
+            half, status=status, response_headers=response_headers, response_body=response_body, error=error,
+            mcp=mcp, ts=ts, response_extra=response_extra,
+        )
+
+    def prepare_request(
+        self, *, session: str, agent: str, principal: str, connector: str, capture: str, effect: str,
+        method: str, url: str, request_headers: Headers, request_body: Body, prompt_ref: str | None = None,
+        request_extra: dict | None = None,
+    ) -> RequestHalf | None:
+        """The request's half of `prepare`, for a capture point that has the request before the
+        response (the broker, while the call is upstream); None for a token exchange.
+
+        A request body that could spill (large, or content-encoded) is encoded only in
+        `prepare_response`, after the response has been checked for a token grant: a token exchange
+        leaves no blob either."""
         req_headers = [(str(k), str(v)) for k, v in request_headers]
-        resp_headers = [(str(k), str(v)) for k, v in response_headers]
         raw_req = request_body if isinstance(request_body, bytes) else None
         if is_token_exchange(method, url, req_headers, raw_req):
             return None
+        request = {"method": method, "url": redact_url(url), "headers": redact_headers(req_headers)}
+        deferred = None
+        if raw_req is not None and (
+            len(raw_req) > self.spill_threshold // 2 or header_value(req_headers, "content-encoding")
+        ):
+            deferred = (raw_req, req_headers)
+            request["body"] = None
+        else:
+            request["body"], extra = self._body(request_body, req_headers)
+            request.update(extra)
+        fields = {
+            "session": session, "agent": agent, "principal": principal, "connector": connector,
+            "capture": capture, "prompt_ref": prompt_ref, "effect": effect, "request": request,
+        }
+        return RequestHalf(fields, dict(request_extra or {}), deferred)
+
+    def prepare_response(
+        self, half: RequestHalf, *, status: int | None, response_headers: Headers, response_body: Body,
+        error: str | None = None, mcp: dict | None = None, ts: datetime | str | None = None,
+        response_extra: dict | None = None,
+    ) -> dict | None:
+        """The entry fields from a request half and the response; None when the response is a token grant."""
+        resp_headers = [(str(k), str(v)) for k, v in response_headers]
         if isinstance(response_body, bytes) and response_body:
             plain = decoded_prefix(response_body, header_value(resp_headers, "content-encoding"), TOKEN_CHECK_LIMIT)
             if plain is not None and is_token_response(resp_headers, plain):
                 return None
-        request = {
-            "method": method,
-            "url": redact_url(url),
-            "headers": redact_headers(req_headers),
-        }
-        request["body"], extra = self._body(request_body, req_headers)
-        request.update(extra)
-        request.update(request_extra or {})
+        request = dict(half.fields["request"])
+        if half.deferred_body is not None:
+            request["body"], extra = self._body(*half.deferred_body)
+            request.update(extra)
+        request.update(half.request_extra)
         response: dict = {"status": status, "headers": redact_headers(resp_headers)}
         response["body"], extra = self._body(response_body, resp_headers)
         response.update(extra)
@@ -148,20 +199,20 @@ class Recorder:
             response["error"] = "no response"
         if mcp is not None:
             mcp = self._json(mcp)
-        fields = {
+        f = half.fields
+        return {
             "ts": ts if isinstance(ts, str) else format_ts(ts),
-            "session": session,
-            "agent": agent,
-            "principal": principal,
-            "connector": connector,
-            "capture": capture,
-            "prompt_ref": prompt_ref,
-            "effect": effect,
+            "session": f["session"],
+            "agent": f["agent"],
+            "principal": f["principal"],
+            "connector": f["connector"],
+            "capture": f["capture"],
+            "prompt_ref": f["prompt_ref"],
+            "effect": f["effect"],
             "mcp": mcp,
             "request": request,
             "response": response,
         }
-        return fields
 
     def _body(self, body: Body, headers: list[tuple[str, str]]) -> tuple[object, dict]:
         if body is None or isinstance(body, bytes):

@@ -13,7 +13,10 @@ material to entry fields, and the proxy uses it directly when it records in-proc
 Wire format, both directions: frames of a 4-byte big-endian length and a pickle (protocol 5); the
 socket pair is private to the two processes and nothing else ever writes to it.
 
-- proxy -> service: `(call_id, material)`, with `material` as `material_fields` takes it;
+- proxy -> service: `("call", call_id, material)`, with `material` as `material_fields` takes it; or
+  the request half first, `("request", call_id, material)`, sent when the call goes upstream (the
+  service prepares it meanwhile), then `("response", call_id, material)`; `("forget", call_id)` drops
+  a request half whose call ends unrecorded (see `Service`);
 - service -> proxy: a list of `(call_id, outcome, detail, stopped)`: outcome "ok" (entry durable,
   detail = its seq), "skip" (a token exchange: nothing recorded) or "error" (detail = the reason;
   `stopped` when the session's file is stopped and will take nothing more).
@@ -36,11 +39,12 @@ import signal
 import socket
 import struct
 import sys
+from collections import OrderedDict
 from datetime import UTC, datetime
 
 from journal.bodies import JSON_PARSE_LIMIT, SPILL_THRESHOLD, decoded_prefix
 from journal.connectors import Registry
-from journal.record import Recorder, principal_fingerprint
+from journal.record import Recorder, RequestHalf, principal_fingerprint
 from journal.redact import header_value
 from journal.writer import JournalStopped
 
@@ -92,14 +96,9 @@ def _text(raw: bytes) -> str:
         return raw.decode("latin-1")
 
 
-def material_fields(recorder: Recorder, m: dict) -> dict | None:
-    """Entry fields for one call's raw material, or None for a token exchange.
-
-    `m` holds: session, agent, connector, method, url, request_headers and response_headers (pairs
-    of str or raw bytes), request_body and response_body (bytes, `Prepared` or None), status, error,
-    ts (epoch seconds), mcp, and optionally principal and effect. A missing principal is the
-    credential's fingerprint; a missing effect comes from the connector rules.
-    """
+def request_half(recorder: Recorder, m: dict) -> RequestHalf | None:
+    """The request's half of an entry from a call's raw material (see `material_fields`), or None
+    for a token exchange."""
     method, url = m["method"], m["url"]
     req_headers = text_pairs(m["request_headers"])
     connector, effect = m["connector"], m.get("effect")
@@ -115,54 +114,143 @@ def material_fields(recorder: Recorder, m: dict) -> dict | None:
                 connector = cls.connector
         else:
             effect = "read" if method in ("GET", "HEAD", "OPTIONS") else "write"
-    return recorder.prepare(
+    return recorder.prepare_request(
         session=m["session"], agent=m["agent"], principal=m.get("principal") or principal_fingerprint(req_headers, url),
         connector=connector, capture=m.get("capture", "broker"), effect=effect, method=method, url=url,
-        request_headers=req_headers, request_body=body, status=m.get("status"),
-        response_headers=text_pairs(m.get("response_headers") or ()), response_body=m.get("response_body"),
-        error=m.get("error"), ts=datetime.fromtimestamp(m["ts"], UTC), mcp=m.get("mcp"),
+        request_headers=req_headers, request_body=body,
     )
 
 
-def record_batch(recorder: Recorder, calls: list[tuple[int, dict]]) -> list[tuple[int, str, object, bool]]:
-    """Record a batch of calls; one acknowledgement per call, in the order received."""
-    acks: list[tuple[int, str, object, bool]] = []
-    appended: list[int] = []  # positions in `acks` waiting for the append
-    batch = []
-    for call_id, material in calls:
-        try:
-            fields = material_fields(recorder, material)
-        except Exception as exc:  # noqa: BLE001 - every call gets an answer; a bad one must not stop the rest
-            acks.append((call_id, "error", f"{type(exc).__name__}: {exc}", False))
-            continue
-        if fields is None:
-            acks.append((call_id, "skip", None, False))
-        else:
-            appended.append(len(acks))
-            acks.append((call_id, "error", "not appended", False))
-            batch.append(fields)
-    if batch:
-        for pos, result in zip(appended, recorder.writer.append_many(batch), strict=True):
-            call_id = acks[pos][0]
-            if isinstance(result, dict):
-                acks[pos] = (call_id, "ok", result["seq"], False)
+def response_fields(recorder: Recorder, half: RequestHalf, m: dict) -> dict | None:
+    """The entry fields from a request half and the response's raw material; None for a token grant."""
+    return recorder.prepare_response(
+        half, status=m.get("status"), response_headers=text_pairs(m.get("response_headers") or ()),
+        response_body=m.get("response_body"), error=m.get("error"), ts=datetime.fromtimestamp(m["ts"], UTC),
+        mcp=m.get("mcp"),
+    )
+
+
+def material_fields(recorder: Recorder, m: dict) -> dict | None:
+    """Entry fields for one call's raw material, or None for a token exchange.
+
+    `m` holds: session, agent, connector, method, url, request_headers and response_headers (pairs
+    of str or raw bytes), request_body and response_body (bytes, `Prepared` or None), status, error,
+    ts (epoch seconds), mcp, and optionally principal and effect. A missing principal is the
+    credential's fingerprint; a missing effect comes from the connector rules.
+    """
+    half = request_half(recorder, m)
+    return None if half is None else response_fields(recorder, half, m)
+
+
+def _failure(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+class Service:
+    """The service's state: request halves received ahead of their responses.
+
+    Frames (tuples): ("call", id, material) records a whole call; ("request", id, material) is the
+    request half of a call still upstream, prepared once the pending acknowledgements are sent, and
+    ("response", id, material) completes it; ("forget", id) drops a request half whose call will
+    not be recorded. "call" and "response" are acknowledged, in the order received.
+    """
+
+    MAX_HALVES = 65536
+    """Request halves kept at most (calls upstream at once); beyond it the oldest are dropped."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+        self.raw: dict[int, dict] = {}  # request material not prepared yet
+        self.halves: OrderedDict[int, RequestHalf | None | str] = OrderedDict()  # str: why it failed
+
+    def handle(self, frames: list[tuple]) -> list[tuple[int, str, object, bool]]:
+        acks: list[tuple[int, str, object, bool]] = []
+        appended: list[int] = []  # positions in `acks` waiting for the append
+        batch = []
+        for message in frames:
+            if not (isinstance(message, tuple) and len(message) >= 2 and isinstance(message[1], int)):
+                log.error("a message that is not (kind, call id, ...) was skipped")
+                continue
+            kind, call_id, *rest = message
+            if kind == "request":
+                self.raw[call_id] = rest[0]
+                continue
+            if kind == "forget":
+                self.raw.pop(call_id, None)
+                self.halves.pop(call_id, None)
+                continue
+            try:
+                if kind == "call":
+                    fields = material_fields(self.recorder, rest[0])
+                elif kind == "response":
+                    half = self._half(call_id)
+                    if isinstance(half, str):
+                        raise ValueError(half)
+                    fields = None if half is None else response_fields(self.recorder, half, rest[0])
+                else:
+                    raise ValueError(f"unknown frame {kind!r}")
+            except Exception as exc:  # noqa: BLE001 - every call gets an answer; a bad one must not stop the rest
+                acks.append((call_id, "error", _failure(exc), False))
+                continue
+            if fields is None:
+                acks.append((call_id, "skip", None, False))
             else:
-                acks[pos] = (call_id, "error", str(result), isinstance(result, JournalStopped))
-    return acks
+                appended.append(len(acks))
+                acks.append((call_id, "error", "not appended", False))
+                batch.append(fields)
+        if batch:
+            for pos, result in zip(appended, self.recorder.writer.append_many(batch), strict=True):
+                call_id = acks[pos][0]
+                if isinstance(result, dict):
+                    acks[pos] = (call_id, "ok", result["seq"], False)
+                else:
+                    acks[pos] = (call_id, "error", str(result), isinstance(result, JournalStopped))
+        return acks
+
+    def prepare_pending(self) -> None:
+        """Prepare the request halves received so far (their calls are still upstream)."""
+        while self.raw:
+            call_id = next(iter(self.raw))
+            self._half(call_id)
+
+    def _half(self, call_id: int) -> RequestHalf | None | str:
+        if call_id in self.raw:
+            material = self.raw.pop(call_id)
+            try:
+                self.halves[call_id] = request_half(self.recorder, material)
+            except Exception as exc:  # noqa: BLE001 - reported when the response comes
+                self.halves[call_id] = _failure(exc)
+            while len(self.halves) > self.MAX_HALVES:
+                dropped, _ = self.halves.popitem(last=False)
+                log.warning("more than %d calls upstream at once: dropped the request of call %d",
+                            self.MAX_HALVES, dropped)
+            return self.halves[call_id] if call_id in self.halves else "request dropped"
+        if call_id in self.halves:
+            return self.halves.pop(call_id)
+        return "the request half of this call never reached the recording service"
+
+
+def record_batch(recorder: Recorder, calls: list[tuple[int, dict]]) -> list[tuple[int, str, object, bool]]:
+    """Record a batch of whole calls; one acknowledgement per call, in the order received."""
+    return Service(recorder).handle([("call", call_id, m) for call_id, m in calls])
 
 
 def serve(sock: socket.socket, recorder: Recorder) -> None:
     """Record calls from `sock` until the other end closes it; answer each batch in one frame."""
+    service = Service(recorder)
     buf = bytearray()
     while True:
         chunk = sock.recv(RECV_SIZE)
         if chunk:
             buf += chunk
-        calls, used = split_frames(buf)
+        frames, used = split_frames(buf)
         if used:
             del buf[:used]
-        if calls:
-            sock.sendall(frame(record_batch(recorder, calls)))
+        if frames:
+            acks = service.handle(frames)
+            if acks:
+                sock.sendall(frame(acks))
+            service.prepare_pending()  # while those calls are upstream
         if not chunk:
             if buf:
                 log.error("the proxy closed the connection in the middle of a call (%d bytes dropped)", len(buf))

@@ -81,7 +81,7 @@ def test_serve_records_frames_from_a_socket_until_it_closes(tmp_path):
     t = threading.Thread(target=serve, args=(theirs, rec))
     t.start()
     big = material(7, response_body=b"x" * (3 << 20), response_headers=((b"Content-Type", b"text/plain"),))
-    ours.sendall(b"".join(frame((i, material(i))) for i in range(5)) + frame((99, big)))
+    ours.sendall(b"".join(frame(("call", i, material(i))) for i in range(5)) + frame(("call", 99, big)))
     ours.shutdown(socket.SHUT_WR)
     t.join(30)  # serve returns at the end of input, having answered everything
     assert not t.is_alive()
@@ -172,3 +172,80 @@ def test_prepared_bodies_travel_to_the_service(tmp_path):
     (e,) = iter_entries(Vault(tmp_path), "svc")
     assert e["response"]["body"] == ref
     rec.close()
+
+
+def _halves(m: dict) -> tuple[dict, dict]:
+    resp_keys = ("status", "response_headers", "response_body", "error", "ts", "mcp")
+    return {k: v for k, v in m.items() if k not in resp_keys}, {k: m[k] for k in resp_keys}
+
+
+def test_a_request_half_sent_ahead_is_prepared_before_its_response_arrives(tmp_path):
+    from journal.service import Service
+
+    svc = Service(Recorder(tmp_path))
+    req, resp = _halves(material(1))
+    assert svc.handle([("request", 7, req)]) == []  # nothing to acknowledge yet
+    svc.prepare_pending()
+    assert not svc.raw and 7 in svc.halves  # prepared while the call is upstream
+    (ack,) = svc.handle([("response", 7, resp)])
+    assert ack[:2] == (7, "ok") and not svc.halves
+    whole = material_fields(Recorder(tmp_path / "other"), material(1))
+    (e,) = iter_entries(Vault(tmp_path), "svc")
+    assert {k: e[k] for k in whole} == whole  # the same entry as from the whole material at once
+    # request and response in one batch: the request half is prepared on demand
+    (ack,) = svc.handle([("request", 8, req), ("response", 8, resp)])
+    assert ack[:2] == (8, "ok")
+
+
+def test_request_halves_forgotten_missing_or_token_exchanges(tmp_path):
+    from journal.service import Service
+
+    rec = Recorder(tmp_path)
+    svc = Service(rec)
+    req, resp = _halves(material(1))
+    svc.handle([("request", 1, req), ("forget", 1)])
+    svc.prepare_pending()
+    assert not svc.halves and not svc.raw
+    (ack,) = svc.handle([("response", 1, resp)])  # forgotten (or sent to a service that restarted)
+    assert ack[1] == "error" and "never reached" in ack[2]
+    treq, tresp = _halves(slack_token_exchange())
+    (ack,) = svc.handle([("request", 2, treq), ("response", 2, tresp)])
+    assert ack[1] == "skip"
+    # a token grant known only by its response: a large request body was not spilled ahead of it
+    big = material(3, url="https://auth.example.org/o/exchange", connector="unknown", method="POST",
+                   request_body=b"x" * (3 << 20), request_headers=((b"Content-Type", b"text/plain"),),
+                   response_headers=((b"Content-Type", b"application/json"),),
+                   response_body=b'{"access_token": "at-1", "token_type": "Bearer", "expires_in": 3600}')
+    breq, bresp = _halves(big)
+    svc.handle([("request", 3, breq)])
+    svc.prepare_pending()
+    (ack,) = svc.handle([("response", 3, bresp)])
+    assert ack[1] == "skip"
+    assert not any(p.is_file() for p in (tmp_path / "blobs").rglob("*"))  # no blob for a token exchange
+    rec.close()
+
+
+def test_link_sends_request_halves_ahead_and_falls_back_after_a_restart(tmp_path, monkeypatch):
+    monkeypatch.setattr(recorder_link, "RESTART_INTERVAL", 0.0)
+    vault = tmp_path / "vault"
+
+    async def main():
+        link = RecorderLink(str(vault), 1 << 20)
+        await link.connect()
+        req, resp = _halves(material(0))
+        sent = link.send_request(req)
+        assert sent is not None
+        assert await link.finish(sent, req, resp)
+        req1, resp1 = _halves(material(1))
+        sent = link.send_request(req1)
+        os.kill(link.proc.pid, signal.SIGKILL)  # the request half dies with this service
+        deadline = time.monotonic() + 10
+        while link._transport is not None and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert await link.finish(sent, req1, resp1)  # sent whole to the new service
+        link.forget(sent)  # harmless for a handle of a service that is gone
+        await link.aclose()
+
+    _run(main())
+    r = verify_session(Vault(vault), "svc")
+    assert r.intact and r.entries == 2
