@@ -31,8 +31,11 @@ class ContractError(ValueError):
 
 def format_ts(when: datetime | None = None) -> str:
     """UTC time as the contract writes it: YYYY-MM-DDTHH:MM:SS.mmmZ."""
-    when = (when or datetime.now(UTC)).astimezone(UTC)
-    return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
+    w = (when or datetime.now(UTC)).astimezone(UTC)
+    return (
+        f"{w.year:04d}-{w.month:02d}-{w.day:02d}T{w.hour:02d}:{w.minute:02d}:{w.second:02d}"
+        f".{w.microsecond // 1000:03d}Z"
+    )
 
 
 def parse_ts(ts: str) -> datetime:

@@ -180,6 +180,7 @@ class Recorder:
     ) -> dict | None:
         """The entry fields from a request half and the response; None when the response is a token grant."""
         resp_headers = [(str(k), str(v)) for k, v in response_headers]
+        plain = None
         if isinstance(response_body, bytes) and response_body:
             plain = decoded_prefix(response_body, header_value(resp_headers, "content-encoding"), TOKEN_CHECK_LIMIT)
             if plain is not None and is_token_response(resp_headers, plain):
@@ -190,7 +191,12 @@ class Recorder:
             request.update(extra)
         request.update(half.request_extra)
         response: dict = {"status": status, "headers": redact_headers(resp_headers)}
-        response["body"], extra = self._body(response_body, resp_headers)
+        if plain is not None:  # decoded whole for the check above: not decoded a second time
+            response["body"], extra = record_body(
+                plain, header_value(resp_headers, "content-type"), None, self.blobs, self.spill_threshold
+            )
+        else:
+            response["body"], extra = self._body(response_body, resp_headers)
         response.update(extra)
         response.update(response_extra or {})
         if error is not None:

@@ -74,15 +74,14 @@ def split_frames(buf: bytearray) -> tuple[list, int]:
 def text_pairs(fields) -> list[tuple[str, str]]:
     """Header fields as text pairs; raw bytes decode as UTF-8 when valid, else Latin-1 (lossless)."""
     fields = list(fields)
-    if fields and all(type(k) is bytes and type(v) is bytes for k, v in fields):
-        # The usual case, all UTF-8: one decode for the lot (NUL never occurs in a header; if it did,
-        # the count check below sends the fields the slow way).
-        try:
-            flat = b"\0".join(b for kv in fields for b in kv).decode("utf-8").split("\0")
-        except UnicodeDecodeError:
-            flat = []
-        if len(flat) == 2 * len(fields):
-            return list(zip(flat[::2], flat[1::2], strict=True))
+    try:
+        # The usual case, raw bytes all UTF-8: one decode for the lot (NUL never occurs in a header;
+        # if it did, the count check below sends the fields the slow way).
+        flat = b"\0".join([b for kv in fields for b in kv]).decode("utf-8").split("\0")
+    except (TypeError, UnicodeDecodeError):  # str among them, or not UTF-8
+        flat = []
+    if fields and len(flat) == 2 * len(fields):
+        return list(zip(flat[::2], flat[1::2], strict=True))
     out = []
     for k, v in fields:
         out.append((_text(k) if isinstance(k, bytes) else k, _text(v) if isinstance(v, bytes) else v))
