@@ -4,15 +4,20 @@ Runs in stock mitmproxy:
 
     mitmdump -s addons/connector_journal.py --set vault=./vault --set broker_session=s1
 
-and is what `broker run` embeds. A thin adapter from flows to `journal.record.Recorder`; every
-rule (redaction, bodies, spilling, chaining) lives in the journal package.
+and is what `broker run` embeds. A thin adapter from flows to the journal package, where every
+rule (redaction, bodies, spilling, chaining) lives. By default (`broker_recorder=process`) the
+recording itself happens in the recording service, a child process (`journal.service`, reached
+through `addons.recorder_link`): the hooks only gather each call's raw material, send the request
+half when the call goes upstream and the response half when it ends, and wait for the
+acknowledgement. mitmproxy's single event-loop thread is left to the proxy. With
+`broker_recorder=inline` the same recording runs in this process (the append in a thread).
 
 Identity: proxy credentials (`http://SESSION:AGENT@host:port`), else `X-Broker-Session`,
 `X-Broker-Agent`, `X-Broker-Principal` request headers, else the options. Credentials and these
 headers are removed before the request goes upstream and are never recorded.
 
 When an entry is written: for a buffered response, before the response is released to the
-client (the `response` hook waits for the durable append). Streamed responses (event streams,
+client (the `response` hook waits until the entry is durable). Streamed responses (event streams,
 unknown length, bodies over the spill threshold, JSON over JSON_PARSE_LIMIT) reach the client as
 they arrive, and the entry is written when the upstream body ends, before mitmproxy sends the end
 of the message: a chunked or HTTP/2 client cannot see the response complete before its entry is

@@ -57,6 +57,7 @@ class ProxyConfig:
     on_journal_error: str = "block"
     record_unknown: bool = False
     spill_threshold: int | None = None
+    recorder: str = "process"
 
 
 def ca_cert_path(confdir: str) -> Path:
@@ -126,7 +127,7 @@ class EmbeddedProxy:
             "vault": c.vault, "broker_session": c.session, "broker_agent": c.agent,
             "broker_principal": c.principal, "broker_connectors": c.connectors,
             "broker_resolve": list(c.resolve), "broker_on_journal_error": c.on_journal_error,
-            "broker_record_unknown": c.record_unknown, "connection_strategy": "lazy",
+            "broker_record_unknown": c.record_unknown, "connection_strategy": "lazy", "broker_recorder": c.recorder,
         }
         if c.spill_threshold is not None:
             update["broker_spill_threshold"] = c.spill_threshold

@@ -449,3 +449,12 @@ def test_recording_service_death_blocks_waiting_calls_and_a_new_one_takes_over(u
     got = entries(b, "s-svc")
     assert [e["request"]["url"] for e in got] == [f"{GMAIL}/labels", f"{GMAIL}/labels?n=after"]  # none for the lost one
     assert verify_session(Vault(b.vault), "s-svc").intact
+
+
+def test_broker_run_records_inline_when_asked(upstream, tmp_path):
+    with BrokerProcess(tmp_path, upstream, "--recorder", "inline") as b:
+        with client(b, session="s-inline") as c:
+            assert c.get(f"{GMAIL}/labels").status_code == 200
+        assert not Path(f"/proc/{b.proc.pid}/task/{b.proc.pid}/children").read_text().split()  # no service
+    (e,) = entries(b, "s-inline")
+    assert (e["connector"], e["effect"]) == ("gmail", "read")
