@@ -38,6 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mitmproxy import connection, ctx, exceptions, http
+from mitmproxy.net.http import url
 
 _ROOT = str(Path(__file__).resolve().parent.parent)
 if _ROOT not in sys.path:  # loaded by path with `mitmdump -s`: make the journal package importable
@@ -76,6 +77,42 @@ def _text(raw: bytes) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
         return raw.decode("latin-1")
+
+
+_ORIGIN_CACHE = 1024
+_origins: dict[tuple, tuple[str, str]] = {}
+
+
+def _origin(req: http.Request) -> tuple[str, str]:
+    """(pretty_host, URL up to the path) of a request, as `pretty_host` and `pretty_url` give them.
+
+    Cached by what they are computed from: mitmproxy parses the Host header again on every access,
+    which cost about 28 us per request, and a keep-alive client sends the same Host every time.
+    """
+    host_header = req.host_header
+    key = (req.first_line_format, req.scheme, host_header, req.host, req.port)
+    hit = _origins.get(key)
+    if hit is None:
+        if req.first_line_format == "authority":
+            hit = (req.pretty_host, req.pretty_url)
+        else:
+            pretty_host = req.pretty_host
+            if host_header:
+                _, port = url.parse_authority(host_header, check=False)
+                port = port or url.default_port(req.scheme) or 443
+            else:
+                pretty_host, port = req.host, req.port
+            hit = (pretty_host, url.unparse(req.scheme, pretty_host, port, ""))
+        if len(_origins) >= _ORIGIN_CACHE:
+            _origins.clear()
+        _origins[key] = hit
+    return hit
+
+
+def _pretty_url(req: http.Request, origin: str) -> str:
+    if req.first_line_format == "authority":
+        return origin
+    return origin + (req.path if req.path != "*" else "")
 
 
 def _parse_proxy_auth(value: str) -> tuple[str, str] | None:
@@ -239,8 +276,9 @@ class ConnectorJournal:
                 self._answer(flow, 400, _BAD_PROXY_AUTH)
                 return
         creds = creds or self.identities.get(flow.client_conn)
-        url = req.pretty_url
-        connector = self.registry.match(req.pretty_host, req.path.split("?", 1)[0])
+        pretty_host, origin = _origin(req)
+        call_url = _pretty_url(req, origin)
+        connector = self.registry.match(pretty_host, req.path.split("?", 1)[0])
         if connector is None:
             if not self._opts["broker_record_unknown"]:
                 return
@@ -261,11 +299,11 @@ class ConnectorJournal:
         principal = (_text(special[PRINCIPAL_HEADER]) if PRINCIPAL_HEADER in special else None) or (
             self._opts["broker_principal"] or None
         )
-        call = _Call(session, agent, principal, connector, url, fields)
-        if self._must_stream(req.headers):
+        call = _Call(session, agent, principal, connector, call_url, fields)
+        if self._must_stream(fields):
             # Token exchanges leave no entry and no blob: known by URL here, before a body is captured
             # (one known only by its body is dropped by the recorder, which sees that body).
-            if is_token_exchange(req.method, url, text_pairs(fields), None):
+            if is_token_exchange(req.method, call_url, text_pairs(fields), None):
                 return
             call.req_cap = self._capture(req.headers)
             req.stream = self._streamer(call.req_cap)
@@ -295,7 +333,7 @@ class ConnectorJournal:
         call: _Call | None = flow.metadata.get(_META)
         if call is None or flow.response is None:
             return
-        if self._must_stream(flow.response.headers):
+        if self._must_stream(flow.response.headers.fields):
             if is_token_exchange(flow.request.method, call.url, text_pairs(call.req_fields), None):
                 self._drop(flow)
                 return
@@ -398,24 +436,33 @@ class ConnectorJournal:
             return Prepared(value, extra)
         return message.raw_content or None
 
-    def _must_stream(self, headers: http.Headers) -> bool:
+    def _must_stream(self, fields: tuple[tuple[bytes, bytes], ...]) -> bool:
         """Stream what could be big or long-lived; buffer the rest so its entry is durable before release.
 
         JSON bodies of known length up to JSON_PARSE_LIMIT are buffered (bounded memory) so that their
         small fields can stay in the entry and the response is held until the entry is on disk.
+        (One pass over the raw header fields: `Headers.get` costs a few microseconds per lookup.)
         """
-        ctype = headers.get("content-type", "")
-        if "text/event-stream" in ctype:
+        ctype = length = coding = None
+        for k, v in fields:
+            if len(k) in (12, 14, 17):  # content-type, content-length, transfer-encoding
+                lk = k.lower()
+                if lk == b"content-type" and ctype is None:
+                    ctype = v.decode("latin-1")
+                elif lk == b"content-length" and length is None:
+                    length = v
+                elif lk == b"transfer-encoding" and coding is None:
+                    coding = v
+        if ctype is not None and "text/event-stream" in ctype:
             return True
-        length = headers.get("content-length")
         if length is None:
-            return "chunked" in headers.get("transfer-encoding", "").lower()
+            return coding is not None and b"chunked" in coding.lower()
         try:
             size = int(length)
         except ValueError:
             return True
         threshold = self._opts["broker_spill_threshold"]
-        limit = JSON_PARSE_LIMIT if is_json_type(ctype) else threshold
+        limit = JSON_PARSE_LIMIT if is_json_type(ctype or "") else threshold
         return size > max(limit, threshold)
 
     def _capture(self, headers: http.Headers) -> BodyCapture:

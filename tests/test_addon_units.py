@@ -1,0 +1,43 @@
+"""Small pieces of the mitmproxy addon that must agree with mitmproxy itself."""
+
+from __future__ import annotations
+
+import pytest
+from mitmproxy import http
+
+from addons.connector_journal import _origin, _pretty_url
+
+CASES = [
+    ("GET", "https://gmail.googleapis.com/gmail/v1/users/me/labels?x=1", [(b"Host", b"gmail.googleapis.com")]),
+    ("GET", "https://gmail.googleapis.com/gmail/v1/users/me/labels", [(b"Host", b"gmail.googleapis.com:8443")]),
+    ("GET", "https://10.0.0.1/a", [(b"Host", b"slack.com")]),
+    ("POST", "http://127.0.0.1:8080/api/x", [(b"Host", b"example.org:80")]),
+    ("GET", "http://example.org/a", [(b"Host", b"example.org:8081")]),
+    ("GET", "https://[::1]:8443/a", [(b"Host", b"[::1]:8443")]),
+    ("GET", "https://example.org/a", []),  # no Host header
+    ("GET", "https://example.org:444/a", []),
+    ("OPTIONS", "https://example.org/a", [(b"Host", b"Example.ORG")]),
+]
+
+
+@pytest.mark.parametrize(("method", "url", "headers"), CASES)
+def test_cached_origin_gives_mitmproxys_pretty_host_and_url(method, url, headers):
+    req = http.Request.make(method, url, b"", headers)
+    for _ in range(2):  # computed, then from the cache
+        host, origin = _origin(req)
+        assert (host, _pretty_url(req, origin)) == (req.pretty_host, req.pretty_url)
+    req.path = "*"
+    assert _pretty_url(req, _origin(req)[1]) == req.pretty_url
+
+
+def test_cached_origin_for_authority_form_and_http2():
+    req = http.Request.make("CONNECT", "https://example.org:443/", b"", [])
+    req.authority = "example.org:443"
+    assert req.first_line_format == "authority"
+    host, origin = _origin(req)
+    assert (host, _pretty_url(req, origin)) == (req.pretty_host, req.pretty_url)
+    h2 = http.Request.make("GET", "https://10.0.0.2/v1", b"", [])
+    h2.http_version = "HTTP/2.0"
+    h2.authority = "api.github.com"
+    host, origin = _origin(h2)
+    assert (host, _pretty_url(h2, origin)) == (h2.pretty_host, h2.pretty_url)
