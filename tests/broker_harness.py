@@ -27,6 +27,7 @@ class BrokerProcess:
         self.upstream = upstream
         self.extra = list(extra)
         self.flavour = flavour
+        self.new_session = False  # own process group, for a Ctrl-C sent to the whole group
         self.proc: subprocess.Popen | None = None
         self.port = 0
         self.output = bytearray()
@@ -56,7 +57,8 @@ class BrokerProcess:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         env.pop("PYTHONPATH", None)  # the addon must find the journal package by itself
         self.proc = subprocess.Popen(
-            self.command(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=self.tmp, env=env
+            self.command(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=self.tmp, env=env,
+            start_new_session=self.new_session,
         )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()

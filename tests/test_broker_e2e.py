@@ -458,3 +458,38 @@ def test_broker_run_records_inline_when_asked(upstream, tmp_path):
         assert not Path(f"/proc/{b.proc.pid}/task/{b.proc.pid}/children").read_text().split()  # no service
     (e,) = entries(b, "s-inline")
     assert (e["connector"], e["effect"]) == ("gmail", "read")
+
+
+def test_ctrl_c_to_the_process_group_stops_cleanly_with_every_answered_call_recorded(upstream, tmp_path):
+    """A terminal's Ctrl-C reaches the broker and its recording service alike: the service must still
+    record what the proxy hands it while stopping, then exit."""
+    import signal
+
+    b = BrokerProcess(tmp_path, upstream)
+    b.new_session = True
+    b.start()
+    service = _service_pid(b)
+    answered = []
+
+    def agent() -> None:
+        with client(b, session="s-ctrl-c") as c:
+            for i in range(400):
+                try:
+                    r = c.get(f"{GMAIL}/labels", params={"i": i})
+                except httpx.HTTPError:
+                    return
+                if r.status_code == 200:
+                    answered.append(i)
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        running = pool.submit(agent)
+        deadline = time.monotonic() + 30
+        while len(answered) < 20 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.killpg(b.proc.pid, signal.SIGINT)
+        assert b.proc.wait(30) == 0
+        running.result(60)
+    assert not Path(f"/proc/{service}").exists() or "zombie" in Path(f"/proc/{service}/status").read_text()
+    got = {e["request"]["url"].rpartition("=")[2] for e in entries(b, "s-ctrl-c")}
+    assert {str(i) for i in answered} <= got  # every answered call has its entry
+    assert verify_session(Vault(b.vault), "s-ctrl-c").intact
