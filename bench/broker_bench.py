@@ -152,22 +152,30 @@ class PlainMitmdump(BrokerProcess):
         return cmd
 
 
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (all its threads) and of its running child processes (the broker's
-    recording service), in seconds."""
+def _own_cpu(pid: int) -> float:
     stat = Path(f"/proc/{pid}/stat").read_text()
     fields = stat[stat.rindex(")") + 2 :].split()
-    total = (int(fields[11]) + int(fields[12])) / _CLK_TCK
+    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+
+
+def children_cpu_seconds(pid: int) -> float:
+    """CPU seconds of a process's running child processes, with theirs (the broker's recording service)."""
     try:
         children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     except OSError:
-        children = []
+        return 0.0
+    total = 0.0
     for child in children:
         try:
-            total += cpu_seconds(int(child))
+            total += _own_cpu(int(child)) + children_cpu_seconds(int(child))
         except OSError:
             pass  # exited meanwhile
     return total
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (all its threads) and of its running child processes, in seconds."""
+    return _own_cpu(pid) + children_cpu_seconds(pid)
 
 
 # -- clients -------------------------------------------------------------------------------------
@@ -226,8 +234,14 @@ class _Slice:
     def __init__(self, target: Target, upstream: UpstreamProcess) -> None:
         self.pids = {"proxy": target.pid, "upstream": upstream.pid}
 
+    def _read(self) -> dict[str, float]:
+        out = {k: cpu_seconds(p) for k, p in self.pids.items() if p is not None}
+        if self.pids["proxy"] is not None:
+            out["service"] = children_cpu_seconds(self.pids["proxy"])
+        return out
+
     def __enter__(self) -> _Slice:
-        self.before = {k: cpu_seconds(p) for k, p in self.pids.items() if p is not None}
+        self.before = self._read()
         self.c0 = time.process_time()
         self.t0 = time.perf_counter_ns()
         return self
@@ -235,14 +249,14 @@ class _Slice:
     def __exit__(self, *exc: object) -> None:
         self.seconds = (time.perf_counter_ns() - self.t0) / 1e9
         self.client_cpu = time.process_time() - self.c0
-        self.cpu = {k: cpu_seconds(p) - self.before[k] for k, p in self.pids.items() if p is not None}
+        self.cpu = {k: v - self.before[k] for k, v in self._read().items()}
 
     def row(self, target: Target, lat: list[int]) -> dict:
         n = len(lat)
         return {
             "target": target.name, "requests": n, "seconds": self.seconds, "req_s": n / self.seconds,
             "client_cpu": self.client_cpu, "upstream_cpu": self.cpu["upstream"], "proxy_cpu": self.cpu.get("proxy"),
-            "lat_ns": lat,
+            "service_cpu": self.cpu.get("service"), "lat_ns": lat,
         }
 
 
@@ -359,6 +373,7 @@ def pooled(rows: list[dict]) -> dict:
         "client_cpu_us": sum(r["client_cpu"] for r in rows) / n * 1e6,
         "upstream_cpu_us": sum(r["upstream_cpu"] for r in rows) / n * 1e6,
         "proxy_cpu_us": sum(proxy) / n * 1e6 if proxy else None,
+        "service_cpu_us": sum(r["service_cpu"] or 0.0 for r in rows) / n * 1e6 if proxy else None,
     }
 
 
@@ -429,16 +444,18 @@ def format_tables(table: list[dict], ratios: list[dict], params: dict, check: di
         f"broker vs mitmdump vs direct: HTTPS, HTTP/1.1 keep-alive; {params['rounds']} rounds, each a slice of "
         f"{params['seq']} (seq) or {params['conc']} ({params['clients']}x) calls per target, targets interleaved",
         f"{'scenario':<9} {'target':<9} {'req/s':>7} {'p50 ms':>7} {'p99 ms':>7} "
-        f"{'proxy CPU':>10} {'upstr CPU':>10} {'client CPU':>10}",
+        f"{'proxy CPU':>10} {'of it svc':>10} {'upstr CPU':>10} {'client CPU':>10}",
     ]
     for r in table:
         proxy = f"{r['proxy_cpu_us']:>10.0f}" if r["proxy_cpu_us"] is not None else f"{'-':>10}"
+        svc = f"{r['service_cpu_us']:>10.0f}" if r.get("service_cpu_us") else f"{'-':>10}"
         out.append(
             f"{r['scenario']:<9} {r['target']:<9} {r['req_s']:>7.0f} {r['p50_ms']:>7.2f} {r['p99_ms']:>7.2f} "
-            f"{proxy} {r['upstream_cpu_us']:>10.0f} {r['client_cpu_us']:>10.0f}"
+            f"{proxy} {svc} {r['upstream_cpu_us']:>10.0f} {r['client_cpu_us']:>10.0f}"
         )
     out.append("req/s: calls / time over all rounds; p50/p99: over all calls; CPU columns: microseconds of process")
-    out.append("CPU (user + system, all threads) per call")
+    out.append("CPU (user + system, all threads) per call; proxy CPU includes its child processes, `of it svc`")
+    out.append("is theirs (the recording service)")
     out.append("")
     out.append(
         f"{'scenario':<9} {'broker/mitmdump':>15} {'(IQR)':>11} {'addon/':>9} {'broker/':>8} {'mitmdump/':>9}   "
