@@ -160,7 +160,7 @@ class EmbeddedProxy:
             await asyncio.sleep(0.05)
         self.master.shutdown()
         await self._task
-        self.addon.done()
+        await self.addon.done()  # mitmproxy's shutdown already ran it; a second call finds nothing left to close
 
 
 async def serve_forever(config: ProxyConfig, announce) -> None:

@@ -296,6 +296,7 @@ def test_sigterm_stops_cleanly_with_entries_on_disk(upstream, tmp_path):
             assert c.get(f"{GMAIL}/labels", params={"i": i}).status_code == 200
     assert b.stop() == 0
     assert b"stopped" in bytes(b.output)
+    assert b"Traceback" not in bytes(b.output) and b"Warning" not in bytes(b.output), bytes(b.output)
     r = verify_session(Vault(b.vault), "s-stop")
     assert r.intact and r.entries == 20
 
