@@ -349,7 +349,9 @@ class ConnectorJournal:
         try:
             await self._record(call, flow, resp.status_code, resp.headers.fields, resp, None,
                                resp.timestamp_start or time.time())
-        except (JournalError, OSError, ValueError) as exc:
+        except Exception as exc:  # noqa: BLE001 - whatever kept the entry out, the response must not pass unrecorded
+            if not isinstance(exc, (JournalError, OSError, ValueError)):
+                log.exception("journal: unexpected failure recording a call")
             self._journal_failed(flow, call, exc, streamed)
         finally:
             self.inflight -= 1
@@ -366,7 +368,7 @@ class ConnectorJournal:
         headers = flow.response.headers.fields if flow.response is not None else ()
         try:
             await self._record(call, flow, status, headers, None, msg, time.time())
-        except (JournalError, OSError, ValueError) as exc:
+        except Exception as exc:  # noqa: BLE001 - reported, whatever it was
             self.journal_failures += 1
             log.error("journal: failed call %s %s not recorded: %s", flow.request.method, redact_url(call.url), exc)
         finally:
@@ -407,7 +409,7 @@ class ConnectorJournal:
             else:
                 recorded = await self.link.record(material | response)
         else:
-            fields = material_fields(self.recorder, material | response)
+            fields = material_fields(self.recorder, (request or material) | response)
             recorded = fields is not None and bool(await asyncio.to_thread(self.recorder.writer.append, fields))
         if recorded:
             self.recorded += 1

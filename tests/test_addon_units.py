@@ -41,3 +41,32 @@ def test_cached_origin_for_authority_form_and_http2():
     h2.authority = "api.github.com"
     host, origin = _origin(h2)
     assert (host, _pretty_url(h2, origin)) == (h2.pretty_host, h2.pretty_url)
+
+
+def test_a_response_is_never_released_unrecorded_whatever_the_failure(tmp_path, monkeypatch):
+    """An unexpected error while recording (here a KeyError) answers 502 under block, like a journal
+    failure: the agent must not see a response that has no entry."""
+    import asyncio
+
+    from mitmproxy.test import taddons, tflow
+
+    import addons.connector_journal as cj
+
+    addon = cj.ConnectorJournal()
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, vault=str(tmp_path / "vault"), broker_recorder="inline")
+        f = tflow.tflow()
+        f.request = http.Request.make("GET", "https://gmail.googleapis.com/gmail/v1/users/me/labels", b"",
+                                      [(b"Host", b"gmail.googleapis.com")])
+        addon.requestheaders(f)
+        addon.request(f)
+        f.response = http.Response.make(200, b'{"labels": []}', [(b"Content-Type", b"application/json")])
+        addon.responseheaders(f)
+
+        def broken(*_a, **_k):
+            raise KeyError("method")
+
+        monkeypatch.setattr(cj, "material_fields", broken)
+        asyncio.run(addon.response(f))
+    assert f.response.status_code == 502 and "journal" in f.response.text
+    assert addon.inflight == 0
