@@ -257,6 +257,26 @@ class ConnectorJournal:
     # -- request --------------------------------------------------------------------------------
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
+        try:
+            self._requestheaders(flow)
+        except Exception:  # noqa: BLE001 - mitmproxy would log it and forward the call unrecorded
+            self._failed_closed(flow, "requestheaders")
+
+    def request(self, flow: http.HTTPFlow) -> None:
+        try:
+            self._request(flow)
+        except Exception:  # noqa: BLE001 - as above
+            self._failed_closed(flow, "request")
+
+    def _failed_closed(self, flow: http.HTTPFlow, hook: str) -> None:
+        """A bug or an input nobody foresaw: under `block` the call is not forwarded unrecorded."""
+        log.exception("journal: unexpected failure in the %s hook", hook)
+        self.journal_failures += 1
+        self._drop(flow)
+        if self._opts.get("broker_on_journal_error", "block") == "block":
+            self._answer(flow, 502, "call not forwarded: the broker failed to handle it (see its log)")
+
+    def _requestheaders(self, flow: http.HTTPFlow) -> None:
         req = flow.request
         # One pass over the raw header fields takes out the proxy credentials and X-Broker-* headers
         # (never forwarded, never recorded) and yields the recorded header fields.
@@ -310,7 +330,7 @@ class ConnectorJournal:
         flow.metadata[_META] = call
         self.inflight += 1
 
-    def request(self, flow: http.HTTPFlow) -> None:
+    def _request(self, flow: http.HTTPFlow) -> None:
         call: _Call | None = flow.metadata.get(_META)
         if call is None or flow.response is not None:
             return

@@ -70,3 +70,20 @@ def test_a_response_is_never_released_unrecorded_whatever_the_failure(tmp_path, 
         asyncio.run(addon.response(f))
     assert f.response.status_code == 502 and "journal" in f.response.text
     assert addon.inflight == 0
+
+
+def test_an_unforeseen_failure_before_forwarding_answers_502_instead_of_passing_unrecorded(tmp_path, monkeypatch):
+    from mitmproxy.test import taddons, tflow
+
+    import addons.connector_journal as cj
+
+    addon = cj.ConnectorJournal()
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, vault=str(tmp_path / "vault"), broker_recorder="inline")
+        monkeypatch.setattr(cj, "_origin", lambda req: 1 / 0)
+        f = tflow.tflow()
+        f.request = http.Request.make("GET", "https://gmail.googleapis.com/gmail/v1/users/me/labels", b"",
+                                      [(b"Host", b"gmail.googleapis.com")])
+        addon.requestheaders(f)
+    assert f.response is not None and f.response.status_code == 502
+    assert cj._META not in f.metadata and addon.inflight == 0
