@@ -48,9 +48,9 @@ from addons.recorder_link import RecorderLink  # noqa: E402
 from addons.upstream_resolve import UpstreamResolve  # noqa: E402
 from journal.bodies import JSON_PARSE_LIMIT, SPILL_THRESHOLD, BodyCapture, is_json_type  # noqa: E402
 from journal.connectors import Registry  # noqa: E402
-from journal.record import Prepared, Recorder  # noqa: E402
+from journal.record import Prepared, Recorder, text_pairs, wire_text  # noqa: E402
 from journal.redact import REDACTED, is_token_exchange, redact_url  # noqa: E402
-from journal.service import material_fields, text_pairs  # noqa: E402
+from journal.service import material_fields  # noqa: E402
 from journal.vault import SessionIdError, session_filename  # noqa: E402
 from journal.writer import JournalError  # noqa: E402
 
@@ -69,14 +69,6 @@ _CACHED_OPTIONS = (
 _SESSION_CACHE = 4096
 """Session ids already checked for a vault file name (the check runs once per id, not per call)."""
 _BAD_PROXY_AUTH = "proxy credentials unreadable: expected Basic base64(SESSION:AGENT) in UTF-8"
-
-
-def _text(raw: bytes) -> str:
-    """Header bytes as text: UTF-8 when valid, else Latin-1 (lossless either way)."""
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return raw.decode("latin-1")
 
 
 _ORIGIN_CACHE = 1024
@@ -291,7 +283,7 @@ class ConnectorJournal:
             req.headers.fields = fields
         creds = None
         if b"proxy-authorization" in special:
-            creds = _parse_proxy_auth(_text(special[b"proxy-authorization"]))
+            creds = _parse_proxy_auth(wire_text(special[b"proxy-authorization"]))
             if creds is None:  # never fall back to another session when the credentials are unreadable
                 self._answer(flow, 400, _BAD_PROXY_AUTH)
                 return
@@ -303,7 +295,7 @@ class ConnectorJournal:
             if not self._opts["broker_record_unknown"]:
                 return
             connector = "unknown"
-        h_session = _text(special[SESSION_HEADER]) if SESSION_HEADER in special else None
+        h_session = wire_text(special[SESSION_HEADER]) if SESSION_HEADER in special else None
         session = (creds[0] if creds and creds[0] else None) or h_session or self._opts["broker_session"]
         if session not in self._sessions_ok:
             try:
@@ -314,9 +306,9 @@ class ConnectorJournal:
             if len(self._sessions_ok) >= _SESSION_CACHE:
                 self._sessions_ok.clear()
             self._sessions_ok.add(session)
-        h_agent = _text(special[AGENT_HEADER]) if AGENT_HEADER in special else None
+        h_agent = wire_text(special[AGENT_HEADER]) if AGENT_HEADER in special else None
         agent = (creds[1] if creds and creds[1] else None) or h_agent or self._opts["broker_agent"] or "unknown"
-        principal = (_text(special[PRINCIPAL_HEADER]) if PRINCIPAL_HEADER in special else None) or (
+        principal = (wire_text(special[PRINCIPAL_HEADER]) if PRINCIPAL_HEADER in special else None) or (
             self._opts["broker_principal"] or None
         )
         call = _Call(session, agent, principal, connector, call_url, fields)

@@ -642,9 +642,9 @@ def service_breakdown(root: Path, n: int, rounds: int = 3) -> list[tuple[str, fl
     from journal.canonical import orjson_matches_jcs
     from journal.chain import GENESIS, chain_entry
     from journal.entry import validate_fields
-    from journal.record import Recorder, principal_fingerprint
+    from journal.record import Recorder, principal_fingerprint, text_pairs
     from journal.redact import header_value, is_token_exchange, is_token_response, redact_headers, redact_url
-    from journal.service import material_fields, text_pairs
+    from journal.service import material_fields
 
     samples = _sample_materials()
     fast = Recorder(root / "stages-nosync", durable=False)

@@ -38,6 +38,32 @@ TOKEN_CHECK_LIMIT = 1 << 20
 """Token grants are small; a response body that decodes to more than this is not checked for one."""
 
 
+def wire_text(raw: bytes) -> str:
+    """Bytes from the wire as text: UTF-8 when valid, else Latin-1 (lossless either way). How header
+    names and values are recorded (README, "The contract")."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
+
+
+def text_pairs(fields: Iterable) -> list[tuple[str, str]]:
+    """Header fields as text pairs, whether given as text or as raw bytes (decoded by `wire_text`)."""
+    fields = list(fields)
+    try:
+        # The usual raw case, all UTF-8: one decode for the lot (NUL never occurs in a header; if it
+        # did, the count check below sends the fields the slow way).
+        flat = b"\0".join([b for kv in fields for b in kv]).decode("utf-8").split("\0")
+    except (TypeError, UnicodeDecodeError):  # text among them, or not UTF-8
+        flat = []
+    if fields and len(flat) == 2 * len(fields):
+        return list(zip(flat[::2], flat[1::2], strict=True))
+    return [
+        (wire_text(k) if isinstance(k, bytes) else str(k), wire_text(v) if isinstance(v, bytes) else str(v))
+        for k, v in fields
+    ]
+
+
 _CRED_HEADERS = ("authorization", "x-goog-api-key", "x-api-key", "api-key", "private-token", "x-auth-token")
 
 
@@ -153,7 +179,7 @@ class Recorder:
         A request body that could spill (large, or content-encoded) is encoded only in
         `prepare_response`, after the response has been checked for a token grant: a token exchange
         leaves no blob either."""
-        req_headers = [(str(k), str(v)) for k, v in request_headers]
+        req_headers = text_pairs(request_headers)
         raw_req = request_body if isinstance(request_body, bytes) else None
         if is_token_exchange(method, url, req_headers, raw_req):
             return None
@@ -179,7 +205,7 @@ class Recorder:
         response_extra: dict | None = None,
     ) -> dict | None:
         """The entry fields from a request half and the response; None when the response is a token grant."""
-        resp_headers = [(str(k), str(v)) for k, v in response_headers]
+        resp_headers = text_pairs(response_headers)
         plain = None
         if isinstance(response_body, bytes) and response_body:
             plain = decoded_prefix(response_body, header_value(resp_headers, "content-encoding"), TOKEN_CHECK_LIMIT)
@@ -254,7 +280,7 @@ class Recorder:
         The effect comes from the connector rules, never from the caller; a URL no connector
         knows is recorded under `connector` (required then) with a method-based effect.
         """
-        req_headers = [(str(k), str(v)) for k, v in request_headers]
+        req_headers = text_pairs(request_headers)
         cls = self.registry.classify(method, url, req_headers, request_body)
         if cls is None:
             if not connector:

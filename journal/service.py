@@ -44,7 +44,7 @@ from datetime import UTC, datetime
 
 from journal.bodies import JSON_PARSE_LIMIT, SPILL_THRESHOLD, decoded_prefix
 from journal.connectors import Registry
-from journal.record import Recorder, RequestHalf, principal_fingerprint
+from journal.record import Recorder, RequestHalf, principal_fingerprint, text_pairs
 from journal.redact import header_value
 from journal.writer import JournalStopped
 
@@ -69,30 +69,6 @@ def split_frames(buf: bytearray) -> tuple[list, int]:
         out.append(pickle.loads(memoryview(buf)[pos + 4 : pos + 4 + n]))
         pos += 4 + n
     return out, pos
-
-
-def text_pairs(fields) -> list[tuple[str, str]]:
-    """Header fields as text pairs; raw bytes decode as UTF-8 when valid, else Latin-1 (lossless)."""
-    fields = list(fields)
-    try:
-        # The usual case, raw bytes all UTF-8: one decode for the lot (NUL never occurs in a header;
-        # if it did, the count check below sends the fields the slow way).
-        flat = b"\0".join([b for kv in fields for b in kv]).decode("utf-8").split("\0")
-    except (TypeError, UnicodeDecodeError):  # str among them, or not UTF-8
-        flat = []
-    if fields and len(flat) == 2 * len(fields):
-        return list(zip(flat[::2], flat[1::2], strict=True))
-    out = []
-    for k, v in fields:
-        out.append((_text(k) if isinstance(k, bytes) else k, _text(v) if isinstance(v, bytes) else v))
-    return out
-
-
-def _text(raw: bytes) -> str:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return raw.decode("latin-1")
 
 
 def request_half(recorder: Recorder, m: dict) -> RequestHalf | None:

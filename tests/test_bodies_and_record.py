@@ -240,3 +240,19 @@ def test_token_exchange_known_only_by_its_body_leaves_no_entry(tmp_path):
                   response_body=b'{"ok": true}')
     rec.close()
     assert out is None and not list(tmp_path.rglob("*.jsonl"))
+
+
+def test_recorder_takes_header_fields_as_raw_bytes_or_text(tmp_path):
+    """Raw wire bytes are recorded as UTF-8 when valid, else Latin-1 (nothing lost), as text pairs are."""
+    from journal.record import text_pairs
+
+    raw = [(b"Content-Type", b"application/json"), (b"X-Odd", b"caf\xe9"), (b"X-Utf8", "é".encode())]
+    assert text_pairs(raw) == [("Content-Type", "application/json"), ("X-Odd", "café"), ("X-Utf8", "é")]
+    assert text_pairs([(b"A", b"1"), ("B", "2")]) == [("A", "1"), ("B", "2")]  # mixed
+    assert text_pairs([(b"A", b"x\x00y")]) == [("A", "x\x00y")]  # a NUL does not shift the pairs
+    rec = Recorder(tmp_path)
+    f = rec.prepare(session="s", agent="a", principal="p", connector="gmail", capture="agent", effect="read",
+                    method="GET", url="https://gmail.googleapis.com/x", request_headers=raw[:2], request_body=None,
+                    status=200, response_headers=[("Content-Type", "text/plain")], response_body=b"ok")
+    assert f["request"]["headers"] == [["Content-Type", "application/json"], ["X-Odd", "café"]]
+    rec.close()

@@ -36,6 +36,7 @@ from broker.mcp.messages import (
 from broker.mcp.recording import JOURNAL_ERROR_CODE, CallJournal, PendingCall
 from broker.mcp.relay import MAX_LINE, SERVER_GONE_CODE, LineRelay, finish_answers, restore_blocking, say, withhold
 from broker.mcp.upstream import UpstreamPool, UpstreamResponse
+from journal.record import principal_fingerprint, text_pairs, wire_text
 
 HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
@@ -45,20 +46,9 @@ _EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
 SESSION_HEADER = "mcp-session-id"
 
 
-def _text(raw: bytes) -> str:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return raw.decode("latin-1")
-
-
 def principal_for(headers: list[tuple[str, str]], url: str, fixed: str) -> str:
     """--principal when given, else the broker's fingerprint of the client's credential."""
-    if fixed:
-        return fixed
-    from journal.record import principal_fingerprint
-
-    return principal_fingerprint(headers, url)
+    return fixed or principal_fingerprint(headers, url)
 
 
 # -- server-sent events ---------------------------------------------------------------------------
@@ -82,7 +72,7 @@ def event_fields(event: bytes) -> tuple[str, bytes]:
         if line.startswith(b"data:"):
             data.append(line[5:].removeprefix(b" "))
         elif line.startswith(b"event:"):
-            kind = _text(line[6:]).strip()
+            kind = wire_text(line[6:]).strip()
     return kind, b"\n".join(data)
 
 
@@ -153,8 +143,8 @@ class HttpRelay:
         path = scope.get("raw_path") or scope["path"].encode()
         query = scope.get("query_string", b"")
         path_query = path + (b"?" + query if query else b"")
-        target = self.origin + _text(path_query)
-        headers = [(_text(k), _text(v)) for k, v in scope["headers"]]
+        target = self.origin + wire_text(path_query)
+        headers = text_pairs(scope["headers"])
         session = _session_scope(headers, query)
         exchange = _Exchange(session)
         principal = None
@@ -181,7 +171,7 @@ class HttpRelay:
             done, _ = await asyncio.wait({watcher, work}, return_when=asyncio.FIRST_COMPLETED)
             response: UpstreamResponse | None = state["response"]
             status = response.status if response is not None else None
-            resp_headers = _pairs(response.headers) if response is not None else []
+            resp_headers = text_pairs(response.headers) if response is not None else []
             if work not in done:
                 work.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -255,7 +245,7 @@ class HttpRelay:
         status = response.status
         out_headers = _forward_headers(response)
         ctype = (response.header("content-type") or "").split(";")[0].strip().lower()
-        resp_headers = _pairs(response.headers)
+        resp_headers = text_pairs(response.headers)
         if ctype == "text/event-stream":
             await send({"type": "http.response.start", "status": status, "headers": out_headers})
             await self._relay_events(response, exchange, send, status, resp_headers)
@@ -304,7 +294,7 @@ class HttpRelay:
             await send({"type": "http.response.body", "body": bytes(buf), "more_body": True})
 
     def _endpoint_event(self, event: bytes, data: bytes, scope: str) -> tuple[bytes, str]:
-        endpoint = _text(data).strip()
+        endpoint = wire_text(data).strip()
         if endpoint.startswith(self.origin):
             endpoint = endpoint[len(self.origin):] or "/"
             event = event_with_data(event, endpoint.encode())
@@ -328,7 +318,9 @@ class HttpRelay:
                 finished.append((msg, tracked.call))
         if not finished:
             return data
-        failed = await finish_answers(self.journal, finished, status=status, headers=headers, text=lambda: _text(data))
+        failed = await finish_answers(
+            self.journal, finished, status=status, headers=headers, text=lambda: wire_text(data)
+        )
         if not failed:
             return data
         for key, exc in failed.items():
@@ -367,12 +359,8 @@ def _session_scope(headers: list[tuple[str, str]], query: bytes) -> str:
     for k, v in headers:
         if k.lower() == SESSION_HEADER:
             return "http:" + v
-    sid = parse_qs(_text(query)).get("session_id", [""])[0]
+    sid = parse_qs(wire_text(query)).get("session_id", [""])[0]
     return f"sse:{sid}" if sid else ""
-
-
-def _pairs(headers: list[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
-    return [(_text(k), _text(v)) for k, v in headers]
 
 
 def _forward_headers(response: UpstreamResponse) -> list[tuple[bytes, bytes]]:
@@ -492,7 +480,7 @@ class StdioFront:
         relay = self.relay
         assert relay is not None
         status = resp.status
-        headers = _pairs(resp.headers)
+        headers = text_pairs(resp.headers)
         ctype = (resp.header("content-type") or "").split(";")[0].strip().lower()
         if ctype == "text/event-stream":
             buf = bytearray()
@@ -508,7 +496,7 @@ class StdioFront:
             self._to_client(body, status, headers)
             return
         if status >= 400 and msg is not None and msg.kind == "request":
-            why = f"HTTP {status} from the upstream MCP server: {_text(body[:500]).strip()}"
+            why = f"HTTP {status} from the upstream MCP server: {wire_text(body[:500]).strip()}"
             say(why)
             self._to_client(error_response(msg.id, JOURNAL_ERROR_CODE if status >= 500 else -32600, why),
                             status, headers)
