@@ -158,7 +158,7 @@ class Service:
                 if kind == "call":
                     fields = material_fields(self.recorder, rest[0])
                 elif kind == "response":
-                    half = self._half(call_id)
+                    half = self._take(call_id)
                     if isinstance(half, str):
                         raise ValueError(half)
                     fields = None if half is None else response_fields(self.recorder, half, rest[0])
@@ -186,28 +186,23 @@ class Service:
         """Prepare the request halves received so far (their calls are still upstream)."""
         while self.raw:
             call_id = next(iter(self.raw))
-            self._half(call_id)
-
-    def _half(self, call_id: int) -> RequestHalf | None | str:
-        if call_id in self.raw:
-            material = self.raw.pop(call_id)
-            try:
-                self.halves[call_id] = request_half(self.recorder, material)
-            except Exception as exc:  # noqa: BLE001 - reported when the response comes
-                self.halves[call_id] = _failure(exc)
+            self.halves[call_id] = self._prepare(self.raw.pop(call_id))
             while len(self.halves) > self.MAX_HALVES:
                 dropped, _ = self.halves.popitem(last=False)
                 log.warning("more than %d calls upstream at once: dropped the request of call %d",
                             self.MAX_HALVES, dropped)
-            return self.halves[call_id] if call_id in self.halves else "request dropped"
-        if call_id in self.halves:
-            return self.halves.pop(call_id)
-        return "the request half of this call never reached the recording service"
 
+    def _prepare(self, material: dict) -> RequestHalf | None | str:
+        try:
+            return request_half(self.recorder, material)
+        except Exception as exc:  # noqa: BLE001 - reported when the response comes
+            return _failure(exc)
 
-def record_batch(recorder: Recorder, calls: list[tuple[int, dict]]) -> list[tuple[int, str, object, bool]]:
-    """Record a batch of whole calls; one acknowledgement per call, in the order received."""
-    return Service(recorder).handle([("call", call_id, m) for call_id, m in calls])
+    def _take(self, call_id: int) -> RequestHalf | None | str:
+        """The request half of a call whose response has come, removed from the service's state."""
+        if call_id in self.raw:  # request and response arrived in one batch
+            return self._prepare(self.raw.pop(call_id))
+        return self.halves.pop(call_id, "the request half of this call is not here (never sent, or dropped)")
 
 
 def serve(sock: socket.socket, recorder: Recorder) -> None:

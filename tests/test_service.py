@@ -18,7 +18,7 @@ from addons.recorder_link import RecorderLink
 from journal.blobstore import is_ref_object
 from journal.reader import iter_entries
 from journal.record import Prepared, Recorder, principal_fingerprint
-from journal.service import frame, material_fields, record_batch, serve, split_frames
+from journal.service import Service, frame, material_fields, serve, split_frames
 from journal.vault import Vault
 from journal.verify import verify_session
 from journal.writer import JournalError
@@ -68,7 +68,7 @@ def test_material_fields_decodes_headers_fingerprints_and_classifies(tmp_path):
 def test_record_batch_answers_every_call_in_order(tmp_path):
     rec = Recorder(tmp_path)
     calls = [(1, material(1)), (2, slack_token_exchange()), (3, material(3, method=None)), (4, material(4))]
-    acks = record_batch(rec, calls)
+    acks = Service(rec).handle([("call", call_id, m) for call_id, m in calls])
     assert [(a[0], a[1]) for a in acks] == [(1, "ok"), (2, "skip"), (3, "error"), (4, "ok")]
     assert [a[2] for a in acks if a[1] == "ok"] == [1, 2]
     rec.close()
@@ -167,7 +167,7 @@ def test_link_fails_waiting_calls_when_the_service_dies(tmp_path):
 def test_prepared_bodies_travel_to_the_service(tmp_path):
     rec = Recorder(tmp_path)
     ref = rec.blobs.put_bytes(b"streamed body")
-    acks = record_batch(rec, [(1, material(1, response_body=Prepared(ref, {"encoding": "spilled"})))])
+    acks = Service(rec).handle([("call", 1, material(1, response_body=Prepared(ref, {"encoding": "spilled"})))])
     assert acks[0][1] == "ok", acks
     (e,) = iter_entries(Vault(tmp_path), "svc")
     assert e["response"]["body"] == ref
@@ -180,8 +180,6 @@ def _halves(m: dict) -> tuple[dict, dict]:
 
 
 def test_a_request_half_sent_ahead_is_prepared_before_its_response_arrives(tmp_path):
-    from journal.service import Service
-
     svc = Service(Recorder(tmp_path))
     req, resp = _halves(material(1))
     assert svc.handle([("request", 7, req)]) == []  # nothing to acknowledge yet
@@ -195,11 +193,11 @@ def test_a_request_half_sent_ahead_is_prepared_before_its_response_arrives(tmp_p
     # request and response in one batch: the request half is prepared on demand
     (ack,) = svc.handle([("request", 8, req), ("response", 8, resp)])
     assert ack[:2] == (8, "ok")
+    svc.prepare_pending()
+    assert not svc.halves and not svc.raw  # nothing kept once the call is recorded
 
 
 def test_request_halves_forgotten_missing_or_token_exchanges(tmp_path):
-    from journal.service import Service
-
     rec = Recorder(tmp_path)
     svc = Service(rec)
     req, resp = _halves(material(1))
@@ -207,7 +205,7 @@ def test_request_halves_forgotten_missing_or_token_exchanges(tmp_path):
     svc.prepare_pending()
     assert not svc.halves and not svc.raw
     (ack,) = svc.handle([("response", 1, resp)])  # forgotten (or sent to a service that restarted)
-    assert ack[1] == "error" and "never reached" in ack[2]
+    assert ack[1] == "error" and "not here" in ack[2]
     treq, tresp = _halves(slack_token_exchange())
     (ack,) = svc.handle([("request", 2, treq), ("response", 2, tresp)])
     assert ack[1] == "skip"
@@ -249,3 +247,19 @@ def test_link_sends_request_halves_ahead_and_falls_back_after_a_restart(tmp_path
     _run(main())
     r = verify_session(Vault(vault), "svc")
     assert r.intact and r.entries == 2
+
+
+def test_service_answers_unknown_kinds_skips_malformed_messages_and_bounds_its_state(tmp_path, monkeypatch):
+    rec = Recorder(tmp_path)
+    svc = Service(rec)
+    acks = svc.handle([("bogus", 1, {}), "not a tuple", (None, "x"), ("call", 2, material(2))])
+    assert [(a[0], a[1]) for a in acks] == [(1, "error"), (2, "ok")]
+    assert "unknown frame" in acks[0][2]
+    monkeypatch.setattr(Service, "MAX_HALVES", 2)
+    req = _halves(material(3))[0]
+    svc.handle([("request", i, req) for i in (10, 11, 12)])
+    svc.prepare_pending()
+    assert list(svc.halves) == [11, 12]  # the oldest dropped; its response gets an error, not a hang
+    (ack,) = svc.handle([("response", 10, _halves(material(3))[1])])
+    assert ack[1] == "error"
+    rec.close()
