@@ -402,26 +402,23 @@ class ConnectorJournal:
             "status": status, "response_headers": resp_fields, "response_body": None, "error": error, "ts": ts,
             "mcp": self.attribute(flow, call.session) if self.attribute is not None else None,
         }
-        request = call.req_material
 
         def bodies() -> None:
-            if request is None:
-                material.update(self._request_material(call, flow))
+            if call.req_material is None:  # not sent ahead (a streamed request, or no service then)
+                call.req_material = self._request_material(call, flow)
             if resp is not None:
                 response["response_body"] = self._body(resp, call.resp_cap)
 
-        material: dict = {}
         if call.req_cap is not None or call.resp_cap is not None:
             await asyncio.to_thread(bodies)
         else:
             bodies()
+        request = call.req_material
+        assert request is not None
         if self.link is not None:
-            if request is not None:
-                recorded = await self.link.finish(call.sent, request, response)
-            else:
-                recorded = await self.link.record(material | response)
+            recorded = await self.link.finish(call.sent, request, response)  # sends it whole unless sent ahead
         else:
-            fields = material_fields(self.recorder, (request or material) | response)
+            fields = material_fields(self.recorder, request | response)
             recorded = fields is not None and bool(await asyncio.to_thread(self.recorder.writer.append, fields))
         if recorded:
             self.recorded += 1

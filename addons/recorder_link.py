@@ -66,10 +66,11 @@ class RecorderLink:
         return self._generation, self._next_id
 
     async def finish(self, sent: tuple[int, int] | None, request: dict, response: dict) -> bool:
-        """As `record`, for a call whose request half went ahead with `send_request`."""
+        """As `record`, given the call in two halves: `sent` is the handle `send_request` gave for the
+        request half, or None when it was not sent ahead (then the whole call goes now)."""
         transport = self._transport
         if sent is None or sent[0] != self._generation or transport is None or transport.is_closing():
-            return await self.record(request | response)  # a new service never saw the request half
+            return await self.record(request | response)  # not sent ahead, or to a service now gone
         return await self._answer(transport, ("response", sent[1], response), request["session"])
 
     def forget(self, sent: tuple[int, int] | None) -> None:
