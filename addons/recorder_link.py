@@ -145,7 +145,12 @@ class RecorderLink:
     def _lost(self, transport: asyncio.BaseTransport) -> None:
         if self._transport is transport:
             self._transport = None
-        code = self.proc.poll() if self.proc is not None else None
+        code = None
+        if self.proc is not None:
+            try:  # the service closes its end only as it exits: its exit code is at most moments away
+                code = self.proc.wait(0.2)
+            except subprocess.TimeoutExpired:
+                pass
         why = f"the recording service exited (code {code})" if code is not None else "the recording service hung up"
         if time.monotonic() - self._last_start < RESTART_INTERVAL:
             self._start_error = JournalError(why)  # died at once: do not start another one right away

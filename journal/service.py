@@ -46,6 +46,7 @@ from journal.bodies import JSON_PARSE_LIMIT, SPILL_THRESHOLD, decoded_prefix
 from journal.connectors import Registry
 from journal.record import Recorder, RequestHalf, principal_fingerprint, text_pairs
 from journal.redact import header_value
+from journal.vault import VaultError
 from journal.writer import JournalStopped
 
 log = logging.getLogger("journal.service")
@@ -237,11 +238,16 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="recording service: %(message)s")
-    registry = Registry.builtin()
-    if args.connectors:
-        registry = registry.with_file(args.connectors)
     sock = socket.socket(fileno=args.fd)
-    recorder = Recorder(args.vault, spill_threshold=args.spill_threshold, registry=registry)
+    try:
+        registry = Registry.builtin()
+        if args.connectors:
+            registry = registry.with_file(args.connectors)
+        recorder = Recorder(args.vault, spill_threshold=args.spill_threshold, registry=registry)
+    except (OSError, ValueError, VaultError) as exc:  # the proxy reports the exit to every call waiting
+        log.error("cannot start: %s", exc)
+        sock.close()
+        return 2
     try:
         serve(sock, recorder)
     finally:

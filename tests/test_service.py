@@ -103,6 +103,14 @@ def _run(coro):
     return asyncio.run(coro)
 
 
+async def _hung_up(link: RecorderLink) -> None:
+    """Wait until the link has seen its service's end of the socket close."""
+    deadline = time.monotonic() + 10
+    while link._transport is not None and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    assert link._transport is None
+
+
 def test_link_records_through_a_service_process_and_drains_on_close(tmp_path):
     vault = tmp_path / "vault"
 
@@ -135,9 +143,7 @@ def test_link_reports_a_dead_service_and_starts_a_new_one(tmp_path, monkeypatch)
         await link.connect()
         assert await link.record(material(0))
         os.kill(link.proc.pid, signal.SIGKILL)
-        deadline = time.monotonic() + 10
-        while link._transport is not None and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)  # the hang-up reaches the protocol
+        await _hung_up(link)
         assert await link.record(material(1))  # a new service, continuing the chain
         await link.aclose()
 
@@ -237,9 +243,7 @@ def test_link_sends_request_halves_ahead_and_falls_back_after_a_restart(tmp_path
         req1, resp1 = _halves(material(1))
         sent = link.send_request(req1)
         os.kill(link.proc.pid, signal.SIGKILL)  # the request half dies with this service
-        deadline = time.monotonic() + 10
-        while link._transport is not None and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
+        await _hung_up(link)
         assert await link.finish(sent, req1, resp1)  # sent whole to the new service
         link.forget(sent)  # harmless for a handle of a service that is gone
         await link.aclose()
@@ -263,3 +267,30 @@ def test_service_answers_unknown_kinds_skips_malformed_messages_and_bounds_its_s
     (ack,) = svc.handle([("response", 10, _halves(material(3))[1])])
     assert ack[1] == "error"
     rec.close()
+
+
+def test_link_reports_a_service_that_cannot_start_and_does_not_spin(tmp_path, monkeypatch):
+    starts = []
+    real_popen = recorder_link.subprocess.Popen
+
+    def counting_popen(*a, **k):
+        starts.append(a[0])
+        return real_popen(*a, **k)
+
+    monkeypatch.setattr(recorder_link.subprocess, "Popen", counting_popen)
+    (tmp_path / "file").write_text("not a vault")
+
+    async def main():
+        link = RecorderLink(str(tmp_path / "file"), 1 << 20)  # the service exits at once: one clear line
+        with pytest.raises(JournalError, match=r"recording service exited \(code 2\)"):
+            await link.record(material(0))
+        with pytest.raises(JournalError, match="exited"):  # within the restart interval: no new process
+            await link.record(material(1))
+        assert len(starts) == 1
+        await link.aclose()
+        monkeypatch.setattr(recorder_link.sys, "executable", str(tmp_path / "no-such-python"))
+        gone = RecorderLink(str(tmp_path / "vault"), 1 << 20)
+        with pytest.raises(JournalError, match="cannot start the recording service"):
+            await gone.record(material(0))
+
+    _run(main())
