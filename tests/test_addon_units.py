@@ -87,3 +87,17 @@ def test_an_unforeseen_failure_before_forwarding_answers_502_instead_of_passing_
         addon.requestheaders(f)
     assert f.response is not None and f.response.status_code == 502
     assert cj._META not in f.metadata and addon.inflight == 0
+
+
+def test_bad_addon_options_are_refused_with_the_allowed_values(tmp_path):
+    from mitmproxy import exceptions
+    from mitmproxy.test import taddons
+
+    import addons.connector_journal as cj
+
+    addon = cj.ConnectorJournal()
+    with taddons.context(addon) as tctx:
+        cases = (("broker_recorder", "'process' or 'inline'"), ("broker_on_journal_error", "'block' or 'pass'"))
+        for option, allowed in cases:
+            with pytest.raises(exceptions.OptionsError, match=allowed):
+                tctx.configure(addon, vault=str(tmp_path / "vault"), **{option: "bogus"})
