@@ -152,6 +152,7 @@ class Recorder:
         status: int | None, response_headers: Headers, response_body: Body,
         error: str | None = None, mcp: dict | None = None, prompt_ref: str | None = None,
         ts: datetime | str | None = None, request_extra: dict | None = None, response_extra: dict | None = None,
+        effect_basis: str = "rule", answered_by: str | None = None,
     ) -> dict | None:
         """The entry fields for one call, redacted and encoded (large values already spilled to
         blobs), ready for `writer.append`; None for a token exchange. Split from `record` so a
@@ -159,19 +160,19 @@ class Recorder:
         half = self.prepare_request(
             session=session, agent=agent, principal=principal, connector=connector, capture=capture,
             effect=effect, method=method, url=url, request_headers=request_headers, request_body=request_body,
-            prompt_ref=prompt_ref, request_extra=request_extra,
+            prompt_ref=prompt_ref, request_extra=request_extra, effect_basis=effect_basis,
         )
         if half is None:
             return None
         return self.prepare_response(
             half, status=status, response_headers=response_headers, response_body=response_body, error=error,
-            mcp=mcp, ts=ts, response_extra=response_extra,
+            mcp=mcp, ts=ts, response_extra=response_extra, answered_by=answered_by,
         )
 
     def prepare_request(
         self, *, session: str, agent: str, principal: str, connector: str, capture: str, effect: str,
         method: str, url: str, request_headers: Headers, request_body: Body, prompt_ref: str | None = None,
-        request_extra: dict | None = None,
+        request_extra: dict | None = None, effect_basis: str = "rule",
     ) -> RequestHalf | None:
         """The request's half of `prepare`, for a capture point that has the request before the
         response (the broker, while the call is upstream); None for a token exchange.
@@ -184,6 +185,7 @@ class Recorder:
         if is_token_exchange(method, url, req_headers, raw_req):
             return None
         request = {"method": method, "url": redact_url(url), "headers": redact_headers(req_headers)}
+        request["effect_basis"] = effect_basis
         deferred = None
         if raw_req is not None and (
             len(raw_req) > self.spill_threshold // 2 or header_value(req_headers, "content-encoding")
@@ -202,7 +204,7 @@ class Recorder:
     def prepare_response(
         self, half: RequestHalf, *, status: int | None, response_headers: Headers, response_body: Body,
         error: str | None = None, mcp: dict | None = None, ts: datetime | str | None = None,
-        response_extra: dict | None = None,
+        response_extra: dict | None = None, answered_by: str | None = None,
     ) -> dict | None:
         """The entry fields from a request half and the response; None when the response is a token grant."""
         resp_headers = text_pairs(response_headers)
@@ -229,6 +231,7 @@ class Recorder:
             response["error"] = error
         elif status is None:
             response["error"] = "no response"
+        response["answered_by"] = answered_by or ("upstream" if status is not None and error is None else "none")
         if mcp is not None:
             mcp = self._json(mcp)
         f = half.fields
