@@ -91,8 +91,8 @@ def handle(line: bytes, waiting: dict[str, object]) -> None:
             text = msg.get("result", {}).get("content", {}).get("text", "?")
             out(answer(call_id, {"content": [{"type": "text", "text": "client said " + text}], "isError": False}))
         return
-    if rid is None:
-        return  # notifications
+    if "id" not in msg:
+        return  # notifications (an id of null is a request)
     if method in ("initialize", "server/discover"):
         if method == "server/discover":
             out(not_found(rid))
