@@ -98,7 +98,7 @@ def test_sdk_client_through_shim_records_every_call(tmp_path: Path, mode: str) -
         assert e["session"] == "s1" and e["agent"] == "agent-1" and e["principal"] == "unknown"
         assert e["request"]["url"] == "stdio:" + " ".join(NOTES_SERVER)
         assert e["request"]["headers"] == [] and e["response"]["headers"] == []
-        assert e["response"]["status"] == 200
+        assert e["response"]["status"] == 200 and e["response"]["answered_by"] == "upstream"
         assert e["request"]["method"] == e["mcp"]["method"]
         assert e["request"]["body"] == e["mcp"]["params"]
         assert e["response"]["body"]["id"] == e["mcp"]["id"]
@@ -106,11 +106,15 @@ def test_sdk_client_through_shim_records_every_call(tmp_path: Path, mode: str) -
         by_tool.setdefault(key, []).append(e)
     effects = {k: v[0]["effect"] for k, v in by_tool.items()}
     assert effects == {
-        "get_note": "read", "list_notes": "read", "add_note": "write", "get_and_delete_note": "write",
+        "get_note": "read", "list_notes": "write", "add_note": "write", "get_and_delete_note": "write",
         "archive_all": "write", "fail": "read", "image": "read", "progress": "read", "ask_llm": "read",
         "ask_user": "read", "roots": "read", "note://n1": "read",
     }
     assert by_tool["note://n1"][0]["request"]["method"] == "resources/read"
+    bases = {k: v[0]["request"]["effect_basis"] for k, v in by_tool.items()}
+    assert bases["note://n1"] == "rule"
+    assert bases["list_notes"] == bases["archive_all"] == "default"  # listed without annotations
+    assert {bases[k] for k in by_tool if k not in ("note://n1", "list_notes", "archive_all")} == {"annotations"}
     assert by_tool["fail"][0]["response"]["body"]["result"]["isError"] is True
     # the 2 MiB image went to the blob store, byte for byte (the base64 text as sent)
     data = by_tool["image"][0]["response"]["body"]["result"]["content"][0]["data"]
@@ -275,23 +279,37 @@ def test_ten_mib_messages_both_ways(tmp_path: Path) -> None:
         assert ref["size"] == len(text) and _blob(shim.vault, ref) == text.encode()
 
 
-def test_message_over_the_limit_is_relayed_unparsed(tmp_path: Path) -> None:
+def test_messages_over_the_limit_are_recorded_from_the_blob_store(tmp_path: Path) -> None:
     text = "y" * (3 << 20)
     shim = RawShim(tmp_path, "--max-message-mib", "1")
     try:
         shim.handshake()
-        sent = shim.call(1, "echo", text=text)
+        sent = shim.call(1, "echo", text=text, password="hunter2")  # over the limit both ways
         back = shim.recv()
         assert json.loads(back)["result"]["content"][0]["text"] == text
         shim.call(2, "echo", text="small")
         assert shim.recv_json()["id"] == 2
+        shim.call(3, "big", size=2 << 20)  # a small call with an answer over the limit
+        assert len(shim.recv_json()["result"]["content"][0]["text"]) == 2 << 20
         assert shim.close() == 0
     finally:
         shim.kill()
     assert sent in shim.received_by_server()
-    assert "over 1048576 bytes; relayed unparsed" in shim.stderr
-    assert [e["mcp"]["id"] for e in entries(shim.vault)] == [2]
+    assert "the client sent a line over 1048576 bytes (3145" in shim.stderr
+    got = {e["mcp"].get("id", "big"): e for e in entries(shim.vault)}
     assert_intact(shim.vault)
+    assert len(got) == 3 and "exited" not in shim.stderr
+    big = got["big"]  # the request line over the limit: mcp.unparsed is the blob of the whole line
+    assert set(big["mcp"]) == {"unparsed"} and big["request"]["body"] == big["mcp"]["unparsed"]
+    assert big["effect"] == "read" and big["request"]["effect_basis"] == "annotations"
+    line = _blob(shim.vault, big["mcp"]["unparsed"])
+    assert line == sent.rstrip(b"\n").replace(b'"hunter2"', b'"[never captured]"')  # redacted on the way
+    assert big["response"]["status"] == 200 and big["response"]["answered_by"] == "upstream"
+    assert json.loads(_blob(shim.vault, big["response"]["body"]))["result"]["content"][0]["text"] == text
+    assert "body_error" in big["request"] and "body_error" in big["response"]
+    assert got[2]["response"]["body"]["result"]["content"][0]["text"] == "small"
+    answer = json.loads(_blob(shim.vault, got[3]["response"]["body"]))
+    assert answer["id"] == 3 and len(answer["result"]["content"][0]["text"]) == 2 << 20
 
 
 def test_server_crash_mid_call(tmp_path: Path) -> None:
@@ -312,6 +330,7 @@ def test_server_crash_mid_call(tmp_path: Path) -> None:
     for e in got:
         assert e["response"]["status"] is None and e["response"]["body"] is None
         assert e["response"]["error"] == "the MCP server exited (code 7) before answering"
+        assert e["response"]["answered_by"] == "none"
     assert_intact(shim.vault)
 
 
@@ -427,27 +446,51 @@ def test_journal_failure_fails_closed(tmp_path: Path) -> None:
     assert "journal: could not record tools/call id 1" in shim.stderr
 
 
-def test_unlisted_tool_is_a_write_and_overrides_apply(tmp_path: Path) -> None:
+def test_effects_from_annotations_before_the_client_lists_and_overrides(tmp_path: Path) -> None:
     effects = tmp_path / "effects.toml"
     effects.write_text('[tools]\n"delete_*" = "read"\n')
     shim = RawShim(tmp_path, "--effects", str(effects), "--connector", "my-raw")
     try:
         shim.send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}})
         shim.recv()
-        shim.call(1, "echo", text="before tools/list")  # not listed yet: a write
-        shim.recv()
-        shim.send({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
-        shim.recv()
-        shim.call(3, "echo", text="after")  # readOnlyHint true
-        shim.call(4, "bigint")  # listed, no hint, no read verb
+        # not listed yet: the shim asks the server itself (both pages), the client never sees that
+        shim.call(1, "echo", text="before tools/list")
+        assert shim.recv_json()["id"] == 1
+        shim.call(4, "bigint")  # listed (page 2), no annotations: the MCP default
         shim.call(5, "delete_everything")  # the override file says read
-        for _ in range(3):
-            shim.recv()
+        shim.call(6, "no_such_tool")
+        shim.send({"jsonrpc": "2.0", "id": 7, "method": "ping"})
+        answers = [shim.recv_json() for _ in range(4)]
         assert shim.close() == 0
     finally:
         shim.kill()
-    got = {e["mcp"]["id"]: (e["effect"], e["connector"]) for e in entries(shim.vault)}
-    assert got == {1: ("write", "my-raw"), 3: ("read", "my-raw"), 4: ("write", "my-raw"), 5: ("read", "my-raw")}
+    assert [a["id"] for a in answers] == [4, 5, 6, 7]  # nothing but the answers to the client's requests
+    got = {e["mcp"]["id"]: (e["effect"], e["request"]["effect_basis"], e["connector"]) for e in entries(shim.vault)}
+    assert got == {1: ("read", "annotations", "my-raw"), 4: ("write", "default", "my-raw"),
+                   5: ("read", "override", "my-raw"), 6: ("write", "default", "my-raw")}
+    own = [json.loads(x) for x in shim.received_by_server() if b"broker-mcp/" in x]
+    assert [m["method"] for m in own] == ["tools/list"] * len(own) and len(own) >= 2
+    assert {m.get("params", {}).get("cursor") for m in own} >= {None, "page-2"}
+    assert not {m["id"] for m in own} & {0, 1, 4, 5, 6, 7}
+
+
+def test_answered_by(tmp_path: Path) -> None:
+    shim = RawShim(tmp_path, "--call-timeout", "2")
+    try:
+        shim.handshake()
+        shim.call(1, "echo", text="x")
+        assert shim.recv_json()["id"] == 1
+        shim.call(2, "hold")
+        assert shim.recv_json()["error"]["code"] == -32001  # the shim answered instead
+        shim.call(3, "crash")
+        assert shim.recv_json()["id"] == 3
+    finally:
+        shim.close()
+        shim.kill()
+    got = {e["mcp"]["id"]: e["response"] for e in entries(shim.vault)}
+    assert got[1]["answered_by"] == "upstream" and "error" not in got[1]
+    assert got[2]["answered_by"] == "capture" and "shim timeout" in got[2]["error"]
+    assert got[3]["answered_by"] == "none" and "exited (code 7)" in got[3]["error"]
 
 
 @pytest.mark.parametrize("session", ["bad\x01id", "x" * 300])

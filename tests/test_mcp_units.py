@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.mcp.effects import EffectRules, EffectsFileError, ToolCatalog, first_word
+from broker.mcp.effects import EffectRules, EffectsFileError, ToolCatalog
 from broker.mcp.http_relay import event_fields, event_with_data, split_events
 from broker.mcp.messages import id_key, parse_line, server_name
 from broker.mcp.recording import connector_name, fallback_connector, redact_argv, stdio_url
@@ -20,27 +20,34 @@ def _catalog(*tools: dict) -> ToolCatalog:
     return c
 
 
-def test_effect_order() -> None:
+def test_effect_order_and_basis() -> None:
     catalog = _catalog(
         {"name": "get_thing", "annotations": {"readOnlyHint": False}},  # the server says write: name does not matter
         {"name": "send_mail", "annotations": {"readOnlyHint": True}},  # the server says read
-        {"name": "searchIssues"},  # no hint: the name rule (camelCase)
-        {"name": "github.list_repos", "annotations": {"destructiveHint": False}},
+        {"name": "searchIssues"},  # listed without annotations: the MCP default, a write
+        {"name": "github.list_repos", "annotations": {"destructiveHint": False}},  # readOnlyHint defaults to false
         {"name": "archive"},
     )
     rules = EffectRules()
-    assert rules.decide_tool("get_thing", catalog).effect == "write"
-    assert rules.decide_tool("send_mail", catalog).effect == "read"
-    assert rules.decide_tool("searchIssues", catalog).effect == "read"
-    assert rules.decide_tool("github.list_repos", catalog).effect == "read"
-    assert rules.decide_tool("archive", catalog).effect == "write"
-    assert rules.decide_tool("get_unlisted", catalog).effect == "write"  # never listed by the server
-    assert rules.decide_tool(None, catalog).effect == "write"
-    assert rules.decide("resources/read", {"uri": "x://y"}, catalog).effect == "read"
+
+    def got(tool: object, r: EffectRules = rules) -> tuple[str, str]:
+        d = r.decide_tool(tool, catalog)
+        return d.effect, d.basis
+
+    assert got("get_thing") == ("write", "annotations")
+    assert got("send_mail") == ("read", "annotations")
+    assert got("searchIssues") == ("write", "default")
+    assert got("github.list_repos") == ("write", "annotations")
+    assert got("archive") == ("write", "default")
+    assert got("get_unlisted") == ("write", "default")  # never listed by the server
+    assert got(None) == ("write", "default")
+    d = rules.decide("resources/read", {"uri": "x://y"}, catalog)
+    assert (d.effect, d.basis) == ("read", "rule")
     over = EffectRules([("send_*", "write"), ("archive", "read")])
     assert over.decide_tool("send_mail", catalog).rule == "override file"
-    assert over.decide_tool("send_mail", catalog).effect == "write"
-    assert over.decide_tool("archive", catalog).effect == "read"
+    assert got("send_mail", over) == ("write", "override")
+    assert got("archive", over) == ("read", "override")
+    assert over.overrides("archive") and not over.overrides("get_thing") and not over.overrides(None)
 
 
 def test_effects_file(tmp_path: Path) -> None:
@@ -56,11 +63,6 @@ def test_effects_file(tmp_path: Path) -> None:
             EffectRules.from_file(str(bad))
     with pytest.raises(EffectsFileError, match="cannot read"):
         EffectRules.from_file(str(tmp_path / "missing.toml"))
-
-
-def test_first_word() -> None:
-    assert [first_word(n) for n in ("get_note", "getNote", "notes.get-note", "ListThings", "x/fetch_url", "")] == [
-        "get", "get", "get", "list", "fetch", ""]
 
 
 def test_command_line_redaction() -> None:

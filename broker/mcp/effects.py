@@ -1,16 +1,18 @@
 """Whether a tool call reads or writes, decided from what the server said, never from the client.
 
-Order (the first that decides wins; see docs/mcp.md):
+Order (the first that decides wins; see docs/mcp.md), with the `effect_basis` each gives:
 
-1. the override file (`--effects FILE`, TOML): the operator's word, exact names or globs;
-2. a tool the shim has not seen in a `tools/list` answer from the server is a write;
-3. the server's annotations: `readOnlyHint: true` is a read, `readOnlyHint: false` a write;
-4. no `readOnlyHint`: the name rule: a tool whose first word is a read verb (get, list, search,
-   read, fetch, ...) is a read;
-5. anything else is a write.
+1. the override file (`--effects FILE`, TOML): the operator's word, exact names or globs ("override");
+2. the server's annotations for the tool: `readOnlyHint: true` is a read; an annotations object
+   without `readOnlyHint: true` is a write, the hint's default in the MCP specification ("annotations");
+3. a tool the server lists without annotations, or does not list, or a call naming no tool: a
+   write, as the MCP specification tells clients to assume ("default").
 
-`resources/read` is a read. The client cannot change any of this: what it sends in `tools/call`
-(the tool name) is only looked up; annotations come from the server's own answers.
+The shim asks the server itself (`tools/list`) before it decides for a tool it has no listing for
+(relay.py), so a first call made before the client listed tools is decided by annotations too.
+`resources/read` is a read by the protocol's own definition ("rule"). The client cannot change any
+of this: what it sends in `tools/call` (the tool name) is only looked up; annotations come from the
+server's own answers.
 
 Override file:
 
@@ -22,35 +24,25 @@ Override file:
 from __future__ import annotations
 
 import fnmatch
-import re
 import threading
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 READ, WRITE = "read", "write"
-READ_VERBS = frozenset({
-    "get", "list", "search", "read", "fetch", "find", "query", "lookup", "describe", "show", "view",
-    "retrieve", "count", "browse", "inspect", "preview", "stat",
-})  # fmt: skip
-_WORD_SPLIT = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
+ANNOTATIONS, OVERRIDE, DEFAULT, RULE = "annotations", "override", "default", "rule"
+"""The values of `request.effect_basis` (SPEC additions of 2026-12)."""
 
 
 class EffectsFileError(ValueError):
     """An override file that cannot be used; the message says why."""
 
 
-def first_word(tool: str) -> str:
-    """First word of a tool name's last segment: `get_note`, `getNote`, `notes.get-note` -> `get`."""
-    last = re.split(r"[./]", tool)[-1]
-    words = [w for w in _WORD_SPLIT.split(last) if w]
-    return words[0].lower() if words else ""
-
-
 @dataclass(frozen=True)
 class Decision:
     effect: str
     rule: str  # short text naming the rule, for logs and docs
+    basis: str  # request.effect_basis: annotations, override, default or rule
 
 
 class ToolCatalog:
@@ -76,6 +68,10 @@ class ToolCatalog:
     def get(self, name: str) -> dict | None:
         with self._lock:
             return self._tools.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        with self._lock:
+            return name in self._tools
 
     def __len__(self) -> int:
         return len(self._tools)
@@ -122,27 +118,28 @@ class EffectRules:
                 return effect
         return None
 
+    def overrides(self, tool: object) -> bool:
+        """True when the override file decides this tool (nothing needs to be asked of the server)."""
+        return isinstance(tool, str) and self._override(tool) is not None
+
     def decide_tool(self, tool: object, catalog: ToolCatalog) -> Decision:
         if not isinstance(tool, str):
-            return Decision(WRITE, "no tool name")
+            return Decision(WRITE, "no tool name", DEFAULT)
         override = self._override(tool)
         if override is not None:
-            return Decision(override, "override file")
+            return Decision(override, "override file", OVERRIDE)
         listed = catalog.get(tool)
         if listed is None:
-            return Decision(WRITE, "not listed by the server")
+            return Decision(WRITE, "not listed by the server", DEFAULT)
         annotations = listed.get("annotations")
-        hint = annotations.get("readOnlyHint") if isinstance(annotations, dict) else None
-        if hint is True:
-            return Decision(READ, "readOnlyHint true")
-        if hint is False:
-            return Decision(WRITE, "readOnlyHint false")
-        if first_word(tool) in READ_VERBS:
-            return Decision(READ, f"name starts with {first_word(tool)!r}")
-        return Decision(WRITE, "no readOnlyHint, no read verb")
+        if not isinstance(annotations, dict):
+            return Decision(WRITE, "listed without annotations", DEFAULT)
+        if annotations.get("readOnlyHint") is True:
+            return Decision(READ, "readOnlyHint true", ANNOTATIONS)
+        return Decision(WRITE, "annotations without readOnlyHint true", ANNOTATIONS)
 
     def decide(self, method: str, params: object, catalog: ToolCatalog) -> Decision:
         if method == "resources/read":
-            return Decision(READ, "resources/read")
+            return Decision(READ, "resources/read", RULE)
         name = params.get("name") if isinstance(params, dict) else None
         return self.decide_tool(name, catalog)

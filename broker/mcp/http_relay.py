@@ -29,10 +29,12 @@ from broker.mcp.messages import (
     RECORDED_METHODS,
     Line,
     Message,
+    dumps,
     error_response,
     id_key,
     parse_line,
 )
+from broker.mcp.oversize import OversizeLine
 from broker.mcp.recording import JOURNAL_ERROR_CODE, CallJournal, PendingCall
 from broker.mcp.relay import MAX_LINE, SERVER_GONE_CODE, LineRelay, finish_answers, restore_blocking, say, withhold
 from broker.mcp.upstream import UpstreamPool, UpstreamResponse
@@ -89,6 +91,7 @@ def event_with_data(event: bytes, data: bytes) -> bytes:
 class _Tracked:
     method: str
     call: PendingCall | None
+    request_id: object = None
 
 
 @dataclass
@@ -201,10 +204,16 @@ class HttpRelay:
     def _track_request(
         self, body: bytes, exchange: _Exchange, url: str, headers: list[tuple[str, str]], principal: str,
     ) -> None:
+        oversize = None
         if len(body) > self.max_line:
-            say(f"a client request body over {self.max_line} bytes was relayed unparsed (not recorded)")
-            return
-        line = parse_line(body)
+            say(f"a client request body over {self.max_line} bytes ({len(body)} bytes): recorded from the blob store")
+            oversize = OversizeLine(self.journal.recorder.blobs)
+            oversize.feed(body)
+            line = oversize.end()
+            if not any(m.kind == "request" and m.method in RECORDED_METHODS for m in line.messages):
+                oversize.abort()
+        else:
+            line = parse_line(body)
         if line.error:
             say(f"the client sent a body that is {line.error} ({len(body)} bytes); relayed unchanged")
         if len(line.messages) == 1 and line.messages[0].value is None:  # not JSON: no id to match an answer to
@@ -223,9 +232,10 @@ class HttpRelay:
                 continue
             call = None
             if msg.method in RECORDED_METHODS:
-                raw = body if not line.batch else orjson.dumps(msg.value)
-                call = self.journal.start(msg, raw, url=url, request_headers=headers, principal=principal)
-            tracked = _Tracked(msg.method or "?", call)
+                raw = body if not line.batch or oversize is not None else dumps(msg.value)
+                call = self.journal.start(msg, raw, url=url, request_headers=headers, principal=principal,
+                                          oversize=oversize)
+            tracked = _Tracked(msg.method or "?", call, msg.id)
             key = id_key(msg.id)
             exchange.local[key] = tracked
             self.tracked.setdefault((exchange.scope, key), tracked)
@@ -274,7 +284,7 @@ class HttpRelay:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         if status >= 300:
             await self._unanswered(exchange, f"the upstream answered HTTP {status} without a JSON-RPC response",
-                                   status=status, headers=resp_headers)
+                                   status=status, headers=resp_headers, answered_by="upstream")
 
     async def _relay_events(self, response, exchange: _Exchange, send, status: int, headers) -> None:
         buf = bytearray()
@@ -319,7 +329,7 @@ class HttpRelay:
         if not finished:
             return data
         failed = await finish_answers(
-            self.journal, finished, status=status, headers=headers, text=lambda: wire_text(data)
+            self.journal, finished, status=status, headers=headers, raw=data
         )
         if not failed:
             return data
@@ -327,7 +337,9 @@ class HttpRelay:
             say(f"journal: could not record id {key}: {exc}; the client gets an error instead of the result")
         return withhold(line, failed)
 
-    async def _unanswered(self, exchange: _Exchange, why: str, *, status: int | None = None, headers=()) -> None:
+    async def _unanswered(
+        self, exchange: _Exchange, why: str, *, status: int | None = None, headers=(), answered_by: str = "none",
+    ) -> None:
         """Calls of this POST still unanswered (and not answerable on another stream) get their entry."""
         for key, tracked in list(exchange.local.items()):
             exchange.local.pop(key, None)
@@ -335,7 +347,8 @@ class HttpRelay:
                 del self.tracked[(exchange.scope, key)]
             if tracked.call is not None:
                 try:
-                    await self.journal.finish(tracked.call, status=status, response_headers=list(headers), error=why)
+                    await self.journal.finish(tracked.call, status=status, response_headers=list(headers), error=why,
+                                              answered_by=answered_by)
                 except Exception as exc:  # noqa: BLE001
                     say(f"journal: could not record unanswered call id {key}: {exc}")
 
@@ -368,7 +381,7 @@ def _forward_headers(response: UpstreamResponse) -> list[tuple[bytes, bytes]]:
 
 
 def _error_body(exchange: _Exchange, code: int, why: str) -> bytes:
-    ids = [orjson.loads(k) for k in exchange.local] or [None]
+    ids = [t.request_id for t in exchange.local.values()] or [None]
     return error_response(ids[0], code, why).rstrip(b"\n")
 
 

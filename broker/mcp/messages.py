@@ -89,17 +89,35 @@ def parse_line(raw: bytes) -> Line:
 
 
 def id_key(request_id: object) -> str:
-    """A dict key for a JSON-RPC id that keeps 1 and "1" apart."""
-    return orjson.dumps(request_id).decode() if isinstance(request_id, str | int | float) else repr(request_id)
+    """A dict key for a JSON-RPC id of any JSON type (huge integers, floats, NaN, strings with lone
+    surrogates, null, objects, arrays) that keeps 1 and "1" apart; never raises.
+
+    An integral float is keyed as the integer (a JavaScript server answers id 1.0 as 1)."""
+    if type(request_id) is float and request_id.is_integer():
+        request_id = int(request_id)
+    try:
+        return json.dumps(request_id, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError):
+        return repr(request_id)
+
+
+def dumps(value: object) -> bytes:
+    """JSON bytes for any value a lenient parse can give (integers beyond 64 bits, NaN included), for
+    the few lines the shim writes itself; never raises for such values."""
+    try:
+        return orjson.dumps(value)
+    except (orjson.JSONEncodeError, TypeError):
+        return json.dumps(value, separators=(",", ":")).encode("ascii")
 
 
 def error_response(request_id: object, code: int, message: str) -> bytes:
-    """A JSON-RPC error line the shim itself answers with."""
-    return orjson.dumps({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}) + b"\n"
+    """A JSON-RPC error line the shim itself answers with (the id as the client sent it)."""
+    error = orjson.dumps({"code": code, "message": message})
+    return b'{"jsonrpc":"2.0","id":' + dumps(request_id) + b',"error":' + error + b"}\n"
 
 
 def notification(method: str, params: dict) -> bytes:
-    return orjson.dumps({"jsonrpc": "2.0", "method": method, "params": params}) + b"\n"
+    return dumps({"jsonrpc": "2.0", "method": method, "params": params}) + b"\n"
 
 
 def server_name(result: object) -> str | None:

@@ -3,13 +3,19 @@
 One entry per `tools/call` and per `resources/read` the client sends:
 
 - `mcp`: the JSON-RPC request exactly as the client sent it (parsed strictly); a request line
-  that is not strict JSON is kept as `{"unparsed": "<the line as text>"}`;
+  that is not strict JSON (an id beyond +-(2^53-1), invalid UTF-8, duplicate keys, not JSON at all)
+  or is over `--max-message-mib` is kept as `{"unparsed": V}`, V being the line as the contract
+  encodes a body: its text, `{"base64": ...}` when it is not UTF-8, or the blob ref of its bytes
+  when large (`line_value`);
 - `request`: `method` = the JSON-RPC method, `url` = the upstream (HTTP URL, or
   `stdio:<command> <args...>`), `headers` = [] on stdio or the client's HTTP request headers
   (redacted by the Recorder), `body` = the params;
 - `response`: `status` = the HTTP status (HTTP upstreams) or 200 when a JSON-RPC response came
   back on stdio, null when none did (then `error` says why); `headers` = the upstream's HTTP
-  response headers or []; `body` = the JSON-RPC response object (result, error, isError alike).
+  response headers or []; `body` = the JSON-RPC response object (result, error, isError alike);
+  `answered_by` = "upstream" when the server's answer came back, "capture" when the shim answered
+  the client instead (its timeout), "none" when no answer came (server gone, client gone, cancelled).
+- `request.effect_basis`: how the effect was decided (effects.py).
 
 Entries are written in a worker thread (`asyncio.to_thread`): the event loop keeps relaying other
 traffic while one response waits for its entry.
@@ -22,21 +28,26 @@ import logging
 import re
 import shlex
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import PurePath
 
 from broker.mcp.effects import EffectRules, ToolCatalog
 from broker.mcp.messages import Message, server_name
+from broker.mcp.oversize import OversizeLine
+from journal.bodies import encode_body
 from journal.entry import ContractError
-from journal.record import JsonValue, Recorder
-from journal.redact import REDACTED, contains_credential, redact_json_value
+from journal.record import JsonValue, Prepared, Recorder
+from journal.redact import REDACTED, contains_credential, redact_body, redact_json_value
 from journal.writer import JournalError
 
 log = logging.getLogger("broker.mcp")
 
 JOURNAL_ERROR_CODE = -32603
 STDIO_STATUS = 200
+LOOKUP_WAIT = 10.0
+"""How long an entry waits for the shim's own `tools/list` (asked for a tool it had no listing for)."""
 _CONNECTOR_BAD = re.compile(r"[^a-z0-9_.-]+")
 _INTERPRETERS = frozenset({
     "python", "python3", "node", "npx", "uv", "uvx", "deno", "bun", "bunx", "sh", "bash", "pipx", "docker",
@@ -120,6 +131,7 @@ class PendingCall:
     raw: bytes
     effect: str
     rule: str
+    basis: str
     url: str
     request_headers: list[tuple[str, str]] = field(default_factory=list)
     principal: str | None = None
@@ -128,6 +140,8 @@ class PendingCall:
     cancelled: bool = False
     closed: bool = False  # its entry is written (or being written): no second one
     broker_entries: int = 0  # --through-broker: HTTP calls of this tool call recorded by the broker
+    oversize: OversizeLine | None = None  # the request line was over the limit: its bytes are in a blob
+    lookup: asyncio.Future | None = None  # the shim's own tools/list, asked because the tool was unknown
 
     @property
     def tool(self) -> str | None:
@@ -156,6 +170,9 @@ class CallJournal:
         self.skipped_for_broker = 0
         self.skip_when_broker_recorded = False  # --through-broker: one entry per tool call + its HTTP calls
         self.tracker = None  # --through-broker: an attribution.Attribution told when calls open and close
+        # The relay's way to ask the server for its tools (its own tools/list); a future done when answered.
+        self.ask_tools: Callable[[Message], asyncio.Future] | None = None
+        self.lookup_wait = LOOKUP_WAIT
 
     @property
     def connector(self) -> str:
@@ -179,23 +196,33 @@ class CallJournal:
     def start(
         self, message: Message, raw: bytes, *, url: str | None = None,
         request_headers: list[tuple[str, str]] | None = None, principal: str | None = None,
+        oversize: OversizeLine | None = None,
     ) -> PendingCall:
         method = message.method or "?"
         decision = self.rules.decide(method, message.params, self.catalog)
         call = PendingCall(
             request_id=message.id, method=method, message=message, raw=raw, effect=decision.effect,
-            rule=decision.rule, url=url or self.url, request_headers=list(request_headers or []), principal=principal,
+            rule=decision.rule, basis=decision.basis, url=url or self.url,
+            request_headers=list(request_headers or []), principal=principal, oversize=oversize,
         )
+        tool = call.tool
+        if (method == "tools/call" and tool is not None and self.ask_tools is not None
+                and not self.rules.overrides(tool) and tool not in self.catalog):
+            call.lookup = self.ask_tools(message)
         if self.tracker is not None:
             self.tracker.started(call)
         return call
 
     async def finish(
         self, call: PendingCall, *, status: int | None, response: Message | None = None,
-        response_text: str | None = None, response_headers: list[tuple[str, str]] | None = None,
-        error: str | None = None,
+        response_raw: bytes | None = None, response_line: OversizeLine | None = None,
+        response_headers: list[tuple[str, str]] | None = None, error: str | None = None,
+        answered_by: str | None = None,
     ) -> dict | None:
-        """Write the call's entry (once). Raises JournalError/ContractError/OSError when it cannot."""
+        """Write the call's entry (once). Raises JournalError/ContractError/OSError when it cannot.
+
+        `response_raw` is the answer's line as received (kept as text when it is not strict JSON);
+        `response_line` an answer over the limit, already in the blob store."""
         if call.closed:
             return None
         call.closed = True
@@ -205,9 +232,12 @@ class CallJournal:
         if self.skip_when_broker_recorded and call.broker_entries:
             self.skipped_for_broker += 1
             return None
+        if call.lookup is not None:
+            await self._settle_effect(call)
         try:
             entry = await asyncio.to_thread(
-                self._write, call, status, response, response_text, response_headers or [], error, received
+                self._write, call, status, response, response_raw, response_line, response_headers or [], error,
+                answered_by, received,
             )
         except (JournalError, ContractError, OSError, ValueError):
             self.failures += 1
@@ -215,35 +245,79 @@ class CallJournal:
         self.recorded += 1
         return entry
 
+    async def _settle_effect(self, call: PendingCall) -> None:
+        """The shim asked the server for its tools: decide again once it answered (or gave up)."""
+        assert call.lookup is not None
+        try:
+            await asyncio.wait_for(asyncio.shield(call.lookup), self.lookup_wait)
+        except TimeoutError:
+            log.info("no tools/list answer within %s s; %s decided without it", self.lookup_wait, call.tool)
+        decision = self.rules.decide(call.method, call.message.params, self.catalog)
+        call.effect, call.rule, call.basis = decision.effect, decision.rule, decision.basis
+
+    def line_value(self, raw: bytes) -> object:
+        """A line the journal cannot hold as parsed JSON, as the contract encodes a body: redacted
+        (JSON rules), then its text, or `{"base64": ...}` when it is not UTF-8, spilled when large."""
+        data = redact_body(raw.rstrip(b"\r\n"), "application/json")
+        return encode_body(data, "text/plain", self.recorder.blobs, self.recorder.spill_threshold)
+
     def _write(
-        self, call: PendingCall, status: int | None, response: Message | None, response_text: str | None,
-        response_headers: list[tuple[str, str]], error: str | None, received: datetime,
+        self, call: PendingCall, status: int | None, response: Message | None, response_raw: bytes | None,
+        response_line: OversizeLine | None, response_headers: list[tuple[str, str]], error: str | None,
+        answered_by: str | None, received: datetime,
+    ) -> dict | None:
+        try:
+            fields = self._fields(call, status, response, response_raw, response_line, response_headers, error,
+                                  answered_by, received, as_text=False)
+        except (ValueError, TypeError, RecursionError) as exc:
+            # The parsed values cannot go into the canonical form (too deep, say): keep the lines as text.
+            log.info("recording %s as text: %s", call.method, exc)
+            fields = self._fields(call, status, response, response_raw, response_line, response_headers, error,
+                                  answered_by, received, as_text=True)
+        return None if fields is None else self.recorder.writer.append(fields)
+
+    def _fields(
+        self, call: PendingCall, status: int | None, response: Message | None, response_raw: bytes | None,
+        response_line: OversizeLine | None, response_headers: list[tuple[str, str]], error: str | None,
+        answered_by: str | None, received: datetime, *, as_text: bool,
     ) -> dict | None:
         msg = call.message
-        if msg.strict and isinstance(msg.value, dict):
-            mcp: dict = msg.value
+        request_extra = None
+        if call.oversize is not None:
+            ref = call.oversize.commit()
+            mcp: dict = {"unparsed": ref}
+            req_body: object = Prepared(ref)
+            request_extra = {"body_error": f"the request line ({call.oversize.size} bytes) is over the shim's "
+                                           "--max-message-mib: body and mcp.unparsed are the whole line, redacted, "
+                                           "in the blob store"}
+        elif msg.strict and isinstance(msg.value, dict) and not as_text:
+            mcp = msg.value
             params = msg.value.get("params")
             req_body = JsonValue(params) if params is not None else None
-            request_extra = None
         else:
-            text = call.raw.rstrip(b"\r\n").decode("utf-8", "replace")
-            mcp = {"unparsed": text}
-            req_body = JsonValue(text)
-            request_extra = {"body_error": "the request line is not strict JSON; body and mcp hold it as text"}
-        if response is not None and response.strict:
+            value = self.line_value(call.raw)
+            mcp = {"unparsed": value}
+            req_body = Prepared(value)
+            request_extra = {"body_error": "the request line is not JSON the journal can hold exactly; body and "
+                                           "mcp.unparsed hold the line as received"}
+        response_extra = None
+        if response_line is not None:
+            resp_body: object = Prepared(response_line.commit())
+            response_extra = {"body_error": f"the answer ({response_line.size} bytes) is over the shim's "
+                                            "--max-message-mib: body is the whole line, redacted, in the blob store"}
+        elif response is not None and response.strict and not as_text:
             resp_body = JsonValue(response.value)
-            response_extra = None
-        elif response is not None or response_text is not None:
-            text = response_text if response_text is not None else ""
-            resp_body = JsonValue(text)
-            response_extra = {"body_error": "the response is not strict JSON; body holds it as text"}
+        elif response is not None or response_raw is not None:
+            resp_body = Prepared(self.line_value(response_raw or b""))
+            response_extra = {"body_error": "the response is not JSON the journal can hold exactly; body holds "
+                                            "the line as received"}
         else:
             resp_body = None
-            response_extra = None
-        return self.recorder.record(
+        return self.recorder.prepare(
             session=self.identity.session, agent=self.identity.agent,
             principal=call.principal or self.identity.principal, connector=self.connector, capture="gateway",
             effect=call.effect, method=call.method, url=call.url, request_headers=call.request_headers,
             request_body=req_body, status=status, response_headers=response_headers, response_body=resp_body,
             error=error, mcp=mcp, ts=received, request_extra=request_extra, response_extra=response_extra,
+            effect_basis=call.basis, answered_by=answered_by,
         )

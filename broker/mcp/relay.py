@@ -5,20 +5,41 @@ A client line goes upstream unchanged and at once. A server line goes to the cli
 in the order the server sent it; a response to a recorded call (`tools/call`, `resources/read`)
 waits for its entry, and lines after it wait behind it (`OrderedOutput`). When the journal cannot
 take the entry, the client gets a JSON-RPC error for that id instead of the result (fail closed).
+
+Lines over the limit are relayed in parts as they stream and recorded through `oversize.py`; the last
+`HOLD_TAIL` bytes of an answer over the limit wait for its entry like any answer.
+
+For a `tools/call` naming a tool the shim has no listing for, the relay sends the server its own
+`tools/list` (ids `broker-mcp/<random>/<n>`, never relayed to the client; every page) so the entry's
+effect comes from the server's annotations (`CallJournal.ask_tools`).
+
+Nothing a client or a server sends stops the relay: a line that breaks the bookkeeping is still
+relayed, and the failure is reported on stderr as an internal error.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import os
+import secrets
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-import orjson
-
-from broker.mcp.messages import RECORDED_METHODS, Line, Message, error_response, id_key, notification, parse_line
+from broker.mcp.messages import (
+    PROTOCOL_VERSION_META,
+    RECORDED_METHODS,
+    Line,
+    Message,
+    dumps,
+    error_response,
+    id_key,
+    notification,
+    parse_line,
+)
+from broker.mcp.oversize import OversizeLine
 from broker.mcp.recording import JOURNAL_ERROR_CODE, STDIO_STATUS, CallJournal, PendingCall
 
 log = logging.getLogger("broker.mcp")
@@ -28,6 +49,15 @@ MAX_LINE = 64 << 20
 SERVER_GONE_CODE = -32000
 TIMEOUT_CODE = -32001
 _CHUNK = 1 << 20
+HOLD_TAIL = 64 << 10
+"""The last bytes of an answer over the limit are held until its entry is durable (without its end
+the client cannot read the message)."""
+LIST_PAGES = 100
+"""At most this many pages of the shim's own tools/list."""
+CLIENT_META = (
+    PROTOCOL_VERSION_META, "io.modelcontextprotocol/clientInfo", "io.modelcontextprotocol/clientCapabilities",
+)
+"""2026-era request `_meta` keys the shim copies from the client's call into its own tools/list."""
 
 
 def say(message: str) -> None:
@@ -122,7 +152,12 @@ class OrderedOutput:
             item = await self._queue.get()
             if item is None:
                 return
-            data = await item if isinstance(item, asyncio.Task) else item
+            try:
+                data = await item if isinstance(item, asyncio.Task) else item
+            except Exception as exc:  # noqa: BLE001 - one line's failure must not stop the output
+                log.exception("internal error")
+                say(f"internal error while releasing a line ({exc.__class__.__name__}: {exc})")
+                continue
             if data:
                 await self.writer.write(data)
 
@@ -150,17 +185,68 @@ class LineRelay:
         self.max_line = max_line
         self.server_label = server_label
         self.pending: dict[str, PendingCall] = {}  # recorded calls awaiting their answer
-        self.methods: dict[str, str] = {}  # every client request in flight: id -> method
-        self._tasks: set[asyncio.Task] = set()
+        self.methods: dict[str, tuple[str, object]] = {}  # every client request in flight: key -> (method, id)
+        self._tasks: set[asyncio.Task] = set()  # entries being written: drained before the shim exits
+        self._sends: set[asyncio.Task] = set()  # the shim's own lines waiting to go upstream: dropped at the end
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self.abandoned: set[str] = set()  # ids the shim answered itself (timeout): late answers are dropped
+        # One line at a time goes upstream (the shim's own requests never land inside a client's line).
+        self._upstream_lock = asyncio.Lock()
+        self._client_big: OversizeLine | None = None  # a client line over the limit, in passage
+        self._server_big: OversizeLine | None = None  # a server line over the limit, in passage
+        self._server_held = bytearray()  # its last bytes, not yet released
+        # The shim's own tools/list requests: key -> (the future the waiting entries share, _meta, page)
+        self._own_prefix = f"broker-mcp/{secrets.token_hex(8)}/"
+        self._own_ids = itertools.count(1)
+        self.own: dict[str, tuple[asyncio.Future, dict, int]] = {}
+        self._listing: asyncio.Future | None = None
+        self.own_lists_sent = 0
+        journal.ask_tools = self.ask_tools
+
+    def _spawn(self, coro: Awaitable, tasks: set[asyncio.Task] | None = None) -> None:
+        tasks = self._tasks if tasks is None else tasks
+        task = asyncio.ensure_future(coro)
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
 
     # -- client -> server -----------------------------------------------------------------------
 
     async def client_line(self, raw: bytes, whole: bool = True) -> None:
+        """One line (whole) or one part of a line over the limit (the part ending it ends with a newline)."""
         if whole:
-            self.track_client(raw)
-        await self.send_upstream(raw)
+            async with self._upstream_lock:
+                self._guarded(self.track_client, raw)
+                await self.send_upstream(raw)
+            return
+        if self._client_big is None:
+            await self._upstream_lock.acquire()
+            self._client_big = OversizeLine(self.journal.recorder.blobs)
+        big = self._client_big
+        final = raw.endswith(b"\n")
+        self._guarded(big.feed, raw)
+        if final:
+            self._guarded(self._end_client_big, big)
+        try:
+            await self.send_upstream(raw)
+        finally:
+            if final:
+                self._client_big = None
+                self._upstream_lock.release()
+
+    def client_eof(self) -> None:
+        """The client's input ended, maybe inside a line over the limit: its calls are known now."""
+        big, self._client_big = self._client_big, None
+        if big is not None:
+            self._guarded(self._end_client_big, big)
+            self._upstream_lock.release()
+
+    def _guarded(self, fn: Callable, *args: object) -> None:
+        """Bookkeeping that must never stop the relay: a failure is reported, the bytes still pass."""
+        try:
+            fn(*args)
+        except Exception as exc:  # noqa: BLE001 - a bug in the bookkeeping must not stop the relay
+            log.exception("internal error")
+            say(f"internal error while reading a line ({exc.__class__.__name__}: {exc}); relayed unchanged")
 
     def track_client(self, raw: bytes) -> Line:
         line = parse_line(raw)
@@ -174,17 +260,35 @@ class LineRelay:
             self._client_message(msg, raw, line)
         return line
 
-    def _client_message(self, msg: Message, raw: bytes, line: Line) -> None:
+    def _end_client_big(self, big: OversizeLine) -> None:
+        line = big.end()
+        say(f"the client sent a line over {self.max_line} bytes ({big.size} bytes); relayed in parts, recorded "
+            "from the blob store")
+        requests = [m for m in line.messages if m.kind == "request"]
+        if not requests:
+            if big.skeleton.names_recorded_method:
+                self._unmatchable_call(b"", oversize=big)
+            else:
+                big.abort()
+            return
+        recorded = False
+        for msg in requests:
+            recorded |= msg.method in RECORDED_METHODS
+            self._client_message(msg, b"", line, oversize=big)
+        if not recorded:
+            big.abort()
+
+    def _client_message(self, msg: Message, raw: bytes, line: Line, oversize: OversizeLine | None = None) -> None:
         if msg.kind == "request":
             key = id_key(msg.id)
-            self.methods[key] = msg.method or "?"
+            self.methods[key] = (msg.method or "?", msg.id)
             if msg.method in RECORDED_METHODS:
                 if key in self.pending:
                     say(f"the client reused id {key} while its earlier call is unanswered; the earlier one is "
                         "recorded without an answer")
                     self._no_answer(self.pending.pop(key), "the client reused this request id before an answer came")
-                own = raw if not line.batch else _one(msg, raw)
-                self.pending[key] = self.journal.start(msg, own, **self.call_info())
+                own = raw if not line.batch or oversize is not None else _one(msg, raw)
+                self.pending[key] = self.journal.start(msg, own, oversize=oversize, **self.call_info())
                 if self.call_timeout:
                     loop = asyncio.get_running_loop()
                     self._timers[key] = loop.call_later(self.call_timeout, self._timed_out, key)
@@ -200,12 +304,66 @@ class LineRelay:
         """Per-call extras a transport adds (HTTP: url, headers, principal)."""
         return {}
 
-    def _unmatchable_call(self, raw: bytes) -> None:
+    def _unmatchable_call(self, raw: bytes, oversize: OversizeLine | None = None) -> None:
         method = next((m for m in RECORDED_METHODS if m.encode() in raw), "tools/call")
         msg = Message({"method": method}, False, "invalid")
-        call = self.journal.start(msg, raw, **self.call_info())
+        call = self.journal.start(msg, raw, oversize=oversize, **self.call_info())
         call.method = method
         self._no_answer(call, "the client's line is not JSON: relayed unchanged, no answer can be matched to it")
+
+    # -- the shim's own tools/list ---------------------------------------------------------------
+
+    def ask_tools(self, message: Message) -> asyncio.Future:
+        """Ask the server for its tools (every page); the future is done when the listing is in the
+        catalog or cannot be had. Calls that ask while a listing is under way share it."""
+        if self._listing is not None and not self._listing.done():
+            return self._listing
+        fut: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._listing = fut
+        params = message.params if isinstance(message.params, dict) else {}
+        meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
+        self._send_own_list(fut, {k: meta[k] for k in CLIENT_META if k in meta}, None, 1)
+        return fut
+
+    def _send_own_list(self, fut: asyncio.Future, meta: dict, cursor: object, page: int) -> None:
+        rid = f"{self._own_prefix}{next(self._own_ids)}"
+        params: dict = {}
+        if meta:
+            params["_meta"] = meta
+        if cursor is not None:
+            params["cursor"] = cursor
+        self.own[id_key(rid)] = (fut, meta, page)
+        self.own_lists_sent += 1
+        line = dumps({"jsonrpc": "2.0", "id": rid, "method": "tools/list", "params": params})
+        self._spawn(self._send_own(line), self._sends)
+
+    async def _send_own(self, data: bytes) -> None:
+        async with self._upstream_lock:
+            try:
+                await self.send_upstream(data + b"\n")
+            except Exception as exc:  # noqa: BLE001 - the entry is decided without the listing
+                say(f"could not ask {self.server_label} for its tools: {exc}")
+
+    def _own_answer(self, msg: Message, fut: asyncio.Future, meta: dict, page: int) -> None:
+        value = msg.value if isinstance(msg.value, dict) else {}
+        result = value.get("result")
+        if isinstance(result, dict):
+            self.journal.catalog.update_from_list_result(result)
+            cursor = result.get("nextCursor")
+            if cursor is not None and page < LIST_PAGES:
+                self._send_own_list(fut, meta, cursor, page + 1)
+                return
+        elif "error" in value:
+            say(f"{self.server_label} refused the shim's own tools/list: {value.get('error')!r:.200}")
+        if not fut.done():
+            fut.set_result(None)
+
+    def _end_own_lists(self) -> None:
+        """The server is gone: nothing more will be listed; entries waiting for a listing go ahead."""
+        for fut, _, _ in self.own.values():
+            if not fut.done():
+                fut.set_result(None)
+        self.own.clear()
 
     # -- server -> client -----------------------------------------------------------------------
 
@@ -214,41 +372,106 @@ class LineRelay:
         headers: list[tuple[str, str]] | None = None,
     ) -> None:
         if not whole:
-            self.out.put(raw)
+            self._server_part(raw, status, headers or [])
             return
+        try:
+            item = self._server_whole(raw, status, headers or [])
+        except Exception as exc:  # noqa: BLE001 - a bug in the bookkeeping must not stop the relay
+            log.exception("internal error")
+            say(f"internal error while reading a line from {self.server_label} ({exc.__class__.__name__}: "
+                f"{exc}); relayed unchanged")
+            item = raw
+        if item is not None:
+            self.out.put(item)
+
+    def _server_whole(
+        self, raw: bytes, status: int | None, headers: list[tuple[str, str]],
+    ) -> bytes | asyncio.Task | None:
+        """What goes to the client for this line: the bytes, a task giving them once recorded, or None."""
         line = parse_line(raw)
         if line.error:
             say(f"{self.server_label} sent a line that is {line.error} ({len(raw)} bytes); relayed unchanged")
+        finished, drop = self._match_answers(line)
+        if drop:
+            if not line.batch or len(drop) == len(line.messages):
+                return None
+            line = Line(raw, [m for i, m in enumerate(line.messages) if i not in drop], True, line.error)
+            raw = dumps([m.value for m in line.messages]) + b"\n"
+        if not finished:
+            return raw
+        return asyncio.create_task(self._record_then_release(raw, line, finished, status, headers))
+
+    def _match_answers(self, line: Line) -> tuple[list[tuple[Message, PendingCall]], set[int]]:
+        """The recorded calls this line answers, and the messages in it the client must not get
+        (answers to the shim's own requests, late answers after a timeout)."""
         finished: list[tuple[Message, PendingCall]] = []
-        drop = False
-        for msg in line.messages:
+        drop: set[int] = set()
+        for i, msg in enumerate(line.messages):
             if msg.kind != "response":
                 continue
             key = id_key(msg.id)
-            method = self.methods.pop(key, None)
+            own = self.own.pop(key, None)
+            if own is not None:
+                self._own_answer(msg, *own)
+                drop.add(i)
+                continue
+            method, _ = self.methods.pop(key, (None, None))
             self.journal.observe_response(method, msg)
             call = self.pending.pop(key, None)
             if call is not None:
                 self._cancel_timer(key)
                 finished.append((msg, call))
-            elif key in self.abandoned and not line.batch:
+            elif key in self.abandoned:
                 self.abandoned.discard(key)
                 say(f"dropped the late answer to id {key}: the shim already answered it (timeout)")
-                drop = True
-        if drop:
+                drop.add(i)
+        return finished, drop
+
+    def _server_part(self, raw: bytes, status: int | None, headers: list[tuple[str, str]]) -> None:
+        """A part of a server line over the limit: relayed as it comes, but for its last HOLD_TAIL
+        bytes, which wait for the entry when the line answers a recorded call."""
+        if self._server_big is None:
+            self._server_big = OversizeLine(self.journal.recorder.blobs)
+            say(f"{self.server_label} sent a line over {self.max_line} bytes; relayed in parts")
+        big = self._server_big
+        held = self._server_held
+        held += raw
+        try:
+            big.feed(raw)
+        except Exception as exc:  # noqa: BLE001
+            say(f"internal error while reading a long line ({exc.__class__.__name__}: {exc}); relayed unchanged")
+        if not raw.endswith(b"\n"):
+            if len(held) > HOLD_TAIL:
+                self.out.put(bytes(held[:-HOLD_TAIL]))
+                del held[:-HOLD_TAIL]
             return
+        self._server_big = None
+        tail = bytes(held)
+        held.clear()
+        finished: list[tuple[Message, PendingCall]] = []
+        try:
+            finished, _ = self._match_answers(big.end())
+        except Exception as exc:  # noqa: BLE001
+            say(f"internal error while reading a long line ({exc.__class__.__name__}: {exc}); relayed unchanged")
         if not finished:
-            self.out.put(raw)
+            big.abort()
+            self.out.put(tail)
             return
-        task = asyncio.create_task(self._record_then_release(raw, line, finished, status, headers or []))
-        self.out.put(task)
+        self.out.put(asyncio.create_task(self._record_big_then_release(tail, big, finished, status, headers)))
+
+    def server_eof(self) -> None:
+        """The server's output ended inside a line over the limit: the rest of it goes out as it is."""
+        big, self._server_big = self._server_big, None
+        if big is not None:
+            big.abort()
+            self.out.put(bytes(self._server_held))
+            self._server_held.clear()
 
     async def _record_then_release(
         self, raw: bytes, line: Line, finished: list[tuple[Message, PendingCall]], status: int | None,
         headers: list[tuple[str, str]],
     ) -> bytes:
-        failed = await finish_answers(self.journal, finished, status=status, headers=headers,
-                                      text=lambda: raw.decode("utf-8", "replace"))
+        failed = await finish_answers(self.journal, finished, status=status, headers=headers, raw=raw)
         if not failed:
             return raw
         for key, exc in failed.items():
@@ -256,16 +479,36 @@ class LineRelay:
                 "instead of the result")
         return withhold(line, failed) + b"\n"
 
+    async def _record_big_then_release(
+        self, tail: bytes, big: OversizeLine, finished: list[tuple[Message, PendingCall]], status: int | None,
+        headers: list[tuple[str, str]],
+    ) -> bytes:
+        results = await asyncio.gather(
+            *(self.journal.finish(call, status=status, response_line=big, response_headers=headers)
+              for _, call in finished),
+            return_exceptions=True,
+        )
+        failed = [(call, exc) for (_, call), exc in zip(finished, results, strict=True)
+                  if isinstance(exc, BaseException)]
+        if not failed:
+            return tail
+        # The line's end is withheld: the client is left with a line it cannot read, then the errors.
+        out = [b"\n"]
+        for call, exc in failed:
+            say(f"journal: could not record {call.method} id {id_key(call.request_id)}: {exc}; the client gets "
+                "an error instead of the result")
+            why = f"the journal could not record this call, so its result is withheld: {exc}"
+            out.append(error_response(call.request_id, JOURNAL_ERROR_CODE, why))
+        return b"".join(out)
+
     # -- calls that get no answer ---------------------------------------------------------------
 
-    def _no_answer(self, call: PendingCall, why: str) -> None:
-        task = asyncio.create_task(self._record_no_answer(call, why))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def _no_answer(self, call: PendingCall, why: str, answered_by: str = "none") -> None:
+        self._spawn(self._record_no_answer(call, why, answered_by))
 
-    async def _record_no_answer(self, call: PendingCall, why: str) -> None:
+    async def _record_no_answer(self, call: PendingCall, why: str, answered_by: str = "none") -> None:
         try:
-            await self.journal.finish(call, status=None, error=why)
+            await self.journal.finish(call, status=None, error=why, answered_by=answered_by)
         except Exception as exc:  # noqa: BLE001 - reported, never raised into the relay
             say(f"journal: could not record unanswered {call.method} id {id_key(call.request_id)}: {exc}")
 
@@ -285,15 +528,15 @@ class LineRelay:
         self.abandoned.add(key)
         why = f"no answer from {self.server_label} within {self.call_timeout:g} s (shim timeout)"
         say(f"{call.method} id {key}: {why}; answering the client with an error and cancelling it upstream")
-        self._no_answer(call, why)
+        self._no_answer(call, why, answered_by="capture")
         self.out.put(error_response(call.request_id, TIMEOUT_CODE, why))
-        task = asyncio.create_task(self._send_cancel(call.request_id, why))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._spawn(self._send_cancel(call.request_id, why), self._sends)
 
     async def _send_cancel(self, request_id: object, why: str) -> None:
         with contextlib.suppress(Exception):
-            await self.send_upstream(notification("notifications/cancelled", {"requestId": request_id, "reason": why}))
+            async with self._upstream_lock:
+                await self.send_upstream(notification("notifications/cancelled", {"requestId": request_id,
+                                                                                   "reason": why}))
 
     def _cancel_timer(self, key: str) -> None:
         timer = self._timers.pop(key, None)
@@ -302,17 +545,21 @@ class LineRelay:
 
     def fail_pending(self, why: str, *, answer_client: bool) -> None:
         """Every call still unanswered gets its entry; the client gets an error for each open request."""
+        self._end_own_lists()
         for key, call in list(self.pending.items()):
             self._cancel_timer(key)
             self._no_answer(call, why)
         self.pending.clear()
         if answer_client:
-            for key in list(self.methods):
-                self.out.put(error_response(_id_from_key(key), SERVER_GONE_CODE, why))
+            for _, request_id in list(self.methods.values()):
+                self.out.put(error_response(request_id, SERVER_GONE_CODE, why))
         self.methods.clear()
 
     async def drain(self) -> None:
         """Wait for every entry being written, then flush the client side."""
+        for task in list(self._sends):
+            task.cancel()
+        self._end_own_lists()
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
         await self.out.close()
@@ -320,13 +567,13 @@ class LineRelay:
 
 async def finish_answers(
     journal: CallJournal, finished: list[tuple[Message, PendingCall]], *, status: int | None,
-    headers: list[tuple[str, str]], text: Callable[[], str],
+    headers: list[tuple[str, str]], raw: bytes,
 ) -> dict[str, BaseException]:
-    """Record the answers of `finished` at once; the failures by id key. `text()` is the raw answer,
-    stored for a response that is not strict JSON-RPC."""
+    """Record the answers of `finished` at once; the failures by id key. `raw` is the answer's line
+    (or HTTP body), kept for a response that is not strict JSON-RPC."""
     results = await asyncio.gather(
         *(journal.finish(call, status=status, response=msg, response_headers=headers,
-                         response_text=None if msg.strict else text())
+                         response_raw=None if msg.strict else (raw if len(finished) == 1 else dumps(msg.value)))
           for msg, call in finished),
         return_exceptions=True,
     )
@@ -341,21 +588,14 @@ def withhold(line: Line, failed: dict[str, BaseException]) -> bytes:
         key = id_key(msg.id) if msg.kind == "response" else None
         if key in failed:
             why = f"the journal could not record this call, so its result is withheld: {failed[key]}"
-            out.append(orjson.loads(error_response(msg.id, JOURNAL_ERROR_CODE, why)))
+            out.append(error_response(msg.id, JOURNAL_ERROR_CODE, why).rstrip(b"\n"))
         else:
-            out.append(msg.value)
-    return orjson.dumps(out if line.batch else out[0])
+            out.append(dumps(msg.value))
+    return b"[" + b",".join(out) + b"]" if line.batch else out[0]
 
 
 def _one(msg: Message, raw: bytes) -> bytes:
-    return orjson.dumps(msg.value) + b"\n" if msg.value is not None else raw
-
-
-def _id_from_key(key: str) -> object:
-    try:
-        return orjson.loads(key)
-    except orjson.JSONDecodeError:
-        return None
+    return dumps(msg.value) + b"\n" if msg.value is not None else raw
 
 
 def restore_blocking(*fds: int) -> None:

@@ -133,15 +133,13 @@ class StdioRelay:
 
         async def client_to_server() -> None:
             async for data, whole in iter_lines(reader, self.max_line):
-                if not whole:
-                    say(f"the client sent a line over {self.max_line} bytes; relayed unparsed (not recorded)")
                 await relay.client_line(data, whole)
+            relay.client_eof()
 
         async def server_to_client() -> None:
             async for data, whole in iter_lines(proc.stdout, self.max_line):
-                if not whole:
-                    say(f"the MCP server sent a line over {self.max_line} bytes; relayed unparsed")
                 relay.server_line(data, whole)
+            relay.server_eof()
 
         c2s = asyncio.create_task(client_to_server())
         s2c = asyncio.create_task(server_to_client())

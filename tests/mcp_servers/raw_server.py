@@ -14,13 +14,19 @@ the shim changes nothing. What `tools/call` does depends on the tool name:
 - `ask`: sends a server-to-client `sampling/createMessage` request (id "s-1") and answers the call
   with the client's reply once it arrives;
 - `chatty`: sends a progress notification before and a log notification after its answer, in one write;
+- `emit`: writes the bytes of `arguments.b64` (base64) exactly, then answers (fuzz tests of what a
+  server may send);
+- `big`: answers with a text of `arguments.size` bytes;
 - anything else: answers `{"content": [...], "isError": false}`.
 
-Unknown methods get -32601. `initialize` and `server/discover` name the server "Raw Server".
+`tools/list` answers in two pages (`nextCursor`), so the first page alone leaves tools unknown.
+Unknown methods get -32601. `initialize` and `server/discover` name the server "Raw Server". A
+message it cannot make sense of is ignored: the server never stops on its input.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import sys
@@ -32,7 +38,10 @@ TOOLS = [
     {"name": "chatty", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": True}},
     {"name": "bigint", "inputSchema": {"type": "object"}},
     {"name": "delete_everything", "inputSchema": {"type": "object"}, "annotations": {"destructiveHint": True}},
+    {"name": "emit", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": True}},
+    {"name": "big", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": True}},
 ]
+PAGE = 4
 
 
 def out(data: bytes) -> None:
@@ -61,7 +70,10 @@ def main() -> None:
         while b"\n" in buf:
             line, buf = buf.split(b"\n", 1)
             log.write(line + b"\n")
-            handle(line, waiting)
+            try:
+                handle(line, waiting)
+            except Exception:  # noqa: BLE001, S110 - garbage in (fuzz tests): no answer, keep serving
+                pass
 
 
 def handle(line: bytes, waiting: dict[str, object]) -> None:
@@ -79,8 +91,8 @@ def handle(line: bytes, waiting: dict[str, object]) -> None:
             text = msg.get("result", {}).get("content", {}).get("text", "?")
             out(answer(call_id, {"content": [{"type": "text", "text": "client said " + text}], "isError": False}))
         return
-    if rid is None:
-        return  # notifications
+    if "id" not in msg:
+        return  # notifications (an id of null is a request)
     if method in ("initialize", "server/discover"):
         if method == "server/discover":
             out(not_found(rid))
@@ -88,7 +100,11 @@ def handle(line: bytes, waiting: dict[str, object]) -> None:
         out(answer(rid, {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
                          "serverInfo": {"name": "Raw Server", "version": "1"}}))
     elif method == "tools/list":
-        out(answer(rid, {"tools": TOOLS}))
+        params = msg.get("params") or {}
+        if params.get("cursor") == "page-2":
+            out(answer(rid, {"tools": TOOLS[PAGE:]}))
+        else:
+            out(answer(rid, {"tools": TOOLS[:PAGE], "nextCursor": "page-2"}))
     elif method == "tools/call":
         tool = msg.get("params", {}).get("name")
         args = msg.get("params", {}).get("arguments") or {}
@@ -102,6 +118,11 @@ def handle(line: bytes, waiting: dict[str, object]) -> None:
             out(('{"jsonrpc":"2.0","id":' + json.dumps(rid) + ',"result":{"content":[],"n":12345678901234567890}}\n')
                 .encode())
             return
+        if tool == "emit":
+            out(base64.b64decode(args["b64"]))
+        if tool == "big":
+            args = {"text": "z" * int(args["size"])}
+            tool = "echo"
         if tool == "ask":
             waiting["s-1"] = rid
             out(b'{"jsonrpc":"2.0","id":"s-1","method":"sampling/createMessage","params":{"messages":[],"maxTokens":5}}\n')
