@@ -52,11 +52,15 @@ def parse_listen(listen: str) -> tuple[str, int]:
     help="process: record in a recording service child process, leaving the proxy's CPU to the proxy; "
     "inline: record in the proxy process.",
 )
+@click.option(
+    "--workers", type=click.IntRange(1, 64), default=1, show_default=True,
+    help="Proxy processes on the one port (SO_REUSEPORT), each with its own recording service, sharing the vault.",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Log every recorded call.")
 def run(
     vault_dir: str, listen: str, confdir: str, session: str, agent: str, principal: str, connectors_file: str,
     resolve: tuple[str, ...], upstream_ca: str | None, upstream_insecure: bool, on_journal_error: str,
-    record_unknown: bool, spill_threshold: int | None, recorder: str, verbose: bool,
+    record_unknown: bool, spill_threshold: int | None, recorder: str, workers: int, verbose: bool,
 ) -> int:
     """Run the broker: an HTTPS proxy that records every connector call into the vault."""
     # mitmproxy is imported here, not at the top: every other broker command starts faster without it.
@@ -85,14 +89,22 @@ def run(
         spill_threshold=spill_threshold, recorder=recorder,
     )
 
-    def announce(proxy) -> None:
-        click.echo(f"broker: listening on http://{host}:{proxy.port}")
+    def announce_port(bound: int) -> None:
+        click.echo(f"broker: listening on http://{host}:{bound}" + (f" ({workers} workers)" if workers > 1 else ""))
         click.echo(f"broker: CA certificate {ca_cert_path(confdir)}")
         click.echo(f"broker: vault {Vault(vault_dir).root}")
         click.echo("broker: Ctrl-C or SIGTERM stops it; `broker env` prints the client settings", err=False)
         sys.stdout.flush()
 
-    asyncio.run(serve_forever(config, announce))
+    if workers > 1:
+        from broker.proxy_runner import ensure_ca
+        from broker.workers import serve_workers
+
+        ensure_ca(confdir)  # once, before the workers, so they do not race to create it
+        code = serve_workers(config, workers, announce_port)
+        click.echo("broker: stopped; every accepted entry is on disk")
+        return code
+    asyncio.run(serve_forever(config, lambda proxy: announce_port(proxy.port)))
     click.echo("broker: stopped; every accepted entry is on disk")
     return 0
 

@@ -166,12 +166,13 @@ class EmbeddedProxy:
 async def serve_forever(config: ProxyConfig, announce) -> None:
     """Run until SIGINT or SIGTERM, then stop cleanly with every accepted entry on disk."""
     proxy = EmbeddedProxy(config)
-    await proxy.start()
-    announce(proxy)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM):  # before listening: a signal during start-up still drains
         loop.add_signal_handler(sig, stop.set)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})  # see broker.workers
+    await proxy.start()
+    announce(proxy)
     await stop.wait()
     logging.getLogger("broker").info("stopping: draining open connections")
     await proxy.stop()
