@@ -158,8 +158,8 @@ class LeanProxy(BrokerProcess):
     """bench/lean_proxy.py: mitmproxy with exactly broker run's addons (and --resolve), no recording."""
 
     def command(self) -> list[str]:
-        cmd = [sys.executable, str(ROOT / "bench" / "lean_proxy.py"), "--listen", "127.0.0.1:0", "--confdir", str(self.confdir),
-               "--upstream-ca", self.upstream.ca_pem]
+        cmd = [sys.executable, str(ROOT / "bench" / "lean_proxy.py"), "--listen", "127.0.0.1:0",
+               "--confdir", str(self.confdir), "--upstream-ca", self.upstream.ca_pem]
         for h in self.upstream.hosts:
             cmd += ["--resolve", f"{h}=127.0.0.1:{self.upstream.port}"]
         return cmd
