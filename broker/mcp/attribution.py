@@ -25,7 +25,6 @@ import os
 import threading
 import time
 from collections import deque
-from urllib.parse import quote
 
 from broker.mcp.effects import EffectRules
 from broker.mcp.recording import CallJournal, Identity, PendingCall, fallback_connector, stdio_url
@@ -84,16 +83,10 @@ class Attribution:
 
 def child_environment(proxy_port: int, identity: Identity, bundle: str) -> dict[str, str]:
     """The server's environment: ours, plus the proxy and CA variables (as `broker env` prints them)."""
-    proxy = f"http://{quote(identity.session, safe='')}:{quote(identity.agent, safe='')}@127.0.0.1:{proxy_port}"
-    env = dict(os.environ)
-    for name in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY", "all_proxy"):
-        env[name] = proxy
-    for name in ("NO_PROXY", "no_proxy"):
-        env.pop(name, None)
-    for name in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS"):
-        env[name] = bundle
-    env["NODE_USE_ENV_PROXY"] = "1"  # Node's built-in fetch ignores HTTPS_PROXY without it (Node >= 24)
-    return env
+    from broker.exec.environment import client_environment, proxy_url
+
+    proxy = proxy_url("127.0.0.1", proxy_port, identity.session, identity.agent)
+    return client_environment(os.environ, bundle, proxy)
 
 
 async def run_through_broker(
