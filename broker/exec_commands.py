@@ -95,9 +95,10 @@ async def run_contained(config, argv: list[str], *, user: str | None = None, pro
     from broker.exec.upstream_name import UpstreamName
     from broker.proxy_runner import EmbeddedProxy, write_ca_bundle
 
+    signals = Signals()  # from the start: a signal during set-up stops it cleanly, the command never starts
     sandbox = Sandbox(parse_resolve(config.resolve))
-    await sandbox.open()
     try:
+        await sandbox.open()
         config.mode = list(sandbox.specs)
         broker = EmbeddedProxy(config, extra_addons=(UpstreamName(),))
         await broker.start()
@@ -105,32 +106,40 @@ async def run_contained(config, argv: list[str], *, user: str | None = None, pro
             bundle = str(write_ca_bundle(config.confdir))
             url = proxy_url("127.0.0.1", sandbox.proxy_port, config.session, config.agent) if proxy_env else None
             env = client_environment(os.environ, bundle, url)
-            return exit_code(await run_child(sandbox.command(argv, user), env))
+            if signals.received:
+                return 128 + signals.received[0]
+            proc = await asyncio.create_subprocess_exec(*sandbox.command(argv, user), env=env)
+            signals.child = proc
+            return exit_code(await proc.wait())
         finally:
             await broker.stop()
     finally:
+        signals.remove()
         await sandbox.close()
         if sandbox.report is not None:
             click.echo(f"broker: exec: {sandbox.report.summary()}", err=True)
 
 
-async def run_child(argv: list[str], env: dict[str, str]) -> int:
-    """Run argv to its end; SIGINT, SIGTERM and SIGHUP sent to us are passed on to it."""
-    loop = asyncio.get_running_loop()
-    proc = await asyncio.create_subprocess_exec(*argv, env=env)
-    forwarded = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+class Signals:
+    """SIGINT, SIGTERM and SIGHUP: passed on to the command once it runs; before, remembered."""
 
-    def forward(sig: int) -> None:
-        if proc.returncode is None:
-            proc.send_signal(sig)
+    HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
-    for sig in forwarded:
-        loop.add_signal_handler(sig, forward, sig)
-    try:
-        return await proc.wait()
-    finally:
-        for sig in forwarded:
-            loop.remove_signal_handler(sig)
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.child: asyncio.subprocess.Process | None = None
+        self.received: list[int] = []
+        for sig in self.HANDLED:
+            self.loop.add_signal_handler(sig, self._on, sig)
+
+    def _on(self, sig: int) -> None:
+        self.received.append(sig)
+        if self.child is not None and self.child.returncode is None:
+            self.child.send_signal(sig)
+
+    def remove(self) -> None:
+        for sig in self.HANDLED:
+            self.loop.remove_signal_handler(sig)
 
 
 exec_.params[:0] = [p for p in run_command.params if p.name not in _SHARED]

@@ -108,10 +108,23 @@ def allocate() -> Claim:
 
 
 def namespace_pids(name: str) -> list[int]:
-    if not (NETNS_DIR / name).exists():
+    """The processes in namespace `name` (as `ip netns pids`, without its early stop when a
+    process ends during the scan)."""
+    try:
+        target = os.stat(NETNS_DIR / name)
+    except OSError:
         return []
-    out = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True, check=False).stdout
-    return [int(p) for p in out.split() if p.isdigit() and int(p) != os.getpid()]
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            st = os.stat(f"/proc/{entry.name}/ns/net")
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == (target.st_dev, target.st_ino):
+            found.append(int(entry.name))
+    return found
 
 
 def remove(claim: Claim) -> None:

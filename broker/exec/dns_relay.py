@@ -30,10 +30,10 @@ class _Answer(asyncio.DatagramProtocol):
             self.future.set_exception(exc)
 
 
-async def ask(nameserver: str, query: bytes, timeout: float = QUERY_TIMEOUT) -> bytes:
+async def ask(nameserver: str, query: bytes, port: int = 53, timeout: float = QUERY_TIMEOUT) -> bytes:
     loop = asyncio.get_running_loop()
     family = socket.AF_INET6 if ":" in nameserver else socket.AF_INET
-    transport, proto = await loop.create_datagram_endpoint(_Answer, remote_addr=(nameserver, 53), family=family)
+    transport, proto = await loop.create_datagram_endpoint(_Answer, remote_addr=(nameserver, port), family=family)
     try:
         transport.sendto(query)
         return await asyncio.wait_for(proto.future, timeout)
@@ -42,8 +42,9 @@ async def ask(nameserver: str, query: bytes, timeout: float = QUERY_TIMEOUT) -> 
 
 
 class _Relay(asyncio.DatagramProtocol):
-    def __init__(self, nameservers: list[str]) -> None:
+    def __init__(self, nameservers: list[str], port: int) -> None:
         self.nameservers = nameservers
+        self.port = port
         self.transport: asyncio.DatagramTransport | None = None
         self.tasks: set[asyncio.Task] = set()
 
@@ -58,7 +59,7 @@ class _Relay(asyncio.DatagramProtocol):
     async def _answer(self, query: bytes, addr) -> None:
         for server in self.nameservers:
             try:
-                answer = await ask(server, query)
+                answer = await ask(server, query, self.port)
             except (OSError, TimeoutError) as exc:
                 log.info("name server %s: %s", server, exc or "no answer")
                 continue
@@ -68,16 +69,17 @@ class _Relay(asyncio.DatagramProtocol):
 
 
 class DnsRelay:
-    def __init__(self, inside: socket.socket, nameservers: list[str]) -> None:
+    def __init__(self, inside: socket.socket, nameservers: list[str], port: int = 53) -> None:
         self.inside = inside
         self.nameservers = nameservers
+        self.port = port
         self._transport: asyncio.DatagramTransport | None = None
         self._relay: _Relay | None = None
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._transport, self._relay = await loop.create_datagram_endpoint(
-            lambda: _Relay(self.nameservers), sock=self.inside)
+            lambda: _Relay(self.nameservers, self.port), sock=self.inside)
 
     async def stop(self) -> None:
         if self._relay is not None:
