@@ -92,15 +92,13 @@ async def run_contained(config, argv: list[str], *, user: str | None = None, pro
     from addons.upstream_resolve import parse_resolve
     from broker.exec.environment import client_environment, proxy_url
     from broker.exec.sandbox import Sandbox
-    from broker.exec.upstream_name import UpstreamName
     from broker.proxy_runner import EmbeddedProxy, write_ca_bundle
 
     signals = Signals()  # from the start: a signal during set-up stops it cleanly, the command never starts
     sandbox = Sandbox(parse_resolve(config.resolve))
     try:
         await sandbox.open()
-        config.mode = list(sandbox.specs)
-        broker = EmbeddedProxy(config, extra_addons=(UpstreamName(),))
+        broker = EmbeddedProxy(config, extra_addons=sandbox.contain(config))
         await broker.start()
         try:
             bundle = str(write_ca_bundle(config.confdir))

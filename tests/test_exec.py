@@ -296,3 +296,47 @@ def test_fails_closed_without_capabilities(tmp_path: Path) -> None:
     assert r.returncode == 2
     assert r.stderr.count("\n") == 1 and "CAP_NET_ADMIN" in r.stderr and "not run" in r.stderr
     assert not marker.exists()
+
+
+DIRECT_FETCH_SERVER = textwrap.dedent("""
+    import http.client, ssl, urllib.parse
+    from mcp.server import MCPServer
+
+    server = MCPServer("direct-fetch")
+
+    @server.tool()
+    def fetch(url: str) -> str:
+        \"\"\"GET url with http.client, which ignores the proxy variables.\"\"\"
+        u = urllib.parse.urlsplit(url)
+        c = http.client.HTTPSConnection(u.hostname, context=ssl.create_default_context())
+        c.request("GET", u.path)
+        return str(c.getresponse().status)
+
+    server.run("stdio")
+""")
+
+
+def test_mcp_through_broker_records_a_server_that_ignores_proxy_variables(tmp_path: Path, upstream: Upstream) -> None:
+    import asyncio
+
+    from mcp import Client, StdioServerParameters
+
+    from tests.mcp_servers.harness import REPO, WAIT, shim_argv
+
+    server = tmp_path / "direct_fetch.py"
+    server.write_text(DIRECT_FETCH_SERVER)
+    resolve = [a for h in RESOLVED for a in ("--resolve", f"{h}=127.0.0.1:{upstream.port}")]
+    argv = shim_argv(tmp_path / "vault", "--through-broker", "--confdir", str(tmp_path / "mitm"), "--upstream-ca",
+                     upstream.ca_pem, *resolve)
+
+    async def run() -> str:
+        params = StdioServerParameters(command=argv[0], args=[*argv[1:], "--", sys.executable, str(server)],
+                                       cwd=str(REPO))
+        async with Client(params, read_timeout_seconds=WAIT) as c:
+            r = await c.call_tool("fetch", {"url": "https://api.github.com/repos/acme/widgets"})
+            return r.content[0].text
+
+    assert asyncio.run(run()) == "200"  # http.client: no proxy; so the namespace sent it to the broker
+    got = entries(tmp_path, "s1")
+    assert [(e["capture"], e["connector"], e["effect"], (e["mcp"] or {}).get("params", {}).get("name"))
+            for e in got] == [("broker", "github", "read", "fetch")]

@@ -9,6 +9,7 @@ network unrecorded; `close` stops the relay, reads the refusal counters and dele
 from __future__ import annotations
 
 import logging
+import shutil
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -90,6 +91,13 @@ class Sandbox:
         log.info("namespace %s: TCP 80/443 to the broker on 127.0.0.1:%d inside, the rest refused",
                  ns.name, self.transparent_port)
 
+    def contain(self, config) -> tuple:
+        """Point a ProxyConfig at the listeners inside; the addons a contained broker needs."""
+        from broker.exec.upstream_name import UpstreamName
+
+        config.mode = list(self.specs)
+        return (UpstreamName(),)
+
     def command(self, argv: list[str], user: str | None = None) -> list[str]:
         assert self.ns is not None
         return self.ns.command(argv, user)
@@ -110,3 +118,18 @@ class Sandbox:
         if self.claim is not None:
             cleanup.release(self.claim)
             self.claim = None
+
+
+async def open_if_possible(argv: list[str], resolve: list[str]) -> tuple[Sandbox | None, str | None]:
+    """A sandbox for running argv, or None and why this machine cannot make one (`broker mcp
+    --through-broker`, which then falls back to the proxy variables)."""
+    from addons.upstream_resolve import parse_resolve
+
+    why = capabilities.missing()
+    if why:
+        return None, why.split(" (", 1)[0].split("; ", 1)[0]
+    if argv and shutil.which(argv[0]) is None:  # the same error as without a namespace, not ip's
+        raise OSError(f"cannot start the MCP server {argv[0]!r}: No such file or directory")
+    sandbox = Sandbox(parse_resolve(resolve))
+    await sandbox.open()
+    return sandbox, None

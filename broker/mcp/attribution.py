@@ -94,6 +94,7 @@ async def run_through_broker(
     rules: EffectRules, confdir: str, upstream_ca: str | None, upstream_insecure: bool, resolve: list[str],
     spill_threshold: int, **relay_options,
 ) -> int:
+    from broker.exec.sandbox import open_if_possible
     from broker.mcp.relay import say
     from broker.mcp.stdio_relay import run_stdio_shim
     from broker.proxy_runner import EmbeddedProxy, ProxyConfig, write_ca_bundle
@@ -103,21 +104,36 @@ async def run_through_broker(
         agent=identity.agent, principal=principal_option, resolve=resolve, upstream_ca=upstream_ca,
         upstream_insecure=upstream_insecure, spill_threshold=spill_threshold,
     )
-    proxy = EmbeddedProxy(config)
-    await proxy.start()
+    # Where the machine allows it, the server runs in a network namespace whose only way out is the
+    # embedded broker (as under `broker exec`), so a server that ignores the proxy variables is recorded too.
+    sandbox, why_not = await open_if_possible(argv, resolve)
     try:
-        attribution = Attribution()
-        proxy.addon.attribute = attribution.attribute
-        recorder = proxy.addon.recorder  # one writer for both kinds of entries: one chain, group commit
-        assert recorder is not None
-        journal = CallJournal(
-            recorder, identity, url=stdio_url(argv), fallback=fallback_connector(argv), connector=connector,
-            rules=rules,
-        )
-        journal.tracker = attribution
-        journal.skip_when_broker_recorded = True
-        env = child_environment(proxy.port or 0, identity, str(write_ca_bundle(confdir)))
-        say(f"the server's HTTP(S) calls go through the embedded broker on 127.0.0.1:{proxy.port}")
-        return await run_stdio_shim(journal, argv, env=env, **relay_options)
+        proxy = EmbeddedProxy(config, extra_addons=sandbox.contain(config) if sandbox else ())
+        await proxy.start()
+        try:
+            attribution = Attribution()
+            proxy.addon.attribute = attribution.attribute
+            recorder = proxy.addon.recorder  # one writer for both kinds of entries: one chain, group commit
+            assert recorder is not None
+            journal = CallJournal(
+                recorder, identity, url=stdio_url(argv), fallback=fallback_connector(argv), connector=connector,
+                rules=rules,
+            )
+            journal.tracker = attribution
+            journal.skip_when_broker_recorded = True
+            port = sandbox.proxy_port if sandbox else proxy.port or 0
+            env = child_environment(port, identity, str(write_ca_bundle(confdir)))
+            if sandbox:
+                say(f"the server runs in network namespace {sandbox.name}: its TCP to ports 80 and 443 goes "
+                    "through the embedded broker, everything else is refused")
+                return await run_stdio_shim(journal, sandbox.command(argv), env=env, **relay_options)
+            say(f"the server's HTTP(S) calls go through the embedded broker on 127.0.0.1:{proxy.port} if it honours "
+                f"the proxy variables (not contained: {why_not})")
+            return await run_stdio_shim(journal, argv, env=env, **relay_options)
+        finally:
+            await proxy.stop()
     finally:
-        await proxy.stop()
+        if sandbox:
+            await sandbox.close()
+            if sandbox.report is not None:
+                say(sandbox.report.summary())
