@@ -340,3 +340,35 @@ def test_mcp_through_broker_records_a_server_that_ignores_proxy_variables(tmp_pa
     got = entries(tmp_path, "s1")
     assert [(e["capture"], e["connector"], e["effect"], (e["mcp"] or {}).get("params", {}).get("name"))
             for e in got] == [("broker", "github", "read", "fetch")]
+
+
+@pytest.mark.skipif(not capabilities.has_ipv6(), reason="this kernel has no IPv6")
+def test_ipv6_connections_are_captured_too(tmp_path: Path, upstream: Upstream) -> None:
+    r = run_exec(tmp_path, upstream, ["curl", "-sS", "--fail", "-o", "/dev/null", "--connect-to",
+                                      "api.github.com:443:[2001:db8::5]:443", "https://api.github.com/user"],
+                 "--no-proxy-env", session="s-v6")
+    assert r.returncode == 0, r.stderr
+    (e,) = entries(tmp_path, "s-v6")
+    assert (e["connector"], e["request"]["url"], e["response"]["status"]) == (
+        "github", "https://api.github.com/user", 200)
+
+
+def test_listeners_inside_are_tcp_sockets_so_asyncio_sets_nodelay() -> None:
+    """asyncio sets TCP_NODELAY on an accepted socket only when its proto is IPPROTO_TCP; a listener
+    made with proto 0 cost every response a delayed ACK (40 ms per call, measured by bench.exec_bench)."""
+    import asyncio
+
+    from broker.exec.sandbox import Sandbox
+
+    async def run() -> list[int]:
+        sandbox = Sandbox()
+        await sandbox.open()
+        try:
+            from broker.exec import listener
+
+            return [s.proto for socks in listener._PREMADE.values() for s in socks if s.type == socket.SOCK_STREAM]
+        finally:
+            await sandbox.close()
+
+    protos = asyncio.run(run())
+    assert protos and set(protos) == {socket.IPPROTO_TCP}

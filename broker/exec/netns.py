@@ -71,7 +71,9 @@ class Namespace:
         """A socket bound (and, for TCP, listening) inside the namespace, non-blocking."""
 
         def make() -> socket.socket:
-            s = socket.socket(family, kind)
+            # proto given explicitly: asyncio sets TCP_NODELAY on accepted sockets only when their proto
+            # is IPPROTO_TCP, and without it each response's second write waited for a delayed ACK (40 ms)
+            s = socket.socket(family, kind, socket.IPPROTO_TCP if kind == socket.SOCK_STREAM else 0)
             try:
                 if family == socket.AF_INET6:
                     s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
