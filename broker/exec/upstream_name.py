@@ -38,3 +38,6 @@ class UpstreamName:
         name = (name or flow.client_conn.sni or "").lower()
         if name and not _is_address(name) and name != flow.request.host:
             flow.request.data.host = name  # not .host: that would rewrite the Host header too
+
+
+addons = [UpstreamName()]  # `mitmdump -s broker/exec/upstream_name.py` (deploy/broker-entrypoint.sh)
