@@ -76,12 +76,25 @@ def owned_state(pid: int) -> list[Path]:
     return found
 
 
-def wait_for_namespace(pid: int, timeout: float = 60) -> str:
+def command_pids(name: str, program: str) -> list[int]:
+    """The processes in namespace `name` running `program` (not the set-up's short-lived iptables)."""
+    found = []
+    for pid in cleanup.namespace_pids(name):
+        try:
+            argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+        except OSError:
+            continue
+        if Path(argv0).name == program:
+            found.append(pid)
+    return found
+
+
+def wait_for_namespace(pid: int, program: str = "sleep", timeout: float = 60) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for path in owned_state(pid):
             name = path.stem
-            if cleanup.namespace_pids(name):  # the command runs in it
+            if command_pids(name, program):  # the command runs in it
                 return name
         time.sleep(0.05)
     raise AssertionError(f"broker exec {pid} made no namespace")
@@ -251,7 +264,7 @@ def test_a_crash_is_cleaned_up_at_the_next_start(tmp_path: Path, upstream: Upstr
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         name = wait_for_namespace(proc.pid)
-        (orphan,) = cleanup.namespace_pids(name)
+        (orphan,) = command_pids(name, "sleep")
     finally:
         proc.kill()  # the broker dies; its command lives on in the namespace, with no way out
         proc.wait()
@@ -277,7 +290,7 @@ def test_two_at_once(tmp_path: Path, upstream: Upstream) -> None:
                "curl -sS --fail -o /dev/null https://api.github.com/repos/acme/widgets; echo $(hostname)"]
         procs.append((d, subprocess.Popen([*exec_argv(d, upstream, "--no-proxy-env"), *cmd], cwd=d,
                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
-    names = [wait_for_namespace(p.pid) for _, p in procs]
+    names = [wait_for_namespace(p.pid, "sh") for _, p in procs]
     assert names[0] != names[1]
     for d, p in procs:
         out, err = p.communicate(timeout=120)
