@@ -41,6 +41,10 @@ def exec_(ctx: click.Context, user: str | None, proxy_env: bool, command: tuple[
         argv = argv[1:]
     if not argv:
         raise click.UsageError("give the command to run after --")
+    if user:
+        from broker.exec.netns import user_ids
+
+        user_ids(user)  # an unknown user is one clear error before anything is made
     why = capabilities.missing()
     if why:
         click.echo(f"broker: error: {why}", err=True)
@@ -101,7 +105,7 @@ async def run_contained(config, argv: list[str], *, user: str | None = None, pro
         broker = EmbeddedProxy(config, extra_addons=sandbox.contain(config))
         await broker.start()
         try:
-            bundle = str(write_ca_bundle(config.confdir))
+            bundle = sandbox.publish_bundle(str(write_ca_bundle(config.confdir)))
             url = proxy_url("127.0.0.1", sandbox.proxy_port, config.session, config.agent) if proxy_env else None
             env = client_environment(os.environ, bundle, url)
             if signals.received:

@@ -385,3 +385,15 @@ def test_listeners_inside_are_tcp_sockets_so_asyncio_sets_nodelay() -> None:
 
     protos = asyncio.run(run())
     assert protos and set(protos) == {socket.IPPROTO_TCP}
+
+
+def test_user_option_runs_the_command_as_that_user_with_the_ca_readable(tmp_path: Path, upstream: Upstream) -> None:
+    tmp_path.chmod(0o755)
+    r = run_exec(tmp_path, upstream, ["sh", "-c", "id -u; curl -sS --fail -o /dev/null https://api.github.com/user"],
+                 "--user", "nobody", "--no-proxy-env", session="s-user")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [str(__import__("pwd").getpwnam("nobody").pw_uid)]
+    (e,) = entries(tmp_path, "s-user")
+    assert (e["connector"], e["response"]["status"]) == ("github", 200)
+    r = run_exec(tmp_path, upstream, ["true"], "--user", "no-such-user-here")
+    assert r.returncode == 2 and "no such user" in r.stderr and "refused" not in r.stderr

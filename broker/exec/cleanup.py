@@ -54,11 +54,17 @@ class Claim:
     def etc_dir(self) -> Path:
         return ETC_NETNS / self.name
 
+    @property
+    def ca_bundle(self) -> Path:
+        """Where COMMAND reads the CA bundle: readable by any user (--user), unlike a confdir."""
+        return state_dir() / "ca" / f"{self.name}.pem"
+
 
 @contextlib.contextmanager
 def _locked() -> Iterator[None]:
     directory = state_dir()
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    directory.mkdir(parents=True, exist_ok=True)
+    directory.chmod(0o711)  # traversable, not listable: the bundles under ca/ are read by COMMAND
     with open(directory / "lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
@@ -138,6 +144,7 @@ def remove(claim: Claim) -> None:
             log.error("could not delete namespace %s: %s", claim.name, r.stderr.strip())
             return  # keep the state file: the next start tries again
     shutil.rmtree(claim.etc_dir, ignore_errors=True)
+    claim.ca_bundle.unlink(missing_ok=True)
     claim.state_file.unlink(missing_ok=True)
 
 

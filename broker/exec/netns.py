@@ -31,6 +31,15 @@ def _ip(*args: str) -> None:
         raise OSError(f"ip {' '.join(args)}: {r.stderr.strip() or 'failed'}")
 
 
+def user_ids(user: str) -> tuple[int, int]:
+    """(uid, gid) of a user name or number; OSError when there is no such user."""
+    try:
+        entry = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
+    except KeyError:
+        raise OSError(f"--user {user!r}: no such user") from None
+    return entry.pw_uid, entry.pw_gid
+
+
 class Namespace:
     def __init__(self, name: str) -> None:
         self.name = name
@@ -93,11 +102,8 @@ class Namespace:
         namespace), no way to regain them (no_new_privs), as `user` when given."""
         who: list[str] = []
         if user:
-            try:
-                entry = pwd.getpwnam(user) if not user.isdigit() else pwd.getpwuid(int(user))
-            except KeyError:
-                raise OSError(f"--user {user!r}: no such user") from None
-            who = ["--reuid", str(entry.pw_uid), "--regid", str(entry.pw_gid), "--init-groups"]
+            uid, gid = user_ids(user)
+            who = ["--reuid", str(uid), "--regid", str(gid), "--init-groups"]
         return ["ip", "netns", "exec", self.name, "setpriv", "--no-new-privs", "--inh-caps=-all",
                 "--ambient-caps=-all", "--bounding-set=-all", *who, "--", *argv]
 

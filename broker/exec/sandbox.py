@@ -91,6 +91,17 @@ class Sandbox:
         log.info("namespace %s: TCP 80/443 to the broker on 127.0.0.1:%d inside, the rest refused",
                  ns.name, self.transparent_port)
 
+    def publish_bundle(self, bundle: str) -> str:
+        """A copy of the CA bundle (public certificates only) that COMMAND can read as any user."""
+        assert self.claim is not None
+        target = self.claim.ca_bundle
+        target.parent.mkdir(mode=0o755, exist_ok=True)
+        tmp = target.with_suffix(".tmp")
+        shutil.copyfile(bundle, tmp)
+        tmp.chmod(0o644)
+        tmp.replace(target)
+        return str(target)
+
     def contain(self, config) -> tuple:
         """Point a ProxyConfig at the listeners inside; the addons a contained broker needs."""
         from broker.exec.upstream_name import UpstreamName

@@ -122,7 +122,8 @@ async def run_through_broker(
             journal.tracker = attribution
             journal.skip_when_broker_recorded = True
             port = sandbox.proxy_port if sandbox else proxy.port or 0
-            env = child_environment(port, identity, str(write_ca_bundle(confdir)))
+            bundle = str(write_ca_bundle(confdir))
+            env = child_environment(port, identity, sandbox.publish_bundle(bundle) if sandbox else bundle)
             if sandbox:
                 say(f"the server runs in network namespace {sandbox.name}: its TCP to ports 80 and 443 goes "
                     "through the embedded broker, everything else is refused")
