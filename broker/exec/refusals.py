@@ -34,7 +34,7 @@ NLM_F_REQUEST = 1
 NLM_F_ACK = 4
 NLMSG_ERROR = 2
 PROTOCOLS = {6: "tcp", 17: "udp", 1: "icmp", 58: "icmpv6"}
-KEPT = 1000  # refusals kept for the summary; the counters count them all
+KEPT = 1000  # refusals logged and kept for the summary; the counters count them all
 
 
 @dataclass(frozen=True)
@@ -157,7 +157,9 @@ class RefusalLog:
                 self.total += 1
                 if len(self.seen) < KEPT:
                     self.seen.append(refusal)
-                log.warning("refused %s (only TCP to ports 80 and 443 goes out, through the broker)", refusal)
+                    log.warning("refused %s (only TCP to ports 80 and 443 goes out, through the broker)", refusal)
+                elif self.total == KEPT + 1:
+                    log.warning("more refusals: counted, no longer logged one by one")
 
     def stop(self) -> None:
         self._stopping = True
