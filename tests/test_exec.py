@@ -243,18 +243,19 @@ def test_names_resolve_inside_as_outside(tmp_path: Path, upstream: Upstream) -> 
     assert "gmail.googleapis.com" in hosts.split()
 
 
-def test_sigterm_removes_everything(tmp_path: Path, upstream: Upstream) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_is_passed_on_and_everything_is_removed(tmp_path: Path, upstream: Upstream, sig: int) -> None:
     proc = subprocess.Popen([*exec_argv(tmp_path, upstream), "sleep", "60"], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         name = wait_for_namespace(proc.pid)
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         _, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 128 + signal.SIGTERM, err  # the command's: sleep was terminated
+    assert proc.returncode == 128 + sig, err  # the command's: sleep was ended by the signal passed on
     assert_gone(name)
     assert "Traceback" not in err
 
