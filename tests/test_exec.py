@@ -355,6 +355,61 @@ def test_mcp_through_broker_records_a_server_that_ignores_proxy_variables(tmp_pa
     assert [(e["capture"], e["connector"], e["effect"], (e["mcp"] or {}).get("params", {}).get("name"))
             for e in got] == [("broker", "github", "read", "fetch")]
 
+# A Node MCP server (no SDK: JSON-RPC lines on stdio) whose tool calls Node's built-in fetch, which
+# ignores HTTPS_PROXY: the case the issue reports as going around the embedded broker.
+NODE_MCP_SERVER = r"""
+const rl = require('readline').createInterface({input: process.stdin});
+const send = (m) => process.stdout.write(JSON.stringify(m) + '\n');
+rl.on('line', async (line) => {
+  const m = JSON.parse(line);
+  if (m.id === undefined) return;
+  if (m.method === 'initialize') {
+    send({jsonrpc: '2.0', id: m.id, result: {protocolVersion: '2025-11-25', capabilities: {tools: {}},
+          serverInfo: {name: 'node-fetch', version: '1'}}});
+  } else if (m.method === 'tools/list') {
+    send({jsonrpc: '2.0', id: m.id, result: {tools: [{name: 'fetch', inputSchema: {type: 'object',
+          properties: {url: {type: 'string'}}, required: ['url']}}]}});
+  } else if (m.method === 'tools/call') {
+    try {
+      const r = await fetch(m.params.arguments.url);
+      send({jsonrpc: '2.0', id: m.id, result: {content: [{type: 'text', text: String(r.status)}]}});
+    } catch (e) {
+      send({jsonrpc: '2.0', id: m.id, result: {isError: true, content: [{type: 'text', text: String(e.cause || e)}]}});
+    }
+  } else {
+    send({jsonrpc: '2.0', id: m.id, error: {code: -32601, message: 'Method not found'}});
+  }
+});
+"""
+
+
+def test_mcp_through_broker_records_a_node_server_using_builtin_fetch(tmp_path: Path, upstream: Upstream) -> None:
+    import asyncio
+
+    from mcp import Client, StdioServerParameters
+
+    from tests.mcp_servers.harness import REPO, WAIT, shim_argv
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.fail("node is missing (.ci/run installs Debian's nodejs)")
+    server = tmp_path / "server.js"
+    server.write_text(NODE_MCP_SERVER)
+    resolve = [a for h in RESOLVED for a in ("--resolve", f"{h}=127.0.0.1:{upstream.port}")]
+    argv = shim_argv(tmp_path / "vault", "--through-broker", "--confdir", str(tmp_path / "mitm"), "--upstream-ca",
+                     upstream.ca_pem, *resolve)
+
+    async def run() -> str:
+        params = StdioServerParameters(command=argv[0], args=[*argv[1:], "--", node, str(server)], cwd=str(REPO))
+        async with Client(params, read_timeout_seconds=WAIT) as c:
+            r = await c.call_tool("fetch", {"url": "https://gmail.googleapis.com/gmail/v1/users/me/labels"})
+            return r.content[0].text
+
+    assert asyncio.run(run()) == "200"
+    got = entries(tmp_path, "s1")
+    assert [(e["capture"], e["connector"], e["effect"], (e["mcp"] or {}).get("params", {}).get("name"))
+            for e in got] == [("broker", "gmail", "read", "fetch")]
+
 
 @pytest.mark.skipif(not capabilities.has_ipv6(), reason="this kernel has no IPv6")
 def test_ipv6_connections_are_captured_too(tmp_path: Path, upstream: Upstream) -> None:
