@@ -107,33 +107,36 @@ async def run_through_broker(
     # Where the machine allows it, the server runs in a network namespace whose only way out is the
     # embedded broker (as under `broker exec`), so a server that ignores the proxy variables is recorded too.
     sandbox, why_not = await open_if_possible(argv, resolve)
+    proxy = EmbeddedProxy(config, extra_addons=sandbox.contain(config) if sandbox else ())
     try:
-        proxy = EmbeddedProxy(config, extra_addons=sandbox.contain(config) if sandbox else ())
         await proxy.start()
-        try:
-            attribution = Attribution()
-            proxy.addon.attribute = attribution.attribute
-            recorder = proxy.addon.recorder  # one writer for both kinds of entries: one chain, group commit
-            assert recorder is not None
-            journal = CallJournal(
-                recorder, identity, url=stdio_url(argv), fallback=fallback_connector(argv), connector=connector,
-                rules=rules,
-            )
-            journal.tracker = attribution
-            journal.skip_when_broker_recorded = True
-            port = sandbox.proxy_port if sandbox else proxy.port or 0
-            bundle = str(write_ca_bundle(confdir))
-            env = child_environment(port, identity, sandbox.publish_bundle(bundle) if sandbox else bundle)
-            if sandbox:
-                say(f"the server runs in network namespace {sandbox.name}: its TCP to ports 80 and 443 goes "
-                    "through the embedded broker, everything else is refused")
-                return await run_stdio_shim(journal, sandbox.command(argv), env=env, **relay_options)
-            say(f"the server's HTTP(S) calls go through the embedded broker on 127.0.0.1:{proxy.port} if it honours "
-                f"the proxy variables (not contained: {why_not})")
-            return await run_stdio_shim(journal, argv, env=env, **relay_options)
-        finally:
-            await proxy.stop()
+    except BaseException:
+        if sandbox:
+            await sandbox.close()
+        raise
+    try:
+        attribution = Attribution()
+        proxy.addon.attribute = attribution.attribute
+        recorder = proxy.addon.recorder  # one writer for both kinds of entries: one chain, group commit
+        assert recorder is not None
+        journal = CallJournal(
+            recorder, identity, url=stdio_url(argv), fallback=fallback_connector(argv), connector=connector,
+            rules=rules,
+        )
+        journal.tracker = attribution
+        journal.skip_when_broker_recorded = True
+        bundle = str(write_ca_bundle(confdir))
+        if sandbox:
+            env = child_environment(sandbox.proxy_port, identity, sandbox.publish_bundle(bundle))
+            say(f"the server runs in network namespace {sandbox.name}: its TCP to ports 80 and 443 goes "
+                "through the embedded broker, everything else is refused")
+            return await run_stdio_shim(journal, sandbox.command(argv), env=env, **relay_options)
+        env = child_environment(proxy.port or 0, identity, bundle)
+        say(f"the server's HTTP(S) calls go through the embedded broker on 127.0.0.1:{proxy.port} if it honours "
+            f"the proxy variables (not contained: {why_not})")
+        return await run_stdio_shim(journal, argv, env=env, **relay_options)
     finally:
+        await proxy.stop()
         if sandbox:
             await sandbox.close()
             if sandbox.report is not None:
