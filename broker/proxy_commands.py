@@ -6,7 +6,6 @@ import asyncio
 import logging
 import shlex
 import sys
-from urllib.parse import quote
 
 import click
 
@@ -116,18 +115,11 @@ def run(
 @click.option("--agent", default=None, help="Agent name to put in the proxy URL.")
 def env(listen: str, confdir: str, session: str | None, agent: str | None) -> int:
     """Print the shell exports a client needs to go through the broker (eval "$(broker env)")."""
+    from broker.exec.environment import ca_variables, proxy_url, proxy_variables
     from broker.proxy_runner import write_ca_bundle
     host, port = parse_listen(listen)
-    creds = ""
-    if session or agent:
-        creds = f"{quote(session or 'default', safe='')}:{quote(agent or 'unknown', safe='')}@"
-    proxy = f"http://{creds}{host}:{port}"
     bundle = str(write_ca_bundle(confdir))
-    exports = {
-        "HTTPS_PROXY": proxy, "HTTP_PROXY": proxy, "https_proxy": proxy, "http_proxy": proxy,
-        "SSL_CERT_FILE": bundle, "REQUESTS_CA_BUNDLE": bundle, "CURL_CA_BUNDLE": bundle,
-        "NODE_EXTRA_CA_CERTS": bundle,
-    }
+    exports = {**proxy_variables(proxy_url(host, port, session, agent)), **ca_variables(bundle)}
     for k, v in exports.items():
         click.echo(f"export {k}={shlex.quote(v)}")
     return 0

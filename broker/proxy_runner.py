@@ -58,6 +58,7 @@ class ProxyConfig:
     record_unknown: bool = False
     spill_threshold: int | None = None
     recorder: str = "process"
+    mode: list[str] = field(default_factory=list)  # mitmproxy mode specs; empty: regular at listen_host:port
 
 
 def ca_cert_path(confdir: str) -> Path:
@@ -107,8 +108,9 @@ class _Ready:
 class EmbeddedProxy:
     """mitmproxy plus the addon in this process; `start` binds, `stop` drains and shuts down."""
 
-    def __init__(self, config: ProxyConfig) -> None:
+    def __init__(self, config: ProxyConfig, extra_addons: tuple = ()) -> None:
         self.config = config
+        self.extra_addons = extra_addons  # run before the resolve and journal addons
         self.addon = ConnectorJournal()
         self.master: Master | None = None
         self._task: asyncio.Task | None = None
@@ -122,13 +124,15 @@ class EmbeddedProxy:
         )
         self.master = Master(opts)
         ready = _Ready()
-        self.master.addons.add(*proxy_addons(), ready, UpstreamResolve(), self.addon)
+        self.master.addons.add(*proxy_addons(), ready, *self.extra_addons, UpstreamResolve(), self.addon)
         update: dict = {
             "vault": c.vault, "broker_session": c.session, "broker_agent": c.agent,
             "broker_principal": c.principal, "broker_connectors": c.connectors,
             "broker_resolve": list(c.resolve), "broker_on_journal_error": c.on_journal_error,
             "broker_record_unknown": c.record_unknown, "connection_strategy": "lazy", "broker_recorder": c.recorder,
         }
+        if c.mode:
+            update["mode"] = list(c.mode)
         if c.spill_threshold is not None:
             update["broker_spill_threshold"] = c.spill_threshold
         if c.upstream_ca:
