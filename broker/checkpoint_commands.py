@@ -62,28 +62,23 @@ def verify_checkpoints(vault_dir: str, sessions: tuple[str, ...], as_json: bool,
               help="A log's verifier key (text or file); trusted for the origin of its name and below (repeatable).")
 def witness(listen: str, key_path: str, state_dir: str, log_keys: tuple[str, ...]) -> int:
     """Serve the C2SP tlog-witness protocol: POST /add-checkpoint, GET /<origin hash>/checkpoint."""
+    import asyncio
+    import socket
+
     import uvicorn
 
     signer = load_signer(key_path)
     w = Witness(signer, state_dir, [load_verifier(k) for k in log_keys])
     host, port = parse_listen(listen)
-    config = uvicorn.Config(app(w), host=host, port=port, log_level="warning", lifespan="off")
-    server = uvicorn.Server(config)
-
-    async def serve() -> None:
-        await server.startup()
-        if server.should_exit:
-            raise OSError(f"cannot listen on {listen}")
-        bound = server.servers[0].sockets[0].getsockname()[1] if server.servers else port
-        click.echo(f"witness: listening on http://{host}:{bound}")
-        click.echo(f"witness: cosigner key {signer.cosigner_verifier().vkey()}")
-        sys.stdout.flush()
-        await server.main_loop()
-        await server.shutdown()
-
-    import asyncio
-
-    asyncio.run(serve())
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    server = uvicorn.Server(uvicorn.Config(app(w), log_level="warning", lifespan="off"))
+    click.echo(f"witness: listening on http://{host}:{sock.getsockname()[1]}")
+    click.echo(f"witness: cosigner key {signer.cosigner_verifier().vkey()}")
+    sys.stdout.flush()
+    asyncio.run(server.serve(sockets=[sock]))
     return 0
 
 
