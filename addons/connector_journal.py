@@ -34,7 +34,7 @@ import logging
 import sys
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from mitmproxy import connection, ctx, exceptions, http
@@ -47,6 +47,7 @@ if _ROOT not in sys.path:  # loaded by path with `mitmdump -s`: make the journal
 from addons.recorder_link import RecorderLink  # noqa: E402
 from addons.upstream_resolve import UpstreamResolve  # noqa: E402
 from journal.bodies import JSON_PARSE_LIMIT, SPILL_THRESHOLD, BodyCapture, is_json_type  # noqa: E402
+from journal.checkpoint.autoseal import DEFAULT_ENTRIES, DEFAULT_SECONDS, AutosealConfig  # noqa: E402
 from journal.connectors import Registry  # noqa: E402
 from journal.record import Prepared, Recorder, text_pairs, wire_text  # noqa: E402
 from journal.redact import REDACTED, is_token_exchange, redact_url  # noqa: E402
@@ -66,6 +67,8 @@ _CACHED_OPTIONS = (
     "broker_session", "broker_agent", "broker_principal", "broker_record_unknown", "broker_on_journal_error",
     "broker_spill_threshold", "broker_recorder",
 )
+_SEAL_OPTIONS = frozenset({"broker_seal_key", "broker_checkpoint_entries", "broker_checkpoint_seconds",
+                           "broker_witness"})
 _SESSION_CACHE = 4096
 """Session ids already checked for a vault file name (the check runs once per id, not per call)."""
 _BAD_PROXY_AUTH = "proxy credentials unreadable: expected Basic base64(SESSION:AGENT) in UTF-8"
@@ -139,6 +142,16 @@ class _Call:
         self.sent: tuple[int, int] | None = None  # its handle there
 
 
+
+def _autoseal(opts) -> AutosealConfig | None:
+    """The checkpoint settings of the broker_seal_* options (the key file's path; never the key)."""
+    if not opts.broker_seal_key:
+        return None
+    return AutosealConfig(
+        str(Path(opts.broker_seal_key).resolve()), opts.broker_checkpoint_entries, opts.broker_checkpoint_seconds,
+        list(opts.broker_witness),
+    )
+
 class ConnectorJournal:
     def __init__(self) -> None:
         self.recorder: Recorder | None = None
@@ -176,6 +189,11 @@ class ConnectorJournal:
             "process: record in a separate recording service process (journal.service), leaving the proxy's "
             "CPU to the proxy; inline: record in the proxy process.",
         )
+        # Checkpoints as the broker records (journal/checkpoint/autoseal.py, docs/checkpoints.md).
+        loader.add_option("broker_seal_key", str, "", "Signer key file: write checkpoints while recording.")
+        loader.add_option("broker_checkpoint_entries", int, DEFAULT_ENTRIES, "A checkpoint every N entries.")
+        loader.add_option("broker_checkpoint_seconds", float, DEFAULT_SECONDS, "A checkpoint every T seconds.")
+        loader.add_option("broker_witness", Sequence[str], [], "tlog-witness URL to cosign each checkpoint.")
 
     def configure(self, updated: set[str]) -> None:
         opts = ctx.options
@@ -193,24 +211,28 @@ class ConnectorJournal:
                 raise exceptions.OptionsError(str(exc)) from None
             if self.recorder is not None:
                 self.recorder._registry = self.registry
-        if "vault" in updated or "broker_spill_threshold" in updated or self.recorder is None:
+        sealing = updated & _SEAL_OPTIONS
+        if "vault" in updated or "broker_spill_threshold" in updated or self.recorder is None or sealing:
             if self.recorder is not None:
                 self.recorder.close()
             # In this process the recorder writes streamed bodies' blobs and checks that a session's
             # file can be opened; with broker_recorder=inline it records everything.
             self.recorder = Recorder(
-                opts.vault, spill_threshold=opts.broker_spill_threshold, registry=self.registry
+                opts.vault, spill_threshold=opts.broker_spill_threshold, registry=self.registry,
+                autoseal=_autoseal(opts) if opts.broker_recorder == "inline" else None,
             )
-        if updated & {"vault", "broker_spill_threshold", "broker_connectors", "broker_recorder"} or (
+        if updated & {"vault", "broker_spill_threshold", "broker_connectors", "broker_recorder"} or sealing or (
             self.link is None and opts.broker_recorder == "process"
         ):
             if self.link is not None:
                 self.link.close()
                 self.link = None
             if opts.broker_recorder == "process":
+                seal = _autoseal(opts)
                 self.link = RecorderLink(
                     str(Path(opts.vault).resolve()), opts.broker_spill_threshold,
                     str(Path(opts.broker_connectors).resolve()) if opts.broker_connectors else "",
+                    extra_args=seal.service_args() if seal else [],
                 )
 
     async def running(self) -> None:

@@ -32,8 +32,10 @@ RESTART_INTERVAL = 1.0
 
 
 class RecorderLink:
-    def __init__(self, vault: str, spill_threshold: int, connectors: str = "") -> None:
+    def __init__(self, vault: str, spill_threshold: int, connectors: str = "", extra_args: list[str] | None = None,
+                 ) -> None:
         self.vault, self.spill_threshold, self.connectors = vault, spill_threshold, connectors
+        self.extra_args = list(extra_args or [])  # more `python -m journal.service` options (checkpoints)
         self.proc: subprocess.Popen | None = None
         self._transport: asyncio.Transport | None = None
         self._starting: asyncio.Future | None = None
@@ -119,6 +121,7 @@ class RecorderLink:
                "--spill-threshold", str(self.spill_threshold)]
         if self.connectors:
             cmd += ["--connectors", self.connectors]
+        cmd += self.extra_args
         env = dict(os.environ)
         env["PYTHONPATH"] = _ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         try:

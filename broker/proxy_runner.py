@@ -58,6 +58,10 @@ class ProxyConfig:
     record_unknown: bool = False
     spill_threshold: int | None = None
     recorder: str = "process"
+    seal_key: str = ""  # checkpoints while recording (journal/checkpoint/autoseal.py)
+    checkpoint_entries: int | None = None
+    checkpoint_seconds: float | None = None
+    witness: list[str] = field(default_factory=list)
 
 
 def ca_cert_path(confdir: str) -> Path:
@@ -131,6 +135,13 @@ class EmbeddedProxy:
         }
         if c.spill_threshold is not None:
             update["broker_spill_threshold"] = c.spill_threshold
+        if c.seal_key:
+            update["broker_seal_key"] = c.seal_key
+            update["broker_witness"] = list(c.witness)
+            if c.checkpoint_entries is not None:
+                update["broker_checkpoint_entries"] = c.checkpoint_entries
+            if c.checkpoint_seconds is not None:
+                update["broker_checkpoint_seconds"] = c.checkpoint_seconds
         if c.upstream_ca:
             update["ssl_verify_upstream_trusted_ca"] = c.upstream_ca
         if c.upstream_insecure:

@@ -18,6 +18,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from journal.bodies import SPILL_THRESHOLD, decoded_prefix, record_body, spill_large_strings
 from journal.canonical import CanonicalError, canonical_bytes, check_reads_back
@@ -32,6 +33,9 @@ from journal.redact import (
     redact_url,
 )
 from journal.writer import JournalWriter
+
+if TYPE_CHECKING:
+    from journal.checkpoint.autoseal import AutosealConfig
 
 Headers = Iterable[tuple[str, str]] | Iterable[list[str]]
 TOKEN_CHECK_LIMIT = 1 << 20
@@ -122,9 +126,15 @@ class Recorder:
 
     def __init__(
         self, vault: str | os.PathLike | JournalWriter, *, spill_threshold: int = SPILL_THRESHOLD,
-        registry: Registry | None = None, durable: bool = True,
+        registry: Registry | None = None, durable: bool = True, autoseal: AutosealConfig | None = None,
     ) -> None:
         self.writer = vault if isinstance(vault, JournalWriter) else JournalWriter(vault, durable=durable)
+        self.autosealer = None  # checkpoints as entries are recorded (journal/checkpoint/autoseal.py)
+        if autoseal is not None:
+            from journal.checkpoint.autoseal import Autosealer
+
+            self.autosealer = Autosealer(self.writer.vault, autoseal)
+            self.writer.on_durable = self.autosealer.appended
         self.blobs = self.writer.blobs
         self.spill_threshold = spill_threshold
         self._registry = registry
@@ -137,6 +147,8 @@ class Recorder:
 
     def close(self) -> None:
         self.writer.close()
+        if self.autosealer is not None:
+            self.autosealer.close()  # the clean stop's checkpoints, after the last append
 
     # -- the general entry point ------------------------------------------------------------
 

@@ -43,6 +43,7 @@ from collections import OrderedDict
 from datetime import UTC, datetime
 
 from journal.bodies import JSON_PARSE_LIMIT, SPILL_THRESHOLD, decoded_prefix
+from journal.checkpoint.autoseal import AutosealConfig
 from journal.connectors import Registry
 from journal.record import Recorder, RequestHalf, principal_fingerprint, text_pairs
 from journal.redact import header_value
@@ -234,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--vault", required=True)
     p.add_argument("--spill-threshold", type=int, default=SPILL_THRESHOLD)
     p.add_argument("--connectors", default="", help="connectors TOML file applied on top of the built-in rules")
+    AutosealConfig.add_arguments(p)  # --seal-key FILE --checkpoint-entries N --checkpoint-seconds T --witness URL
     args = p.parse_args(argv)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -243,7 +245,8 @@ def main(argv: list[str] | None = None) -> int:
         registry = Registry.builtin()
         if args.connectors:
             registry = registry.with_file(args.connectors)
-        recorder = Recorder(args.vault, spill_threshold=args.spill_threshold, registry=registry)
+        recorder = Recorder(args.vault, spill_threshold=args.spill_threshold, registry=registry,
+                            autoseal=AutosealConfig.from_namespace(args))
     except (OSError, ValueError, VaultError) as exc:  # the proxy reports the exit to every call waiting
         log.error("cannot start: %s", exc)
         sock.close()
