@@ -165,6 +165,9 @@ class ConnectorJournal:
         self.recorded = 0
         self.journal_failures = 0
         self.inflight = 0  # recorded calls between requestheaders and their entry
+        self._sealing = False  # checkpoints on: count what is left unrecorded (declared coverage)
+        self._gaps: dict[tuple[str, str, str], int] = {}
+        self._gaps_sent = 0.0
         self.attribute: Callable[[http.HTTPFlow, str], dict | None] | None = None
         """Set by an embedder (the MCP shim's --through-broker): given a flow and its session, the MCP
         request that caused the call, recorded in the entry's `mcp` field; None when it cannot tell."""
@@ -212,6 +215,7 @@ class ConnectorJournal:
             if self.recorder is not None:
                 self.recorder._registry = self.registry
         sealing = updated & _SEAL_OPTIONS
+        self._sealing = bool(opts.broker_seal_key)
         if "vault" in updated or "broker_spill_threshold" in updated or self.recorder is None or sealing:
             if self.recorder is not None:
                 self.recorder.close()
@@ -251,6 +255,7 @@ class ConnectorJournal:
                 log.error("journal: %s", exc)
 
     async def done(self) -> None:
+        self._flush_gaps()
         if self.link is not None:
             await self.link.aclose()
             self.link = None
@@ -315,6 +320,11 @@ class ConnectorJournal:
         connector = self.registry.match(pretty_host, req.path.split("?", 1)[0])
         if connector is None:
             if not self._opts["broker_record_unknown"]:
+                if self._sealing:
+                    h_session = wire_text(special[SESSION_HEADER]) if SESSION_HEADER in special else None
+                    token = is_token_exchange(req.method, call_url, text_pairs(fields), None)
+                    self._gap((creds[0] if creds and creds[0] else None) or h_session or self._opts["broker_session"],
+                              pretty_host, "token" if token else "passed")
                 return
             connector = "unknown"
         h_session = wire_text(special[SESSION_HEADER]) if SESSION_HEADER in special else None
@@ -324,6 +334,7 @@ class ConnectorJournal:
                 session_filename(session)
             except SessionIdError as exc:
                 self._answer(flow, 400, f"session id cannot be recorded: {exc}")
+                self._gap(session, pretty_host, "refused")
                 return
             if len(self._sessions_ok) >= _SESSION_CACHE:
                 self._sessions_ok.clear()
@@ -338,6 +349,7 @@ class ConnectorJournal:
             # Token exchanges leave no entry and no blob: known by URL here, before a body is captured
             # (one known only by its body is dropped by the recorder, which sees that body).
             if is_token_exchange(req.method, call_url, text_pairs(fields), None):
+                self._gap(session, pretty_host, "token")
                 return
             call.req_cap = self._capture(req.headers)
             req.stream = self._streamer(call.req_cap)
@@ -353,6 +365,7 @@ class ConnectorJournal:
             if problem:
                 self.journal_failures += 1
                 self._answer(flow, 502, f"call not forwarded: the journal cannot record it ({problem})")
+                self._gap(call.session, flow.request.pretty_host, "refused")
                 self._drop(flow)
                 return
         if self.link is not None and call.req_cap is None:
@@ -534,6 +547,29 @@ class ConnectorJournal:
             self._answer(flow, 502, f"response withheld: the journal could not record this call ({exc})")
         else:
             log.error("journal: %s passed WITHOUT an entry: %s", where, exc)
+
+    def _gap(self, session: str, host: str, what: str) -> None:
+        """Declared coverage (docs/checkpoints.md): a call left unrecorded, counted when sealing is on
+        and handed to the sealer about once a second."""
+        if not self._sealing:
+            return
+        key = (session, host, what)
+        self._gaps[key] = self._gaps.get(key, 0) + 1
+        if time.monotonic() - self._gaps_sent >= 1.0:
+            self._flush_gaps()
+
+    def _flush_gaps(self) -> None:
+        if not self._gaps:
+            return
+        gaps = [(s, h, w, n) for (s, h, w), n in self._gaps.items()]
+        if self.link is not None:
+            if not self.link.send_coverage(gaps):
+                return  # the service is not connected: kept for the next flush
+        elif self.recorder is not None:
+            for s, h, w, n in gaps:
+                self.recorder.note_gap(s, h, w, n)
+        self._gaps.clear()
+        self._gaps_sent = time.monotonic()
 
     @staticmethod
     def _answer(flow: http.HTTPFlow, status: int, reason: str) -> None:

@@ -75,6 +75,14 @@ class RecorderLink:
             return await self.record(request | response)  # not sent ahead, or to a service now gone
         return await self._answer(transport, ("response", sent[1], response), request["session"])
 
+    def send_coverage(self, gaps: list[tuple[str, str, str, int]]) -> bool:
+        """Calls the proxy left unrecorded (declared coverage); False when the service is not connected."""
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return False
+        transport.write(frame(("coverage", 0, gaps)))
+        return True
+
     def forget(self, sent: tuple[int, int] | None) -> None:
         """The call of a request half sent ahead will not be recorded (blocked, dropped)."""
         transport = self._transport

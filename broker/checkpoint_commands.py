@@ -46,7 +46,7 @@ def verify_checkpoints(vault_dir: str, sessions: tuple[str, ...], as_json: bool,
             for line in audit.coverage:
                 click.echo(f"  {line}")
         elif not audit.vault_problems:
-            click.echo("declared coverage: none declared (the capture points record no account of their gaps yet)")
+            click.echo("declared coverage: none declared (not accounted: counted only while the broker seals)")
     elif audit.coverage:
         click.echo(orjson.dumps({"vault": str(vault.root), "coverage": audit.coverage}).decode())
     return 0 if audit.intact else 1

@@ -145,6 +145,14 @@ class Recorder:
             self._registry = Registry.builtin()
         return self._registry
 
+    def note_gap(self, session: str, url: str, what: str, n: int = 1) -> None:
+        """Declared coverage (docs/checkpoints.md): a call to `url` left unrecorded (`what`: passed,
+        token, refused); kept only when checkpoints are written."""
+        if self.autosealer is not None:
+            from urllib.parse import urlsplit
+
+            self.autosealer.note_gap(session, urlsplit(url).hostname or url, what, n)
+
     def close(self) -> None:
         self.writer.close()
         if self.autosealer is not None:
@@ -194,6 +202,7 @@ class Recorder:
         req_headers = text_pairs(request_headers)
         raw_req = request_body if isinstance(request_body, bytes) else None
         if is_token_exchange(method, url, req_headers, raw_req):
+            self.note_gap(session, url, "token")
             return None
         request = {"method": method, "url": redact_url(url), "headers": redact_headers(req_headers)}
         deferred = None
@@ -222,6 +231,7 @@ class Recorder:
         if isinstance(response_body, bytes) and response_body:
             plain = decoded_prefix(response_body, header_value(resp_headers, "content-encoding"), TOKEN_CHECK_LIMIT)
             if plain is not None and is_token_response(resp_headers, plain):
+                self.note_gap(half.fields["session"], half.fields["request"]["url"], "token")
                 return None
         request = dict(half.fields["request"])
         if half.deferred_body is not None:

@@ -17,6 +17,8 @@ socket pair is private to the two processes and nothing else ever writes to it.
   the request half first, `("request", call_id, material)`, sent when the call goes upstream (the
   service prepares it meanwhile), then `("response", call_id, material)`; `("forget", call_id)` drops
   a request half whose call ends unrecorded (see `Service`);
+- proxy -> service, never acknowledged: `("coverage", 0, [(session, url or host, what, n), ...])`, calls
+  the proxy left unrecorded, for the declared coverage of the vault index (docs/checkpoints.md);
 - service -> proxy: a list of `(call_id, outcome, detail, stopped)`: outcome "ok" (entry durable,
   detail = its seq), "skip" (a token exchange: nothing recorded) or "error" (detail = the reason;
   `stopped` when the session's file is stopped and will take nothing more).
@@ -155,6 +157,10 @@ class Service:
             if kind == "forget":
                 self.raw.pop(call_id, None)
                 self.halves.pop(call_id, None)
+                continue
+            if kind == "coverage":  # declared coverage from the proxy: [(session, url, what, n), ...]
+                for session, url, what, n in rest[0]:
+                    self.recorder.note_gap(session, url, what, n)
                 continue
             try:
                 if kind == "call":

@@ -122,6 +122,10 @@ def test_broker_run_seals_as_it_records_and_a_witness_cosigns(tmp_path, key, rec
                               timeout=60) as c:
                 for _ in range(3):
                     assert c.get(f"{GMAIL}/labels", headers={"Authorization": "Bearer t"}).status_code == 200
+                # left unrecorded, and declared: a host no connector knows, and a token exchange
+                c.get("https://www.googleapis.com/nothing-known/v1/x")
+                grant = {"grant_type": "refresh_token", "refresh_token": "1//0gREFRESH", "client_id": "x"}
+                assert c.post("https://oauth2.googleapis.com/token", data=grant).status_code == 200
             vault = Vault(b.vault)
             _wait_for(lambda: _size(vault, "sealed") >= 2)
             assert b.stop(signal.SIGTERM) == 0
@@ -130,6 +134,28 @@ def test_broker_run_seals_as_it_records_and_a_witness_cosigns(tmp_path, key, rec
                        witnesses=[WitnessClient(url)], require_sealed=True)
         r = report_of(result, "sealed")
         assert r.intact and any("cosigned by witness.example/w1" in n for n in r.notes), r
+        assert "sealed: www.googleapis.com: 1 passed" in result.coverage, result.coverage
+        assert "sealed: oauth2.googleapis.com: 1 token" in result.coverage, result.coverage
     _assert_key_nowhere(b.vault, signer)
     for s in _secrets(signer):
         assert s not in bytes(b.output)
+
+
+def test_declared_coverage_from_the_api_and_the_service_frame(tmp_path, key):
+    from journal.service import Service
+
+    signer, path = key
+    vault = Vault.create(tmp_path / "vault")
+    rec = Recorder(vault.root, autoseal=AutosealConfig(str(path), entries=1000, seconds=3600), durable=False)
+    _record(rec, 1)
+    assert rec.report_call(session="s1", agent="a", principal="p", method="POST",
+                           url="https://oauth2.googleapis.com/token", status=200, connector="google",
+                           request_body=b"grant_type=refresh_token&refresh_token=x") is None
+    gaps = [("s1", "unknown.example", "passed", 3), ("s2", "api.example", "refused", 1)]
+    assert Service(rec).handle([("coverage", 0, gaps)]) == []  # never acknowledged
+    rec.close()
+    result = audit(vault, signer.verifier())
+    assert result.coverage == ["s1: oauth2.googleapis.com: 1 token", "s1: unknown.example: 3 passed",
+                               "s2: api.example: 1 refused"]
+    text = (vault.seals_dir / "vault-index.note").read_text()
+    assert "coverage s1 unknown.example passed 3\n" in text

@@ -4,6 +4,8 @@ The writer calls `Autosealer.appended(session, entries)` after each durable batc
 `on_durable`). That only queues the (seq, hash) pairs: the Merkle trees, the signing, the file writes
 and the witness round trips happen in the autosealer's own thread, so the recording path never waits
 for them, and a witness that is down only delays its cosignature (reported in the log).
+`note_gap` takes the declared coverage (calls the capture point did not record), which goes into the
+signed vault index with the next round.
 
 A session seen for the first time in this process has its tree built from its file once (the chain
 verified as it is read). The key is read from its file into memory at start and never written
@@ -21,11 +23,12 @@ import time
 from dataclasses import dataclass, field
 
 from journal.checkpoint.audit import session_tree
+from journal.checkpoint.checkpoint import session_stem
 from journal.checkpoint.merkle import MerkleTree
 from journal.checkpoint.note import Signer, load_signer, load_verifier
 from journal.checkpoint.sealer import Sealer
 from journal.checkpoint.witness import WitnessClient
-from journal.vault import Vault
+from journal.vault import SessionIdError, Vault
 
 log = logging.getLogger(__name__)
 DEFAULT_ENTRIES = 1000
@@ -75,6 +78,7 @@ class Autosealer:
         keys = [load_verifier(k) for k in config.witness_keys]
         clients = [WitnessClient(u, keys[i] if i < len(keys) else None) for i, u in enumerate(config.witnesses)]
         self.sealer = Sealer(vault, signer, clients)
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # not a log line per witness round trip
         self.rounds = 0
         self.problems: list[str] = []
         self._queue: list[tuple[str, list[tuple[int, str]]]] = []
@@ -83,6 +87,7 @@ class Autosealer:
         self._trees: dict[str, MerkleTree] = {}
         self._broken: set[str] = set()
         self._unsealed: dict[str, int] = {}
+        self._gaps: dict[tuple[str, str, str], int] = {}
         self._thread = threading.Thread(target=self._run, name="autoseal", daemon=True)
         self._thread.start()
 
@@ -91,6 +96,18 @@ class Autosealer:
         with self._cond:
             self._queue.append((session, [(e["seq"], e["hash"]) for e in entries]))
             self._cond.notify()
+
+    def note_gap(self, session: str, host: str, what: str, n: int = 1) -> None:
+        """Declared coverage: `n` calls of `session` to `host` the capture point did not record
+        (`what`: passed, token or refused); added to the vault index with the next round."""
+        try:
+            stem = session_stem(session)
+        except SessionIdError:
+            stem = "-"  # an id that maps to no file: its gaps still count, under "-"
+        host = host or "-"
+        with self._cond:
+            key = (stem, host, what)
+            self._gaps[key] = self._gaps.get(key, 0) + n
 
     def close(self) -> None:
         """Seal what is unsealed (the clean stop's checkpoint) and stop the thread."""
@@ -113,8 +130,12 @@ class Autosealer:
                 self._take(session, items)
             due = time.monotonic() - last >= self.config.seconds
             ready = {s for s, n in self._unsealed.items() if n and (closing or due or n >= self.config.entries)}
-            if ready:
-                self._seal(ready)
+            gaps: dict[tuple[str, str, str], int] = {}
+            if ready or due or closing:
+                with self._cond:  # swapped, never shared: note_gap may add to the new one meanwhile
+                    gaps, self._gaps = self._gaps, {}
+            if ready or gaps:
+                self._seal(ready, gaps)
             if due or ready:
                 last = time.monotonic()
             if closing:
@@ -152,11 +173,14 @@ class Autosealer:
         self._unsealed[session] = tree.size  # whatever this process has not sealed yet
         return tree
 
-    def _seal(self, sessions: set[str]) -> None:
+    def _seal(self, sessions: set[str], gaps: dict[tuple[str, str, str], int]) -> None:
         try:
-            outcomes = self.sealer.seal({s: self._trees[s] for s in sessions})
+            outcomes = self.sealer.seal({s: self._trees[s] for s in sessions}, coverage=gaps)
         except Exception as exc:  # noqa: BLE001 - sealing must never stop recording; it is reported
             self._problem(f"sealing failed: {exc}")
+            with self._cond:  # the gaps go with the next round
+                for k, n in gaps.items():
+                    self._gaps[k] = self._gaps.get(k, 0) + n
             return
         self.rounds += 1
         for o in outcomes:

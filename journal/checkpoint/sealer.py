@@ -141,15 +141,20 @@ class Sealer:
 
     def _cosign(self, w: WitnessClient, note: bytes, text: str, tree: MerkleTree, prior: Checkpoint | None,
                 prior_note: bytes | None) -> list[Signature]:
-        old = 0
-        if prior is not None and prior_note is not None and w.key is not None:
+        origin = Checkpoint.parse(text).origin
+        old = w.sizes.get(origin, 0)  # what it cosigned last (this process), else what the checkpoint shows
+        if not old and prior is not None and prior_note is not None and w.key is not None:
             names = {(s.name, s.key_id) for s in parse_note(prior_note).sigs}
             if (w.key.name, w.key.key_id) in names:
                 old = prior.size
+        if old > tree.size:
+            old = 0  # let the witness say its size (409)
         for _ in range(2):
             answer = w.add_checkpoint(note, old, tree.consistency_proof(old) if old else [])
             if answer.status == 200:
-                return w.cosignatures(answer.body, text)
+                sigs = w.cosignatures(answer.body, text)
+                w.sizes[origin] = tree.size
+                return sigs
             if answer.status == 409:
                 try:
                     theirs = int(answer.body.strip())

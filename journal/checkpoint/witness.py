@@ -28,7 +28,7 @@ import hashlib
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from journal.checkpoint.checkpoint import Checkpoint
@@ -188,6 +188,7 @@ class WitnessClient:
     url: str  # the submission (and monitoring) prefix
     key: Verifier | None = None  # the witness's cosigner key, when known: only its lines are kept
     timeout: float = 3.0
+    sizes: dict[str, int] = field(default_factory=dict)  # origin -> the size it last cosigned for us
 
     def add_checkpoint(self, note: bytes, old: int, proof: list[bytes]) -> Answer:
         import httpx
