@@ -16,7 +16,8 @@ import pytest
 
 from journal.blobstore import BlobStore
 from journal.chain import GENESIS, chain_entry
-from journal.checkpoint.checkpoint import checkpoint_path
+from journal.checkpoint.checkpoint import checkpoint_path, leaves_path
+from journal.checkpoint.merkle import leaf_hash
 from journal.checkpoint.note import Signer
 from journal.checkpoint.vault_index import index_path
 from journal.checkpoint.witness import WitnessClient
@@ -185,6 +186,22 @@ def t_rewrite(w: World) -> None:
     w.write_lines(rechain(entries))
 
 
+def t_rewrite_and_leaves_deleted(w: World) -> None:
+    """Without seals/<stem>.leaves the root still shows the rewrite, but not where it starts."""
+    t_rewrite(w)
+    leaves_path(w.vault, "s1").unlink(missing_ok=True)
+
+
+def t_rewrite_and_leaves_forged(w: World) -> None:
+    """A .leaves file rewritten to match the forged file (to point elsewhere) does not hash to the
+    signed root: it is ignored."""
+    t_rewrite(w)
+    if w.mode != "none":
+        entries = [orjson.loads(x) for x in w.lines()]
+        forged = b"".join(leaf_hash(bytes.fromhex(e["hash"])) for e in entries)
+        leaves_path(w.vault, "s1").write_bytes(forged)
+
+
 def t_delete_session(w: World) -> None:
     w.path.unlink()
 
@@ -256,7 +273,9 @@ TABLE = {
     "cut_midline": dict.fromkeys(MODES, ("torn_tail", N)),
     "cut_last_3": {"none": None, "seal": ("seal_mismatch", N - 2), "witness": ("seal_mismatch", N - 2)},
     "forged_append": {"none": None, "seal": None, "witness": None},  # a note; a break under --require-sealed
-    "rewrite": {"none": None, "seal": ("seal_mismatch", 1), "witness": ("seal_mismatch", 1)},
+    "rewrite": {"none": None, "seal": ("seal_mismatch", 2), "witness": ("seal_mismatch", 2)},
+    "rewrite_and_leaves_deleted": {"none": None, "seal": ("seal_mismatch", 1), "witness": ("seal_mismatch", 1)},
+    "rewrite_and_leaves_forged": {"none": None, "seal": ("seal_mismatch", 1), "witness": ("seal_mismatch", 1)},
     "delete_session": {"none": "absent", "seal": ("session_missing", 1), "witness": ("session_missing", 1)},
     "delete_checkpoint": {"none": None, "seal": ("seal_missing", 1), "witness": ("seal_missing", 1)},
     "rollback_checkpoint": {"none": None, "seal": ("seal_rollback", 6), "witness": ("seal_rollback", 6)},

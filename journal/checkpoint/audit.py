@@ -8,7 +8,8 @@ Kinds (each at the first seq it concerns):
   or than what a witness has cosigned (an older genuine checkpoint put back);
 - `seal_mismatch`: the checkpoint's signature fails or is not the given key's, its origin is another
   vault's or session's, the file holds fewer entries than it covers (at the first missing seq), or
-  the sealed entries hash to another root (seq 1: a root cannot say which entry changed);
+  the sealed entries hash to another root (at the first changed seq, found with `seals/<stem>.leaves`
+  when its leaves hash to the signed root; else seq 1: a root alone cannot say which entry changed);
 - `unsealed_tail` (first unsealed seq): entries after the last checkpoint. A note with their count,
   a break only under `--require-sealed`.
 
@@ -20,7 +21,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from journal.checkpoint.checkpoint import Checkpoint, checkpoint_stems, read_checkpoint_note, session_stem
+from journal.checkpoint.checkpoint import (
+    Checkpoint,
+    checkpoint_stems,
+    read_checkpoint_note,
+    read_leaves,
+    session_stem,
+)
 from journal.checkpoint.merkle import MerkleTree
 from journal.checkpoint.note import NoteError, Verifier, open_note
 from journal.checkpoint.vault_index import VaultIndex, index_path, read_index
@@ -120,12 +127,12 @@ def _audit_session(
     if note is None:
         if indexed is not None:
             _break(report, 1, "seal_missing", f"the checkpoint is gone; the vault index sealed {indexed.size} entries")
-            _check_head(report, tree, indexed.size, indexed.root, "the vault index")
+            _check_head(vault, report, tree, indexed.size, indexed.root, "the vault index")
         elif require_sealed and entries:
             _break(report, 1, "unsealed_tail", f"no checkpoint: {entries} entries are not sealed")
         elif entries:
             report.notes.append(f"unsealed_tail: no checkpoint; {entries} entries are not sealed")
-        _ask_witnesses(report, tree, session, origin, None, key, witness_keys, witnesses)
+        _ask_witnesses(vault, report, tree, session, origin, None, key, witness_keys, witnesses)
         return
     try:
         opened = open_note(note, [key, *witness_keys])
@@ -146,16 +153,16 @@ def _audit_session(
             _break(report, 1, "seal_missing",
                    f"the checkpoint ({cp.size} entries) is not cosigned by witness {wk.name}")
     if report.intact or entries >= cp.size:
-        _check_head(report, tree, cp.size, cp.root, "the checkpoint")
+        _check_head(vault, report, tree, cp.size, cp.root, "the checkpoint")
     if indexed is not None:
         if indexed.size > cp.size:
             _break(report, min(entries, cp.size) + 1, "seal_rollback",
                    f"the checkpoint covers {cp.size} entries, the vault index sealed {indexed.size}: "
                    "an older checkpoint was put back")
-            _check_head(report, tree, indexed.size, indexed.root, "the vault index")
+            _check_head(vault, report, tree, indexed.size, indexed.root, "the vault index")
         elif indexed.size == cp.size and indexed.root != cp.root:
             _break(report, 1, "seal_mismatch", "the checkpoint and the vault index disagree on the root")
-    _ask_witnesses(report, tree, session, origin, cp, key, witness_keys, witnesses)
+    _ask_witnesses(vault, report, tree, session, origin, cp, key, witness_keys, witnesses)
     if report.intact and entries > cp.size:
         tail = entries - cp.size
         if require_sealed:
@@ -167,17 +174,33 @@ def _audit_session(
         report.notes.append(f"checkpoint checked: {cp.size} entries{by}")
 
 
-def _check_head(report: SessionReport, tree: MerkleTree, size: int, root: bytes, what: str) -> None:
+def _check_head(vault: Vault, report: SessionReport, tree: MerkleTree, size: int, root: bytes, what: str) -> None:
     if tree.size < size:
         _break(report, tree.size + 1, "seal_mismatch",
                f"{what} covers {size} entries, the file holds {tree.size}: entries were cut off")
     elif tree.root(size) != root:
-        _break(report, 1, "seal_mismatch",
-               f"entries 1-{size} do not hash to the root in {what}: the file was rewritten")
+        seq = _first_changed(vault, report.session, tree, size, root)
+        where = f"seq {seq} is not the entry that was sealed" if seq else f"entries 1-{size} do not hash to the root"
+        _break(report, seq or 1, "seal_mismatch", f"{where} in {what}: the file was rewritten")
+
+
+def _first_changed(vault: Vault, session: str, tree: MerkleTree, size: int, root: bytes) -> int | None:
+    """The first seq whose hash differs from the sealed one, from `seals/<stem>.leaves` when its first
+    `size` leaves hash to the signed root; None when that hint is missing or not genuine."""
+    data = read_leaves(vault, session)
+    if data is None or len(data) < 32 * size:
+        return None
+    sealed = MerkleTree.from_leaf_hashes(data[: 32 * size])
+    if sealed.root() != root:
+        return None
+    for i in range(size):
+        if sealed.leaf_hash_at(i) != tree.leaf_hash_at(i):
+            return i + 1
+    return None
 
 
 def _ask_witnesses(
-    report: SessionReport, tree: MerkleTree, session: str, origin: str | None, cp: Checkpoint | None,
+    vault: Vault, report: SessionReport, tree: MerkleTree, session: str, origin: str | None, cp: Checkpoint | None,
     key: Verifier, witness_keys: list[Verifier], witnesses: list[WitnessClient],
 ) -> None:
     if origin is None:
@@ -202,4 +225,4 @@ def _ask_witnesses(
         if seen.size > have:
             _break(report, min(tree.size, have) + 1, "seal_rollback",
                    f"witness {w.url} has cosigned {seen.size} entries, the vault's checkpoint covers {have}")
-        _check_head(report, tree, seen.size, seen.root, f"the checkpoint witness {w.url} cosigned")
+        _check_head(vault, report, tree, seen.size, seen.root, f"the checkpoint witness {w.url} cosigned")

@@ -22,6 +22,7 @@ from journal.checkpoint.note import NoteError
 from journal.vault import SESSION_SUFFIX, Vault, session_filename, write_atomically
 
 CHECKPOINT_SUFFIX = ".checkpoint"
+LEAVES_SUFFIX = ".leaves"
 _SIZE = re.compile(r"(0|[1-9][0-9]*)\Z")
 
 
@@ -100,3 +101,33 @@ def seals_lock(vault: Vault) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
+
+def leaves_path(vault: Vault, session: str) -> Path:
+    return vault.seals_dir / (session_stem(session) + LEAVES_SUFFIX)
+
+
+def write_leaves(vault: Vault, session: str, leaf_hashes: bytes) -> None:
+    """Keep `seals/<stem>.leaves`, the leaf hashes (32 bytes each) of the entries sealed so far, so a
+    verifier can say *which* entry a rewrite changed. Unsigned and only a hint: it counts only when
+    its first N leaves hash to a signed root. Appended when it is a prefix of the new leaves, else
+    replaced atomically."""
+    path = leaves_path(vault, session)
+    try:
+        have = path.stat().st_size
+    except FileNotFoundError:
+        have = -1
+    if 0 <= have <= len(leaf_hashes) and have % 32 == 0:
+        with open(path, "r+b") as f:
+            if f.read(min(have, 32 * 64)) == leaf_hashes[: min(have, 32 * 64)]:  # the sealer keeps it a prefix
+                f.seek(have)
+                f.write(leaf_hashes[have:])
+                return
+    write_atomically(path, leaf_hashes)
+
+
+def read_leaves(vault: Vault, session: str) -> bytes | None:
+    try:
+        return leaves_path(vault, session).read_bytes()
+    except FileNotFoundError:
+        return None

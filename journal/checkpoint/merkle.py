@@ -81,6 +81,17 @@ class MerkleTree:
         row = self._levels[level]
         return bytes(row[index * HASH_SIZE : (index + 1) * HASH_SIZE])
 
+    def leaf_hashes(self, size: int | None = None) -> bytes:
+        """The first `size` leaf hashes, concatenated (32 bytes each)."""
+        return bytes(self._levels[0][: HASH_SIZE * (self.size if size is None else size)])
+
+    @classmethod
+    def from_leaf_hashes(cls, data: bytes) -> MerkleTree:
+        tree = cls()
+        for i in range(0, len(data) - len(data) % HASH_SIZE, HASH_SIZE):
+            tree.append_hash(data[i : i + HASH_SIZE])
+        return tree
+
     def leaf_hash_at(self, index: int) -> bytes:
         if not 0 <= index < self.size:
             raise ProofError(f"leaf {index} is outside a tree of {self.size}")

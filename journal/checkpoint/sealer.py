@@ -24,6 +24,7 @@ from journal.checkpoint.checkpoint import (
     session_origin,
     session_stem,
     write_checkpoint_note,
+    write_leaves,
 )
 from journal.checkpoint.merkle import MerkleTree
 from journal.checkpoint.note import NoteError, Signature, Signer, open_note, parse_note, sign_note
@@ -136,6 +137,7 @@ class Sealer:
                 log.warning("%s: no cosignature: %s", session, exc)
         full = note + "".join(s.line() for s in cosigs).encode()
         outcome.path = write_checkpoint_note(self.vault, session, full)
+        write_leaves(self.vault, session, tree.leaf_hashes())
         index.sessions[stem] = IndexedSession(cp.size, cp.root)
         return outcome
 
