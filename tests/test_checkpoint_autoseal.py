@@ -159,3 +159,26 @@ def test_declared_coverage_from_the_api_and_the_service_frame(tmp_path, key):
                                "s2: api.example: 1 refused"]
     text = (vault.seals_dir / "vault-index.note").read_text()
     assert "coverage s1 unknown.example passed 3\n" in text
+
+
+@pytest.mark.e2e
+def test_broker_mcp_seals_at_a_clean_stop(tmp_path, key):
+    import json
+
+    from tests.mcp_servers.harness import RawShim
+
+    signer, path = key
+    shim = RawShim(tmp_path, "--seal-key", str(path), "--checkpoint-entries", "100")
+    try:
+        shim.send(b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}\n')
+        shim.recv()
+        for i in (1, 2):
+            shim.send(b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo",'
+                      b'"arguments":{"text":"x"}}}\n' % i)
+            assert json.loads(shim.recv())["id"] == i
+        assert shim.close() == 0
+    finally:
+        shim.kill()
+    vault = Vault(shim.vault)
+    assert _size(vault) == 2
+    assert report_of(audit(vault, signer.verifier(), require_sealed=True), "s1").intact
