@@ -347,3 +347,18 @@ def test_sealer_refuses_to_sign_over_a_changed_history(tmp_path, keys, witness_u
         p.unlink()
     (o, *_) = seal_all(w.vault, w.log, w.clients)
     assert o.refused and "witness" in o.refused
+
+
+class _NoMonitoring(WitnessClient):
+    """A witness client for a tlog-witness without the monitoring endpoint: sizes come from 409s."""
+
+    def latest(self, origin: str) -> bytes | None:
+        return None
+
+
+def test_rollback_caught_through_the_409_of_a_stale_submission(tmp_path, keys, witness_url):
+    w = _build(tmp_path, "witness", keys, witness_url, n=5)
+    t_rollback_checkpoint_and_index(w)
+    probe = _NoMonitoring(w.url, w.wkey.cosigner_verifier())
+    r = report_of(audit(w.vault, w.log.verifier(), witnesses=[probe]), "s1")
+    assert (r.kind, r.broken_at_seq) == ("seal_rollback", 6) and "has cosigned 8 entries" in r.detail

@@ -212,8 +212,8 @@ def _ask_witnesses(
         except WitnessUnavailable as exc:
             report.notes.append(f"witness not checked: {exc}")
             continue
-        if note is None:
-            report.notes.append(f"witness {w.url} has no checkpoint for this session")
+        if note is None:  # no monitoring endpoint, or nothing for this origin: ask the tlog-witness way
+            _probe_witness(vault, report, tree, session, cp, w)
             continue
         try:
             opened = open_note(note, [key, *witness_keys])
@@ -226,3 +226,24 @@ def _ask_witnesses(
             _break(report, min(tree.size, have) + 1, "seal_rollback",
                    f"witness {w.url} has cosigned {seen.size} entries, the vault's checkpoint covers {have}")
         _check_head(vault, report, tree, seen.size, seen.root, f"the checkpoint witness {w.url} cosigned")
+
+
+def _probe_witness(vault: Vault, report: SessionReport, tree: MerkleTree, session: str, cp: Checkpoint | None,
+                   w: WitnessClient) -> None:
+    note = read_checkpoint_note(vault, session)
+    if cp is None or note is None:
+        report.notes.append(f"witness {w.url} has no checkpoint for this session")
+        return
+    try:
+        size = w.probe_size(note, cp.size)
+    except WitnessUnavailable as exc:
+        report.notes.append(f"witness not checked: {exc}")
+        return
+    except NoteError as exc:
+        _break(report, 1, "seal_mismatch", str(exc))
+        return
+    if size is None:
+        report.notes.append(f"witness {w.url} does not know this session")
+    elif size > cp.size:
+        _break(report, min(tree.size, cp.size) + 1, "seal_rollback",
+               f"witness {w.url} has cosigned {size} entries, the vault's checkpoint covers {cp.size}")

@@ -214,6 +214,26 @@ class WitnessClient:
             raise WitnessUnavailable(f"witness {self.url}: HTTP {r.status_code} for the latest checkpoint")
         return r.content
 
+    def probe_size(self, note: bytes, size: int) -> int | None:
+        """The witness's latest size for the note's origin, learned the way tlog-witness allows any
+        client to: submit the checkpoint with `old` = its own size; a 409 carries the witness's size,
+        a 200 means it is that size. None when the witness does not know the origin (404). Raises
+        WitnessUnavailable on anything else, NoteError on a 422 (the witness saw another tree)."""
+        a = self.add_checkpoint(note, size, [])
+        if a.status == 409:
+            try:
+                return int(a.body.strip())
+            except ValueError:
+                raise WitnessUnavailable(f"witness {self.url}: 409 without a size") from None
+        if a.status == 200:
+            return size
+        if a.status == 404:
+            return None
+        if a.status == 422:
+            raise NoteError(f"witness {self.url} holds another tree of the same size: "
+                            f"{a.body.decode(errors='replace').strip()}")
+        raise WitnessUnavailable(f"witness {self.url}: HTTP {a.status}")
+
     def cosignatures(self, answer: bytes, text: str) -> list[Signature]:
         """The cosignature lines of a 200 answer worth keeping: those of this witness's key when it is
         known (checked), else every well-formed line."""
