@@ -362,3 +362,27 @@ def test_rollback_caught_through_the_409_of_a_stale_submission(tmp_path, keys, w
     probe = _NoMonitoring(w.url, w.wkey.cosigner_verifier())
     r = report_of(audit(w.vault, w.log.verifier(), witnesses=[probe]), "s1")
     assert (r.kind, r.broken_at_seq) == ("seal_rollback", 6) and "has cosigned 8 entries" in r.detail
+
+
+def test_a_crash_before_the_rename_leaves_the_old_checkpoint(tmp_path, keys, witness_url, monkeypatch):
+    """write_atomically: temp file, fsync, rename, directory fsync. A crash before the rename leaves
+    the previous checkpoint and index whole (and no temp file a reader would take for them)."""
+    import os as _os
+
+    w = _build(tmp_path, "seal", keys, witness_url, n=5)
+    before = {p.name: p.read_bytes() for p in w.vault.seals_dir.iterdir() if not p.name.startswith(".")}
+    write_session(w.vault, "s1", 2, start=6)
+
+    def crash(*args, **kwargs):
+        raise OSError("simulated crash before the rename")
+
+    monkeypatch.setattr(_os, "replace", crash)
+    with pytest.raises(OSError, match="simulated crash"):
+        seal_all(w.vault, w.log)
+    monkeypatch.undo()
+    after = {p.name: p.read_bytes() for p in w.vault.seals_dir.iterdir() if not p.name.startswith(".")}
+    assert {k: v for k, v in after.items() if not k.endswith(".leaves")} == {
+        k: v for k, v in before.items() if not k.endswith(".leaves")}
+    assert not [p for p in w.vault.seals_dir.iterdir() if p.name.startswith(".") and p.name != ".lock"]
+    r = report_of(audit(w.vault, w.log.verifier()), "s1")
+    assert r.intact and any("unsealed_tail: 2 entries" in n for n in r.notes)

@@ -117,3 +117,29 @@ def test_over_http_state_survives_a_restart(setup, tmp_path):
         assert cp.size == 7
         assert client.latest("log.example/vault-1/none") is None
         assert client.add_checkpoint(_note(log, tree, 10), 7, tree.consistency_proof(7, 10)).status == 200
+
+
+def test_concurrent_submissions_from_the_same_old_size_cannot_roll_back(setup):
+    """tlog-witness: check-and-update is atomic, so of two submissions from the same old size one
+    wins and the other gets 409 (never: both cosigned and the smaller stored last)."""
+    import threading
+
+    log, _, w = setup
+    tree = _tree(40)
+    _add(w, _note(log, tree, 10), 0, [])
+    answers: dict[int, int] = {}
+    barrier = threading.Barrier(8)
+
+    def submit(size: int) -> None:
+        barrier.wait()
+        answers[size] = _add(w, _note(log, tree, size), 10, tree.consistency_proof(10, size))[0]
+
+    threads = [threading.Thread(target=submit, args=(s,)) for s in range(12, 40, 4)]
+    threads.append(threading.Thread(target=submit, args=(11,)))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    winners = [s for s, status in answers.items() if status == 200]
+    assert len(winners) == 1 and sorted(set(answers.values())) == [200, 409]
+    assert w.latest(ORIGIN)[0].size == winners[0]
