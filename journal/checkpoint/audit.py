@@ -18,7 +18,6 @@ The chain's own break (journal.verify) comes first; seal findings after it becom
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from journal.checkpoint.checkpoint import (
@@ -39,7 +38,10 @@ from journal.verify import SessionReport, verify_session
 def session_tree(vault: Vault, session: str, **kwargs) -> tuple[SessionReport, MerkleTree]:
     """Verify a session's chain and build the Merkle tree of the entries that verified."""
     tree = MerkleTree()
-    on_entry: Callable[[dict], None] = lambda e: tree.append(bytes.fromhex(e["hash"]))  # noqa: E731
+
+    def on_entry(entry: dict) -> None:
+        tree.append(bytes.fromhex(entry["hash"]))
+
     report = verify_session(vault, session, on_entry=on_entry, **kwargs)
     return report, tree
 

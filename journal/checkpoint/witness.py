@@ -26,6 +26,7 @@ import base64
 import fcntl
 import hashlib
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -165,9 +166,9 @@ def app(witness: Witness):  # -> starlette.applications.Starlette
 
     async def get_checkpoint(request: Request) -> Response:
         want = request.path_params["origin_hash"]
-        for path in witness.state.glob("*.checkpoint"):
-            if path.name == want + ".checkpoint":
-                return Response(path.read_bytes(), 200, media_type="text/plain; charset=utf-8")
+        path = witness.state / f"{want}.checkpoint"
+        if re.fullmatch(r"[0-9a-f]{64}", want) and path.is_file():
+            return Response(path.read_bytes(), 200, media_type="text/plain; charset=utf-8")
         return Response(b"no checkpoint for that origin\n", 404, media_type="text/plain; charset=utf-8")
 
     return Starlette(routes=[
