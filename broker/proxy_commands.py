@@ -6,10 +6,12 @@ import asyncio
 import logging
 import shlex
 import sys
+from pathlib import Path
 
 import click
 
 from broker.audit_commands import vault_option
+from broker.seal_options import autoseal_config, seal_options
 from journal.connectors import Registry
 from journal.vault import Vault
 
@@ -55,11 +57,14 @@ def parse_listen(listen: str) -> tuple[str, int]:
     "--workers", type=click.IntRange(1, 64), default=1, show_default=True,
     help="Proxy processes on the one port (SO_REUSEPORT), each with its own recording service, sharing the vault.",
 )
+@seal_options
 @click.option("-v", "--verbose", is_flag=True, help="Log every recorded call.")
 def run(
     vault_dir: str, listen: str, confdir: str, session: str, agent: str, principal: str, connectors_file: str,
     resolve: tuple[str, ...], upstream_ca: str | None, upstream_insecure: bool, on_journal_error: str,
     record_unknown: bool, spill_threshold: int | None, recorder: str, workers: int, verbose: bool,
+    seal_key: str | None = None, checkpoint_entries: int = 0, checkpoint_seconds: float = 0.0,
+    witness: tuple[str, ...] = (),
 ) -> int:
     """Run the broker: an HTTPS proxy that records every connector call into the vault."""
     # mitmproxy is imported here, not at the top: every other broker command starts faster without it.
@@ -76,6 +81,7 @@ def run(
         raise click.BadParameter(str(exc), param_hint="--resolve") from None
     if connectors_file:
         Registry.builtin().with_file(connectors_file)  # a bad file is one clear error, before listening
+    seal = autoseal_config(seal_key, checkpoint_entries, checkpoint_seconds, witness)
     Vault.create(vault_dir)
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING, format="broker: %(levelname)s: %(message)s",
@@ -87,6 +93,9 @@ def run(
         upstream_insecure=upstream_insecure, on_journal_error=on_journal_error, record_unknown=record_unknown,
         spill_threshold=spill_threshold, recorder=recorder,
     )
+    if seal is not None:
+        config.seal_key, config.witness = str(Path(seal.key_path).resolve()), seal.witnesses
+        config.checkpoint_entries, config.checkpoint_seconds = seal.entries, seal.seconds
 
     def announce_port(bound: int) -> None:
         click.echo(f"broker: listening on http://{host}:{bound}" + (f" ({workers} workers)" if workers > 1 else ""))
@@ -96,6 +105,8 @@ def run(
         sys.stdout.flush()
 
     if workers > 1:
+        if seal is not None:  # one sealer per vault: several would race to sign the same sessions
+            raise click.UsageError("--workers and --seal-key cannot be combined yet; seal with `broker seal` instead")
         from broker.proxy_runner import ensure_ca
         from broker.workers import serve_workers
 

@@ -59,6 +59,10 @@ class ProxyConfig:
     spill_threshold: int | None = None
     recorder: str = "process"
     mode: list[str] = field(default_factory=list)  # mitmproxy mode specs; empty: regular at listen_host:port
+    seal_key: str = ""  # checkpoints while recording (journal/checkpoint/autoseal.py)
+    checkpoint_entries: int | None = None
+    checkpoint_seconds: float | None = None
+    witness: list[str] = field(default_factory=list)
 
 
 def ca_cert_path(confdir: str) -> Path:
@@ -135,6 +139,13 @@ class EmbeddedProxy:
             update["mode"] = list(c.mode)
         if c.spill_threshold is not None:
             update["broker_spill_threshold"] = c.spill_threshold
+        if c.seal_key:
+            update["broker_seal_key"] = c.seal_key
+            update["broker_witness"] = list(c.witness)
+            if c.checkpoint_entries is not None:
+                update["broker_checkpoint_entries"] = c.checkpoint_entries
+            if c.checkpoint_seconds is not None:
+                update["broker_checkpoint_seconds"] = c.checkpoint_seconds
         if c.upstream_ca:
             update["ssl_verify_upstream_trusted_ca"] = c.upstream_ca
         if c.upstream_insecure:
