@@ -48,6 +48,10 @@ from addons.recorder_link import RecorderLink  # noqa: E402
 from addons.upstream_resolve import UpstreamResolve  # noqa: E402
 from journal.bodies import JSON_PARSE_LIMIT, SPILL_THRESHOLD, BodyCapture, is_json_type  # noqa: E402
 from journal.connectors import Registry  # noqa: E402
+from journal.models import MODES as PROMPT_MODES  # noqa: E402
+from journal.models import route_call  # noqa: E402
+from journal.models.capture import StreamHold  # noqa: E402
+from journal.models.linking import links_for  # noqa: E402
 from journal.record import Prepared, Recorder, text_pairs, wire_text  # noqa: E402
 from journal.redact import REDACTED, is_token_exchange, redact_url  # noqa: E402
 from journal.service import material_fields  # noqa: E402
@@ -64,7 +68,7 @@ ERROR_HEADER = "X-Broker-Error"
 _META = "broker"
 _CACHED_OPTIONS = (
     "broker_session", "broker_agent", "broker_principal", "broker_record_unknown", "broker_on_journal_error",
-    "broker_spill_threshold", "broker_recorder",
+    "broker_spill_threshold", "broker_recorder", "broker_prompts",
 )
 _SESSION_CACHE = 4096
 """Session ids already checked for a vault file name (the check runs once per id, not per call)."""
@@ -123,7 +127,7 @@ class _Call:
 
     __slots__ = (
         "session", "agent", "principal", "connector", "url", "req_fields", "req_cap", "resp_cap", "req_material",
-        "sent",
+        "sent", "prompt",
     )
 
     def __init__(
@@ -137,6 +141,7 @@ class _Call:
         self.resp_cap: BodyCapture | None = None
         self.req_material: dict | None = None  # the request half, once handed to the recording service
         self.sent: tuple[int, int] | None = None  # its handle there
+        self.prompt: dict = {}  # prompt capture on: {"prompts": mode} (+ "model_api" for a model call)
 
 
 class ConnectorJournal:
@@ -176,6 +181,11 @@ class ConnectorJournal:
             "process: record in a separate recording service process (journal.service), leaving the proxy's "
             "CPU to the proxy; inline: record in the proxy process.",
         )
+        loader.add_option(
+            "broker_prompts", str, "off",
+            "Prompt capture: off (model API calls pass unrecorded), refs (model calls recorded with every "
+            "text replaced by its SHA-256 and size) or full (the same, with the texts in the blob store).",
+        )
 
     def configure(self, updated: set[str]) -> None:
         opts = ctx.options
@@ -185,6 +195,8 @@ class ConnectorJournal:
             raise exceptions.OptionsError("broker_on_journal_error must be 'block' or 'pass'")
         if "broker_recorder" in updated and opts.broker_recorder not in ("process", "inline"):
             raise exceptions.OptionsError("broker_recorder must be 'process' or 'inline'")
+        if "broker_prompts" in updated and opts.broker_prompts not in PROMPT_MODES:
+            raise exceptions.OptionsError(f"broker_prompts must be one of {', '.join(PROMPT_MODES)}")
         if "broker_connectors" in updated:
             reg = Registry.builtin()
             try:
@@ -290,7 +302,11 @@ class ConnectorJournal:
         creds = creds or self.identities.get(flow.client_conn)
         pretty_host, origin = _origin(req)
         call_url = _pretty_url(req, origin)
-        connector = self.registry.match(pretty_host, req.path.split("?", 1)[0])
+        path = req.path.split("?", 1)[0]
+        connector, model_api = route_call(self.registry, self.registry.match(pretty_host, path), pretty_host, path)
+        prompts = self._opts["broker_prompts"]
+        if model_api is not None and prompts == "off":
+            return  # model calls pass unrecorded unless prompt capture is on (docs/prompts.md)
         if connector is None:
             if not self._opts["broker_record_unknown"]:
                 return
@@ -312,7 +328,9 @@ class ConnectorJournal:
             self._opts["broker_principal"] or None
         )
         call = _Call(session, agent, principal, connector, call_url, fields)
-        if self._must_stream(fields):
+        if prompts != "off":
+            call.prompt = {"prompts": prompts, "model_api": model_api} if model_api else {"prompts": prompts}
+        if self._must_stream(fields) and model_api is None:  # a model request is held whole, to be referenced
             # Token exchanges leave no entry and no blob: known by URL here, before a body is captured
             # (one known only by its body is dropped by the recorder, which sees that body).
             if is_token_exchange(req.method, call_url, text_pairs(fields), None):
@@ -349,7 +367,7 @@ class ConnectorJournal:
             if is_token_exchange(flow.request.method, call.url, text_pairs(call.req_fields), None):
                 self._drop(flow)
                 return
-            call.resp_cap = self._capture(flow.response.headers)
+            call.resp_cap = StreamHold() if "model_api" in call.prompt else self._capture(flow.response.headers)
             flow.response.stream = self._streamer(call.resp_cap)
 
     async def response(self, flow: http.HTTPFlow) -> None:
@@ -401,6 +419,7 @@ class ConnectorJournal:
         response = {
             "status": status, "response_headers": resp_fields, "response_body": None, "error": error, "ts": ts,
             "mcp": self.attribute(flow, call.session) if self.attribute is not None else None,
+            **call.prompt,
         }
 
         def bodies() -> None:
@@ -419,7 +438,9 @@ class ConnectorJournal:
             recorded = await self.link.finish(call.sent, request, response)  # sends it whole unless sent ahead
         else:
             fields = material_fields(self.recorder, request | response)
-            recorded = fields is not None and bool(await asyncio.to_thread(self.recorder.writer.append, fields))
+            entry = None if fields is None else await asyncio.to_thread(self.recorder.writer.append, fields)
+            links_for(self.recorder).on_recorded(entry)
+            recorded = bool(entry)
         if recorded:
             self.recorded += 1
 
@@ -428,6 +449,7 @@ class ConnectorJournal:
             "session": call.session, "agent": call.agent, "principal": call.principal,
             "connector": call.connector, "method": flow.request.method, "url": call.url,
             "request_headers": call.req_fields, "request_body": self._body(flow.request, call.req_cap),
+            **call.prompt,
         }
 
     def _drop(self, flow: http.HTTPFlow) -> None:
@@ -441,7 +463,9 @@ class ConnectorJournal:
                     cap.abort()
 
     @staticmethod
-    def _body(message: http.Message, cap: BodyCapture | None):
+    def _body(message: http.Message, cap: BodyCapture | StreamHold | None):
+        if isinstance(cap, StreamHold):
+            return cap.data()
         if cap is not None:
             value, extra = cap.finish()
             return Prepared(value, extra)
@@ -484,7 +508,7 @@ class ConnectorJournal:
         )
 
     @staticmethod
-    def _streamer(cap: BodyCapture):
+    def _streamer(cap: BodyCapture | StreamHold):
         def chunk(data: bytes) -> bytes:
             if data:
                 cap.feed(data)

@@ -58,6 +58,7 @@ class ProxyConfig:
     record_unknown: bool = False
     spill_threshold: int | None = None
     recorder: str = "process"
+    prompts: str = "off"
 
 
 def ca_cert_path(confdir: str) -> Path:
@@ -128,6 +129,7 @@ class EmbeddedProxy:
             "broker_principal": c.principal, "broker_connectors": c.connectors,
             "broker_resolve": list(c.resolve), "broker_on_journal_error": c.on_journal_error,
             "broker_record_unknown": c.record_unknown, "connection_strategy": "lazy", "broker_recorder": c.recorder,
+            "broker_prompts": c.prompts,
         }
         if c.spill_threshold is not None:
             update["broker_spill_threshold"] = c.spill_threshold

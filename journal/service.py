@@ -44,6 +44,8 @@ from datetime import UTC, datetime
 
 from journal.bodies import JSON_PARSE_LIMIT, SPILL_THRESHOLD, decoded_prefix
 from journal.connectors import Registry
+from journal.models.capture import complete as complete_prompt_capture
+from journal.models.linking import links_for
 from journal.record import Recorder, RequestHalf, principal_fingerprint, text_pairs
 from journal.redact import header_value
 from journal.vault import VaultError
@@ -75,6 +77,8 @@ def split_frames(buf: bytearray) -> tuple[list, int]:
 def request_half(recorder: Recorder, m: dict) -> RequestHalf | None:
     """The request's half of an entry from a call's raw material (see `material_fields`), or None
     for a token exchange."""
+    links_for(recorder).on_request(m)  # prompt_ref (docs/prompts.md); a no-op without prompt capture
+    m = complete_prompt_capture(recorder, m, request=True)
     method, url = m["method"], m["url"]
     req_headers = text_pairs(m["request_headers"])
     connector, effect = m["connector"], m.get("effect")
@@ -93,16 +97,17 @@ def request_half(recorder: Recorder, m: dict) -> RequestHalf | None:
     return recorder.prepare_request(
         session=m["session"], agent=m["agent"], principal=m.get("principal") or principal_fingerprint(req_headers, url),
         connector=connector, capture=m.get("capture", "broker"), effect=effect, method=method, url=url,
-        request_headers=req_headers, request_body=body,
+        request_headers=req_headers, request_body=body, prompt_ref=m.get("prompt_ref"),
     )
 
 
 def response_fields(recorder: Recorder, half: RequestHalf, m: dict) -> dict | None:
     """The entry fields from a request half and the response's raw material; None for a token grant."""
+    m = complete_prompt_capture(recorder, m, request=False)
     return recorder.prepare_response(
         half, status=m.get("status"), response_headers=text_pairs(m.get("response_headers") or ()),
         response_body=m.get("response_body"), error=m.get("error"), ts=datetime.fromtimestamp(m["ts"], UTC),
-        mcp=m.get("mcp"),
+        mcp=m.get("mcp"), response_extra=m.get("response_extra"),
     )
 
 
@@ -148,6 +153,8 @@ class Service:
                 log.error("a message that is not (kind, call id, ...) was skipped")
                 continue
             kind, call_id, *rest = message
+            if kind in ("request", "call") and isinstance(rest[0], dict):
+                links_for(self.recorder).on_request(rest[0])  # prompt_ref as of its arrival
             if kind == "request":
                 self.raw[call_id] = rest[0]
                 continue
@@ -178,6 +185,7 @@ class Service:
             for pos, result in zip(appended, self.recorder.writer.append_many(batch), strict=True):
                 call_id = acks[pos][0]
                 if isinstance(result, dict):
+                    links_for(self.recorder).on_recorded(result)
                     acks[pos] = (call_id, "ok", result["seq"], False)
                 else:
                     acks[pos] = (call_id, "error", str(result), isinstance(result, JournalStopped))
