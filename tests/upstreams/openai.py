@@ -17,7 +17,7 @@ from typing import Any
 from .common import HttpError, Request, Response, Route, json_response, route
 from .modelscript import ModelState, words
 
-HOSTS = frozenset({"api.openai.com"})
+HOSTS = frozenset({"api.openai.com", "localhost"})  # localhost: like a local vLLM / Ollama / LiteLLM
 
 
 def _unauthorised() -> Response:
