@@ -29,6 +29,7 @@ from pathlib import PurePath
 from broker.mcp.effects import EffectRules, ToolCatalog
 from broker.mcp.messages import Message, server_name
 from journal.entry import ContractError
+from journal.models.linking import tool_call_prompt_ref
 from journal.record import JsonValue, Recorder
 from journal.redact import REDACTED, contains_credential, redact_json_value
 from journal.writer import JournalError
@@ -240,8 +241,12 @@ class CallJournal:
         else:
             resp_body = None
             response_extra = None
+        prompt_ref = tool_call_prompt_ref(  # docs/prompts.md: a tools/call the model asked for, exactly
+            self.recorder.writer.vault, self.identity.session, call.method,
+            msg.value.get("params") if msg.strict and isinstance(msg.value, dict) else None,
+        )
         return self.recorder.record(
-            session=self.identity.session, agent=self.identity.agent,
+            session=self.identity.session, agent=self.identity.agent, prompt_ref=prompt_ref,
             principal=call.principal or self.identity.principal, connector=self.connector, capture="gateway",
             effect=call.effect, method=call.method, url=call.url, request_headers=call.request_headers,
             request_body=req_body, status=status, response_headers=response_headers, response_body=resp_body,
