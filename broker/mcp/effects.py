@@ -142,7 +142,7 @@ class EffectRules:
         return Decision(WRITE, "no readOnlyHint, no read verb")
 
     def decide(self, method: str, params: object, catalog: ToolCatalog) -> Decision:
-        if method == "resources/read":
-            return Decision(READ, "resources/read")
+        if method in ("resources/read", "tools/list"):
+            return Decision(READ, method)
         name = params.get("name") if isinstance(params, dict) else None
         return self.decide_tool(name, catalog)

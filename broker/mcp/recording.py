@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from pathlib import PurePath
 
 from broker.mcp.effects import EffectRules, ToolCatalog
-from broker.mcp.messages import Message, server_name
+from broker.mcp.messages import RECORDED_METHODS, Message, server_name
 from journal.entry import ContractError
 from journal.models.linking import tool_call_prompt_ref
 from journal.record import JsonValue, Recorder
@@ -139,6 +139,14 @@ class PendingCall:
 
 class CallJournal:
     """Builds and writes the entries of one relay (one upstream)."""
+
+    record_tool_lists = False
+    """`broker mcp --record-tools-list`: `tools/list` answers (the tool definitions the model will read)
+    are entries too, effect read, so `broker trajectory` can report definitions that change (docs/prompts.md)."""
+
+    def records(self, method: str | None) -> bool:
+        """Whether a client request of this method becomes an entry."""
+        return method in RECORDED_METHODS or (self.record_tool_lists and method == "tools/list")
 
     def __init__(
         self, recorder: Recorder, identity: Identity, *, url: str, fallback: str, connector: str | None = None,
