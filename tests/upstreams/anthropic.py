@@ -52,6 +52,7 @@ def messages(state: ModelState):
         turn_no, turn = state.turn_for(_results_shown(body))
         stream = bool(body.get("stream"))
         state.note("anthropic", turn_no, stream)
+        delay = state.delay(req.headers)
         blocks = _blocks(turn_no, turn)
         stop = "tool_use" if turn.get("tool_calls") else "end_turn"
         message = {"id": f"msg_{uuid.uuid4().hex[:24]}", "type": "message", "role": "assistant",
@@ -65,7 +66,7 @@ def messages(state: ModelState):
             yield _sse("message_start", {"type": "message_start", "message": start})
             yield _sse("ping", {"type": "ping"})
             for i, block in enumerate(blocks):
-                time.sleep(state.event_delay)
+                time.sleep(delay)
                 if block["type"] == "text":
                     yield _sse("content_block_start", {"type": "content_block_start", "index": i,
                                                        "content_block": {"type": "text", "text": ""}})

@@ -38,6 +38,7 @@ def generate(state: ModelState):
         turn_no, turn = state.turn_for(_results_shown(body))
         stream = method == "streamGenerateContent"
         state.note("gemini", turn_no, stream)
+        delay = state.delay(req.headers)
         parts: list[dict[str, Any]] = []
         if turn.get("text"):
             parts.append({"text": turn["text"]})
@@ -62,7 +63,7 @@ def generate(state: ModelState):
         def gen() -> Iterator[bytes]:
             for n, chunk in enumerate(chunks):
                 if n:
-                    time.sleep(state.event_delay)
+                    time.sleep(delay)
                 text = json.dumps(chunk, separators=(",", ":"))
                 if sse:
                     yield f"data: {text}\r\n\r\n".encode()

@@ -3,7 +3,8 @@
 Why: an end-to-end test needs a model whose next move is known. The fake reads how many tool
 results the request shows, and answers the script's next turn: some text and the tool calls of
 that turn, or the final text once the script is done. Events of a stream are `event_delay`
-seconds apart (the first is sent at once).
+seconds apart (the first is sent at once); a request header `X-Fake-Event-Delay: S` sets it per call
+(the benchmarks use it on a fake in another process).
 """
 
 from __future__ import annotations
@@ -42,6 +43,16 @@ class ModelState:
                     return i, turn
                 seen += calls
             return len(self.script) - 1, self.script[-1]
+
+    def delay(self, headers: list[tuple[str, str]]) -> float:
+        """Seconds between stream events for one request."""
+        for k, v in headers:
+            if k.lower() == "x-fake-event-delay":
+                try:
+                    return max(0.0, min(10.0, float(v)))
+                except ValueError:
+                    break
+        return self.event_delay
 
     def note(self, api: str, turn: int, stream: bool) -> None:
         with self.lock:

@@ -45,6 +45,7 @@ def chat(state: ModelState):
         turn_no, turn = state.turn_for(shown)
         stream = bool(body.get("stream"))
         state.note("openai.chat", turn_no, stream)
+        delay = state.delay(req.headers)
         calls = _calls(turn_no, turn)
         base = {"id": f"chatcmpl-{uuid.uuid4().hex[:20]}", "created": int(time.time()), "model": body.get("model")}
         finish = "tool_calls" if calls else "stop"
@@ -64,10 +65,10 @@ def chat(state: ModelState):
         def gen() -> Iterator[bytes]:
             yield chunk({"role": "assistant", "content": ""})
             for piece in words(turn.get("text") or ""):
-                time.sleep(state.event_delay)
+                time.sleep(delay)
                 yield chunk({"content": piece})
             for k, (cid, name, args) in enumerate(calls):
-                time.sleep(state.event_delay)
+                time.sleep(delay)
                 yield chunk({"tool_calls": [{"index": k, "id": cid, "type": "function",
                                              "function": {"name": name, "arguments": ""}}]})
                 for j in range(0, len(args), 10):
@@ -102,6 +103,7 @@ def responses(state: ModelState):
         turn_no, turn = state.turn_for(shown)
         stream = bool(body.get("stream"))
         state.note("openai.responses", turn_no, stream)
+        delay = state.delay(req.headers)
         output = _output(turn_no, turn)
         resp = {"id": f"resp_{uuid.uuid4().hex[:24]}", "object": "response", "created_at": int(time.time()),
                 "status": "completed", "model": body.get("model"), "output": output,
@@ -117,7 +119,7 @@ def responses(state: ModelState):
         def gen() -> Iterator[bytes]:
             yield ev("response.created", response=dict(resp, status="in_progress", output=[]))
             for n, item in enumerate(output):
-                time.sleep(state.event_delay)
+                time.sleep(delay)
                 if item["type"] == "message":
                     yield ev("response.output_item.added", output_index=n, item=dict(item, content=[],
                                                                                      status="in_progress"))
