@@ -351,3 +351,21 @@ def test_model_tool_definitions_that_change_are_reported(tmp_path):
         svc.handle([("call", n, dict(m, request_body=json.dumps(body).encode()))])
     findings = trajectory(Vault(vault), "s")["findings"]
     assert [(f["kind"], f["seq"]) for f in findings] == [("tools_changed", 3)]
+
+
+def test_a_stream_over_the_hold_limit_is_kept_as_its_hash(tmp_path):
+    from journal.models.capture import StreamHold
+    from journal.record import Prepared
+
+    hold = StreamHold(limit=10)
+    hold.feed(b"data: 12345\n\n")
+    hold.feed(b"data: 6\n\n")
+    big = hold.data()
+    import hashlib
+
+    assert isinstance(big, Prepared) and big.value == {
+        "sha256": hashlib.sha256(b"data: 12345\n\ndata: 6\n\n").hexdigest(), "size": 22}
+    assert "prompt_capture_error" in big.extra
+    small = StreamHold(limit=100)
+    small.feed(b"data: 1\n\n")
+    assert small.data() == b"data: 1\n\n"

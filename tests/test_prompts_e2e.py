@@ -89,6 +89,18 @@ def test_refs_keeps_no_message_text_and_no_key(refs_broker, upstream):
     assert upstream.errors == []
 
 
+@pytest.mark.parametrize(("flavour", "options"), [
+    ("broker", ("--prompts", "refs", "--recorder", "inline")),
+    ("mitmdump", ("--set", "broker_prompts=refs", "--set", "broker_recorder=process")),
+])
+def test_inline_recorder_and_stock_mitmdump_tie_calls_too(upstream, tmp_path, flavour, options):
+    with BrokerProcess(tmp_path, upstream, *options, flavour=flavour) as b, _client(b, "other") as c:
+        run_agent(c, "openai.responses", stream=True)
+        entries = b.entries("other", 5)
+    assert [e["prompt_ref"] for e in entries] == [None, entries[0]["hash"], None, entries[2]["hash"], None]
+    assert TASK not in json.dumps(entries)
+
+
 def test_prompts_off_passes_model_calls_unrecorded(upstream, tmp_path):
     with BrokerProcess(tmp_path, upstream) as b, _client(b, "off") as c:
         run_agent(c, "anthropic", stream=True)

@@ -140,15 +140,29 @@ def complete(recorder: Recorder, m: dict, *, request: bool) -> dict:
 class StreamHold:
     """A model response streaming through the proxy (SSE): the bytes are held in memory as they pass
     so the entry can reference the assembled message; nothing is written to the blob store (in
-    `refs` mode nothing may be). Same `feed` / `abort` as `journal.bodies.BodyCapture`."""
+    `refs` mode nothing may be). Same `feed` / `abort` as `journal.bodies.BodyCapture`. Beyond
+    `limit` bytes only the hash and size of the stream are kept (and the entry says so)."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int = MODEL_BODY_LIMIT) -> None:
         self._buf = bytearray()
+        self._hash = hashlib.sha256()
+        self._size = 0
+        self.limit = limit
 
     def feed(self, data: bytes) -> None:
-        self._buf += data
+        self._hash.update(data)
+        self._size += len(data)
+        if self._size <= self.limit:
+            self._buf += data
+        elif self._buf:
+            self._buf = bytearray()
 
-    def data(self) -> bytes | None:
+    def data(self) -> bytes | Prepared | None:
+        """The stream's bytes; past the limit, a `Prepared` reference to them (hash and size, as
+        received: possibly content-encoded) with `prompt_capture_error`."""
+        if self._size > self.limit:
+            return Prepared({"sha256": self._hash.hexdigest(), "size": self._size}, {
+                "prompt_capture_error": f"stream over {self.limit} bytes: kept as its hash and size only"})
         return bytes(self._buf) or None
 
     def abort(self) -> None:
