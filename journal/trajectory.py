@@ -181,7 +181,7 @@ def trajectory(vault: Vault, session: str) -> dict:
     seen_results: set[tuple] = set()
     open_calls: list[tuple[dict, object]] = []  # (turn, call) not yet given a result
     tool_defs: dict[str, tuple[int, object]] = {}
-    listings: dict[tuple, dict[str, tuple[int, object]]] = {}
+    listings = ToolListWatch()
     turn_of: dict[str, dict] = {}
 
     for e in entries:
@@ -229,8 +229,8 @@ def trajectory(vault: Vault, session: str) -> dict:
             turn_of[e["hash"]] = turn
             open_calls += [(turn, c) for c in calls]
             continue
-        if e.get("capture") == "gateway" and request.get("method") == "tools/list":
-            _listing(e, listings, findings)
+        if listings.is_listing(e):
+            listings.observe(e)
             continue
         recorded.append(_recorded(e))
         if e.get("capture") == "gateway" and request.get("method") != "tools/call":
@@ -253,6 +253,7 @@ def trajectory(vault: Vault, session: str) -> dict:
     if not models:
         notes.append("no model calls in this session (prompt capture off, or the agent's model traffic "
                      "did not go through the broker)")
+    findings += listings.findings
     return {"session": session, "turns": [_finish_turn(t, findings) for t in turns],
             "findings": sorted(findings, key=lambda f: (f["seq"], f["kind"])), "notes": notes}
 
@@ -277,6 +278,27 @@ def _finish_turn(turn: dict, findings: list[dict]) -> dict:
                 "by any recorded call")))
         asked.append({**_call_json(call), "carried_out_by": by, "result": shown})
     return {**turn, "asked": asked, "calls": [e["seq"] for e in tied]}
+
+
+class ToolListWatch:
+    """Follows an MCP server's recorded `tools/list` answers through a session and reports a tool whose
+    description or schema changed since an earlier listing, or that appeared after the first one.
+    Shared by `trajectory` and `broker verify` (which shows its findings as notes)."""
+
+    def __init__(self) -> None:
+        self.listings: dict[tuple, dict[str, tuple[int, object]]] = {}
+        self.findings: list[dict] = []
+
+    @staticmethod
+    def is_listing(entry: dict) -> bool:
+        return entry.get("capture") == "gateway" and (entry.get("request") or {}).get("method") == "tools/list"
+
+    def observe(self, entry: dict) -> None:
+        if self.is_listing(entry):
+            _listing(entry, self.listings, self.findings)
+
+    def notes(self) -> list[str]:
+        return [f"tools_changed at seq {f['seq']}: {f['detail']}" for f in self.findings]
 
 
 def _listing(entry: dict, listings: dict[tuple, dict[str, tuple[int, object]]], findings: list[dict]) -> None:

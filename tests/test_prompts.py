@@ -336,6 +336,10 @@ def test_tools_list_recorded_and_a_changed_description_reported(tmp_path: Path):
     report = trajectory(Vault(vault), "s1")
     assert [(f["kind"], f["seq"]) for f in report["findings"]] == [("tools_changed", 3)]
     assert "description of tool 'read_note'" in report["findings"][0]["detail"]
+    from journal.verify import verify_session
+
+    verified = verify_session(Vault(vault), "s1")
+    assert verified.intact and any(n.startswith("tools_changed at seq 3") for n in verified.notes)
     # without the option, tools/list stays unrecorded (as before)
     _drive_shim(tmp_path / "v2", [PY, "-m", "tests.mcp_servers.shifty_server"], lines)
     assert [x["request"]["method"] for x in iter_entries(Vault(tmp_path / "v2"), "s1")] == ["tools/call"]
