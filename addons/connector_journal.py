@@ -439,7 +439,8 @@ class ConnectorJournal:
         else:
             fields = material_fields(self.recorder, request | response)
             entry = None if fields is None else await asyncio.to_thread(self.recorder.writer.append, fields)
-            links_for(self.recorder).on_recorded(entry)
+            if entry and "prompt_capture" in entry["request"]:
+                links_for(self.recorder).on_recorded(entry)
             recorded = bool(entry)
         if recorded:
             self.recorded += 1

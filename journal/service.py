@@ -77,8 +77,9 @@ def split_frames(buf: bytearray) -> tuple[list, int]:
 def request_half(recorder: Recorder, m: dict) -> RequestHalf | None:
     """The request's half of an entry from a call's raw material (see `material_fields`), or None
     for a token exchange."""
-    links_for(recorder).on_request(m)  # prompt_ref (docs/prompts.md); a no-op without prompt capture
-    m = complete_prompt_capture(recorder, m, request=True)
+    if m.get("prompts"):  # prompt capture on (docs/prompts.md): prompt_ref, and a model call's references
+        links_for(recorder).on_request(m)
+        m = complete_prompt_capture(recorder, m, request=True)
     method, url = m["method"], m["url"]
     req_headers = text_pairs(m["request_headers"])
     connector, effect = m["connector"], m.get("effect")
@@ -103,7 +104,8 @@ def request_half(recorder: Recorder, m: dict) -> RequestHalf | None:
 
 def response_fields(recorder: Recorder, half: RequestHalf, m: dict) -> dict | None:
     """The entry fields from a request half and the response's raw material; None for a token grant."""
-    m = complete_prompt_capture(recorder, m, request=False)
+    if m.get("prompts"):
+        m = complete_prompt_capture(recorder, m, request=False)
     return recorder.prepare_response(
         half, status=m.get("status"), response_headers=text_pairs(m.get("response_headers") or ()),
         response_body=m.get("response_body"), error=m.get("error"), ts=datetime.fromtimestamp(m["ts"], UTC),
@@ -153,7 +155,7 @@ class Service:
                 log.error("a message that is not (kind, call id, ...) was skipped")
                 continue
             kind, call_id, *rest = message
-            if kind in ("request", "call") and isinstance(rest[0], dict):
+            if kind in ("request", "call") and isinstance(rest[0], dict) and rest[0].get("prompts"):
                 links_for(self.recorder).on_request(rest[0])  # prompt_ref as of its arrival
             if kind == "request":
                 self.raw[call_id] = rest[0]
@@ -185,7 +187,8 @@ class Service:
             for pos, result in zip(appended, self.recorder.writer.append_many(batch), strict=True):
                 call_id = acks[pos][0]
                 if isinstance(result, dict):
-                    links_for(self.recorder).on_recorded(result)
+                    if "prompt_capture" in result["request"]:
+                        links_for(self.recorder).on_recorded(result)
                     acks[pos] = (call_id, "ok", result["seq"], False)
                 else:
                     acks[pos] = (call_id, "error", str(result), isinstance(result, JournalStopped))

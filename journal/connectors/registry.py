@@ -99,10 +99,11 @@ class _Connector:
 class Registry:
     """Recognises connector calls and classifies their effect. Immutable."""
 
-    __slots__ = ("_connectors",)
+    __slots__ = ("_connectors", "_model_apis")
 
     def __init__(self, connectors: Sequence[_Connector] = ()) -> None:
         self._connectors: tuple[_Connector, ...] = tuple(connectors)
+        self._model_apis = {c.name: c.model_api for c in self._connectors if c.model_api}
 
     @classmethod
     def builtin(cls) -> Registry:
@@ -168,7 +169,7 @@ class Registry:
 
     def model_api(self, name: str) -> str | None:
         """The model API a connector speaks (`model_api` in a connectors file), or None."""
-        return next((c.model_api for c in self._connectors if c.name == name), None)
+        return self._model_apis.get(name)
 
     def __repr__(self) -> str:
         return f"Registry({self.names()})"
