@@ -82,9 +82,10 @@ class Conversation:
             tools = [{"type": "function", "name": n, "description": d, "parameters": s} for n, d, s in TOOLS]
             return f"{base}/responses", auth, {"model": "gpt-4.1", "instructions": SYSTEM, "input": self.history,
                                                "tools": tools, "stream": self.stream}
-        method = "streamGenerateContent?alt=sse" if self.stream else "generateContent"
+        # the key in a header when streaming, in the query (?key=) otherwise: agents use both
+        method = "streamGenerateContent?alt=sse" if self.stream else f"generateContent?key={KEYS['gemini']}"
         return (f"https://{self.host or 'generativelanguage.googleapis.com'}/v1beta/models/gemini-2.5-flash:{method}",
-                {"x-goog-api-key": KEYS["gemini"]},
+                {"x-goog-api-key": KEYS["gemini"]} if self.stream else {},
                 {"contents": self.history, "systemInstruction": {"parts": [{"text": SYSTEM}]},
                  "tools": [{"functionDeclarations": [{"name": n, "description": d, "parameters": s}
                                                      for n, d, s in TOOLS]}]})

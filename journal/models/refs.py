@@ -10,10 +10,9 @@ from __future__ import annotations
 import hashlib
 import re
 
-from journal.blobstore import BlobStore, ref_object
+from journal.blobstore import BlobStore
 from journal.canonical import canonical_bytes
 
-MODES = ("off", "refs", "full")
 _HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 
 
@@ -57,8 +56,3 @@ def is_text_ref(value: object) -> bool:
 
 def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def ref_object_for(digest: str, size: int) -> dict:
-    """The full-mode reference for bytes already in the store."""
-    return ref_object(digest, size)
