@@ -142,3 +142,16 @@ def test_openai_compatible_server_through_the_connectors_file(upstream, tmp_path
     assert entries[1]["prompt_ref"] == entries[0]["hash"]
     assert TASK not in json.dumps(entries)
     assert _trajectory(b, "local", "--strict").returncode == 0
+
+
+def test_a_streamed_model_response_ends_only_once_its_entry_is_durable(refs_broker):
+    """The events pass as they arrive; the end of the stream waits for the entry (chunked HTTP/1.1)."""
+    with _client(refs_broker, "durable") as c:
+        for n in range(1, 4):
+            with c.stream("POST", "https://api.anthropic.com/v1/messages", headers={"x-api-key": KEYS["anthropic"]},
+                          json={"model": "m", "max_tokens": 9, "stream": True,
+                                "messages": [{"role": "user", "content": f"call {n}"}]}) as r:
+                assert r.headers["content-type"].startswith("text/event-stream")
+                assert b"message_stop" in b"".join(r.iter_raw())
+            entries = refs_broker.entries("durable")  # read at once, no waiting
+            assert len(entries) == n and entries[-1]["response"]["stream"]["format"] == "sse"
