@@ -17,6 +17,8 @@ from tests.model_agent import KEYS, SYSTEM, TASK, run_agent
 from tests.upstreams import Upstream
 from tests.upstreams.modelscript import DEFAULT_SCRIPT
 
+pytestmark = pytest.mark.e2e
+
 VARIANTS = [("anthropic", True), ("anthropic", False), ("openai.chat", True), ("openai.chat", False),
             ("openai.responses", True), ("openai.responses", False), ("gemini", True), ("gemini", False)]
 MODEL_TEXTS = [t["text"] for t in DEFAULT_SCRIPT]
