@@ -259,24 +259,34 @@ def trajectory(vault: Vault, session: str) -> dict:
 
 
 def _finish_turn(turn: dict, findings: list[dict]) -> dict:
-    """Decide which entries carried out each tool call of a turn; report the ones none did."""
+    """Decide which entries carried out each tool call of a turn; report the ones none did.
+
+    First the exact evidence for every call (an MCP entry with the same name and arguments, or the
+    recorded responses its result matched), then the turn's HTTPS entries nothing claimed go to the
+    first call still without one: a made-up result never borrows an entry another call's result
+    matched."""
     tied = list(turn.pop("tied"))
     results = turn.pop("_results")
-    claimed: set[int] = set()
-    asked = []
-    for call in turn["asked"]:
+    by: dict[int, list[int]] = {}
+    for i, call in enumerate(turn["asked"]):
         shown = results.get(id(call))
-        by = [e["seq"] for e in tied if e.get("capture") == "gateway" and (m := _mcp_call(e)) and _same_call(call, m)]
-        if not by and shown and shown["matches"]:
-            by = [s for s in shown["matches"] if s > turn["seq"]]
-        if not by:
-            by = [e["seq"] for e in tied if e.get("capture") != "gateway" and e["seq"] not in claimed]
-        claimed.update(by)
-        if not by:
+        found = [e["seq"] for e in tied
+                 if e.get("capture") == "gateway" and (m := _mcp_call(e)) and _same_call(call, m)]
+        if not found and shown and shown["matches"]:
+            found = [s for s in shown["matches"] if s > turn["seq"]]
+        by[i] = found
+    claimed = {s for seqs in by.values() for s in seqs}
+    spare = [e["seq"] for e in tied if e.get("capture") != "gateway" and e["seq"] not in claimed]
+    for i in by:
+        if not by[i] and spare:
+            by[i], spare = spare, []
+    asked = []
+    for i, call in enumerate(turn["asked"]):
+        if not by[i]:
             findings.append(_finding("not_carried_out", turn["seq"], (
                 f"tool call {call.name} ({call.id or 'no id'}) asked for by this model call was not carried out "
                 "by any recorded call")))
-        asked.append({**_call_json(call), "carried_out_by": by, "result": shown})
+        asked.append({**_call_json(call), "carried_out_by": by[i], "result": results.get(id(call))})
     return {**turn, "asked": asked, "calls": [e["seq"] for e in tied]}
 
 

@@ -157,3 +157,23 @@ def test_a_streamed_model_response_ends_only_once_its_entry_is_durable(refs_brok
                 assert b"message_stop" in b"".join(r.iter_raw())
             entries = refs_broker.entries("durable")  # read at once, no waiting
             assert len(entries) == n and entries[-1]["response"]["stream"]["format"] == "sse"
+
+
+def test_a_made_up_result_never_borrows_the_entry_of_another_call_of_its_turn(refs_broker, upstream):
+    models = upstream.state.models
+    with models.lock:
+        saved = models.script
+        models.script = [{"tool_calls": [
+            {"name": "slack_post_message", "arguments": {"channel": "#general", "text": "hi"}},
+            {"name": "gmail_list_messages", "arguments": {"q": "is:unread"}}]}, {"text": "Done."}]
+    try:
+        with _client(refs_broker, "two-calls") as c:
+            run_agent(c, "anthropic", fabricate=frozenset({"slack_post_message"}))
+    finally:
+        with models.lock:
+            models.script = saved
+    entries = refs_broker.entries("two-calls", 3)
+    assert [e["connector"] for e in entries] == ["anthropic", "gmail", "anthropic"]
+    report = json.loads(_trajectory(refs_broker, "two-calls", "--json").stdout)
+    assert [c["carried_out_by"] for c in report["turns"][0]["asked"]] == [[], [2]]
+    assert {(f["kind"], f["seq"]) for f in report["findings"]} == {("not_carried_out", 1), ("not_logged", 3)}
