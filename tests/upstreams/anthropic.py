@@ -43,7 +43,7 @@ def _sse(kind: str, data: dict[str, Any]) -> bytes:
 
 def messages(state: ModelState):
     def handler(req: Request, _m: re.Match[str]) -> Response:
-        if not req.header("x-api-key"):
+        if not (req.header("x-api-key") or req.bearer()):  # newer SDKs send the key as a bearer token
             return json_response({"type": "error", "error": {"type": "authentication_error",
                                                              "message": "x-api-key header is required"}}, 401)
         body = req.json_object()

@@ -124,11 +124,15 @@ def responses(state: ModelState):
                     yield ev("response.output_item.added", output_index=n, item=dict(item, content=[],
                                                                                      status="in_progress"))
                     text = item["content"][0]["text"]
+                    yield ev("response.content_part.added", item_id=item["id"], output_index=n, content_index=0,
+                             part={"type": "output_text", "text": "", "annotations": []})
                     for piece in words(text):
                         yield ev("response.output_text.delta", item_id=item["id"], output_index=n, content_index=0,
                                  delta=piece)
                     yield ev("response.output_text.done", item_id=item["id"], output_index=n, content_index=0,
                              text=text)
+                    yield ev("response.content_part.done", item_id=item["id"], output_index=n, content_index=0,
+                             part=item["content"][0])
                 else:
                     yield ev("response.output_item.added", output_index=n, item=dict(item, arguments="",
                                                                                      status="in_progress"))
