@@ -1,4 +1,4 @@
-"""The official Anthropic and OpenAI Python SDKs through `broker run --prompts refs`: their requests,
+"""The official Anthropic, OpenAI and Google Gen AI Python SDKs through `broker run --prompts refs`: their requests,
 streamed and not, are recorded as model entries, and their parsers accept what reaches them (the
 stream passes through unchanged, and the fake model APIs answer in the shapes the SDKs expect)."""
 
@@ -83,3 +83,24 @@ def test_openai_sdk_chat_and_responses_streamed(broker):
     assert entries[1]["response"]["body"]["output"][1]["name"] == "gmail_list_messages"
     dumped = json.dumps(entries)
     assert TASK not in dumped and "sdk-key-never-recorded" not in dumped
+
+
+def test_google_genai_sdk_generate_and_stream(broker):
+    from google import genai
+    from google.genai import types
+
+    with _http(broker, "sdk-gemini") as http:
+        client = genai.Client(api_key="AIzaSySdkKeyNeverRecorded0123456789",
+                              http_options=types.HttpOptions(httpx_client=http))
+        tool = types.Tool(function_declarations=[types.FunctionDeclaration(
+            name=TOOL["name"], description=TOOL["description"], parameters_json_schema=TOOL["input_schema"])])
+        config = types.GenerateContentConfig(tools=[tool], automatic_function_calling={"disable": True})
+        plain = client.models.generate_content(model="gemini-2.5-flash", contents=TASK, config=config)
+        chunks = list(client.models.generate_content_stream(model="gemini-2.5-flash", contents=TASK, config=config))
+    assert plain.function_calls[0].name == "gmail_list_messages"
+    assert [c.name for chunk in chunks for c in chunk.function_calls or ()] == ["gmail_list_messages"]
+    entries = broker.entries("sdk-gemini", 2)
+    assert [("stream" in e["response"]) for e in entries] == [False, True]
+    assert all(e["connector"] == "gemini" and e["request"]["prompt_capture"] == "refs" for e in entries)
+    dumped = json.dumps(entries)
+    assert TASK not in dumped and "SdkKeyNeverRecorded" not in dumped
