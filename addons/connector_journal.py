@@ -54,6 +54,10 @@ from addons.upstream_resolve import UpstreamResolve  # noqa: E402
 from journal.bodies import JSON_PARSE_LIMIT, SPILL_THRESHOLD, BodyCapture, is_json_type  # noqa: E402
 from journal.checkpoint.autoseal import DEFAULT_ENTRIES, DEFAULT_SECONDS, AutosealConfig  # noqa: E402
 from journal.connectors import Registry  # noqa: E402
+from journal.models import MODES as PROMPT_MODES  # noqa: E402
+from journal.models import route_call  # noqa: E402
+from journal.models.capture import StreamHold  # noqa: E402
+from journal.models.linking import links_for  # noqa: E402
 from journal.record import Prepared, Recorder, text_pairs, wire_text  # noqa: E402
 from journal.redact import REDACTED, is_token_exchange, redact_url  # noqa: E402
 from journal.service import failure_fields, material_fields  # noqa: E402
@@ -70,7 +74,7 @@ ERROR_HEADER = "X-Broker-Error"
 _META = "broker"
 _CACHED_OPTIONS = (
     "broker_session", "broker_agent", "broker_principal", "broker_record_unknown", "broker_on_journal_error",
-    "broker_spill_threshold", "broker_recorder",
+    "broker_spill_threshold", "broker_recorder", "broker_prompts",
 )
 _SEAL_OPTIONS = frozenset({"broker_seal_key", "broker_checkpoint_entries", "broker_checkpoint_seconds",
                            "broker_witness"})
@@ -131,7 +135,7 @@ class _Call:
 
     __slots__ = (
         "session", "agent", "principal", "connector", "url", "req_fields", "req_cap", "resp_cap", "req_material",
-        "sent", "inline", "resp_fields",
+        "sent", "inline", "resp_fields", "prompt",
     )
 
     def __init__(
@@ -147,6 +151,7 @@ class _Call:
         self.sent: tuple[int, int] | None = None  # its handle there
         self.inline = False  # no live recording service when the call went upstream: recorded here
         self.resp_fields: tuple[tuple[bytes, bytes], ...] | None = None  # the upstream's, before re-framing
+        self.prompt: dict = {}  # prompt capture on: {"prompts": mode} (+ "model_api" for a model call)
 
 
 
@@ -206,6 +211,11 @@ class ConnectorJournal:
         loader.add_option("broker_checkpoint_entries", int, DEFAULT_ENTRIES, "A checkpoint every N entries.")
         loader.add_option("broker_checkpoint_seconds", float, DEFAULT_SECONDS, "A checkpoint every T seconds.")
         loader.add_option("broker_witness", Sequence[str], [], "tlog-witness URL to cosign each checkpoint.")
+        loader.add_option(
+            "broker_prompts", str, "off",
+            "Prompt capture: off (model API calls pass unrecorded), refs (model calls recorded with every "
+            "text replaced by its SHA-256 and size) or full (the same, with the texts in the blob store).",
+        )
 
     def configure(self, updated: set[str]) -> None:
         opts = ctx.options
@@ -215,6 +225,8 @@ class ConnectorJournal:
             raise exceptions.OptionsError("broker_on_journal_error must be 'block' or 'pass'")
         if "broker_recorder" in updated and opts.broker_recorder not in ("process", "inline"):
             raise exceptions.OptionsError("broker_recorder must be 'process' or 'inline'")
+        if "broker_prompts" in updated and opts.broker_prompts not in PROMPT_MODES:
+            raise exceptions.OptionsError(f"broker_prompts must be one of {', '.join(PROMPT_MODES)}")
         if "broker_connectors" in updated:
             reg = Registry.builtin()
             try:
@@ -326,7 +338,11 @@ class ConnectorJournal:
         creds = creds or self.identities.get(flow.client_conn)
         pretty_host, origin = _origin(req)
         call_url = _pretty_url(req, origin)
-        connector = self.registry.match(pretty_host, req.path.split("?", 1)[0])
+        path = req.path.split("?", 1)[0]
+        connector, model_api = route_call(self.registry, self.registry.match(pretty_host, path), pretty_host, path)
+        prompts = self._opts["broker_prompts"]
+        if model_api is not None and prompts == "off":
+            return  # model calls pass unrecorded unless prompt capture is on (docs/prompts.md)
         if connector is None:
             if not self._opts["broker_record_unknown"]:
                 if self._sealing:
@@ -354,7 +370,9 @@ class ConnectorJournal:
             self._opts["broker_principal"] or None
         )
         call = _Call(session, agent, principal, connector, call_url, fields)
-        if self._must_stream(fields):
+        if prompts != "off":
+            call.prompt = {"prompts": prompts, "model_api": model_api} if model_api else {"prompts": prompts}
+        if self._must_stream(fields) and model_api is None:  # a model request is held whole, to be referenced
             # Token exchanges leave no entry and no blob: known by URL here, before a body is captured
             # (one known only by its body is dropped by the recorder, which sees that body).
             if is_token_exchange(req.method, call_url, text_pairs(fields), None):
@@ -415,7 +433,7 @@ class ConnectorJournal:
             if is_token_exchange(flow.request.method, call.url, text_pairs(call.req_fields), None):
                 self._drop(flow)
                 return
-            call.resp_cap = self._capture(flow.response.headers)
+            call.resp_cap = StreamHold() if "model_api" in call.prompt else self._capture(flow.response.headers)
             call.resp_fields = flow.response.headers.fields
             flow.response.stream = self._streamer(call.resp_cap)
             _hold_back_the_end(flow)
@@ -471,6 +489,7 @@ class ConnectorJournal:
             "status": status, "response_headers": resp_fields, "response_body": None, "error": error, "ts": ts,
             "mcp": self.attribute(flow, call.session) if self.attribute is not None else None,
             "answered_by": answered_by, "fail_closed": self._opts["broker_on_journal_error"] == "block",
+            **call.prompt,
         }
 
         def bodies() -> None:
@@ -512,7 +531,9 @@ class ConnectorJournal:
             raise JournalError(why) from None
         if fields is None:
             return False
-        await asyncio.to_thread(self.recorder.writer.append, fields, dedupe=dedupe)
+        entry = await asyncio.to_thread(self.recorder.writer.append, fields, dedupe=dedupe)
+        if "prompt_capture" in entry["request"]:
+            links_for(self.recorder).on_recorded(entry)
         return True
 
     def _request_material(self, call: _Call, flow: http.HTTPFlow) -> dict:
@@ -520,6 +541,7 @@ class ConnectorJournal:
             "session": call.session, "agent": call.agent, "principal": call.principal,
             "connector": call.connector, "method": flow.request.method, "url": call.url,
             "request_headers": call.req_fields, "request_body": self._body(flow.request, call.req_cap),
+            **call.prompt,
         }
 
     def _drop(self, flow: http.HTTPFlow) -> None:
@@ -533,7 +555,9 @@ class ConnectorJournal:
                     cap.abort()
 
     @staticmethod
-    def _body(message: http.Message, cap: BodyCapture | None):
+    def _body(message: http.Message, cap: BodyCapture | StreamHold | None):
+        if isinstance(cap, StreamHold):
+            return cap.data()
         if cap is not None:
             value, extra = cap.finish()
             return Prepared(value, extra)
@@ -576,7 +600,7 @@ class ConnectorJournal:
         )
 
     @staticmethod
-    def _streamer(cap: BodyCapture):
+    def _streamer(cap: BodyCapture | StreamHold):
         def chunk(data: bytes) -> bytes:
             if data:
                 cap.feed(data)

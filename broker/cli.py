@@ -24,10 +24,11 @@ def _register() -> None:
         proxy_commands,
         replay_commands,
         seal_commands,
+        trajectory_commands,
     )
 
     for module in (audit_commands, seal_commands, proxy_commands, mcp_commands, replay_commands, exec_commands,
-                   checkpoint_commands):
+                   checkpoint_commands, trajectory_commands):
         for command in module.COMMANDS:
             cli.add_command(command)
 

@@ -40,12 +40,14 @@ _CTX = {"ignore_unknown_options": True, "allow_interspersed_args": False}
               help="Messages up to this size are parsed and recorded; larger ones are relayed unparsed.")
 @click.option("--spill-threshold", type=int, default=None, help="Spill values larger than this many bytes.")
 @seal_options
+@click.option("--record-tools-list", is_flag=True,
+              help="Also record each tools/list answer (effect read): the tool definitions the model reads.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def mcp(
     vault_dir: str, session: str, agent: str, principal: str, connector: str, effects_file: str, listen: str,
     upstream: str, through_broker: bool, confdir: str, upstream_ca: str | None, upstream_insecure: bool,
     resolve: tuple[str, ...], call_timeout: float | None, cancel_grace: float, max_message_mib: int,
-    spill_threshold: int | None, command: tuple[str, ...], seal_key: str | None = None,
+    spill_threshold: int | None, record_tools_list: bool, command: tuple[str, ...], seal_key: str | None = None,
     checkpoint_entries: int = 0, checkpoint_seconds: float = 0.0, witness: tuple[str, ...] = (),
 ) -> int:
     """Record MCP tool calls: relay an MCP server and journal every tools/call and resources/read.
@@ -64,6 +66,7 @@ def mcp(
     from journal.record import Recorder
     from journal.vault import session_filename
 
+    CallJournal.record_tool_lists = record_tools_list  # one shim per process
     argv = list(command)
     if argv and argv[0] == "--":
         argv = argv[1:]

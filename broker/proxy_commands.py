@@ -58,11 +58,16 @@ def parse_listen(listen: str) -> tuple[str, int]:
     help="Proxy processes on the one port (SO_REUSEPORT), each with its own recording service, sharing the vault.",
 )
 @seal_options
+@click.option(
+    "--prompts", type=click.Choice(["off", "refs", "full"]), default="off", show_default=True,
+    help="Prompt capture: off (model API calls pass unrecorded), refs (model calls recorded, every text "
+    "replaced by its SHA-256 and size), full (the same, texts in the blob store). docs/prompts.md.",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Log every recorded call.")
 def run(
     vault_dir: str, listen: str, confdir: str, session: str, agent: str, principal: str, connectors_file: str,
     resolve: tuple[str, ...], upstream_ca: str | None, upstream_insecure: bool, on_journal_error: str,
-    record_unknown: bool, spill_threshold: int | None, recorder: str, workers: int, verbose: bool,
+    record_unknown: bool, spill_threshold: int | None, recorder: str, workers: int, prompts: str, verbose: bool,
     seal_key: str | None = None, checkpoint_entries: int = 0, checkpoint_seconds: float = 0.0,
     witness: tuple[str, ...] = (),
 ) -> int:
@@ -91,7 +96,7 @@ def run(
         vault=vault_dir, listen_host=host, listen_port=port, confdir=confdir, session=session, agent=agent,
         principal=principal, connectors=connectors_file, resolve=list(resolve), upstream_ca=upstream_ca,
         upstream_insecure=upstream_insecure, on_journal_error=on_journal_error, record_unknown=record_unknown,
-        spill_threshold=spill_threshold, recorder=recorder,
+        spill_threshold=spill_threshold, recorder=recorder, prompts=prompts,
     )
     if seal is not None:
         config.seal_key, config.witness = str(Path(seal.key_path).resolve()), seal.witnesses

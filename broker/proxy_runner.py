@@ -63,6 +63,7 @@ class ProxyConfig:
     checkpoint_entries: int | None = None
     checkpoint_seconds: float | None = None
     witness: list[str] = field(default_factory=list)
+    prompts: str = "off"
 
 
 def ca_cert_path(confdir: str) -> Path:
@@ -134,6 +135,7 @@ class EmbeddedProxy:
             "broker_principal": c.principal, "broker_connectors": c.connectors,
             "broker_resolve": list(c.resolve), "broker_on_journal_error": c.on_journal_error,
             "broker_record_unknown": c.record_unknown, "connection_strategy": "lazy", "broker_recorder": c.recorder,
+            "broker_prompts": c.prompts,
         }
         if c.mode:
             update["mode"] = list(c.mode)

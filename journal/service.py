@@ -49,6 +49,8 @@ from datetime import UTC, datetime
 from journal.bodies import JSON_PARSE_LIMIT, SPILL_THRESHOLD, decoded_prefix
 from journal.checkpoint.autoseal import AutosealConfig
 from journal.connectors import Registry
+from journal.models.capture import complete as complete_prompt_capture
+from journal.models.linking import links_for
 from journal.record import Recorder, RequestHalf, principal_fingerprint, text_pairs, wire_field
 from journal.redact import header_value
 from journal.vault import VaultError
@@ -83,6 +85,9 @@ def split_frames(buf: bytearray) -> tuple[list, int]:
 def request_half(recorder: Recorder, m: dict) -> RequestHalf | None:
     """The request's half of an entry from a call's raw material (see `material_fields`), or None
     for a token exchange."""
+    if m.get("prompts"):  # prompt capture on (docs/prompts.md): prompt_ref, and a model call's references
+        links_for(recorder).on_request(m)
+        m = complete_prompt_capture(recorder, m, request=True)
     method, url = wire_field(m["method"])[0], wire_field(m["url"])[0]
     req_headers = text_pairs(m["request_headers"])
     connector, effect = m["connector"], m.get("effect")
@@ -104,16 +109,18 @@ def request_half(recorder: Recorder, m: dict) -> RequestHalf | None:
         session=m["session"], agent=m["agent"], principal=m.get("principal") or principal_fingerprint(req_headers, url),
         connector=connector, capture=m.get("capture", "broker"), effect=effect, method=m["method"], url=m["url"],
         request_headers=m["request_headers"], request_body=body, effect_basis=basis,
-        request_extra=m.get("request_extra"),
+        request_extra=m.get("request_extra"), prompt_ref=m.get("prompt_ref"),
     )
 
 
 def response_fields(recorder: Recorder, half: RequestHalf, m: dict) -> dict:
     """The entry fields from a request half and the response's raw material."""
+    if m.get("prompts"):
+        m = complete_prompt_capture(recorder, m, request=False)
     return recorder.prepare_response(
         half, status=m.get("status"), response_headers=m.get("response_headers") or (),
         response_body=m.get("response_body"), error=m.get("error"), ts=datetime.fromtimestamp(m["ts"], UTC),
-        mcp=m.get("mcp"), answered_by=m.get("answered_by"),
+        mcp=m.get("mcp"), answered_by=m.get("answered_by"), response_extra=m.get("response_extra"),
     )
 
 
@@ -227,6 +234,11 @@ class Service:
                 log.error("a message that is not (kind, call id, ...) was skipped")
                 continue
             kind, call_id, *rest = message
+            if kind in ("request", "call") and rest and isinstance(rest[0], dict) and rest[0].get("prompts"):
+                try:
+                    links_for(self.recorder).on_request(rest[0])  # prompt_ref as of its arrival
+                except Exception as exc:  # noqa: BLE001 - the call is recorded all the same, without it
+                    log.error("prompt_ref of call %d not linked: %s", call_id, _failure(exc))
             if kind == "forget":
                 self.raw.pop(call_id, None)
                 self.halves.pop(call_id, None)
@@ -258,6 +270,8 @@ class Service:
                 results = [JournalError(_failure(exc))] * len(batch)
             for (pos, failed), result in zip(appended, results, strict=True):
                 call_id = acks[pos][0]
+                if isinstance(result, dict) and "prompt_capture" in result["request"]:
+                    links_for(self.recorder).on_recorded(result)
                 if isinstance(result, dict) and failed is None:
                     acks[pos] = (call_id, "ok", result["seq"], False)
                 elif isinstance(result, dict):

@@ -38,6 +38,7 @@ from journal.chain import GENESIS
 from journal.entry import ContractError, validate_entry
 from journal.reader import Line, iter_lines
 from journal.seal import Seal, check_signature, read_seal
+from journal.trajectory import ToolListWatch
 from journal.vault import Vault
 
 KINDS = (
@@ -87,6 +88,7 @@ def verify_session(
     blobs = BlobStore(vault.root)
     blob_ok: dict[str, str | None] = {}
     expected_prev = GENESIS
+    tool_lists = ToolListWatch()
     lines = iter_lines(path)
     for line in lines:
         k = line.index + 1
@@ -115,6 +117,8 @@ def verify_session(
         report.last_ts = entry["ts"]
         if on_entry is not None:
             on_entry(entry)
+        tool_lists.observe(entry)
+    report.notes += tool_lists.notes()  # docs/prompts.md: tool definitions changed within the session
     for q in sorted(path.parent.glob(path.name + ".torn-*")):
         report.notes.append(f"torn tail quarantined by the writer: {q.name} ({q.stat().st_size} bytes)")
     _check_seal(report, seal, seal_key, sealed_hash)

@@ -98,6 +98,9 @@ def test_certificate_covers_every_host_and_resolve_args(up: Upstream) -> None:
         "github.com",
         "graph.microsoft.com",
         "login.microsoftonline.com",
+        "api.anthropic.com",
+        "api.openai.com",
+        "generativelanguage.googleapis.com",
         "localhost",
         "127.0.0.1",
     }

@@ -139,7 +139,7 @@ class EffectRules:
         return Decision(WRITE, "annotations without readOnlyHint true", ANNOTATIONS)
 
     def decide(self, method: str, params: object, catalog: ToolCatalog) -> Decision:
-        if method == "resources/read":
-            return Decision(READ, "resources/read", RULE)
+        if method in ("resources/read", "tools/list"):
+            return Decision(READ, method, RULE)
         name = params.get("name") if isinstance(params, dict) else None
         return self.decide_tool(name, catalog)

@@ -231,7 +231,7 @@ class HttpRelay:
             if msg.kind != "request":
                 continue
             call = None
-            if msg.method in RECORDED_METHODS:
+            if self.journal.records(msg.method):
                 raw = body if not line.batch or oversize is not None else dumps(msg.value)
                 call = self.journal.start(msg, raw, url=url, request_headers=headers, principal=principal,
                                           oversize=oversize)

@@ -34,10 +34,11 @@ from datetime import UTC, datetime
 from pathlib import PurePath
 
 from broker.mcp.effects import EffectRules, ToolCatalog
-from broker.mcp.messages import Message, server_name
+from broker.mcp.messages import RECORDED_METHODS, Message, server_name
 from broker.mcp.oversize import OversizeLine
 from journal.bodies import encode_body
 from journal.entry import ContractError
+from journal.models.linking import tool_call_prompt_ref
 from journal.record import JsonValue, Prepared, Recorder
 from journal.redact import REDACTED, contains_credential, redact_body, redact_json_value
 from journal.writer import JournalError
@@ -152,6 +153,14 @@ class PendingCall:
 
 class CallJournal:
     """Builds and writes the entries of one relay (one upstream)."""
+
+    record_tool_lists = False
+    """`broker mcp --record-tools-list`: `tools/list` answers (the tool definitions the model will read)
+    are entries too, effect read, so `broker trajectory` can report definitions that change (docs/prompts.md)."""
+
+    def records(self, method: str | None) -> bool:
+        """Whether a client request of this method becomes an entry."""
+        return method in RECORDED_METHODS or (self.record_tool_lists and method == "tools/list")
 
     def __init__(
         self, recorder: Recorder, identity: Identity, *, url: str, fallback: str, connector: str | None = None,
@@ -313,8 +322,12 @@ class CallJournal:
                                             "the line as received"}
         else:
             resp_body = None
+        prompt_ref = tool_call_prompt_ref(  # docs/prompts.md: a tools/call the model asked for, exactly
+            self.recorder.writer.vault, self.identity.session, call.method,
+            msg.value.get("params") if msg.strict and isinstance(msg.value, dict) else None,
+        )
         return self.recorder.prepare(
-            session=self.identity.session, agent=self.identity.agent,
+            session=self.identity.session, agent=self.identity.agent, prompt_ref=prompt_ref,
             principal=call.principal or self.identity.principal, connector=self.connector, capture="gateway",
             effect=call.effect, method=call.method, url=call.url, request_headers=call.request_headers,
             request_body=req_body, status=status, response_headers=response_headers, response_body=resp_body,

@@ -282,7 +282,7 @@ class LineRelay:
         if msg.kind == "request":
             key = id_key(msg.id)
             self.methods[key] = (msg.method or "?", msg.id)
-            if msg.method in RECORDED_METHODS:
+            if self.journal.records(msg.method):
                 if key in self.pending:
                     say(f"the client reused id {key} while its earlier call is unanswered; the earlier one is "
                         "recorded without an answer")

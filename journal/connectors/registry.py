@@ -85,6 +85,7 @@ class _Connector:
     module: ModuleType | None  # built-in behaviour; None for a connector defined only in TOML
     extra_match: tuple[tuple[re.Pattern[str], tuple[str, ...]], ...] = ()  # (hosts regex, path prefixes)
     rules: tuple[_Rule, ...] = field(default=())
+    model_api: str | None = None  # "anthropic", "openai" or "gemini": a model API (journal.models)
 
     def matches(self, host: str, path: str) -> bool:
         if self.module is not None and self.module.match(host, path):
@@ -98,10 +99,11 @@ class _Connector:
 class Registry:
     """Recognises connector calls and classifies their effect. Immutable."""
 
-    __slots__ = ("_connectors",)
+    __slots__ = ("_connectors", "_model_apis")
 
     def __init__(self, connectors: Sequence[_Connector] = ()) -> None:
         self._connectors: tuple[_Connector, ...] = tuple(connectors)
+        self._model_apis = {c.name: c.model_api for c in self._connectors if c.model_api}
 
     @classmethod
     def builtin(cls) -> Registry:
@@ -165,13 +167,18 @@ class Registry:
                 return connector
         return None
 
+    def model_api(self, name: str) -> str | None:
+        """The model API a connector speaks (`model_api` in a connectors file), or None."""
+        return self._model_apis.get(name)
+
     def __repr__(self) -> str:
         return f"Registry({self.names()})"
 
 
 # --- TOML files -------------------------------------------------------------------------------
 
-_CONNECTOR_KEYS = frozenset({"name", "hosts", "path_prefixes", "rule", "disabled"})
+_CONNECTOR_KEYS = frozenset({"name", "hosts", "path_prefixes", "rule", "disabled", "model_api"})
+MODEL_APIS = ("anthropic", "openai", "gemini")
 _RULE_KEYS = frozenset({"methods", "path", "path_regex", "effect"})
 _Fail = Callable[[str], ValueError]
 
@@ -224,6 +231,9 @@ def _apply_file(current: tuple[_Connector, ...], path: Path) -> tuple[_Connector
             continue
 
         extra = _parse_match(entry, fail, where)
+        model_api = entry.get("model_api")
+        if model_api is not None and model_api not in MODEL_APIS:
+            raise fail(f"{where}: 'model_api' must be one of {list(MODEL_APIS)}")
         rules = tuple(
             _parse_rule(rule, fail, f"{where} rule #{n}", f"{path.name} rule {n}")
             for n, rule in enumerate(_rule_list(entry, fail, where), 1)
@@ -231,10 +241,12 @@ def _apply_file(current: tuple[_Connector, ...], path: Path) -> tuple[_Connector
         if existing is None:
             if not extra:
                 raise fail(f"{where}: a new connector needs 'hosts'")
-            added.append(_Connector(name, None, extra, rules))
+            added.append(_Connector(name, None, extra, rules, model_api))
         else:
             old = connectors[existing]
-            connectors[existing] = replace(old, extra_match=old.extra_match + extra, rules=rules + old.rules)
+            connectors[existing] = replace(
+                old, extra_match=old.extra_match + extra, rules=rules + old.rules, model_api=model_api or old.model_api
+            )
     return tuple(added) + tuple(connectors)
 
 

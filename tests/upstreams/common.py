@@ -27,7 +27,10 @@ GITHUB_HOSTS = frozenset({"api.github.com", "github.com"})
 GRAPH_HOSTS = frozenset({"graph.microsoft.com"})
 MSLOGIN_HOSTS = frozenset({"login.microsoftonline.com"})
 LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1"})
-ALL_HOSTS: list[str] = sorted(GOOGLE_HOSTS | SLACK_HOSTS | GITHUB_HOSTS | GRAPH_HOSTS | MSLOGIN_HOSTS) + [
+MODEL_HOSTS = frozenset({"api.anthropic.com", "api.openai.com", "generativelanguage.googleapis.com"})
+ALL_HOSTS: list[str] = sorted(
+    GOOGLE_HOSTS | SLACK_HOSTS | GITHUB_HOSTS | GRAPH_HOSTS | MSLOGIN_HOSTS | MODEL_HOSTS
+) + [
     "localhost",
     "127.0.0.1",
 ]

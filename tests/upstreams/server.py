@@ -26,7 +26,7 @@ from typing import Any
 
 import trustme
 
-from . import drive, gcalendar, generic, github, gmail, graph, oauth, slack
+from . import anthropic, drive, gcalendar, gemini, generic, github, gmail, graph, oauth, openai, slack
 from .common import (
     ALL_HOSTS,
     LOCAL_HOSTS,
@@ -38,6 +38,7 @@ from .common import (
     flavor_for_host,
     flavor_headers,
 )
+from .modelscript import ModelState
 from .wire import BadBody, BodyReader
 
 GZIP_MIN = 1024
@@ -54,6 +55,7 @@ class FakeState:
     slack: slack.SlackState
     github: github.GitHubState
     graph: graph.GraphState
+    models: ModelState
 
 
 def build_routes(state: FakeState) -> list[Route]:
@@ -67,6 +69,9 @@ def build_routes(state: FakeState) -> list[Route]:
         + slack.routes(state.slack)
         + github.routes(state.github)
         + graph.routes(state.graph)
+        + anthropic.routes(state.models)
+        + openai.routes(state.models)
+        + gemini.routes(state.models)
     )
 
 
@@ -337,6 +342,7 @@ class Upstream:
             slack=slack.SlackState(spill),
             github=github.GitHubState(),
             graph=graph.GraphState(),
+            models=ModelState(),
         )
         self._routes = build_routes(self.state)
         self._server = _TLSServer(("127.0.0.1", 0), ctx, self)

@@ -1,0 +1,169 @@
+"""Model-call entries: the bodies of a call to a model API with every text referenced.
+
+Called by the recording service (`journal.service`) for material the addon marks with
+`model_api` and `prompts` (the mode). Order, as for every body: decoded, redacted, then the texts
+are replaced by references (so in `full` mode no credential reaches a blob either).
+
+Request: the JSON body with texts referenced, plus `request.prompt_capture` (the mode) and
+`request.model_api`. Response: the JSON body referenced the same way; a streamed response (SSE,
+or Gemini's JSON array of chunks) is recorded as the message its events build, in the API's
+non-streamed shape, with `response.stream` = `{"format", "events", "sha256", "size"}` describing the
+stream as received (hash and size of the decoded bytes; the bytes themselves are not kept).
+A body that is not JSON is one reference.
+
+Connector calls recorded while prompt capture is on carry `response.body_sha256`: the SHA-256 of
+the decoded, redacted response body, which is what an agent usually shows the model as the tool
+result (`journal.trajectory` matches tool results against it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from journal.bodies import JSON_PARSE_LIMIT, decoded_prefix, media_type, parse_json_strict
+from journal.models import APIS
+from journal.models.refs import Referencer
+from journal.record import Prepared, Recorder, text_pairs
+from journal.redact import header_value, redact_body, redact_json_value
+
+MODEL_BODY_LIMIT = 64 << 20
+"""Model bodies are decoded whole up to this size; a larger one is kept as one reference."""
+
+
+def _plain(body: bytes, headers: list[tuple[str, str]]) -> bytes | None:
+    return decoded_prefix(body, header_value(headers, "content-encoding"), MODEL_BODY_LIMIT)
+
+
+def _opaque(r: Referencer, body: bytes, ctype: str | None) -> object:
+    """A body that is not JSON (or too big): one reference over its redacted bytes."""
+    return r.raw(redact_body(body, ctype))
+
+
+def request_material(recorder: Recorder, m: dict) -> dict:
+    """The material of a model call's request with its body referenced and its effect read."""
+    mode, api = m["prompts"], APIS[m["model_api"]]
+    headers = text_pairs(m["request_headers"])
+    out = dict(m, request_headers=headers, effect="read")
+    body = m.get("request_body")
+    extra = {"prompt_capture": mode, "model_api": api.NAME}
+    if not isinstance(body, bytes) or not body:
+        # The addon never streams a model call's request (it could not be referenced): no body here.
+        why = {"body_error": "request body not captured"} if body is not None else {}
+        out["request_body"] = Prepared(None, {**extra, **why})
+        return out
+    r = Referencer(mode, recorder.blobs)
+    ctype = header_value(headers, "content-type")
+    plain = _plain(body, headers)
+    if plain is None:
+        out["request_body"] = Prepared(_opaque(r, body, ctype), {**extra, "content_encoding_error": "not decoded"})
+        return out
+    ok, value = parse_json_strict(plain)
+    if ok and isinstance(value, dict):
+        value = api.reference_request(redact_json_value(value), r)
+    else:
+        value = _opaque(r, plain, ctype)
+    out["request_body"] = Prepared(value, extra)
+    return out
+
+
+def response_material(recorder: Recorder, m: dict) -> dict:
+    """The response half of a model call's material with its body referenced (streams assembled)."""
+    mode, api = m["prompts"], APIS[m["model_api"]]
+    headers = text_pairs(m.get("response_headers") or ())
+    out = dict(m, response_headers=headers)
+    body = m.get("response_body")
+    if not isinstance(body, bytes) or not body:
+        return out
+    r = Referencer(mode, recorder.blobs)
+    ctype = header_value(headers, "content-type")
+    plain = _plain(body, headers)
+    if plain is None:
+        out["response_body"] = Prepared(_opaque(r, body, ctype), {"content_encoding_error": "not decoded"})
+        return out
+    extra: dict = {}
+    value: object = None
+    if media_type(ctype) == "text/event-stream":
+        assembled = api.assemble_stream(plain)
+        extra["stream"] = _stream_info("sse", plain)
+        value = assembled
+    else:
+        ok, parsed = parse_json_strict(plain)
+        if ok and isinstance(parsed, list) and api.NAME == "gemini":
+            from journal.models.gemini import merge_chunks
+
+            extra["stream"] = _stream_info("json-array", plain, len(parsed))
+            value = merge_chunks(parsed)
+        elif ok and isinstance(parsed, dict):
+            value = parsed
+    if isinstance(value, dict):
+        out["response_body"] = Prepared(api.reference_response(redact_json_value(value), r), extra)
+    else:
+        out["response_body"] = Prepared(_opaque(r, plain, ctype), extra)
+    return out
+
+
+def _stream_info(fmt: str, plain: bytes, events: int | None = None) -> dict:
+    if events is None:
+        from journal.models.sse import parse_events
+
+        events = len(parse_events(plain))
+    return {"format": fmt, "events": events, "sha256": hashlib.sha256(plain).hexdigest(), "size": len(plain)}
+
+
+def body_digest(m: dict) -> dict:
+    """`{"body_sha256": ...}` for a connector call's response recorded while prompt capture is on:
+    the SHA-256 of its decoded, redacted body (what a tool result shown to the model would hold)."""
+    body = m.get("response_body")
+    if not isinstance(body, bytes) or not body:
+        return {}
+    headers = text_pairs(m.get("response_headers") or ())
+    plain = decoded_prefix(body, header_value(headers, "content-encoding"), JSON_PARSE_LIMIT)
+    if plain is None:
+        return {}
+    return {"body_sha256": hashlib.sha256(redact_body(plain, header_value(headers, "content-type"))).hexdigest()}
+
+
+def complete(recorder: Recorder, m: dict, *, request: bool) -> dict:
+    """The hook the recording service calls on every call's material (request or response half):
+    model calls get their bodies referenced; connector calls recorded with prompt capture on get
+    `response.body_sha256`. Material without `prompts` is returned as it is."""
+    if not m.get("prompts"):
+        return m
+    if m.get("model_api"):
+        return request_material(recorder, m) if request else response_material(recorder, m)
+    if request:
+        return m
+    digest = body_digest(m)
+    return dict(m, response_extra={**(m.get("response_extra") or {}), **digest}) if digest else m
+
+
+class StreamHold:
+    """A model response streaming through the proxy (SSE): the bytes are held in memory as they pass
+    so the entry can reference the assembled message; nothing is written to the blob store (in
+    `refs` mode nothing may be). Same `feed` / `abort` as `journal.bodies.BodyCapture`. Beyond
+    `limit` bytes only the hash and size of the stream are kept (and the entry says so)."""
+
+    def __init__(self, limit: int = MODEL_BODY_LIMIT) -> None:
+        self._buf = bytearray()
+        self._hash = hashlib.sha256()
+        self._size = 0
+        self.limit = limit
+
+    def feed(self, data: bytes) -> None:
+        self._hash.update(data)
+        self._size += len(data)
+        if self._size <= self.limit:
+            self._buf += data
+        elif self._buf:
+            self._buf = bytearray()
+
+    def data(self) -> bytes | Prepared | None:
+        """The stream's bytes; past the limit, a `Prepared` reference to them (hash and size, as
+        received: possibly content-encoded) with `prompt_capture_error`."""
+        if self._size > self.limit:
+            return Prepared({"sha256": self._hash.hexdigest(), "size": self._size}, {
+                "prompt_capture_error": f"stream over {self.limit} bytes: kept as its hash and size only"})
+        return bytes(self._buf) or None
+
+    def abort(self) -> None:
+        self._buf = bytearray()
