@@ -196,7 +196,7 @@ class CallJournal:
     def start(
         self, message: Message, raw: bytes, *, url: str | None = None,
         request_headers: list[tuple[str, str]] | None = None, principal: str | None = None,
-        oversize: OversizeLine | None = None,
+        oversize: OversizeLine | None = None, ask_tools: Callable[[Message], asyncio.Future] | None = None,
     ) -> PendingCall:
         method = message.method or "?"
         decision = self.rules.decide(method, message.params, self.catalog)
@@ -206,9 +206,10 @@ class CallJournal:
             request_headers=list(request_headers or []), principal=principal, oversize=oversize,
         )
         tool = call.tool
-        if (method == "tools/call" and tool is not None and self.ask_tools is not None
+        ask = ask_tools or self.ask_tools
+        if (method == "tools/call" and tool is not None and ask is not None
                 and not self.rules.overrides(tool) and tool not in self.catalog):
-            call.lookup = self.ask_tools(message)
+            call.lookup = ask(message)
         if self.tracker is not None:
             self.tracker.started(call)
         return call
