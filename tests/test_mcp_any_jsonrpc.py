@@ -299,3 +299,52 @@ def test_published_server_first_call_is_a_read(tmp_path: Path) -> None:
     asyncio.run(scenario())
     (e,) = entries(vault)
     assert (e["effect"], e["request"]["effect_basis"]) == ("read", "annotations")
+
+
+def test_tools_list_changed_makes_the_shim_ask_again(tmp_path: Path) -> None:
+    shim = RawShim(tmp_path)
+
+    def own_lists() -> int:
+        return sum(b"broker-mcp/" in x for x in shim.received_by_server())
+
+    try:
+        shim.handshake()  # the client's listing, page 1
+        shim.send({"jsonrpc": "2.0", "id": "p2", "method": "tools/list", "params": {"cursor": "page-2"}})
+        assert shim.recv_json()["id"] == "p2"
+        _sentinel(shim, "echo", text="listed")
+        change = b'{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}\n'
+        _, before = _sentinel(shim, "emit", b64=base64.b64encode(change).decode())
+        assert before == [change] and own_lists() == 0
+        _sentinel(shim, "echo", text="after the change")  # the listing is stale now: asked again
+        assert own_lists() == 2
+        assert shim.close() == 0
+    finally:
+        shim.kill()
+    assert [e["request"]["effect_basis"] for e in entries(shim.vault)] == ["annotations"] * 3
+
+
+def test_answer_over_the_limit_is_withheld_when_the_journal_fails(tmp_path: Path) -> None:
+    vault = tmp_path / "vault"
+    (vault / "journal" / "s1.jsonl").mkdir(parents=True)  # the session file cannot be opened
+    shim = RawShim(tmp_path, "--max-message-mib", "1")
+    try:
+        shim.handshake()
+        shim.call(1, "big", size=3 << 20)
+        got = []
+        while True:
+            line = shim.recv()
+            assert line is not None
+            got.append(line)
+            try:
+                answer = json.loads(line)
+                break
+            except ValueError:
+                continue
+        assert shim.close() == 0
+    finally:
+        shim.kill()
+    assert answer["id"] == 1 and answer["error"]["code"] == -32603 and "result" not in answer
+    assert len(got) == 2 and len(got[0]) > 1 << 20  # what passed before the end is a line no client can read
+    with pytest.raises(ValueError):
+        json.loads(got[0])
+    assert "journal: could not record tools/call id 1" in shim.stderr

@@ -136,3 +136,18 @@ def test_usage_errors(tmp_path: Path, args: list[str], message: str) -> None:
     r = CliRunner().invoke(cli, ["mcp", "--vault", str(tmp_path / "v"), "--session", "s", "--agent", "a", *args])
     assert r.exit_code == 2 and message in r.output
     assert not (tmp_path / "v").exists()
+
+
+def test_ids_of_any_json_type() -> None:
+    from broker.mcp.messages import error_response
+
+    odd = [2**64, -(2**200), 1.5, float("nan"), float("inf"), None, True, "\ud800", {"a": [1]}, [[[]]], "1", 1]
+    keys = [id_key(v) for v in odd]
+    assert len(set(keys)) == len(keys)
+    assert id_key(1.0) == id_key(1) != id_key("1")  # a JavaScript server answers id 1.0 as 1
+    assert error_response(2**64, -1, "x") == b'{"jsonrpc":"2.0","id":18446744073709551616,"error":' \
+                                           b'{"code":-1,"message":"x"}}\n'
+    deep: list = []
+    for _ in range(5000):
+        deep = [deep]
+    assert isinstance(id_key(deep), str)

@@ -435,6 +435,8 @@ class HttpRelay:
         line = parse_line(data)
         finished: list[tuple[Message, PendingCall]] = []
         for msg in line.messages:
+            if msg.kind == "notification" and msg.method == "notifications/tools/list_changed":
+                self.journal.catalog.clear()  # the next call to a tool asks the server again
             if msg.kind != "response":
                 continue
             tracked = self._match(exchange, scope, id_key(msg.id))

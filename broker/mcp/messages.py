@@ -101,8 +101,8 @@ def id_key(request_id: object) -> str:
         request_id = int(request_id)
     try:
         return json.dumps(request_id, sort_keys=True, separators=(",", ":"))
-    except (TypeError, ValueError, RecursionError):
-        return repr(request_id)
+    except (TypeError, ValueError, RecursionError):  # nested too deeply for a key: this one id alone
+        return f"<unkeyable {type(request_id).__name__} {id(request_id):x}>"
 
 
 def dumps(value: object) -> bytes:

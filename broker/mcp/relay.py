@@ -403,6 +403,8 @@ class LineRelay:
         finished: list[tuple[Message, PendingCall]] = []
         drop: set[int] = set()
         for i, msg in enumerate(line.messages):
+            if msg.kind == "notification" and msg.method == "notifications/tools/list_changed":
+                self.journal.catalog.clear()  # the next call to a tool asks the server again
             if msg.kind != "response":
                 continue
             key = id_key(msg.id)
