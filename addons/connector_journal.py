@@ -20,9 +20,14 @@ When an entry is written: for a buffered response, before the response is releas
 client (the `response` hook waits until the entry is durable). Streamed responses (event streams,
 unknown length, bodies over the spill threshold, JSON over JSON_PARSE_LIMIT) reach the client as
 they arrive, and the entry is written when the upstream body ends, before mitmproxy sends the end
-of the message: a chunked or HTTP/2 client cannot see the response complete before its entry is
-durable. The window: a client reading a Content-Length body over HTTP/1.1 has every byte as soon as
-the last one arrives, possibly a few milliseconds before the entry is on disk.
+of the message. So that no client can hold a complete response before its entry is durable, a
+streamed response loses its Content-Length on the way to the client: an HTTP/1.1 client gets it
+chunked (the last chunk follows the entry), HTTP/1.0 delimited by the connection's close, HTTP/2
+by the end of the stream. The entry records the upstream's own headers.
+
+No call passes unrecorded when the recording service is gone: a call that finds no live service
+is recorded by this process instead (the `inline` path), and a call whose service died while it
+waited is recorded here too, unless the dead service's entry for it is already on disk.
 """
 
 from __future__ import annotations
@@ -44,13 +49,13 @@ _ROOT = str(Path(__file__).resolve().parent.parent)
 if _ROOT not in sys.path:  # loaded by path with `mitmdump -s`: make the journal package importable
     sys.path.insert(0, _ROOT)
 
-from addons.recorder_link import RecorderLink  # noqa: E402
+from addons.recorder_link import CallNoted, RecorderLink, ServiceLost, ServiceUnavailable  # noqa: E402
 from addons.upstream_resolve import UpstreamResolve  # noqa: E402
 from journal.bodies import JSON_PARSE_LIMIT, SPILL_THRESHOLD, BodyCapture, is_json_type  # noqa: E402
 from journal.connectors import Registry  # noqa: E402
 from journal.record import Prepared, Recorder, text_pairs, wire_text  # noqa: E402
 from journal.redact import REDACTED, is_token_exchange, redact_url  # noqa: E402
-from journal.service import material_fields  # noqa: E402
+from journal.service import failure_fields, material_fields  # noqa: E402
 from journal.vault import SessionIdError, session_filename  # noqa: E402
 from journal.writer import JournalError  # noqa: E402
 
@@ -123,7 +128,7 @@ class _Call:
 
     __slots__ = (
         "session", "agent", "principal", "connector", "url", "req_fields", "req_cap", "resp_cap", "req_material",
-        "sent",
+        "sent", "inline", "resp_fields",
     )
 
     def __init__(
@@ -137,6 +142,8 @@ class _Call:
         self.resp_cap: BodyCapture | None = None
         self.req_material: dict | None = None  # the request half, once handed to the recording service
         self.sent: tuple[int, int] | None = None  # its handle there
+        self.inline = False  # no live recording service when the call went upstream: recorded here
+        self.resp_fields: tuple[tuple[bytes, bytes], ...] | None = None  # the upstream's, before re-framing
 
 
 class ConnectorJournal:
@@ -152,6 +159,8 @@ class ConnectorJournal:
         self.recorded = 0
         self.journal_failures = 0
         self.inflight = 0  # recorded calls between requestheaders and their entry
+        self._restarting: asyncio.Future | None = None
+        self._restart_warned = False
         self.attribute: Callable[[http.HTTPFlow, str], dict | None] | None = None
         """Set by an embedder (the MCP shim's --through-broker): given a flow and its session, the MCP
         request that caused the call, recorded in the entry's `mcp` field; None when it cannot tell."""
@@ -333,11 +342,33 @@ class ConnectorJournal:
                 self._answer(flow, 502, f"call not forwarded: the journal cannot record it ({problem})")
                 self._drop(flow)
                 return
-        if self.link is not None and call.req_cap is None:
+        if self.link is not None and not self.link.live:
+            # No service to hand the call to (it died, and a new one is not started yet): this process
+            # records the call itself, so nothing goes upstream without a live recorder.
+            call.inline = True
+            self._restart_service()
+        elif self.link is not None and call.req_cap is None:
             # The request half goes to the recording service now: it is redacted and classified there
             # while the call is upstream, so only the response half is left when the response arrives.
             call.req_material = self._request_material(call, flow)
             call.sent = self.link.send_request(call.req_material)
+
+    def _restart_service(self) -> None:
+        link = self.link
+        if link is None or (self._restarting is not None and not self._restarting.done()):
+            return
+
+        async def restart() -> None:
+            try:
+                await link.connect()
+                self._restart_warned = False
+            except JournalError as exc:
+                if not self._restart_warned:  # once per outage, not once per call
+                    log.warning("journal: recording service not restarted yet (%s); recording in the proxy", exc)
+                    self._restart_warned = True
+
+        # (mitmproxy may run tasks eagerly: the task can be done before it is assigned)
+        self._restarting = asyncio.ensure_future(restart())
 
     # -- response -------------------------------------------------------------------------------
 
@@ -350,7 +381,9 @@ class ConnectorJournal:
                 self._drop(flow)
                 return
             call.resp_cap = self._capture(flow.response.headers)
+            call.resp_fields = flow.response.headers.fields
             flow.response.stream = self._streamer(call.resp_cap)
+            _hold_back_the_end(flow)
 
     async def response(self, flow: http.HTTPFlow) -> None:
         call: _Call | None = flow.metadata.pop(_META, None)
@@ -359,7 +392,7 @@ class ConnectorJournal:
         resp = flow.response
         streamed = call.resp_cap is not None
         try:
-            await self._record(call, flow, resp.status_code, resp.headers.fields, resp, None,
+            await self._record(call, flow, resp.status_code, call.resp_fields or resp.headers.fields, resp, None,
                                resp.timestamp_start or time.time())
         except Exception as exc:  # noqa: BLE001 - whatever kept the entry out, the response must not pass unrecorded
             if not isinstance(exc, (JournalError, OSError, ValueError)):
@@ -377,9 +410,10 @@ class ConnectorJournal:
             call.resp_cap.abort()
             call.resp_cap = None
         status = flow.response.status_code if flow.response is not None else None
-        headers = flow.response.headers.fields if flow.response is not None else ()
+        headers = (call.resp_fields or flow.response.headers.fields) if flow.response is not None else ()
         try:
-            await self._record(call, flow, status, headers, None, msg, time.time())
+            await self._record(call, flow, status, headers, None, msg, time.time(),
+                               answered_by="upstream" if flow.response is not None else "none")
         except Exception as exc:  # noqa: BLE001 - reported, whatever it was
             self.journal_failures += 1
             log.error("journal: failed call %s %s not recorded: %s", flow.request.method, redact_url(call.url), exc)
@@ -389,7 +423,7 @@ class ConnectorJournal:
     # -- helpers --------------------------------------------------------------------------------
 
     async def _record(self, call: _Call, flow, status, resp_fields, resp: http.Response | None, error,
-                      ts: float) -> None:
+                      ts: float, answered_by: str | None = None) -> None:
         """Hand the call's raw material to the recorder and wait until its entry is durable.
 
         A streamed body's capture ends with a blob commit (an fsync), so it is finished in a thread
@@ -401,6 +435,7 @@ class ConnectorJournal:
         response = {
             "status": status, "response_headers": resp_fields, "response_body": None, "error": error, "ts": ts,
             "mcp": self.attribute(flow, call.session) if self.attribute is not None else None,
+            "answered_by": answered_by, "fail_closed": self._opts["broker_on_journal_error"] == "block",
         }
 
         def bodies() -> None:
@@ -415,13 +450,35 @@ class ConnectorJournal:
             bodies()
         request = call.req_material
         assert request is not None
-        if self.link is not None:
-            recorded = await self.link.finish(call.sent, request, response)  # sends it whole unless sent ahead
+        if self.link is None or call.inline:
+            recorded = await self._record_here(request | response, dedupe=False)
         else:
-            fields = material_fields(self.recorder, request | response)
-            recorded = fields is not None and bool(await asyncio.to_thread(self.recorder.writer.append, fields))
+            try:
+                recorded = await self.link.finish(call.sent, request, response)  # sends it whole unless sent ahead
+            except ServiceUnavailable:
+                recorded = await self._record_here(request | response, dedupe=False)
+            except ServiceLost:  # the dead service may have written it before it could say so
+                recorded = await self._record_here(request | response, dedupe=True)
         if recorded:
             self.recorded += 1
+
+    async def _record_here(self, material: dict, dedupe: bool) -> bool:
+        """Record one call in this process (broker_recorder=inline, or no live recording service):
+        as the service would, including the entry that says a call could not be recorded."""
+        assert self.recorder is not None
+        try:
+            fields = material_fields(self.recorder, material)
+        except Exception as exc:  # noqa: BLE001 - as in the service: this call fails alone
+            why = f"{type(exc).__name__}: {exc}"
+            noted = failure_fields(self.recorder, material, why)
+            if noted is not None:
+                entry = await asyncio.to_thread(self.recorder.writer.append, noted, dedupe=dedupe)
+                raise CallNoted(f"{why} (entry {entry['seq']} says so)") from None
+            raise JournalError(why) from None
+        if fields is None:
+            return False
+        await asyncio.to_thread(self.recorder.writer.append, fields, dedupe=dedupe)
+        return True
 
     def _request_material(self, call: _Call, flow: http.HTTPFlow) -> dict:
         return {
@@ -507,11 +564,16 @@ class ConnectorJournal:
     def _journal_failed(self, flow: http.HTTPFlow, call: _Call, exc: Exception, streamed: bool) -> None:
         self.journal_failures += 1
         where = f"{flow.request.method} {redact_url(call.url)}"
-        if self._opts["broker_on_journal_error"] == "block" and not streamed:
+        if self._opts["broker_on_journal_error"] != "block":
+            log.error("journal: %s passed WITHOUT a complete entry: %s", where, exc)
+        elif streamed:
+            # The body is on its way to the client, but not its end: cut the connection, so the client
+            # sees a failed response, never a short one presented as complete.
+            log.error("journal: %s cut off, entry could not be written: %s", where, exc)
+            flow.kill()
+        else:
             log.error("journal: %s blocked, entry could not be written: %s", where, exc)
             self._answer(flow, 502, f"response withheld: the journal could not record this call ({exc})")
-        else:
-            log.error("journal: %s passed WITHOUT an entry: %s", where, exc)
 
     @staticmethod
     def _answer(flow: http.HTTPFlow, status: int, reason: str) -> None:
@@ -519,6 +581,23 @@ class ConnectorJournal:
         flow.response = http.Response.make(
             status, (reason + "\n").encode(), {"Content-Type": "text/plain; charset=utf-8", ERROR_HEADER: reason[:200]}
         )
+
+
+def _hold_back_the_end(flow: http.HTTPFlow) -> None:
+    """Re-frame a streamed response so that the client learns it is complete only from the end of the
+    message, which mitmproxy sends after the `response` hook (after the entry is durable): without a
+    Content-Length, the last bytes alone do not tell the client it has everything."""
+    resp = flow.response
+    assert resp is not None
+    if flow.request.method == "HEAD" or "content-length" not in resp.headers:
+        return
+    del resp.headers["content-length"]
+    version = flow.request.http_version
+    if version == "HTTP/1.1":
+        if "chunked" not in resp.headers.get("transfer-encoding", "").lower():
+            resp.headers["transfer-encoding"] = "chunked"
+    elif version == "HTTP/1.0":
+        resp.headers["connection"] = "close"  # delimited by the close that follows the message
 
 
 # Loaded as a script (`mitmdump -s`), the resolve addon comes along so `broker_resolve` works there too.

@@ -3,8 +3,10 @@
 `record(material)` sends one call's raw material to the service process and resolves once the
 service acknowledges it: the entry is durable, or the call was a token exchange, or it failed (a
 JournalError with the service's reason). `connect` starts the service (the addon calls it once the
-proxy runs). If the service exits, every call waiting on it fails (so `block` answers 502) and the
-next call starts a new one, which continues each session's chain from its file.
+proxy runs). If the service exits, every call waiting on it fails with `ServiceLost` (its entry may
+or may not have been written) and a call that finds no live service gets `ServiceUnavailable`;
+the addon then records those calls itself (see the addon), so a dead service never lets a call
+through unrecorded. The next call starts a new service, which continues each chain from its file.
 
 Runs on the proxy's event loop: sending is one `transport.write`, acknowledgements arrive through
 a protocol's `data_received`, so the loop never blocks and no thread is involved.
@@ -31,6 +33,19 @@ RESTART_INTERVAL = 1.0
 """Seconds between attempts to start the service, so a service that cannot start does not spin."""
 
 
+class ServiceUnavailable(JournalError):
+    """No recording service is running (it died and a new one cannot be started yet); nothing of
+    this call was handed over."""
+
+
+class ServiceLost(JournalError):
+    """The service exited while this call was waiting: its entry may or may not be on disk."""
+
+
+class CallNoted(JournalError):
+    """The call could not be recorded, and the service wrote an entry saying so (the message says why)."""
+
+
 class RecorderLink:
     def __init__(self, vault: str, spill_threshold: int, connectors: str = "") -> None:
         self.vault, self.spill_threshold, self.connectors = vault, spill_threshold, connectors
@@ -45,12 +60,20 @@ class RecorderLink:
         self.stopped: dict[str, str] = {}
         """Sessions the service reported stopped (a failed write or fsync), with the reason."""
 
+    @property
+    def live(self) -> bool:
+        """A service is connected right now (a request half handed over now reaches it)."""
+        return self._transport is not None and not self._transport.is_closing()
+
     async def record(self, material: dict) -> bool:
         """True once the call's entry is durable, False for a token exchange (nothing recorded);
-        JournalError when it could not be recorded."""
+        JournalError when it could not be recorded (ServiceUnavailable, ServiceLost: see above)."""
         transport = self._transport
         if transport is None or transport.is_closing():
-            transport = await self.connect()
+            try:
+                transport = await self.connect()
+            except JournalError as exc:
+                raise ServiceUnavailable(str(exc)) from None
         self._next_id += 1
         return await self._answer(transport, ("call", self._next_id, material), material["session"])
 
@@ -89,6 +112,8 @@ class RecorderLink:
             return True
         if outcome == "skip":
             return False
+        if outcome == "noted":
+            raise CallNoted(detail)
         if stopped:
             self.stopped[session] = detail
             raise JournalStopped(detail)
@@ -159,7 +184,7 @@ class RecorderLink:
         waiting, self._waiting = self._waiting, {}
         for fut in waiting.values():
             if not fut.done():
-                fut.set_exception(JournalError(why))
+                fut.set_exception(ServiceLost(why))
 
     def _reap(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from journal.blobstore import BlobStore, BlobWriter, is_ref_object
+from journal.blobstore import BlobError, BlobStore, BlobWriter, is_ref_object
 from journal.canonical import MAX_SAFE_INTEGER, canonical_bytes, float_reads_back
 from journal.redact import StreamingRedactor
 
@@ -271,6 +271,10 @@ class BodyCapture:
 
     Memory stays bounded (threshold, or JSON_PARSE_LIMIT for JSON bodies) whatever the body size.
     `finish()` returns the entry's body value and any extra keys for the message.
+
+    A failure to store the bytes (a full disk) does not raise into the caller that feeds the body
+    (mitmproxy, mid-stream): the capture drops what it has, remembers why in `failure`, takes no
+    more, and `finish()` raises BlobError with that reason.
     """
 
     store: BlobStore
@@ -282,6 +286,7 @@ class BodyCapture:
     _blob: BlobWriter | None = None
     _raw_size: int = 0
     _errors: list[str] = field(default_factory=list)
+    failure: str | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -293,8 +298,16 @@ class BodyCapture:
         self._hold = JSON_PARSE_LIMIT if is_json_type(self.content_type) else self.threshold
 
     def feed(self, raw: bytes) -> None:
-        if not raw:
+        if not raw or self.failure is not None:
             return
+        try:
+            self._feed(raw)
+        except OSError as exc:
+            self.failure = f"the body could not be stored: {exc.strerror or exc}"
+            self.abort()
+            self._buf = bytearray()
+
+    def _feed(self, raw: bytes) -> None:
         self._raw_size += len(raw)
         data = raw
         if self._decoder is not None and self._decoder.active:
@@ -330,6 +343,8 @@ class BodyCapture:
 
     def finish(self) -> tuple[object, dict]:
         """Return (body value, extra message keys)."""
+        if self.failure is not None:
+            raise BlobError(self.failure)
         if self._decoder is not None and self._decoder.active:
             try:
                 tail = self._decoder.flush()

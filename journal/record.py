@@ -19,14 +19,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from journal.bodies import SPILL_THRESHOLD, decoded_prefix, record_body, spill_large_strings
+from journal.bodies import SPILL_THRESHOLD, record_body, spill_large_strings
 from journal.canonical import CanonicalError, canonical_bytes, check_reads_back
 from journal.connectors import Registry
 from journal.entry import ContractError, format_ts
 from journal.redact import (
     header_value,
     is_token_exchange,
-    is_token_response,
     redact_headers,
     redact_json_value,
     redact_url,
@@ -34,17 +33,45 @@ from journal.redact import (
 from journal.writer import JournalWriter
 
 Headers = Iterable[tuple[str, str]] | Iterable[list[str]]
-TOKEN_CHECK_LIMIT = 1 << 20
-"""Token grants are small; a response body that decodes to more than this is not checked for one."""
+ANSWERED_BY = ("upstream", "capture", "none")
+EFFECT_BASES = ("rule", "annotations", "override", "default")
 
 
 def wire_text(raw: bytes) -> str:
     """Bytes from the wire as text: UTF-8 when valid, else Latin-1 (lossless either way). How header
-    names and values are recorded (README, "The contract")."""
+    names and values are recorded (docs/contract.md, "Wire text")."""
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
         return raw.decode("latin-1")
+
+
+def wire_field(value: str | bytes) -> tuple[str, bool]:
+    """(text, read_as_latin1) for a method, URL or header field, given as raw bytes or as text.
+
+    Text may carry raw bytes as lone surrogates (mitmproxy decodes the request line with
+    `surrogateescape`); those bytes are read back. Valid UTF-8 is kept as it is; anything else is
+    read as Latin-1 and flagged, so the message's `latin1` list names it and a reader can turn the
+    text back into the exact bytes (`text.encode("latin-1")`).
+    """
+    if isinstance(value, str):
+        if value.isascii():
+            return value, False
+        try:
+            value.encode("utf-8")
+            return value, False
+        except UnicodeEncodeError:
+            try:
+                value = value.encode("utf-8", "surrogateescape")
+            except UnicodeEncodeError:
+                value = value.encode("utf-8", "surrogatepass")
+    elif not isinstance(value, bytes | bytearray | memoryview):
+        raise TypeError(f"a wire field must be bytes or str, not {type(value).__name__}")
+    raw = bytes(value)
+    try:
+        return raw.decode("utf-8"), False
+    except UnicodeDecodeError:
+        return raw.decode("latin-1"), True
 
 
 def text_pairs(fields: Iterable) -> list[tuple[str, str]]:
@@ -58,10 +85,25 @@ def text_pairs(fields: Iterable) -> list[tuple[str, str]]:
         flat = []
     if fields and len(flat) == 2 * len(fields):
         return list(zip(flat[::2], flat[1::2], strict=True))
-    return [
-        (wire_text(k) if isinstance(k, bytes) else str(k), wire_text(v) if isinstance(v, bytes) else str(v))
-        for k, v in fields
-    ]
+    return text_pairs_marked(fields)[0]
+
+
+def text_pairs_marked(fields: Iterable) -> tuple[list[tuple[str, str]], list[str]]:
+    """As `text_pairs`, with the JSON pointers (`/headers/I/0` name, `/headers/I/1` value) of the
+    fields that were not UTF-8 and are read as Latin-1 (see `wire_field`)."""
+    pairs: list[tuple[str, str]] = []
+    latin1: list[str] = []
+    for i, kv in enumerate(fields):
+        if len(kv) != 2:
+            raise ValueError(f"header field {i} is not a (name, value) pair")
+        k, k_l1 = wire_field(kv[0])
+        v, v_l1 = wire_field(kv[1])
+        if k_l1:
+            latin1.append(f"/headers/{i}/0")
+        if v_l1:
+            latin1.append(f"/headers/{i}/1")
+        pairs.append((k, v))
+    return pairs, latin1
 
 
 _CRED_HEADERS = ("authorization", "x-goog-api-key", "x-api-key", "api-key", "private-token", "x-auth-token")
@@ -114,7 +156,6 @@ class RequestHalf:
 
     fields: dict
     request_extra: dict
-    deferred_body: tuple[bytes, list[tuple[str, str]]] | None = None
 
 
 class Recorder:
@@ -171,67 +212,65 @@ class Recorder:
 
     def prepare_request(
         self, *, session: str, agent: str, principal: str, connector: str, capture: str, effect: str,
-        method: str, url: str, request_headers: Headers, request_body: Body, prompt_ref: str | None = None,
-        request_extra: dict | None = None, effect_basis: str = "rule",
+        method: str | bytes, url: str | bytes, request_headers: Headers, request_body: Body,
+        prompt_ref: str | None = None, request_extra: dict | None = None, effect_basis: str = "rule",
     ) -> RequestHalf | None:
         """The request's half of `prepare`, for a capture point that has the request before the
         response (the broker, while the call is upstream); None for a token exchange.
 
-        A request body that could spill (large, or content-encoded) is encoded only in
-        `prepare_response`, after the response has been checked for a token grant: a token exchange
-        leaves no blob either."""
-        req_headers = text_pairs(request_headers)
+        Whether a call is a token exchange is decided from the request alone (its URL, or an OAuth
+        grant in its body), never from what the response looks like: a call that merely returns a
+        credential (a downloaded token file) is recorded, with the credential redacted."""
+        if effect_basis not in EFFECT_BASES:
+            raise ContractError(f"effect_basis must be one of {', '.join(EFFECT_BASES)}, not {effect_basis!r}")
+        method, method_l1 = wire_field(method)
+        url, url_l1 = wire_field(url)
+        req_headers, latin1 = text_pairs_marked(request_headers)
         raw_req = request_body if isinstance(request_body, bytes) else None
         if is_token_exchange(method, url, req_headers, raw_req):
             return None
         request = {"method": method, "url": redact_url(url), "headers": redact_headers(req_headers)}
+        request["body"], extra = self._body(request_body, req_headers)
+        request.update(extra)
         request["effect_basis"] = effect_basis
-        deferred = None
-        if raw_req is not None and (
-            len(raw_req) > self.spill_threshold // 2 or header_value(req_headers, "content-encoding")
-        ):
-            deferred = (raw_req, req_headers)
-            request["body"] = None
-        else:
-            request["body"], extra = self._body(request_body, req_headers)
-            request.update(extra)
+        marks = (["/method"] if method_l1 else []) + (["/url"] if url_l1 else []) + latin1
+        if marks:
+            request["latin1"] = marks
         fields = {
             "session": session, "agent": agent, "principal": principal, "connector": connector,
             "capture": capture, "prompt_ref": prompt_ref, "effect": effect, "request": request,
         }
-        return RequestHalf(fields, dict(request_extra or {}), deferred)
+        return RequestHalf(fields, dict(request_extra or {}))
 
     def prepare_response(
         self, half: RequestHalf, *, status: int | None, response_headers: Headers, response_body: Body,
         error: str | None = None, mcp: dict | None = None, ts: datetime | str | None = None,
         response_extra: dict | None = None, answered_by: str | None = None,
-    ) -> dict | None:
-        """The entry fields from a request half and the response; None when the response is a token grant."""
-        resp_headers = text_pairs(response_headers)
-        plain = None
-        if isinstance(response_body, bytes) and response_body:
-            plain = decoded_prefix(response_body, header_value(resp_headers, "content-encoding"), TOKEN_CHECK_LIMIT)
-            if plain is not None and is_token_response(resp_headers, plain):
-                return None
+    ) -> dict:
+        """The entry fields from a request half and the response.
+
+        `answered_by` (docs/contract.md): None means "upstream" when a status came with no error,
+        else "none"; a capture point that answered in the upstream's place says "capture"."""
+        resp_headers, latin1 = text_pairs_marked(response_headers)
         request = dict(half.fields["request"])
-        if half.deferred_body is not None:
-            request["body"], extra = self._body(*half.deferred_body)
-            request.update(extra)
         request.update(half.request_extra)
         response: dict = {"status": status, "headers": redact_headers(resp_headers)}
-        if plain is not None:  # decoded whole for the check above: not decoded a second time
-            response["body"], extra = record_body(
-                plain, header_value(resp_headers, "content-type"), None, self.blobs, self.spill_threshold
-            )
-        else:
-            response["body"], extra = self._body(response_body, resp_headers)
+        response["body"], extra = self._body(response_body, resp_headers)
         response.update(extra)
         response.update(response_extra or {})
+        if latin1:
+            response["latin1"] = latin1
         if error is not None:
             response["error"] = error
         elif status is None:
             response["error"] = "no response"
-        response["answered_by"] = answered_by or ("upstream" if status is not None and error is None else "none")
+        if answered_by is None:
+            answered_by = "upstream" if status is not None and error is None else "none"
+        elif answered_by not in ANSWERED_BY:
+            raise ContractError(f"answered_by must be one of {', '.join(ANSWERED_BY)}, not {answered_by!r}")
+        if answered_by != "upstream" and "error" not in response:
+            raise ContractError(f"a response answered by {answered_by!r} must say why in 'error'")
+        response["answered_by"] = answered_by
         if mcp is not None:
             mcp = self._json(mcp)
         f = half.fields
@@ -277,6 +316,7 @@ class Recorder:
         status: int | None, request_headers: Headers = (), request_body: bytes | None = None,
         response_headers: Headers = (), response_body: bytes | None = None, error: str | None = None,
         connector: str | None = None, prompt_ref: str | None = None, ts: datetime | str | None = None,
+        answered_by: str | None = None,
     ) -> dict | None:
         """Record a call the agent made itself (capture "agent", the weakest evidence grade).
 
@@ -285,10 +325,12 @@ class Recorder:
         """
         req_headers = text_pairs(request_headers)
         cls = self.registry.classify(method, url, req_headers, request_body)
-        if cls is None:
+        basis = "rule"
+        if cls is None:  # no connector rule knows it: the method's safe/unsafe meaning decides
             if not connector:
                 raise ContractError(f"no connector recognises {url!r}; pass connector=")
             effect = "read" if method.upper() in ("GET", "HEAD", "OPTIONS") else "write"
+            basis = "default"
         else:
             connector = connector or cls.connector
             effect = cls.effect
@@ -297,4 +339,5 @@ class Recorder:
             effect=effect, method=method.upper(), url=url, request_headers=req_headers,
             request_body=request_body, status=status, response_headers=response_headers,
             response_body=response_body, error=error, prompt_ref=prompt_ref, ts=ts,
+            effect_basis=basis, answered_by=answered_by,
         )

@@ -19,7 +19,6 @@ fed the whole body at once, so the streaming and the one-shot results are equal 
 from __future__ import annotations
 
 import functools
-import json
 import re
 from collections.abc import Iterable
 from urllib.parse import unquote, unquote_plus
@@ -30,7 +29,6 @@ __all__ = [
     "StreamingRedactor",
     "contains_credential",
     "is_token_exchange",
-    "is_token_response",
     "redact_body",
     "redact_headers",
     "redact_json_value",
@@ -715,39 +713,3 @@ def is_token_exchange(method: str, url: str, headers: Iterable[tuple[str, str]],
     if _GENERIC_TOKEN_PATH.search(path):
         return True
     return bool(path.endswith("/token") and body and _GRANT_TYPE.search(body.strip()))
-
-
-_TOKEN_RESPONSE_KEY = re.compile(r"(?i)(?:access|refresh|id)[_-]?token")
-_FORM_TOKEN_RESPONSE = re.compile(rb"(?:^|&)(?:access_token|refresh_token|id_token)=")
-_MAX_TOKEN_RESPONSE = 1 << 20
-
-
-def is_token_response(headers: Iterable[tuple[str, str]], body: bytes | None) -> bool:
-    """True when a response body is a token grant, so the capture point drops the call entirely.
-
-    JSON with a top-level access_token, refresh_token or id_token (camelCase too: IAM credentials
-    returns accessToken), or GitHub-style ``{"token": ..., "expires_at": ...}``. Also the form-encoded
-    grant (``access_token=...&token_type=bearer``) GitHub's OAuth endpoint returns without an Accept
-    header. Bodies over 1 MiB are never token grants.
-    """
-    if not body or len(body) > _MAX_TOKEN_RESPONSE:
-        return False
-    data = body.strip()
-    if data[:1] == b"{":
-        if b"oken" not in data and b"\\u" not in data:
-            return False  # every token key contains "oken" (or is escaped): no need to parse
-        try:
-            obj = json.loads(data)
-        except ValueError:
-            return False
-        if not isinstance(obj, dict):
-            return False
-        keys = {k for k in obj if isinstance(k, str)}
-        if any(_TOKEN_RESPONSE_KEY.fullmatch(k) for k in keys):
-            return True
-        lowered = {k.lower().replace("-", "_") for k in keys}
-        return "token" in lowered and bool(lowered & {"expires_at", "expiresat"})
-    ctype = (header_value(headers, "content-type") or "").split(";", 1)[0].strip().lower()
-    if ctype in ("", "application/x-www-form-urlencoded", "text/plain"):
-        return _FORM_TOKEN_RESPONSE.search(data) is not None
-    return False

@@ -18,7 +18,8 @@ socket pair is private to the two processes and nothing else ever writes to it.
   service prepares it meanwhile), then `("response", call_id, material)`; `("forget", call_id)` drops
   a request half whose call ends unrecorded (see `Service`);
 - service -> proxy: a list of `(call_id, outcome, detail, stopped)`: outcome "ok" (entry durable,
-  detail = its seq), "skip" (a token exchange: nothing recorded) or "error" (detail = the reason;
+  detail = its seq), "skip" (a token exchange: nothing recorded), "noted" (the call could not be
+  recorded and an entry saying so is durable; detail = why) or "error" (detail = the reason;
   `stopped` when the session's file is stopped and will take nothing more).
 
 The material carries credentials (redaction happens here). They travel only over the socket; what
@@ -40,14 +41,15 @@ import socket
 import struct
 import sys
 from collections import OrderedDict
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from journal.bodies import JSON_PARSE_LIMIT, SPILL_THRESHOLD, decoded_prefix
 from journal.connectors import Registry
-from journal.record import Recorder, RequestHalf, principal_fingerprint, text_pairs
+from journal.record import Recorder, RequestHalf, principal_fingerprint, text_pairs, wire_field
 from journal.redact import header_value
 from journal.vault import VaultError
-from journal.writer import JournalStopped
+from journal.writer import JournalError, JournalStopped
 
 log = logging.getLogger("journal.service")
 
@@ -67,7 +69,10 @@ def split_frames(buf: bytearray) -> tuple[list, int]:
         (n,) = HEADER.unpack_from(buf, pos)
         if size - pos - 4 < n:
             break
-        out.append(pickle.loads(memoryview(buf)[pos + 4 : pos + 4 + n]))
+        try:
+            out.append(pickle.loads(memoryview(buf)[pos + 4 : pos + 4 + n]))
+        except Exception as exc:  # noqa: BLE001 - one unreadable frame must not stop the others
+            log.error("an unreadable frame of %d bytes was skipped: %s", n, _failure(exc))
         pos += 4 + n
     return out, pos
 
@@ -75,9 +80,10 @@ def split_frames(buf: bytearray) -> tuple[list, int]:
 def request_half(recorder: Recorder, m: dict) -> RequestHalf | None:
     """The request's half of an entry from a call's raw material (see `material_fields`), or None
     for a token exchange."""
-    method, url = m["method"], m["url"]
+    method, url = wire_field(m["method"])[0], wire_field(m["url"])[0]
     req_headers = text_pairs(m["request_headers"])
     connector, effect = m["connector"], m.get("effect")
+    basis = m.get("effect_basis", "rule")
     body = m.get("request_body")
     if effect is None:
         plain = None
@@ -85,24 +91,26 @@ def request_half(recorder: Recorder, m: dict) -> RequestHalf | None:
             plain = decoded_prefix(body, header_value(req_headers, "content-encoding"), JSON_PARSE_LIMIT)
         cls = recorder.registry.classify(method, url, req_headers, plain)
         if cls is not None:
-            effect = cls.effect
+            effect, basis = cls.effect, "rule"
             if connector == "unknown":
                 connector = cls.connector
         else:
             effect = "read" if method in ("GET", "HEAD", "OPTIONS") else "write"
+            basis = "default"
     return recorder.prepare_request(
         session=m["session"], agent=m["agent"], principal=m.get("principal") or principal_fingerprint(req_headers, url),
-        connector=connector, capture=m.get("capture", "broker"), effect=effect, method=method, url=url,
-        request_headers=req_headers, request_body=body,
+        connector=connector, capture=m.get("capture", "broker"), effect=effect, method=m["method"], url=m["url"],
+        request_headers=m["request_headers"], request_body=body, effect_basis=basis,
+        request_extra=m.get("request_extra"),
     )
 
 
-def response_fields(recorder: Recorder, half: RequestHalf, m: dict) -> dict | None:
-    """The entry fields from a request half and the response's raw material; None for a token grant."""
+def response_fields(recorder: Recorder, half: RequestHalf, m: dict) -> dict:
+    """The entry fields from a request half and the response's raw material."""
     return recorder.prepare_response(
-        half, status=m.get("status"), response_headers=text_pairs(m.get("response_headers") or ()),
+        half, status=m.get("status"), response_headers=m.get("response_headers") or (),
         response_body=m.get("response_body"), error=m.get("error"), ts=datetime.fromtimestamp(m["ts"], UTC),
-        mcp=m.get("mcp"),
+        mcp=m.get("mcp"), answered_by=m.get("answered_by"),
     )
 
 
@@ -111,15 +119,80 @@ def material_fields(recorder: Recorder, m: dict) -> dict | None:
 
     `m` holds: session, agent, connector, method, url, request_headers and response_headers (pairs
     of str or raw bytes), request_body and response_body (bytes, `Prepared` or None), status, error,
-    ts (epoch seconds), mcp, and optionally principal and effect. A missing principal is the
-    credential's fingerprint; a missing effect comes from the connector rules.
+    ts (epoch seconds), mcp, and optionally principal, effect, effect_basis, answered_by and
+    fail_closed (the capture point answers 502 when the call cannot be recorded). A missing
+    principal is the credential's fingerprint; a missing effect comes from the connector rules.
     """
     half = request_half(recorder, m)
     return None if half is None else response_fields(recorder, half, m)
 
 
+def failure_fields(recorder: Recorder, m: dict, why: str) -> dict | None:
+    """Fields for an entry that says a call could not be recorded, built from what of its material
+    can still be read safely (no bodies); None when not even that can be built (a session that
+    cannot name a file, material that is not a mapping).
+
+    Under `fail_closed` the client gets 502 from the capture point, which is what the entry says;
+    otherwise the upstream's answer passed and the entry says that, with the error.
+    """
+    session, agent = m.get("session"), m.get("agent")
+    if not (isinstance(session, str) and isinstance(agent, str)):
+        return None
+    try:
+        status = m.get("status")
+        upstream_status = status if isinstance(status, int) and 100 <= status <= 599 else None
+        fail_closed = bool(m.get("fail_closed", True))
+        error = f"the call could not be recorded ({why})"
+        if fail_closed:
+            error = f"response withheld: {error}"
+            if upstream_status is not None:
+                error += f"; the upstream answered {upstream_status}"
+        extra = {"error": error}
+        if fail_closed or upstream_status is None:
+            status_out, answered = (502, "capture") if fail_closed else (None, "none")
+        else:
+            status_out, answered = upstream_status, "upstream"
+        headers = m.get("request_headers") or ()
+        try:
+            req_headers = text_pairs(headers)
+        except Exception:  # noqa: BLE001 - unreadable fields: record none rather than nothing at all
+            req_headers = []
+        principal = m.get("principal")
+        ts = m.get("ts")
+        when = datetime.fromtimestamp(ts, UTC) if isinstance(ts, int | float) else datetime.now(UTC)
+        connector = m.get("connector")
+        return recorder.prepare(
+            session=session, agent=agent,
+            principal=principal if isinstance(principal, str) and principal else "anonymous",
+            connector=connector if isinstance(connector, str) and connector else "unknown",
+            capture=m.get("capture", "broker") if m.get("capture") in ("broker", "gateway", "agent") else "broker",
+            effect=m.get("effect") if m.get("effect") in ("read", "write") else "write",
+            effect_basis="default" if m.get("effect") not in ("read", "write") else m.get("effect_basis", "rule"),
+            method=_safe_wire(m.get("method")) or "?", url=_safe_wire(m.get("url")),
+            request_headers=req_headers, request_body=None, status=status_out, response_headers=(),
+            response_body=None, ts=when, answered_by=answered, response_extra=extra,
+        )
+    except Exception:  # noqa: BLE001 - the caller then acknowledges the failure without an entry
+        log.exception("no entry could be built for a call that failed to record")
+        return None
+
+
+def _safe_wire(value: object) -> str:
+    if isinstance(value, str | bytes):
+        return wire_field(value)[0]
+    return "" if value is None else repr(value)
+
+
 def _failure(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
+
+
+@dataclass(frozen=True)
+class _Unprepared:
+    """A request half that could not be prepared: why, and its material (for the failure entry)."""
+
+    why: str
+    material: dict
 
 
 class Service:
@@ -129,6 +202,9 @@ class Service:
     request half of a call still upstream, prepared once the pending acknowledgements are sent, and
     ("response", id, material) completes it; ("forget", id) drops a request half whose call will
     not be recorded. "call" and "response" are acknowledged, in the order received.
+
+    Whatever one call's material holds, it fails that call alone: its acknowledgement says why,
+    and an entry saying that it could not be recorded is written where one can still be built.
     """
 
     MAX_HALVES = 65536
@@ -137,51 +213,78 @@ class Service:
     def __init__(self, recorder: Recorder) -> None:
         self.recorder = recorder
         self.raw: dict[int, dict] = {}  # request material not prepared yet
-        self.halves: OrderedDict[int, RequestHalf | None | str] = OrderedDict()  # str: why it failed
+        self.halves: OrderedDict[int, RequestHalf | None | _Unprepared] = OrderedDict()
 
-    def handle(self, frames: list[tuple]) -> list[tuple[int, str, object, bool]]:
+    def handle(self, frames: list) -> list[tuple[int, str, object, bool]]:
         acks: list[tuple[int, str, object, bool]] = []
-        appended: list[int] = []  # positions in `acks` waiting for the append
-        batch = []
+        appended: list[tuple[int, str | None]] = []  # (position in `acks`, failure reason or None)
+        batch: list[dict] = []
         for message in frames:
             if not (isinstance(message, tuple) and len(message) >= 2 and isinstance(message[1], int)):
                 log.error("a message that is not (kind, call id, ...) was skipped")
                 continue
             kind, call_id, *rest = message
-            if kind == "request":
-                self.raw[call_id] = rest[0]
-                continue
             if kind == "forget":
                 self.raw.pop(call_id, None)
                 self.halves.pop(call_id, None)
                 continue
-            try:
-                if kind == "call":
-                    fields = material_fields(self.recorder, rest[0])
-                elif kind == "response":
-                    half = self._take(call_id)
-                    if isinstance(half, str):
-                        raise ValueError(half)
-                    fields = None if half is None else response_fields(self.recorder, half, rest[0])
+            material = rest[0] if rest else None
+            if kind == "request":
+                if isinstance(material, dict):
+                    self.raw[call_id] = material
                 else:
-                    raise ValueError(f"unknown frame {kind!r}")
-            except Exception as exc:  # noqa: BLE001 - every call gets an answer; a bad one must not stop the rest
-                acks.append((call_id, "error", _failure(exc), False))
+                    self.halves[call_id] = _Unprepared("the request half is not a mapping", {})
                 continue
-            if fields is None:
+            fields, failed = self._fields(kind, call_id, material)
+            if failed is not None and fields is None:
+                acks.append((call_id, "error", failed, False))
+            elif fields is None:
                 acks.append((call_id, "skip", None, False))
             else:
-                appended.append(len(acks))
-                acks.append((call_id, "error", "not appended", False))
+                appended.append((len(acks), failed))
+                acks.append((call_id, "error", failed or "not appended", False))
                 batch.append(fields)
         if batch:
-            for pos, result in zip(appended, self.recorder.writer.append_many(batch), strict=True):
+            try:
+                results = self.recorder.writer.append_many(batch)
+            except Exception as exc:  # noqa: BLE001 - a writer bug fails this batch, not the service
+                log.exception("the writer failed a whole batch")
+                results = [JournalError(_failure(exc))] * len(batch)
+            for (pos, failed), result in zip(appended, results, strict=True):
                 call_id = acks[pos][0]
-                if isinstance(result, dict):
+                if isinstance(result, dict) and failed is None:
                     acks[pos] = (call_id, "ok", result["seq"], False)
+                elif isinstance(result, dict):
+                    acks[pos] = (call_id, "noted", f"{failed} (entry {result['seq']} says so)", False)
                 else:
-                    acks[pos] = (call_id, "error", str(result), isinstance(result, JournalStopped))
+                    why = str(result) if failed is None else f"{failed}; and its failure entry: {result}"
+                    acks[pos] = (call_id, "error", why, isinstance(result, JournalStopped))
         return acks
+
+    def _fields(self, kind: object, call_id: int, material: object) -> tuple[dict | None, str | None]:
+        """(entry fields or None for a token exchange, None) for a call; for one that cannot be
+        recorded, (its failure entry's fields or None, the reason)."""
+        whole: dict = {}
+        try:
+            if not isinstance(material, dict):
+                raise ValueError(f"the {kind} material is not a mapping")
+            if kind == "call":
+                whole = material
+                return material_fields(self.recorder, material), None
+            if kind != "response":
+                raise ValueError(f"unknown frame {kind!r}")
+            half = self._take(call_id)
+            if isinstance(half, _Unprepared):
+                whole = half.material | material
+                raise ValueError(half.why)
+            if half is None:
+                return None, None
+            whole = half.fields | material  # session and agent for a failure entry
+            return response_fields(self.recorder, half, material), None
+        except Exception as exc:  # noqa: BLE001 - every call gets an answer; a bad one must not stop the rest
+            why = _failure(exc)
+            log.error("call %d could not be recorded: %s", call_id, why)
+            return (failure_fields(self.recorder, whole, why) if whole else None), why
 
     def prepare_pending(self) -> None:
         """Prepare the request halves received so far (their calls are still upstream)."""
@@ -193,17 +296,19 @@ class Service:
                 log.warning("more than %d calls upstream at once: dropped the request of call %d",
                             self.MAX_HALVES, dropped)
 
-    def _prepare(self, material: dict) -> RequestHalf | None | str:
+    def _prepare(self, material: dict) -> RequestHalf | None | _Unprepared:
         try:
             return request_half(self.recorder, material)
         except Exception as exc:  # noqa: BLE001 - reported when the response comes
-            return _failure(exc)
+            return _Unprepared(_failure(exc), material)
 
-    def _take(self, call_id: int) -> RequestHalf | None | str:
+    def _take(self, call_id: int) -> RequestHalf | None | _Unprepared:
         """The request half of a call whose response has come, removed from the service's state."""
         if call_id in self.raw:  # request and response arrived in one batch
             return self._prepare(self.raw.pop(call_id))
-        return self.halves.pop(call_id, "the request half of this call is not here (never sent, or dropped)")
+        return self.halves.pop(
+            call_id, _Unprepared("the request half of this call is not here (never sent, or dropped)", {})
+        )
 
 
 def serve(sock: socket.socket, recorder: Recorder) -> None:

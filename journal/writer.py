@@ -11,8 +11,10 @@
 - A torn last line (bytes after the last newline, from a crash mid-write) is moved into
   `<session>.jsonl.torn-<ns>` beside the file (fsynced, never deleted), the file is truncated to
   the last complete line, and the recovery is reported (log warning and `recoveries`).
-- A failed write or fsync stops the writer for that session (JournalStopped): after a failed
-  fsync the kernel may have dropped the data, so retrying could hide a loss.
+- A failed write (a full disk) is cut off again and fails only the entries of that batch; the
+  next batch tries again, so recording resumes by itself once space is free. A failed fsync stops
+  the writer for that session (JournalStopped): after a failed fsync the kernel may have dropped
+  the data, so retrying could hide a loss.
 - At most `max_open` session files stay open (least recently used are closed when idle), so a
   long-running broker that sees many sessions does not run out of file descriptors.
 """
@@ -34,11 +36,13 @@ from journal.blobstore import BlobStore
 from journal.bodies import LINE_LIMIT, fit_entry
 from journal.canonical import CanonicalError, orjson_matches_jcs
 from journal.chain import GENESIS, chain_entry
-from journal.entry import ContractError, validate_fields
+from journal.entry import CHAINED_KEYS, ContractError, validate_fields
 from journal.vault import Vault, fsync_dir
 
 log = logging.getLogger(__name__)
 _TAIL_BLOCK = 1 << 16
+DEDUPE_LINES = 512
+DEDUPE_BYTES = 64 << 20
 
 
 class JournalError(Exception):
@@ -65,6 +69,7 @@ class Recovery:
 class _Pending:
     fields: dict
     orjson_ok: bool = False
+    dedupe: bool = False
     entry: dict | None = None
     error: BaseException | None = None
     done: bool = False
@@ -105,9 +110,14 @@ class JournalWriter:
 
     # -- public -----------------------------------------------------------------------------
 
-    def append(self, fields: dict) -> dict:
-        """Chain `fields` (the eleven capture-point keys) into their session; return the durable entry."""
+    def append(self, fields: dict, *, dedupe: bool = False) -> dict:
+        """Chain `fields` (the eleven capture-point keys) into their session; return the durable entry.
+
+        `dedupe`: the same call may already have been appended by another process that died before
+        saying so (a recording service killed after its fsync): if one of the session's last entries
+        holds exactly these fields, that entry is returned and nothing is appended."""
         mine = self._pending(fields)
+        mine.dedupe = dedupe
         slog = self._acquire(fields["session"])
         try:
             self._append(slog, [mine])
@@ -126,12 +136,18 @@ class JournalWriter:
                 groups.setdefault(fields["session"], []).append((i, self._pending(fields)))
             except (ContractError, JournalError) as exc:
                 results[i] = exc
+            except Exception as exc:  # noqa: BLE001 - one entry's fields fail that entry alone
+                results[i] = ContractError(f"entry refused: {type(exc).__name__}: {exc}")
         for session, items in groups.items():
             try:
                 slog = self._acquire(session)
             except JournalError as exc:
                 for i, _ in items:
                     results[i] = exc
+                continue
+            except Exception as exc:  # noqa: BLE001 - a session that cannot name a file fails its entries alone
+                for i, _ in items:
+                    results[i] = JournalError(f"entry refused: {type(exc).__name__}: {exc}")
                 continue
             try:
                 self._append(slog, [p for _, p in items])
@@ -301,12 +317,19 @@ class JournalWriter:
             seq, prev = slog.seq, slog.prev
             lines: list[bytes] = []
             chained: list[_Pending] = []
+            recent = self._recent_fields(slog) if any(p.dedupe for p in batch) else []
             for p in batch:
+                if p.dedupe:
+                    mine = orjson.loads(orjson.dumps(p.fields))  # as it would read back from the file
+                    twin = next((e for f, e in recent if f == mine), None)
+                    if twin is not None:
+                        p.entry = twin
+                        continue
                 try:
                     entry, line = chain_entry(p.fields, seq + 1, prev, orjson_ok=p.orjson_ok)
                     if len(line) > self.line_limit:
                         raise JournalError(f"entry line is {len(line)} bytes, over the {self.line_limit} limit")
-                except (ValueError, JournalError) as exc:
+                except Exception as exc:  # noqa: BLE001 - one entry that cannot be chained fails alone
                     p.error = exc if isinstance(exc, JournalError) else JournalError(f"entry refused: {exc}")
                     continue
                 seq, prev = entry["seq"], entry["hash"]
@@ -322,30 +345,60 @@ class JournalWriter:
                     n = os.write(fd, view)
                     view = view[n:]
             except OSError as exc:
-                self._fail(slog, chained, f"write to {slog.path} failed: {exc.strerror}", undo_to=slog.end)
+                self._write_failed(slog, chained, f"write to {slog.path} failed: {exc.strerror}")
                 return
             if self.durable:
                 try:
                     os.fdatasync(fd)
                 except OSError as exc:
-                    self._fail(slog, chained, f"fsync of {slog.path} failed: {exc.strerror}", undo_to=None)
+                    self._fail(slog, chained, f"fsync of {slog.path} failed: {exc.strerror}")
                     return
             slog.seq, slog.prev, slog.end = seq, prev, slog.end + len(data)
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
 
-    def _fail(self, slog: _SessionLog, chained: list[_Pending], why: str, undo_to: int | None) -> None:
+    def _write_failed(self, slog: _SessionLog, chained: list[_Pending], why: str) -> None:
+        """A write that failed before any fsync (a full disk, a quota): the partial bytes are cut off
+        again, so the file is exactly as it was and the next batch can try (once space is free).
+        Only when the cut itself fails is the session stopped."""
+        try:
+            os.ftruncate(slog.fd, slog.end)
+        except OSError as exc:
+            self._fail(slog, chained, f"{why}, and cutting off the partial write failed: {exc.strerror}")
+            return
+        err = JournalError(f"{why}; nothing was written, the next entry will be tried again")
+        log.error("%s", err)
+        for p in chained:
+            p.entry = None
+            p.error = err
+
+    def _fail(self, slog: _SessionLog, chained: list[_Pending], why: str) -> None:
         err = JournalStopped(f"{why}; session {slog.session!r} is stopped, no further entries are accepted")
         log.error("%s", err)
-        if undo_to is not None:
-            try:
-                os.ftruncate(slog.fd, undo_to)  # the partial line was never acknowledged
-            except OSError:
-                pass
         slog.failed = err
         for p in chained:
             p.entry = None
             p.error = err
+
+    def _recent_fields(self, slog: _SessionLog) -> list[tuple[dict, dict]]:
+        """(fields without seq/prev/hash, entry) of the session's last entries, newest first: at most
+        DEDUPE_LINES lines or DEDUPE_BYTES bytes back from the end (a dead service's last batch)."""
+        start = max(0, slog.end - DEDUPE_BYTES)
+        data = os.pread(slog.fd, slog.end - start, start) if slog.end > 0 else b""
+        lines = data.split(b"\n")
+        if start > 0:
+            lines = lines[1:]  # the first piece may be the end of a longer line
+        out = []
+        for line in reversed(lines[-DEDUPE_LINES - 1 :]):
+            if not line:
+                continue
+            try:
+                entry = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(entry, dict):
+                out.append(({k: v for k, v in entry.items() if k not in CHAINED_KEYS}, entry))
+        return out
 
     def _sync_tail(self, slog: _SessionLog) -> None:
         """Under the flock: make (seq, prev, end) match the file, recovering a torn tail."""

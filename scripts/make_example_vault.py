@@ -161,7 +161,7 @@ def build(vault_dir: Path) -> None:
         request_body=JsonValue(mcp_history["params"]), status=200, response_headers=[],
         response_body=JsonValue({"jsonrpc": "2.0", "id": 7, "result": {
             "content": [{"type": "text", "text": json.dumps(history)}], "isError": False}}),
-        mcp=mcp_history, ts=ts(24.550),
+        mcp=mcp_history, ts=ts(24.550), effect_basis="annotations",  # the tool is annotated readOnlyHint
     )
 
     # 13-15: Slack over HTTPS: post a summary, react, edit it.

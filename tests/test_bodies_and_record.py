@@ -168,11 +168,24 @@ def test_token_exchange_leaves_no_entry_and_no_blob(tmp_path):
                   request_body=b"grant_type=refresh_token&refresh_token=1//0gabcdef",
                   response_body=b'{"access_token": "ya29.xyz", "expires_in": 3599}' + b" " * (2 << 20))
     assert out is None
-    out = _record(rec, url="https://example.com/anything", response_body=b'{"access_token": "ya29.xyz"}')
-    assert out is None
     rec.close()
     assert not list(tmp_path.rglob("*.jsonl"))
     assert not [p for p in (tmp_path / "blobs").rglob("*") if p.is_file()]
+
+
+def test_a_response_that_looks_like_a_token_grant_is_recorded_redacted(tmp_path):
+    """Only the request says what a token exchange is: a Gmail GET answering with an access_token
+    (or a downloaded token.json) is an ordinary call, recorded with the credential redacted."""
+    rec = Recorder(tmp_path)
+    out = _record(rec, url="https://example.com/anything", response_body=b'{"id": "m1", "access_token": "ya29.xyz"}')
+    assert out is not None and out["response"]["body"] == {"id": "m1", "access_token": "[never captured]"}
+    out = _record(rec, url="https://www.googleapis.com/drive/v3/files/F1?alt=media",
+                  response_headers=[("Content-Type", "application/json")],
+                  response_body=b'{"token": "ya29.file", "refresh_token": "1//0gfile", "client_id": "c"}')
+    assert out is not None and out["response"]["body"]["refresh_token"] == "[never captured]"
+    rec.close()
+    on_disk = b"".join(p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())
+    assert b"ya29.xyz" not in on_disk and b"1//0gfile" not in on_disk
 
 
 def test_call_without_answer_gets_an_entry_with_error(tmp_path):
@@ -223,13 +236,14 @@ def test_agent_report_takes_effect_from_rules_not_the_agent(tmp_path):
     assert [x["seq"] for x in iter_entries(Vault(tmp_path), "s1")] == [1, 2, 3]
 
 
-def test_gzip_encoded_token_response_leaves_no_entry(tmp_path):
+def test_gzip_encoded_token_looking_response_is_recorded_with_the_token_redacted(tmp_path):
     rec = Recorder(tmp_path)
     body = gzip.compress(b'{"access_token": "ya29.a0secret", "expires_in": 3599, "token_type": "Bearer"}')
     out = _record(rec, url="https://idp.example.com/custom/exchange", response_body=body,
                   response_headers=[("Content-Type", "application/json"), ("Content-Encoding", "gzip")])
     rec.close()
-    assert out is None and not list(tmp_path.rglob("*.jsonl"))
+    assert out["response"]["body"]["access_token"] == "[never captured]"
+    assert b"ya29.a0secret" not in b"".join(p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())
 
 
 def test_token_exchange_known_only_by_its_body_leaves_no_entry(tmp_path):

@@ -69,10 +69,15 @@ def test_record_batch_answers_every_call_in_order(tmp_path):
     rec = Recorder(tmp_path)
     calls = [(1, material(1)), (2, slack_token_exchange()), (3, material(3, method=None)), (4, material(4))]
     acks = Service(rec).handle([("call", call_id, m) for call_id, m in calls])
-    assert [(a[0], a[1]) for a in acks] == [(1, "ok"), (2, "skip"), (3, "error"), (4, "ok")]
-    assert [a[2] for a in acks if a[1] == "ok"] == [1, 2]
+    assert [(a[0], a[1]) for a in acks] == [(1, "ok"), (2, "skip"), (3, "noted"), (4, "ok")]
+    assert [a[2] for a in acks if a[1] == "ok"] == [1, 3]
+    assert "entry 2 says so" in acks[2][2]
     rec.close()
-    assert verify_session(Vault(tmp_path), "svc").entries == 2
+    assert verify_session(Vault(tmp_path), "svc").entries == 3
+    failed = list(iter_entries(Vault(tmp_path), "svc"))[1]
+    assert failed["response"]["status"] == 502 and failed["response"]["answered_by"] == "capture"
+    assert "could not be recorded" in failed["response"]["error"] and failed["request"]["body"] is None
+    assert CANARY not in json.dumps(failed)
 
 
 def test_serve_records_frames_from_a_socket_until_it_closes(tmp_path):
@@ -215,18 +220,21 @@ def test_request_halves_forgotten_missing_or_token_exchanges(tmp_path):
     treq, tresp = _halves(slack_token_exchange())
     (ack,) = svc.handle([("request", 2, treq), ("response", 2, tresp)])
     assert ack[1] == "skip"
-    # a token grant known only by its response: a large request body was not spilled ahead of it
-    big = material(3, url="https://auth.example.org/o/exchange", connector="unknown", method="POST",
-                   request_body=b"x" * (3 << 20), request_headers=((b"Content-Type", b"text/plain"),),
-                   response_headers=((b"Content-Type", b"application/json"),),
-                   response_body=b'{"access_token": "at-1", "token_type": "Bearer", "expires_in": 3600}')
-    breq, bresp = _halves(big)
+    # a response that looks like a token grant from an endpoint that is not a token exchange is
+    # recorded (an agent reading a credentials file leaves a trace), with the credential redacted
+    looks = material(3, url="https://auth.example.org/o/exchange", connector="unknown", method="POST",
+                     request_body=b"x" * (3 << 20), request_headers=((b"Content-Type", b"text/plain"),),
+                     response_headers=((b"Content-Type", b"application/json"),),
+                     response_body=b'{"access_token": "at-SECRET-1", "token_type": "Bearer", "expires_in": 3600}')
+    breq, bresp = _halves(looks)
     svc.handle([("request", 3, breq)])
     svc.prepare_pending()
     (ack,) = svc.handle([("response", 3, bresp)])
-    assert ack[1] == "skip"
-    assert not any(p.is_file() for p in (tmp_path / "blobs").rglob("*"))  # no blob for a token exchange
+    assert ack[1] == "ok"
     rec.close()
+    (entry,) = iter_entries(Vault(tmp_path), "svc")
+    assert entry["response"]["body"]["access_token"] == "[never captured]"
+    assert b"at-SECRET-1" not in b"".join(p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())
 
 
 def test_link_sends_request_halves_ahead_and_falls_back_after_a_restart(tmp_path, monkeypatch):

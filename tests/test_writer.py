@@ -16,7 +16,7 @@ from journal.chain import GENESIS, entry_hash
 from journal.entry import ContractError
 from journal.vault import Vault
 from journal.verify import verify_session
-from journal.writer import JournalCorrupt, JournalStopped, JournalWriter
+from journal.writer import JournalCorrupt, JournalError, JournalStopped, JournalWriter
 from tests.journal_factories import fields
 
 
@@ -233,8 +233,9 @@ def test_a_stopped_session_stays_stopped_after_its_file_is_closed(tmp_path, monk
     w.close()
 
 
-def test_failed_write_is_rolled_back_and_stops_the_session(tmp_path, monkeypatch):
-    """A write that fails half way (a full disk) leaves no partial line behind, and nothing more is appended."""
+def test_failed_write_is_rolled_back_and_the_session_resumes(tmp_path, monkeypatch):
+    """A write that fails half way (a full disk) leaves no partial line behind, fails only its own
+    entries (not JournalStopped), and the next append goes through once the disk takes it again."""
     w = JournalWriter(tmp_path)
     w.append(fields(n=1))
     path = Vault(tmp_path).session_path("s1")
@@ -246,14 +247,35 @@ def test_failed_write_is_rolled_back_and_stops_the_session(tmp_path, monkeypatch
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(os, "write", half_then_enospc)
-    with pytest.raises(JournalStopped, match="No space left"):
+    with pytest.raises(JournalError, match="No space left") as caught:
         w.append(fields(n=2))
+    assert not isinstance(caught.value, JournalStopped)
     monkeypatch.undo()
     assert path.stat().st_size == size
+    assert w.append(fields(n=3))["seq"] == 2
+    w.close()
+    assert verify_session(Vault(tmp_path), "s1").intact
+
+
+def test_failed_cut_after_a_failed_write_stops_the_session(tmp_path, monkeypatch):
+    """When the partial write cannot be cut off again, the file may hold a torn line: stop."""
+    w = JournalWriter(tmp_path)
+    w.append(fields(n=1))
+
+    def enospc(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def eio(fd, size):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "write", enospc)
+    monkeypatch.setattr(os, "ftruncate", eio)
+    with pytest.raises(JournalStopped, match="cutting off"):
+        w.append(fields(n=2))
+    monkeypatch.undo()
     with pytest.raises(JournalStopped):
         w.append(fields(n=3))
     w.close()
-    assert verify_session(Vault(tmp_path), "s1").intact
 
 
 def test_vault_path_that_is_a_file_is_a_clear_error(tmp_path):
