@@ -388,3 +388,52 @@ def test_http_answered_by_and_oversize_request(tmp_path: Path, upstream_http: st
     assert e["response"]["answered_by"] == "upstream" and e["response"]["status"] == 200
     assert (e["effect"], e["request"]["effect_basis"]) == ("read", "annotations")
     assert_intact(vault)
+
+
+def test_own_tools_list_never_reaches_a_legacy_sse_client(tmp_path: Path, upstream_sse: str) -> None:
+    """On the legacy transport answers come on the client's GET stream: the shim's own tools/list
+    answer is taken out of it."""
+    import json
+    import threading
+
+    vault = tmp_path / "vault"
+    shim = Shim(vault, upstream_sse)
+    events: list[dict] = []
+    endpoint: list[str] = []
+    done = threading.Event()
+
+    def read_stream() -> None:
+        with httpx.stream("GET", shim.url("/sse"), timeout=httpx.Timeout(WAIT, read=WAIT)) as r:
+            kind = ""
+            for line in r.iter_lines():
+                if line.startswith("event:"):
+                    kind = line[6:].strip()
+                elif line.startswith("data:"):
+                    data = line[5:].strip()
+                    if kind == "endpoint":
+                        endpoint.append(data)
+                    else:
+                        events.append(json.loads(data))
+                        if events[-1].get("id") == 2:
+                            done.set()
+                            return
+
+    reader = threading.Thread(target=read_stream, daemon=True)
+    reader.start()
+    try:
+        deadline = WAIT
+        while not endpoint and deadline > 0:
+            done.wait(0.05)
+            deadline -= 0.05
+        post = shim.url(endpoint[0])
+        httpx.post(post, timeout=WAIT, json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}})
+        httpx.post(post, timeout=WAIT, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+        httpx.post(post, timeout=WAIT, json={"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                                             "params": {"name": "get_note", "arguments": {"note_id": "n1"}}})
+        assert done.wait(WAIT)
+    finally:
+        shim.stop()
+    assert [e.get("id") for e in events] == [1, 2]  # nothing but the answers to the client's own requests
+    (e,) = entries(vault)
+    assert (e["effect"], e["request"]["effect_basis"]) == ("read", "annotations")
