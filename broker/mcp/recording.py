@@ -270,11 +270,13 @@ class CallJournal:
         try:
             fields = self._fields(call, status, response, response_raw, response_line, response_headers, error,
                                   answered_by, received, as_text=False)
+            return None if fields is None else self.recorder.writer.append(fields)
         except (ValueError, TypeError, RecursionError) as exc:
-            # The parsed values cannot go into the canonical form (too deep, say): keep the lines as text.
+            # The parsed values cannot go into an entry (nested too deeply for the canonical form or the
+            # writer, say; the writer checks before it writes anything): keep the lines as text.
             log.info("recording %s as text: %s", call.method, exc)
-            fields = self._fields(call, status, response, response_raw, response_line, response_headers, error,
-                                  answered_by, received, as_text=True)
+        fields = self._fields(call, status, response, response_raw, response_line, response_headers, error,
+                              answered_by, received, as_text=True)
         return None if fields is None else self.recorder.writer.append(fields)
 
     def _fields(
