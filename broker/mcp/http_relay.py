@@ -709,9 +709,8 @@ class StdioFront:
                 if whole:
                     await relay.client_line(data, True)
                     continue
-                parts.append(data)  # a line over the limit: one POST, relayed unparsed
+                parts.append(data)  # a line over the limit: one POST, recorded from the blob store
                 if data.endswith(b"\n"):
-                    say(f"the client sent a line over {self.max_line} bytes; relayed unparsed (not recorded)")
                     await relay.client_line(b"".join(parts), False)
                     parts.clear()
 

@@ -45,7 +45,8 @@ from broker.mcp.recording import JOURNAL_ERROR_CODE, STDIO_STATUS, CallJournal, 
 log = logging.getLogger("broker.mcp")
 
 MAX_LINE = 64 << 20
-"""Lines up to this size are parsed and recorded; longer ones are relayed unparsed (and reported)."""
+"""Lines up to this size are parsed whole; longer ones are relayed in parts and recorded through
+`oversize.py` (and reported)."""
 SERVER_GONE_CODE = -32000
 TIMEOUT_CODE = -32001
 _CHUNK = 1 << 20
