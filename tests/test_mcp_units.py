@@ -151,3 +151,28 @@ def test_ids_of_any_json_type() -> None:
     for _ in range(5000):
         deep = [deep]
     assert isinstance(id_key(deep), str)
+
+
+def test_skeleton_stops_once_it_knows_enough() -> None:
+    import json
+
+    from broker.mcp.oversize import Skeleton
+
+    def skeleton(message: dict, chunk: int = 1000) -> Skeleton:
+        data = json.dumps(message).encode()
+        s = Skeleton()
+        for i in range(0, len(data), chunk):
+            s.feed(data[i : i + chunk])
+        return s
+
+    big = "x" * 100_000
+    first = skeleton({"jsonrpc": "2.0", "id": 12345, "method": "tools/call",
+                      "params": {"name": "echo", "arguments": {"text": big}}}, chunk=7)
+    assert first.done is not None  # known before the end: the rest only goes to the blob
+    assert first.line().messages[0].value["id"] == 12345
+    assert first.line().messages[0].value["params"]["name"] == "echo"
+    last = skeleton({"params": {"arguments": {"text": big}, "name": "get"}, "method": "tools/call", "id": [1, 2]})
+    value = last.line().messages[0].value
+    assert (value["id"], value["method"], value["params"]["name"]) == ([1, 2], "tools/call", "get")
+    answer = skeleton({"result": {"content": [{"text": big}]}, "id": "r1"})
+    assert answer.line().messages[0].kind == "response" and answer.line().messages[0].id == "r1"
