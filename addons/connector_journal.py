@@ -39,7 +39,7 @@ import logging
 import sys
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from mitmproxy import connection, ctx, exceptions, http
@@ -52,6 +52,7 @@ if _ROOT not in sys.path:  # loaded by path with `mitmdump -s`: make the journal
 from addons.recorder_link import CallNoted, RecorderLink, ServiceLost, ServiceUnavailable  # noqa: E402
 from addons.upstream_resolve import UpstreamResolve  # noqa: E402
 from journal.bodies import JSON_PARSE_LIMIT, SPILL_THRESHOLD, BodyCapture, is_json_type  # noqa: E402
+from journal.checkpoint.autoseal import DEFAULT_ENTRIES, DEFAULT_SECONDS, AutosealConfig  # noqa: E402
 from journal.connectors import Registry  # noqa: E402
 from journal.record import Prepared, Recorder, text_pairs, wire_text  # noqa: E402
 from journal.redact import REDACTED, is_token_exchange, redact_url  # noqa: E402
@@ -71,6 +72,8 @@ _CACHED_OPTIONS = (
     "broker_session", "broker_agent", "broker_principal", "broker_record_unknown", "broker_on_journal_error",
     "broker_spill_threshold", "broker_recorder",
 )
+_SEAL_OPTIONS = frozenset({"broker_seal_key", "broker_checkpoint_entries", "broker_checkpoint_seconds",
+                           "broker_witness"})
 _SESSION_CACHE = 4096
 """Session ids already checked for a vault file name (the check runs once per id, not per call)."""
 _BAD_PROXY_AUTH = "proxy credentials unreadable: expected Basic base64(SESSION:AGENT) in UTF-8"
@@ -146,6 +149,16 @@ class _Call:
         self.resp_fields: tuple[tuple[bytes, bytes], ...] | None = None  # the upstream's, before re-framing
 
 
+
+def _autoseal(opts) -> AutosealConfig | None:
+    """The checkpoint settings of the broker_seal_* options (the key file's path; never the key)."""
+    if not opts.broker_seal_key:
+        return None
+    return AutosealConfig(
+        str(Path(opts.broker_seal_key).resolve()), opts.broker_checkpoint_entries, opts.broker_checkpoint_seconds,
+        list(opts.broker_witness),
+    )
+
 class ConnectorJournal:
     def __init__(self) -> None:
         self.recorder: Recorder | None = None
@@ -161,6 +174,9 @@ class ConnectorJournal:
         self.inflight = 0  # recorded calls between requestheaders and their entry
         self._restarting: asyncio.Future | None = None
         self._restart_warned = False
+        self._sealing = False  # checkpoints on: count what is left unrecorded (declared coverage)
+        self._gaps: dict[tuple[str, str, str], int] = {}
+        self._gaps_sent = 0.0
         self.attribute: Callable[[http.HTTPFlow, str], dict | None] | None = None
         """Set by an embedder (the MCP shim's --through-broker): given a flow and its session, the MCP
         request that caused the call, recorded in the entry's `mcp` field; None when it cannot tell."""
@@ -185,6 +201,11 @@ class ConnectorJournal:
             "process: record in a separate recording service process (journal.service), leaving the proxy's "
             "CPU to the proxy; inline: record in the proxy process.",
         )
+        # Checkpoints as the broker records (journal/checkpoint/autoseal.py, docs/checkpoints.md).
+        loader.add_option("broker_seal_key", str, "", "Signer key file: write checkpoints while recording.")
+        loader.add_option("broker_checkpoint_entries", int, DEFAULT_ENTRIES, "A checkpoint every N entries.")
+        loader.add_option("broker_checkpoint_seconds", float, DEFAULT_SECONDS, "A checkpoint every T seconds.")
+        loader.add_option("broker_witness", Sequence[str], [], "tlog-witness URL to cosign each checkpoint.")
 
     def configure(self, updated: set[str]) -> None:
         opts = ctx.options
@@ -202,24 +223,29 @@ class ConnectorJournal:
                 raise exceptions.OptionsError(str(exc)) from None
             if self.recorder is not None:
                 self.recorder._registry = self.registry
-        if "vault" in updated or "broker_spill_threshold" in updated or self.recorder is None:
+        sealing = updated & _SEAL_OPTIONS
+        self._sealing = bool(opts.broker_seal_key)
+        if "vault" in updated or "broker_spill_threshold" in updated or self.recorder is None or sealing:
             if self.recorder is not None:
                 self.recorder.close()
             # In this process the recorder writes streamed bodies' blobs and checks that a session's
             # file can be opened; with broker_recorder=inline it records everything.
             self.recorder = Recorder(
-                opts.vault, spill_threshold=opts.broker_spill_threshold, registry=self.registry
+                opts.vault, spill_threshold=opts.broker_spill_threshold, registry=self.registry,
+                autoseal=_autoseal(opts) if opts.broker_recorder == "inline" else None,
             )
-        if updated & {"vault", "broker_spill_threshold", "broker_connectors", "broker_recorder"} or (
+        if updated & {"vault", "broker_spill_threshold", "broker_connectors", "broker_recorder"} or sealing or (
             self.link is None and opts.broker_recorder == "process"
         ):
             if self.link is not None:
                 self.link.close()
                 self.link = None
             if opts.broker_recorder == "process":
+                seal = _autoseal(opts)
                 self.link = RecorderLink(
                     str(Path(opts.vault).resolve()), opts.broker_spill_threshold,
                     str(Path(opts.broker_connectors).resolve()) if opts.broker_connectors else "",
+                    extra_args=seal.service_args() if seal else [],
                 )
 
     async def running(self) -> None:
@@ -238,6 +264,7 @@ class ConnectorJournal:
                 log.error("journal: %s", exc)
 
     async def done(self) -> None:
+        self._flush_gaps()
         if self.link is not None:
             await self.link.aclose()
             self.link = None
@@ -302,6 +329,11 @@ class ConnectorJournal:
         connector = self.registry.match(pretty_host, req.path.split("?", 1)[0])
         if connector is None:
             if not self._opts["broker_record_unknown"]:
+                if self._sealing:
+                    h_session = wire_text(special[SESSION_HEADER]) if SESSION_HEADER in special else None
+                    token = is_token_exchange(req.method, call_url, text_pairs(fields), None)
+                    self._gap((creds[0] if creds and creds[0] else None) or h_session or self._opts["broker_session"],
+                              pretty_host, "token" if token else "passed")
                 return
             connector = "unknown"
         h_session = wire_text(special[SESSION_HEADER]) if SESSION_HEADER in special else None
@@ -311,6 +343,7 @@ class ConnectorJournal:
                 session_filename(session)
             except SessionIdError as exc:
                 self._answer(flow, 400, f"session id cannot be recorded: {exc}")
+                self._gap(session, pretty_host, "refused")
                 return
             if len(self._sessions_ok) >= _SESSION_CACHE:
                 self._sessions_ok.clear()
@@ -325,6 +358,7 @@ class ConnectorJournal:
             # Token exchanges leave no entry and no blob: known by URL here, before a body is captured
             # (one known only by its body is dropped by the recorder, which sees that body).
             if is_token_exchange(req.method, call_url, text_pairs(fields), None):
+                self._gap(session, pretty_host, "token")
                 return
             call.req_cap = self._capture(req.headers)
             req.stream = self._streamer(call.req_cap)
@@ -340,6 +374,7 @@ class ConnectorJournal:
             if problem:
                 self.journal_failures += 1
                 self._answer(flow, 502, f"call not forwarded: the journal cannot record it ({problem})")
+                self._gap(call.session, flow.request.pretty_host, "refused")
                 self._drop(flow)
                 return
         if self.link is not None and not self.link.live:
@@ -574,6 +609,29 @@ class ConnectorJournal:
         else:
             log.error("journal: %s blocked, entry could not be written: %s", where, exc)
             self._answer(flow, 502, f"response withheld: the journal could not record this call ({exc})")
+
+    def _gap(self, session: str, host: str, what: str) -> None:
+        """Declared coverage (docs/checkpoints.md): a call left unrecorded, counted when sealing is on
+        and handed to the sealer about once a second."""
+        if not self._sealing:
+            return
+        key = (session, host, what)
+        self._gaps[key] = self._gaps.get(key, 0) + 1
+        if time.monotonic() - self._gaps_sent >= 1.0:
+            self._flush_gaps()
+
+    def _flush_gaps(self) -> None:
+        if not self._gaps:
+            return
+        gaps = [(s, h, w, n) for (s, h, w), n in self._gaps.items()]
+        if self.link is not None:
+            if not self.link.send_coverage(gaps):
+                return  # the service is not connected: kept for the next flush
+        elif self.recorder is not None:
+            for s, h, w, n in gaps:
+                self.recorder.note_gap(s, h, w, n)
+        self._gaps.clear()
+        self._gaps_sent = time.monotonic()
 
     @staticmethod
     def _answer(flow: http.HTTPFlow, status: int, reason: str) -> None:

@@ -47,8 +47,10 @@ class CallNoted(JournalError):
 
 
 class RecorderLink:
-    def __init__(self, vault: str, spill_threshold: int, connectors: str = "") -> None:
+    def __init__(self, vault: str, spill_threshold: int, connectors: str = "", extra_args: list[str] | None = None,
+                 ) -> None:
         self.vault, self.spill_threshold, self.connectors = vault, spill_threshold, connectors
+        self.extra_args = list(extra_args or [])  # more `python -m journal.service` options (checkpoints)
         self.proc: subprocess.Popen | None = None
         self._transport: asyncio.Transport | None = None
         self._starting: asyncio.Future | None = None
@@ -95,6 +97,14 @@ class RecorderLink:
         if sent is None or sent[0] != self._generation or transport is None or transport.is_closing():
             return await self.record(request | response)  # not sent ahead, or to a service now gone
         return await self._answer(transport, ("response", sent[1], response), request["session"])
+
+    def send_coverage(self, gaps: list[tuple[str, str, str, int]]) -> bool:
+        """Calls the proxy left unrecorded (declared coverage); False when the service is not connected."""
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return False
+        transport.write(frame(("coverage", 0, gaps)))
+        return True
 
     def forget(self, sent: tuple[int, int] | None) -> None:
         """The call of a request half sent ahead will not be recorded (blocked, dropped)."""
@@ -144,6 +154,7 @@ class RecorderLink:
                "--spill-threshold", str(self.spill_threshold)]
         if self.connectors:
             cmd += ["--connectors", self.connectors]
+        cmd += self.extra_args
         env = dict(os.environ)
         env["PYTHONPATH"] = _ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         try:

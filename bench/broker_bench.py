@@ -72,7 +72,9 @@ from tests.broker_harness import BIN, ROOT, BrokerProcess
 from tests.upstreams.client import _AsyncMappedBackend, _MappedBackend
 
 SESSION = "bench"
-TARGETS = ("direct", "mitmdump", "addon", "broker")
+TARGETS = ("direct", "mitmdump", "lean", "addon", "broker", "broker2")
+"""lean: mitmproxy with broker run's own addon set and no recording (bench/lean_proxy.py), the fair
+baseline for what recording costs; broker2: `broker run --workers 2`."""
 GET_URL = "https://gmail.googleapis.com/gmail/v1/users/me/labels"
 POST_URL = "https://slack.com/api/chat.postMessage"
 GET_HEADERS = {"Authorization": "Bearer ya29.bench-access-token", "Accept": "application/json"}
@@ -149,6 +151,17 @@ class PlainMitmdump(BrokerProcess):
                "--listen-host", "127.0.0.1", "--listen-port", "0"]
         for s in sets:
             cmd += ["--set", s]
+        return cmd
+
+
+class LeanProxy(BrokerProcess):
+    """bench/lean_proxy.py: mitmproxy with exactly broker run's addons (and --resolve), no recording."""
+
+    def command(self) -> list[str]:
+        cmd = [sys.executable, str(ROOT / "bench" / "lean_proxy.py"), "--listen", "127.0.0.1:0",
+               "--confdir", str(self.confdir), "--upstream-ca", self.upstream.ca_pem]
+        for h in self.upstream.hosts:
+            cmd += ["--resolve", f"{h}=127.0.0.1:{self.upstream.port}"]
         return cmd
 
 
@@ -415,6 +428,10 @@ def summarise(rows: list[dict], scens: list[dict], names: tuple[str, ...] = TARG
                 summary[f"{t}/{base}"] = statistics.median(vals)
                 summary[f"{t}/{base} runs"] = [round(v, 3) for v in vals]
                 summary[f"{t}/{base} pooled"] = pooled_rows[t]["req_s"] / pooled_rows[base]["req_s"]
+        for num, den in (("broker", "lean"), ("broker2", "broker")):
+            if num in names and den in names:
+                summary[f"{num}/{den}"] = statistics.median(
+                    rr[num]["req_s"] / rr[den]["req_s"] for rr in by_round.values())
         if "direct" in names and "broker" in names:
             b, m, d = pooled_rows["broker"], pooled_rows["mitmdump"], pooled_rows["direct"]
             summary["broker/direct"] = statistics.median(
@@ -473,6 +490,10 @@ def format_tables(table: list[dict], ratios: list[dict], params: dict, check: di
             f"  {s['added_p50_mitmdump_ms']:>+8.2f} {s['added_p99_mitmdump_ms']:>+8.2f}"
             f"  {s['added_cpu_broker_us']:>+10.0f} {s['cpu_ratio']:>6.2f}"
         )
+    for s in ratios:
+        if "broker/lean" in s:
+            out.append(f"{s['scenario']:<9} broker/lean {s['broker/lean']:.2f}   "
+                       f"broker --workers 2 / broker {s['broker2/broker']:.2f}")
     out.append("throughput ratios: median over rounds of the ratio within the round (IQR: its spread); addon:")
     out.append("stock mitmdump -s addons/connector_journal.py (all of mitmdump's default addons loaded);")
     out.append("added latency: broker - mitmdump, mitmdump - direct, from the pooled p50/p99; broker CPU: proxy")
@@ -527,16 +548,19 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     try:
         upstream.start()
-        for name in ("mitmdump", "addon", "broker"):
+        for name in ("mitmdump", "lean", "addon", "broker", "broker2"):
             (root / name).mkdir()
         mitm = PlainMitmdump(root / "mitmdump", upstream.info, flavour="mitmdump")
+        lean = LeanProxy(root / "lean", upstream.info)
         addon = BrokerProcess(root / "addon", upstream.info, "--set", f"broker_session={SESSION}", flavour="mitmdump")
         broker = BrokerProcess(root / "broker", upstream.info, "--session", SESSION)
-        procs += [mitm, addon, broker]
+        broker2 = BrokerProcess(root / "broker2", upstream.info, "--session", SESSION, "--workers", "2")
+        procs += [mitm, lean, addon, broker, broker2]
         for p in procs:
             p.start()
         targets = {"direct": Target("direct", upstream, None), "mitmdump": Target("mitmdump", upstream, mitm),
-                   "addon": Target("addon", upstream, addon), "broker": Target("broker", upstream, broker)}
+                   "lean": Target("lean", upstream, lean), "addon": Target("addon", upstream, addon),
+                   "broker": Target("broker", upstream, broker), "broker2": Target("broker2", upstream, broker2)}
         log(f"processes: upstream pid {upstream.pid}, mitmdump pid {mitm.proc.pid}, mitmdump -s addon pid "
             f"{addon.proc.pid}, broker pid {broker.proc.pid}")
         for t in targets.values():  # first calls: certificates generated, code paths warmed
@@ -545,7 +569,7 @@ def main(argv: list[str] | None = None) -> int:
                                   "mix": True})
         rows = [row for scen in scens for row in run_scenario(targets, upstream, scen, rounds, log)]
         check = {}
-        for name, proc in (("broker", broker), ("addon", addon)):
+        for name, proc in (("broker", broker), ("broker2", broker2), ("addon", addon)):
             code = proc.stop()
             if code != 0:
                 raise RuntimeError(f"{name} exited with {code}:\n{proc.output.decode(errors='replace')[-2000:]}")

@@ -56,13 +56,27 @@ def _total_bytes(vault: Vault, sessions: list[str]) -> int:
 @click.argument("sessions", nargs=-1)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line per session.")
 @click.option("--no-blobs", is_flag=True, help="Skip re-hashing spilled blobs (faster, weaker).")
-@click.option("--seal-key", type=click.Path(dir_okay=False), default=None,
-              help="Public seal key (from `broker keygen`, kept outside the vault): check each session's seal.")
-def verify(vault_dir: str, sessions: tuple[str, ...], as_json: bool, no_blobs: bool, seal_key: str | None) -> int:
-    """Check every session's hash chain, canonical form, contract, blobs and (with --seal-key) seal.
+@click.option("--seal-key", default=None, metavar="VKEY",
+              help="Verifier key (text or file, from `broker keygen`, kept outside the vault): check checkpoints "
+              "and the signed vault index. A legacy .pub key checks the old .seal files.")
+@click.option("--witness-key", "witness_keys", multiple=True, metavar="VKEY",
+              help="Require each checkpoint to be cosigned by this witness (repeatable).")
+@click.option("--witness", "witness_urls", multiple=True, metavar="URL",
+              help="Ask this witness for the newest size it cosigned per session (repeatable).")
+@click.option("--require-sealed", is_flag=True, help="Entries after the last checkpoint are a break, not a note.")
+def verify(vault_dir: str, sessions: tuple[str, ...], as_json: bool, no_blobs: bool, seal_key: str | None,
+           witness_keys: tuple[str, ...], witness_urls: tuple[str, ...], require_sealed: bool) -> int:
+    """Check every session's hash chain, canonical form, contract, blobs and (with --seal-key) checkpoints.
 
     Exit 0 when every session is intact, 1 when any is broken, 2 on a usage error.
     """
+    if seal_key and not is_legacy_key(seal_key):
+        from broker.checkpoint_commands import verify_checkpoints
+
+        return verify_checkpoints(vault_dir, sessions, as_json, no_blobs, seal_key, witness_keys, witness_urls,
+                                  require_sealed)
+    if witness_keys or witness_urls or require_sealed:
+        raise click.UsageError("--witness-key, --witness and --require-sealed need a --seal-key verifier key")
     public = load_public_key(seal_key) if seal_key else None
     vault = Vault.open_existing(vault_dir)
     names = _select(vault, sessions)
@@ -72,6 +86,22 @@ def verify(vault_dir: str, sessions: tuple[str, ...], as_json: bool, no_blobs: b
             reports.append(
                 verify_session(vault, s, check_blobs=not no_blobs, progress=advance, seal_key=public)
             )
+    print_reports(reports, as_json)
+    if not names and not as_json:
+        click.echo(f"no sessions in {vault.root}")
+    return 0 if all(r.intact for r in reports) else 1
+
+
+def is_legacy_key(path: str) -> bool:
+    """A connector-journal-seal-key/1 public key file (journal/seal.py), from before checkpoints."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(28) == b"connector-journal-seal-key/1"
+    except OSError:
+        return False
+
+
+def print_reports(reports: list[SessionReport], as_json: bool) -> None:
     for r in reports:
         if as_json:
             d = {k: getattr(r, k) for k in ("session", "entries", "intact", "broken_at_seq", "kind", "detail")}
@@ -84,9 +114,6 @@ def verify(vault_dir: str, sessions: tuple[str, ...], as_json: bool, no_blobs: b
         if not as_json:
             for note in r.notes:
                 click.echo(f"  note: {note}")
-    if not names and not as_json:
-        click.echo(f"no sessions in {vault.root}")
-    return 0 if all(r.intact for r in reports) else 1
 
 
 @click.command()

@@ -8,6 +8,7 @@ import sys
 import click
 
 from broker.audit_commands import vault_option
+from broker.seal_options import autoseal_config, seal_options
 
 _CTX = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 
@@ -39,12 +40,14 @@ _CTX = {"ignore_unknown_options": True, "allow_interspersed_args": False}
               help="Messages up to this size are parsed whole; larger ones are relayed in parts and "
               "recorded from the blob store.")
 @click.option("--spill-threshold", type=int, default=None, help="Spill values larger than this many bytes.")
+@seal_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def mcp(
     vault_dir: str, session: str, agent: str, principal: str, connector: str, effects_file: str, listen: str,
     upstream: str, through_broker: bool, confdir: str, upstream_ca: str | None, upstream_insecure: bool,
     resolve: tuple[str, ...], call_timeout: float | None, cancel_grace: float, max_message_mib: int,
-    spill_threshold: int | None, command: tuple[str, ...],
+    spill_threshold: int | None, command: tuple[str, ...], seal_key: str | None = None,
+    checkpoint_entries: int = 0, checkpoint_seconds: float = 0.0, witness: tuple[str, ...] = (),
 ) -> int:
     """Record MCP tool calls: relay an MCP server and journal every tools/call and resources/read.
 
@@ -89,6 +92,9 @@ def mcp(
     except EffectsFileError as exc:
         raise click.BadParameter(str(exc), param_hint="--effects") from None
     max_line = max_message_mib << 20
+    seal = autoseal_config(seal_key, checkpoint_entries, checkpoint_seconds, witness)
+    if seal is not None and through_broker:
+        raise click.UsageError("--seal-key does not apply to --through-broker yet; seal with `broker seal`")
     threshold = spill_threshold if spill_threshold is not None else SPILL_THRESHOLD
 
     if upstream:
@@ -96,7 +102,7 @@ def mcp(
 
         from broker.mcp import http_relay
 
-        recorder = Recorder(vault_dir, spill_threshold=threshold)
+        recorder = Recorder(vault_dir, spill_threshold=threshold, autoseal=seal)
         # --listen: without --principal each call's principal is a fingerprint of the client's credential
         journal = CallJournal(
             recorder, Identity(session, agent, principal if listen else (principal or "unknown")), url=upstream,
@@ -132,7 +138,7 @@ def mcp(
         except OSError as exc:  # the server or the embedded broker could not be started
             click.echo(f"broker: error: {exc}", err=True)
             return 2
-    recorder = Recorder(vault_dir, spill_threshold=threshold)
+    recorder = Recorder(vault_dir, spill_threshold=threshold, autoseal=seal)
     journal = CallJournal(
         recorder, identity, url=stdio_url(argv), fallback=fallback_connector(argv), connector=connector or None,
         rules=rules,

@@ -6,11 +6,12 @@ import asyncio
 import logging
 import shlex
 import sys
-from urllib.parse import quote
+from pathlib import Path
 
 import click
 
 from broker.audit_commands import vault_option
+from broker.seal_options import autoseal_config, seal_options
 from journal.connectors import Registry
 from journal.vault import Vault
 
@@ -52,11 +53,18 @@ def parse_listen(listen: str) -> tuple[str, int]:
     help="process: record in a recording service child process, leaving the proxy's CPU to the proxy; "
     "inline: record in the proxy process.",
 )
+@click.option(
+    "--workers", type=click.IntRange(1, 64), default=1, show_default=True,
+    help="Proxy processes on the one port (SO_REUSEPORT), each with its own recording service, sharing the vault.",
+)
+@seal_options
 @click.option("-v", "--verbose", is_flag=True, help="Log every recorded call.")
 def run(
     vault_dir: str, listen: str, confdir: str, session: str, agent: str, principal: str, connectors_file: str,
     resolve: tuple[str, ...], upstream_ca: str | None, upstream_insecure: bool, on_journal_error: str,
-    record_unknown: bool, spill_threshold: int | None, recorder: str, verbose: bool,
+    record_unknown: bool, spill_threshold: int | None, recorder: str, workers: int, verbose: bool,
+    seal_key: str | None = None, checkpoint_entries: int = 0, checkpoint_seconds: float = 0.0,
+    witness: tuple[str, ...] = (),
 ) -> int:
     """Run the broker: an HTTPS proxy that records every connector call into the vault."""
     # mitmproxy is imported here, not at the top: every other broker command starts faster without it.
@@ -73,6 +81,7 @@ def run(
         raise click.BadParameter(str(exc), param_hint="--resolve") from None
     if connectors_file:
         Registry.builtin().with_file(connectors_file)  # a bad file is one clear error, before listening
+    seal = autoseal_config(seal_key, checkpoint_entries, checkpoint_seconds, witness)
     Vault.create(vault_dir)
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING, format="broker: %(levelname)s: %(message)s",
@@ -84,15 +93,28 @@ def run(
         upstream_insecure=upstream_insecure, on_journal_error=on_journal_error, record_unknown=record_unknown,
         spill_threshold=spill_threshold, recorder=recorder,
     )
+    if seal is not None:
+        config.seal_key, config.witness = str(Path(seal.key_path).resolve()), seal.witnesses
+        config.checkpoint_entries, config.checkpoint_seconds = seal.entries, seal.seconds
 
-    def announce(proxy) -> None:
-        click.echo(f"broker: listening on http://{host}:{proxy.port}")
+    def announce_port(bound: int) -> None:
+        click.echo(f"broker: listening on http://{host}:{bound}" + (f" ({workers} workers)" if workers > 1 else ""))
         click.echo(f"broker: CA certificate {ca_cert_path(confdir)}")
         click.echo(f"broker: vault {Vault(vault_dir).root}")
         click.echo("broker: Ctrl-C or SIGTERM stops it; `broker env` prints the client settings", err=False)
         sys.stdout.flush()
 
-    asyncio.run(serve_forever(config, announce))
+    if workers > 1:
+        if seal is not None:  # one sealer per vault: several would race to sign the same sessions
+            raise click.UsageError("--workers and --seal-key cannot be combined yet; seal with `broker seal` instead")
+        from broker.proxy_runner import ensure_ca
+        from broker.workers import serve_workers
+
+        ensure_ca(confdir)  # once, before the workers, so they do not race to create it
+        code = serve_workers(config, workers, announce_port)
+        click.echo("broker: stopped; every accepted entry is on disk")
+        return code
+    asyncio.run(serve_forever(config, lambda proxy: announce_port(proxy.port)))
     click.echo("broker: stopped; every accepted entry is on disk")
     return 0
 
@@ -104,18 +126,11 @@ def run(
 @click.option("--agent", default=None, help="Agent name to put in the proxy URL.")
 def env(listen: str, confdir: str, session: str | None, agent: str | None) -> int:
     """Print the shell exports a client needs to go through the broker (eval "$(broker env)")."""
+    from broker.exec.environment import ca_variables, proxy_url, proxy_variables
     from broker.proxy_runner import write_ca_bundle
     host, port = parse_listen(listen)
-    creds = ""
-    if session or agent:
-        creds = f"{quote(session or 'default', safe='')}:{quote(agent or 'unknown', safe='')}@"
-    proxy = f"http://{creds}{host}:{port}"
     bundle = str(write_ca_bundle(confdir))
-    exports = {
-        "HTTPS_PROXY": proxy, "HTTP_PROXY": proxy, "https_proxy": proxy, "http_proxy": proxy,
-        "SSL_CERT_FILE": bundle, "REQUESTS_CA_BUNDLE": bundle, "CURL_CA_BUNDLE": bundle,
-        "NODE_EXTRA_CA_CERTS": bundle,
-    }
+    exports = {**proxy_variables(proxy_url(host, port, session, agent)), **ca_variables(bundle)}
     for k, v in exports.items():
         click.echo(f"export {k}={shlex.quote(v)}")
     return 0

@@ -58,6 +58,11 @@ class ProxyConfig:
     record_unknown: bool = False
     spill_threshold: int | None = None
     recorder: str = "process"
+    mode: list[str] = field(default_factory=list)  # mitmproxy mode specs; empty: regular at listen_host:port
+    seal_key: str = ""  # checkpoints while recording (journal/checkpoint/autoseal.py)
+    checkpoint_entries: int | None = None
+    checkpoint_seconds: float | None = None
+    witness: list[str] = field(default_factory=list)
 
 
 def ca_cert_path(confdir: str) -> Path:
@@ -107,8 +112,9 @@ class _Ready:
 class EmbeddedProxy:
     """mitmproxy plus the addon in this process; `start` binds, `stop` drains and shuts down."""
 
-    def __init__(self, config: ProxyConfig) -> None:
+    def __init__(self, config: ProxyConfig, extra_addons: tuple = ()) -> None:
         self.config = config
+        self.extra_addons = extra_addons  # run before the resolve and journal addons
         self.addon = ConnectorJournal()
         self.master: Master | None = None
         self._task: asyncio.Task | None = None
@@ -122,15 +128,24 @@ class EmbeddedProxy:
         )
         self.master = Master(opts)
         ready = _Ready()
-        self.master.addons.add(*proxy_addons(), ready, UpstreamResolve(), self.addon)
+        self.master.addons.add(*proxy_addons(), ready, *self.extra_addons, UpstreamResolve(), self.addon)
         update: dict = {
             "vault": c.vault, "broker_session": c.session, "broker_agent": c.agent,
             "broker_principal": c.principal, "broker_connectors": c.connectors,
             "broker_resolve": list(c.resolve), "broker_on_journal_error": c.on_journal_error,
             "broker_record_unknown": c.record_unknown, "connection_strategy": "lazy", "broker_recorder": c.recorder,
         }
+        if c.mode:
+            update["mode"] = list(c.mode)
         if c.spill_threshold is not None:
             update["broker_spill_threshold"] = c.spill_threshold
+        if c.seal_key:
+            update["broker_seal_key"] = c.seal_key
+            update["broker_witness"] = list(c.witness)
+            if c.checkpoint_entries is not None:
+                update["broker_checkpoint_entries"] = c.checkpoint_entries
+            if c.checkpoint_seconds is not None:
+                update["broker_checkpoint_seconds"] = c.checkpoint_seconds
         if c.upstream_ca:
             update["ssl_verify_upstream_trusted_ca"] = c.upstream_ca
         if c.upstream_insecure:
@@ -166,12 +181,13 @@ class EmbeddedProxy:
 async def serve_forever(config: ProxyConfig, announce) -> None:
     """Run until SIGINT or SIGTERM, then stop cleanly with every accepted entry on disk."""
     proxy = EmbeddedProxy(config)
-    await proxy.start()
-    announce(proxy)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM):  # before listening: a signal during start-up still drains
         loop.add_signal_handler(sig, stop.set)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})  # see broker.workers
+    await proxy.start()
+    announce(proxy)
     await stop.wait()
     logging.getLogger("broker").info("stopping: draining open connections")
     await proxy.stop()

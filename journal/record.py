@@ -18,6 +18,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from journal.bodies import SPILL_THRESHOLD, record_body, spill_large_strings
 from journal.canonical import CanonicalError, canonical_bytes, check_reads_back
@@ -31,6 +32,9 @@ from journal.redact import (
     redact_url,
 )
 from journal.writer import JournalWriter
+
+if TYPE_CHECKING:
+    from journal.checkpoint.autoseal import AutosealConfig
 
 Headers = Iterable[tuple[str, str]] | Iterable[list[str]]
 ANSWERED_BY = ("upstream", "capture", "none")
@@ -163,9 +167,15 @@ class Recorder:
 
     def __init__(
         self, vault: str | os.PathLike | JournalWriter, *, spill_threshold: int = SPILL_THRESHOLD,
-        registry: Registry | None = None, durable: bool = True,
+        registry: Registry | None = None, durable: bool = True, autoseal: AutosealConfig | None = None,
     ) -> None:
         self.writer = vault if isinstance(vault, JournalWriter) else JournalWriter(vault, durable=durable)
+        self.autosealer = None  # checkpoints as entries are recorded (journal/checkpoint/autoseal.py)
+        if autoseal is not None:
+            from journal.checkpoint.autoseal import Autosealer
+
+            self.autosealer = Autosealer(self.writer.vault, autoseal)
+            self.writer.on_durable = self.autosealer.appended
         self.blobs = self.writer.blobs
         self.spill_threshold = spill_threshold
         self._registry = registry
@@ -176,8 +186,18 @@ class Recorder:
             self._registry = Registry.builtin()
         return self._registry
 
+    def note_gap(self, session: str, url: str, what: str, n: int = 1) -> None:
+        """Declared coverage (docs/checkpoints.md): a call to `url` left unrecorded (`what`: passed,
+        token, refused); kept only when checkpoints are written."""
+        if self.autosealer is not None:
+            from urllib.parse import urlsplit
+
+            self.autosealer.note_gap(session, urlsplit(url).hostname or url, what, n)
+
     def close(self) -> None:
         self.writer.close()
+        if self.autosealer is not None:
+            self.autosealer.close()  # the clean stop's checkpoints, after the last append
 
     # -- the general entry point ------------------------------------------------------------
 
@@ -228,6 +248,7 @@ class Recorder:
         req_headers, latin1 = text_pairs_marked(request_headers)
         raw_req = request_body if isinstance(request_body, bytes) else None
         if is_token_exchange(method, url, req_headers, raw_req):
+            self.note_gap(session, url, "token")
             return None
         request = {"method": method, "url": redact_url(url), "headers": redact_headers(req_headers)}
         request["body"], extra = self._body(request_body, req_headers)

@@ -17,6 +17,8 @@ socket pair is private to the two processes and nothing else ever writes to it.
   the request half first, `("request", call_id, material)`, sent when the call goes upstream (the
   service prepares it meanwhile), then `("response", call_id, material)`; `("forget", call_id)` drops
   a request half whose call ends unrecorded (see `Service`);
+- proxy -> service, never acknowledged: `("coverage", 0, [(session, url or host, what, n), ...])`, calls
+  the proxy left unrecorded, for the declared coverage of the vault index (docs/checkpoints.md);
 - service -> proxy: a list of `(call_id, outcome, detail, stopped)`: outcome "ok" (entry durable,
   detail = its seq), "skip" (a token exchange: nothing recorded), "noted" (the call could not be
   recorded and an entry saying so is durable; detail = why) or "error" (detail = the reason;
@@ -45,6 +47,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from journal.bodies import JSON_PARSE_LIMIT, SPILL_THRESHOLD, decoded_prefix
+from journal.checkpoint.autoseal import AutosealConfig
 from journal.connectors import Registry
 from journal.record import Recorder, RequestHalf, principal_fingerprint, text_pairs, wire_field
 from journal.redact import header_value
@@ -228,6 +231,9 @@ class Service:
                 self.raw.pop(call_id, None)
                 self.halves.pop(call_id, None)
                 continue
+            if kind == "coverage":  # declared coverage from the proxy: [(session, url, what, n), ...]
+                self._note_coverage(rest[0] if rest else ())
+                continue
             material = rest[0] if rest else None
             if kind == "request":
                 if isinstance(material, dict):
@@ -286,6 +292,13 @@ class Service:
             log.error("call %d could not be recorded: %s", call_id, why)
             return (failure_fields(self.recorder, whole, why) if whole else None), why
 
+    def _note_coverage(self, gaps: object) -> None:
+        try:
+            for session, url, what, n in gaps:  # type: ignore[union-attr]
+                self.recorder.note_gap(session, url, what, n)
+        except Exception as exc:  # noqa: BLE001 - a malformed count is logged, never fatal
+            log.error("a coverage message could not be read: %s", _failure(exc))
+
     def prepare_pending(self) -> None:
         """Prepare the request halves received so far (their calls are still upstream)."""
         while self.raw:
@@ -339,6 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--vault", required=True)
     p.add_argument("--spill-threshold", type=int, default=SPILL_THRESHOLD)
     p.add_argument("--connectors", default="", help="connectors TOML file applied on top of the built-in rules")
+    AutosealConfig.add_arguments(p)  # --seal-key FILE --checkpoint-entries N --checkpoint-seconds T --witness URL
     args = p.parse_args(argv)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -348,7 +362,8 @@ def main(argv: list[str] | None = None) -> int:
         registry = Registry.builtin()
         if args.connectors:
             registry = registry.with_file(args.connectors)
-        recorder = Recorder(args.vault, spill_threshold=args.spill_threshold, registry=registry)
+        recorder = Recorder(args.vault, spill_threshold=args.spill_threshold, registry=registry,
+                            autoseal=AutosealConfig.from_namespace(args))
     except (OSError, ValueError, VaultError) as exc:  # the proxy reports the exit to every call waiting
         log.error("cannot start: %s", exc)
         sock.close()

@@ -162,6 +162,21 @@ class Vault:
         if fmt != FORMAT:
             raise VaultError(f"{self.root} holds format {fmt!r}; this tool reads {FORMAT!r}")
 
+    def origin(self, *, create: bool = False, prefix: str = "connector-broker.vault") -> str | None:
+        """The vault's origin (`"origin"` in VAULT.json), the prefix of every checkpoint origin
+        (docs/checkpoints.md). Generated once, `<prefix>/vault-<16 hex>`, when `create` and there is none."""
+        manifest = self.root / "VAULT.json"
+        try:
+            data = orjson.loads(manifest.read_bytes()) if manifest.exists() else {"format": FORMAT}
+        except (orjson.JSONDecodeError, OSError):
+            raise VaultError(f"{manifest} is not a valid vault manifest") from None
+        origin = data.get("origin")
+        if isinstance(origin, str) or not create:
+            return origin if isinstance(origin, str) else None
+        data["origin"] = f"{prefix}/vault-{os.urandom(8).hex()}"
+        write_atomically(manifest, orjson.dumps(data, option=orjson.OPT_SORT_KEYS) + b"\n")
+        return data["origin"]
+
     def session_path(self, session: str) -> Path:
         return self.journal_dir / session_filename(session)
 

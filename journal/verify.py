@@ -43,6 +43,8 @@ from journal.vault import Vault
 KINDS = (
     "edited", "removed", "inserted", "reordered", "torn_tail", "not_canonical",
     "contract_violation", "blob_missing", "blob_corrupt", "seal_mismatch",
+    # checkpoints (journal/checkpoint/audit.py)
+    "session_missing", "seal_missing", "seal_rollback", "unsealed_tail",
 )
 _HASH_KEY = b',"hash":"'
 _REF_MARK = b'"ref":"blobs/sha256/'

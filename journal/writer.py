@@ -27,6 +27,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -95,9 +96,10 @@ class JournalWriter:
 
     def __init__(
         self, vault: Vault | str | os.PathLike, *, line_limit: int = LINE_LIMIT, durable: bool = True,
-        max_open: int = 256,
+        max_open: int = 256, on_durable: Callable[[str, list[dict]], None] | None = None,
     ) -> None:
         self.vault = vault if isinstance(vault, Vault) else Vault.create(vault)
+        self.on_durable = on_durable  # called with each committed batch once it is on disk (autoseal)
         self.blobs = BlobStore(self.vault.root)
         self.line_limit = line_limit
         self.durable = durable
@@ -356,6 +358,11 @@ class JournalWriter:
             slog.seq, slog.prev, slog.end = seq, prev, slog.end + len(data)
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
+        if self.on_durable is not None and not slog.failed:
+            try:
+                self.on_durable(slog.session, [p.entry for p in chained if p.entry is not None])
+            except Exception:  # noqa: BLE001 - the entries are durable; a hook must not fail them
+                log.exception("on_durable hook failed")
 
     def _write_failed(self, slog: _SessionLog, chained: list[_Pending], why: str) -> None:
         """A write that failed before any fsync (a full disk, a quota): the partial bytes are cut off

@@ -109,7 +109,8 @@ def test_cli_keygen_seal_verify(tmp_path):
     with JournalWriter(vault) as w:
         for i in range(3):
             w.append(fields(n=i))
-    assert broker("keygen", "--out", str(tmp_path / "keys")).returncode == 0
+    (tmp_path / "keys").mkdir()  # a legacy key pair: `broker keygen` writes note keys now (checkpoints)
+    generate_keypair(tmp_path / "keys" / "seal-key.pem", tmp_path / "keys" / "seal-key.pub")
     r = broker("seal", "--vault", str(vault), "--key", str(tmp_path / "keys" / "seal-key.pem"))
     assert r.returncode == 0 and "sealed at 3 entries" in r.stdout
     pub = str(tmp_path / "keys" / "seal-key.pub")

@@ -286,6 +286,7 @@ def test_link_reports_a_service_that_cannot_start_and_does_not_spin(tmp_path, mo
         return real_popen(*a, **k)
 
     monkeypatch.setattr(recorder_link.subprocess, "Popen", counting_popen)
+    monkeypatch.setattr(recorder_link, "RESTART_INTERVAL", 60.0)  # however slow the machine, no second start
     (tmp_path / "file").write_text("not a vault")
 
     async def main():

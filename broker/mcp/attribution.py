@@ -25,7 +25,6 @@ import os
 import threading
 import time
 from collections import deque
-from urllib.parse import quote
 
 from broker.mcp.effects import EffectRules
 from broker.mcp.recording import CallJournal, Identity, PendingCall, fallback_connector, stdio_url
@@ -84,16 +83,10 @@ class Attribution:
 
 def child_environment(proxy_port: int, identity: Identity, bundle: str) -> dict[str, str]:
     """The server's environment: ours, plus the proxy and CA variables (as `broker env` prints them)."""
-    proxy = f"http://{quote(identity.session, safe='')}:{quote(identity.agent, safe='')}@127.0.0.1:{proxy_port}"
-    env = dict(os.environ)
-    for name in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY", "all_proxy"):
-        env[name] = proxy
-    for name in ("NO_PROXY", "no_proxy"):
-        env.pop(name, None)
-    for name in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS"):
-        env[name] = bundle
-    env["NODE_USE_ENV_PROXY"] = "1"  # Node's built-in fetch ignores HTTPS_PROXY without it (Node >= 24)
-    return env
+    from broker.exec.environment import client_environment, proxy_url
+
+    proxy = proxy_url("127.0.0.1", proxy_port, identity.session, identity.agent)
+    return client_environment(os.environ, bundle, proxy)
 
 
 async def run_through_broker(
@@ -101,6 +94,7 @@ async def run_through_broker(
     rules: EffectRules, confdir: str, upstream_ca: str | None, upstream_insecure: bool, resolve: list[str],
     spill_threshold: int, **relay_options,
 ) -> int:
+    from broker.exec.sandbox import open_if_possible
     from broker.mcp.relay import say
     from broker.mcp.stdio_relay import run_stdio_shim
     from broker.proxy_runner import EmbeddedProxy, ProxyConfig, write_ca_bundle
@@ -110,8 +104,16 @@ async def run_through_broker(
         agent=identity.agent, principal=principal_option, resolve=resolve, upstream_ca=upstream_ca,
         upstream_insecure=upstream_insecure, spill_threshold=spill_threshold,
     )
-    proxy = EmbeddedProxy(config)
-    await proxy.start()
+    # Where the machine allows it, the server runs in a network namespace whose only way out is the
+    # embedded broker (as under `broker exec`), so a server that ignores the proxy variables is recorded too.
+    sandbox, why_not = await open_if_possible(argv, resolve)
+    proxy = EmbeddedProxy(config, extra_addons=sandbox.contain(config) if sandbox else ())
+    try:
+        await proxy.start()
+    except BaseException:
+        if sandbox:
+            await sandbox.close()
+        raise
     try:
         attribution = Attribution()
         proxy.addon.attribute = attribution.attribute
@@ -123,8 +125,19 @@ async def run_through_broker(
         )
         journal.tracker = attribution
         journal.skip_when_broker_recorded = True
-        env = child_environment(proxy.port or 0, identity, str(write_ca_bundle(confdir)))
-        say(f"the server's HTTP(S) calls go through the embedded broker on 127.0.0.1:{proxy.port}")
+        bundle = str(write_ca_bundle(confdir))
+        if sandbox:
+            env = child_environment(sandbox.proxy_port, identity, sandbox.publish_bundle(bundle))
+            say(f"the server runs in network namespace {sandbox.name}: its TCP to ports 80 and 443 goes "
+                "through the embedded broker, everything else is refused")
+            return await run_stdio_shim(journal, sandbox.command(argv), env=env, **relay_options)
+        env = child_environment(proxy.port or 0, identity, bundle)
+        say(f"the server's HTTP(S) calls go through the embedded broker on 127.0.0.1:{proxy.port} if it honours "
+            f"the proxy variables (not contained: {why_not})")
         return await run_stdio_shim(journal, argv, env=env, **relay_options)
     finally:
         await proxy.stop()
+        if sandbox:
+            await sandbox.close()
+            if sandbox.report is not None:
+                say(sandbox.report.summary())

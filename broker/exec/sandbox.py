@@ -1,0 +1,146 @@
+"""A namespace whose only way out is the broker: everything `broker exec` makes, in order, and
+removed again whatever happens (see cleanup for after a crash).
+
+Order matters for failing closed: the rules are loaded, the broker's listeners exist and the
+names are written before the command can start, so there is no moment at which it could reach the
+network unrecorded; `close` stops the relay, reads the refusal counters and deletes the namespace.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from broker.exec import capabilities, cleanup, firewall, listener, names
+from broker.exec.dns_relay import DnsRelay
+from broker.exec.netns import Namespace
+from broker.exec.refusals import Refusal, RefusalLog
+
+log = logging.getLogger("broker.exec")
+
+
+@dataclass
+class RefusalReport:
+    counts: dict[str, int]
+    seen: list[Refusal] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def summary(self) -> str:
+        if not self.total:
+            return "nothing refused"
+        kinds = ", ".join(f"{k} {n}" for k, n in self.counts.items() if n)
+        distinct = sorted({str(r) for r in self.seen})
+        shown = "; ".join(distinct[:10]) + (f"; and {len(distinct) - 10} more" if len(distinct) > 10 else "")
+        return f"refused {self.total} packet(s) ({kinds})" + (f": {shown}" if shown else "")
+
+
+class Sandbox:
+    def __init__(self, resolved_hosts: Iterable[str] = ()) -> None:
+        self.resolved_hosts = list(resolved_hosts)
+        self.claim: cleanup.Claim | None = None
+        self.ns: Namespace | None = None
+        self.ipv6 = False
+        self.specs: list[str] = []
+        self.proxy_port = 0
+        self.transparent_port = 0
+        self.dns: DnsRelay | None = None
+        self.refusals: RefusalLog | None = None
+        self.report: RefusalReport | None = None
+
+    @property
+    def name(self) -> str:
+        assert self.claim is not None
+        return self.claim.name
+
+    async def open(self) -> None:
+        capabilities.require()
+        self.claim = cleanup.allocate()
+        try:
+            await self._make()
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _make(self) -> None:
+        assert self.claim is not None
+        ns = self.ns = Namespace(self.claim.name)
+        self.ipv6 = capabilities.has_ipv6()
+        ns.create(self.ipv6)
+        transparent = [ns.socket_inside(socket.AF_INET, socket.SOCK_STREAM, ("127.0.0.1", 0))]
+        if self.ipv6:
+            transparent.append(ns.socket_inside(socket.AF_INET6, socket.SOCK_STREAM, ("::1", 0)))
+        ports = [s.getsockname()[1] for s in transparent]
+        self.transparent_port = ports[0]
+        self.specs.append(listener.register("transparent", transparent))
+        regular = ns.socket_inside(socket.AF_INET, socket.SOCK_STREAM, ("127.0.0.1", 0))
+        self.proxy_port = regular.getsockname()[1]
+        self.specs.append(listener.register("regular", [regular]))
+        firewall.apply(ns, ports[0], ports[1] if self.ipv6 else None)
+        nameservers = names.write(self.claim.etc_dir, self.resolved_hosts)
+        self.dns = DnsRelay(ns.socket_inside(socket.AF_INET, socket.SOCK_DGRAM, (names.RELAY_ADDRESS, 53)),
+                            nameservers)
+        await self.dns.start()
+        self.refusals = RefusalLog(ns)
+        self.refusals.start()
+        log.info("namespace %s: TCP 80/443 to the broker on 127.0.0.1:%d inside, the rest refused",
+                 ns.name, self.transparent_port)
+
+    def publish_bundle(self, bundle: str) -> str:
+        """A copy of the CA bundle (public certificates only) that COMMAND can read as any user."""
+        assert self.claim is not None
+        target = self.claim.ca_bundle
+        target.parent.mkdir(mode=0o755, exist_ok=True)
+        tmp = target.with_suffix(".tmp")
+        shutil.copyfile(bundle, tmp)
+        tmp.chmod(0o644)
+        tmp.replace(target)
+        return str(target)
+
+    def contain(self, config) -> tuple:
+        """Point a ProxyConfig at the listeners inside; the addons a contained broker needs."""
+        from broker.exec.upstream_name import UpstreamName
+
+        config.mode = list(self.specs)
+        return (UpstreamName(),)
+
+    def command(self, argv: list[str], user: str | None = None) -> list[str]:
+        assert self.ns is not None
+        return self.ns.command(argv, user)
+
+    async def close(self) -> None:
+        """Stop the relay and the refusal log, count the refusals, delete the namespace. Idempotent."""
+        if self.refusals is not None:
+            self.refusals.stop()
+        if self.dns is not None:
+            await self.dns.stop()
+            self.dns = None
+        if self.ns is not None and self.ns.exists() and self.report is None:
+            seen = self.refusals.seen if self.refusals else []
+            self.report = RefusalReport(firewall.counts(self.ns, self.ipv6), list(seen))
+        for spec in self.specs:
+            listener.unregister(spec)
+        self.specs = []
+        if self.claim is not None:
+            cleanup.release(self.claim)
+            self.claim = None
+
+
+async def open_if_possible(argv: list[str], resolve: list[str]) -> tuple[Sandbox | None, str | None]:
+    """A sandbox for running argv, or None and why this machine cannot make one (`broker mcp
+    --through-broker`, which then falls back to the proxy variables)."""
+    from addons.upstream_resolve import parse_resolve
+
+    why = capabilities.missing()
+    if why:
+        return None, why.split(" (", 1)[0].split("; ", 1)[0]
+    if argv and shutil.which(argv[0]) is None:  # the same error as without a namespace, not ip's
+        raise OSError(f"cannot start the MCP server {argv[0]!r}: No such file or directory")
+    sandbox = Sandbox(parse_resolve(resolve))
+    await sandbox.open()
+    return sandbox, None
