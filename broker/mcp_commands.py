@@ -37,7 +37,8 @@ _CTX = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 @click.option("--cancel-grace", type=float, default=2.0, show_default=True,
               help="Seconds to wait for an answer after the client cancels a call before recording it unanswered.")
 @click.option("--max-message-mib", type=int, default=64, show_default=True,
-              help="Messages up to this size are parsed and recorded; larger ones are relayed unparsed.")
+              help="Messages up to this size are parsed whole; larger ones are relayed in parts and "
+              "recorded from the blob store.")
 @click.option("--spill-threshold", type=int, default=None, help="Spill values larger than this many bytes.")
 @seal_options
 @click.option("--record-tools-list", is_flag=True,

@@ -126,6 +126,10 @@ def _message(draw) -> object:
     return msg
 
 
+_NUMBER_TOKENS = [b"1e400", b"-1e400", b"1" * 500, b"NaN", b"-Infinity", b"-0", b"1.0e-400", b"18446744073709551616",
+                  b"9007199254740993", b"1E+2", b"0.1"]
+
+
 def _encode(value: object) -> bytes:
     return json.dumps(value).encode("utf-8", "surrogatepass")
 
@@ -133,9 +137,16 @@ def _encode(value: object) -> bytes:
 @st.composite
 def _line_bytes(draw) -> bytes:
     """One line: JSON-RPC-ish messages and batches, mangled or not, or arbitrary bytes."""
-    kind = draw(st.integers(0, 5))
+    kind = draw(st.integers(0, 7))
     if kind == 0:
         data = draw(st.binary(max_size=60))
+    elif kind == 6:  # number tokens no parser keeps exactly, as ids and as values
+        token = draw(st.sampled_from(_NUMBER_TOKENS))
+        data = (b'{"jsonrpc":"2.0","id":' + token + b',"method":"' + draw(_methods).encode()
+                + b'","params":{"name":"echo","arguments":{"n":' + draw(st.sampled_from(_NUMBER_TOKENS)) + b"}}}")
+    elif kind == 7:  # nesting deeper than any parser's recursion limit
+        depth = draw(st.sampled_from([900, 1100, 5000]))
+        data = b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":' + b"[" * depth + b"]" * depth + b"}"
     elif kind == 1:
         data = _encode(draw(st.lists(_message(), max_size=3)))
     else:
@@ -174,7 +185,7 @@ def _sentinel(shim: RawShim, tool: str = "echo", **arguments: object) -> tuple[s
         try:
             if json.loads(line).get("id") == rid:
                 return rid, before
-        except (ValueError, AttributeError):
+        except (ValueError, AttributeError, RecursionError):
             pass
         before.append(line)
 
@@ -207,6 +218,7 @@ def test_fuzz_client_lines(tmp_path: Path) -> None:
     received = b"".join(x for x in shim.received_by_server() if b"broker-mcp/" not in x)
     assert received.endswith(b"\n") and counts["bytes"] > 0
     got = entries(shim.vault)
+    assert [x for x in shim.stderr.splitlines() if "could not record" in x] == []
     assert len(got) == counts["expected"]
     assert_intact(shim.vault)
 
@@ -234,6 +246,7 @@ def test_fuzz_server_lines(tmp_path: Path) -> None:
         shim.kill()
     print(f"fuzz server: {counts}")  # noqa: T201
     assert "internal error" not in shim.stderr, shim.stderr[-3000:]
+    assert [x for x in shim.stderr.splitlines() if "could not record" in x] == []
     got = entries(shim.vault)
     assert got[-1]["mcp"]["id"] == rid and got[-1]["response"]["answered_by"] == "upstream"
     assert_intact(shim.vault)
@@ -299,3 +312,70 @@ def test_published_server_first_call_is_a_read(tmp_path: Path) -> None:
     asyncio.run(scenario())
     (e,) = entries(vault)
     assert (e["effect"], e["request"]["effect_basis"]) == ("read", "annotations")
+
+
+def test_tools_list_changed_makes_the_shim_ask_again(tmp_path: Path) -> None:
+    shim = RawShim(tmp_path)
+
+    def own_lists() -> int:
+        return sum(b"broker-mcp/" in x for x in shim.received_by_server())
+
+    try:
+        shim.handshake()  # the client's listing, page 1
+        shim.send({"jsonrpc": "2.0", "id": "p2", "method": "tools/list", "params": {"cursor": "page-2"}})
+        assert shim.recv_json()["id"] == "p2"
+        _sentinel(shim, "echo", text="listed")
+        change = b'{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}\n'
+        _, before = _sentinel(shim, "emit", b64=base64.b64encode(change).decode())
+        assert before == [change] and own_lists() == 0
+        _sentinel(shim, "echo", text="after the change")  # the listing is stale now: asked again
+        assert own_lists() == 2
+        assert shim.close() == 0
+    finally:
+        shim.kill()
+    assert [e["request"]["effect_basis"] for e in entries(shim.vault)] == ["annotations"] * 3
+
+
+def test_answer_over_the_limit_is_withheld_when_the_journal_fails(tmp_path: Path) -> None:
+    vault = tmp_path / "vault"
+    (vault / "journal" / "s1.jsonl").mkdir(parents=True)  # the session file cannot be opened
+    shim = RawShim(tmp_path, "--max-message-mib", "1")
+    try:
+        shim.handshake()
+        shim.call(1, "big", size=3 << 20)
+        got = []
+        while True:
+            line = shim.recv()
+            assert line is not None
+            got.append(line)
+            try:
+                answer = json.loads(line)
+                break
+            except ValueError:
+                continue
+        assert shim.close() == 0
+    finally:
+        shim.kill()
+    assert answer["id"] == 1 and answer["error"]["code"] == -32603 and "result" not in answer
+    assert len(got) == 2 and len(got[0]) > 1 << 20  # what passed before the end is a line no client can read
+    with pytest.raises(ValueError):
+        json.loads(got[0])
+    assert "journal: could not record tools/call id 1" in shim.stderr
+
+
+def test_nested_too_deeply_for_an_entry_is_recorded_as_text(tmp_path: Path) -> None:
+    shim = RawShim(tmp_path)
+    deep = b"[" * 900 + b"]" * 900  # parses, but deeper than the writer's JSON encoder goes
+    line = (b'{"jsonrpc":"2.0","id":"deep","method":"tools/call","params":{"name":"echo","arguments":{"x":'
+            + deep + b"}}}\n")
+    try:
+        shim.handshake()
+        shim.send(line)
+        assert shim.recv_json()["id"] == "deep"
+        assert shim.close() == 0
+    finally:
+        shim.kill()
+    (e,) = entries(shim.vault)
+    assert e["mcp"] == {"unparsed": line.rstrip(b"\n").decode()} and e["response"]["body_error"]
+    assert e["response"]["answered_by"] == "upstream"
+    assert_intact(shim.vault)

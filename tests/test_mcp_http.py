@@ -17,6 +17,7 @@ from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CreateMessageResult, ElicitResult, TextContent
 
+from journal.vault import Vault
 from tests.mcp_servers.harness import (
     PY,
     REPO,
@@ -308,3 +309,131 @@ def test_journal_failure_fails_closed_over_http(tmp_path: Path, upstream_http: s
     assert "journal could not record" in body["error"]["message"]
     assert "buy milk" not in r.text
     assert "journal: could not record id 4" in err
+
+
+async def _first_call_then_list(c: Client) -> None:
+    assert (await c.call_tool("get_note", {"note_id": "n1"})).content[0].text == "buy milk"  # before any listing
+    assert (await c.call_tool("archive_all", {})).content[0].text == "archived"
+    assert "get_note" in {t.name for t in (await c.list_tools()).tools}
+
+
+def _first_call_entries(vault: Path) -> None:
+    assert_intact(vault)
+    got = [(e["mcp"]["params"]["name"], e["effect"], e["request"]["effect_basis"], e["response"]["answered_by"])
+           for e in entries(vault)]
+    assert got == [("get_note", "read", "annotations", "upstream"), ("archive_all", "write", "default", "upstream")]
+
+
+@pytest.mark.parametrize("transport", ["streamable-auto", "streamable-legacy", "sse", "stdio-front"])
+def test_first_call_effect_from_annotations_over_http(
+    tmp_path: Path, upstream_http: str, upstream_sse: str, transport: str,
+) -> None:
+    vault = tmp_path / "vault"
+    if transport == "stdio-front":
+        argv = shim_argv(vault, "--upstream", upstream_http)
+
+        async def front() -> None:
+            params = StdioServerParameters(command=argv[0], args=argv[1:], cwd=str(REPO))
+            async with Client(params, read_timeout_seconds=WAIT) as c:
+                await _first_call_then_list(c)
+
+        asyncio.run(front())
+        _first_call_entries(vault)
+        return
+    shim = Shim(vault, upstream_sse if transport == "sse" else upstream_http)
+    try:
+        async def run() -> None:
+            if transport == "sse":
+                client = Client(sse_client(shim.url("/sse"), headers={"Authorization": TOKEN}, timeout=WAIT),
+                                mode="legacy", read_timeout_seconds=WAIT)
+            else:
+                http = httpx2.AsyncClient(headers={"Authorization": TOKEN}, timeout=httpx2.Timeout(WAIT, read=WAIT))
+                client = Client(streamable_http_client(shim.url("/mcp"), http_client=http),
+                                mode=transport.split("-")[1], read_timeout_seconds=WAIT)
+            async with client as c:
+                await _first_call_then_list(c)
+
+        asyncio.run(run())
+    finally:
+        err = shim.stop()
+    assert "could not ask" not in err
+    _first_call_entries(vault)
+
+
+def test_http_answered_by_and_oversize_request(tmp_path: Path, upstream_http: str) -> None:
+    vault = tmp_path / "vault"
+    shim = Shim(vault, upstream_http, "--max-message-mib", "1")
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {}}
+    headers = {"accept": "application/json, text/event-stream", "mcp-protocol-version": "2026-07-28",
+               "mcp-method": "tools/call", "mcp-name": "echo"}
+    text = "e" * (2 << 20)
+    try:
+        first = httpx.post(shim.url("/mcp"), headers={**headers, "mcp-method": "resources/read", "mcp-name": "note://n1"},
+                           timeout=WAIT, json={"jsonrpc": "2.0", "id": 1, "method": "resources/read",
+                                               "params": {"uri": "note://n1", "_meta": meta}})
+        assert first.status_code == 200, first.text
+        # over the limit: read from its skeleton, its tool asked of the server with the client's _meta
+        r = httpx.post(shim.url("/mcp"), headers=headers, timeout=WAIT, json={
+            "jsonrpc": "2.0", "id": 2**64, "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"text": text}, "_meta": meta}})
+    finally:
+        shim.stop()
+    assert r.status_code == 200 and r.json()["result"]["content"][0]["text"] == text
+    read, e = entries(vault)
+    assert (read["effect"], read["request"]["effect_basis"]) == ("read", "rule")
+    assert set(e["mcp"]) == {"unparsed"} and e["mcp"]["unparsed"]["size"] > 2 << 20
+    assert Vault(vault).blob_path(e["mcp"]["unparsed"]["ref"]).read_bytes().startswith(b'{"jsonrpc"')
+    assert e["response"]["answered_by"] == "upstream" and e["response"]["status"] == 200
+    assert (e["effect"], e["request"]["effect_basis"]) == ("read", "annotations")
+    assert_intact(vault)
+
+
+def test_own_tools_list_never_reaches_a_legacy_sse_client(tmp_path: Path, upstream_sse: str) -> None:
+    """On the legacy transport answers come on the client's GET stream: the shim's own tools/list
+    answer is taken out of it."""
+    import json
+    import threading
+
+    vault = tmp_path / "vault"
+    shim = Shim(vault, upstream_sse)
+    events: list[dict] = []
+    endpoint: list[str] = []
+    done = threading.Event()
+
+    def read_stream() -> None:
+        with httpx.stream("GET", shim.url("/sse"), timeout=httpx.Timeout(WAIT, read=WAIT)) as r:
+            kind = ""
+            for line in r.iter_lines():
+                if line.startswith("event:"):
+                    kind = line[6:].strip()
+                elif line.startswith("data:"):
+                    data = line[5:].strip()
+                    if kind == "endpoint":
+                        endpoint.append(data)
+                    else:
+                        events.append(json.loads(data))
+                        if events[-1].get("id") == 2:
+                            done.set()
+                            return
+
+    reader = threading.Thread(target=read_stream, daemon=True)
+    reader.start()
+    try:
+        deadline = WAIT
+        while not endpoint and deadline > 0:
+            done.wait(0.05)
+            deadline -= 0.05
+        post = shim.url(endpoint[0])
+        httpx.post(post, timeout=WAIT, json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}})
+        httpx.post(post, timeout=WAIT, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+        httpx.post(post, timeout=WAIT, json={"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                                             "params": {"name": "get_note", "arguments": {"note_id": "n1"}}})
+        assert done.wait(WAIT)
+    finally:
+        shim.stop()
+    assert [e.get("id") for e in events] == [1, 2]  # nothing but the answers to the client's own requests
+    (e,) = entries(vault)
+    assert (e["effect"], e["request"]["effect_basis"]) == ("read", "annotations")

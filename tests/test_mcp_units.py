@@ -136,3 +136,43 @@ def test_usage_errors(tmp_path: Path, args: list[str], message: str) -> None:
     r = CliRunner().invoke(cli, ["mcp", "--vault", str(tmp_path / "v"), "--session", "s", "--agent", "a", *args])
     assert r.exit_code == 2 and message in r.output
     assert not (tmp_path / "v").exists()
+
+
+def test_ids_of_any_json_type() -> None:
+    from broker.mcp.messages import error_response
+
+    odd = [2**64, -(2**200), 1.5, float("nan"), float("inf"), None, True, "\ud800", {"a": [1]}, [[[]]], "1", 1]
+    keys = [id_key(v) for v in odd]
+    assert len(set(keys)) == len(keys)
+    assert id_key(1.0) == id_key(1) != id_key("1")  # a JavaScript server answers id 1.0 as 1
+    assert error_response(2**64, -1, "x") == b'{"jsonrpc":"2.0","id":18446744073709551616,"error":' \
+                                           b'{"code":-1,"message":"x"}}\n'
+    deep: list = []
+    for _ in range(5000):
+        deep = [deep]
+    assert isinstance(id_key(deep), str)
+
+
+def test_skeleton_stops_once_it_knows_enough() -> None:
+    import json
+
+    from broker.mcp.oversize import Skeleton
+
+    def skeleton(message: dict, chunk: int = 1000) -> Skeleton:
+        data = json.dumps(message).encode()
+        s = Skeleton()
+        for i in range(0, len(data), chunk):
+            s.feed(data[i : i + chunk])
+        return s
+
+    big = "x" * 100_000
+    first = skeleton({"jsonrpc": "2.0", "id": 12345, "method": "tools/call",
+                      "params": {"name": "echo", "arguments": {"text": big}}}, chunk=7)
+    assert first.done is not None  # known before the end: the rest only goes to the blob
+    assert first.line().messages[0].value["id"] == 12345
+    assert first.line().messages[0].value["params"]["name"] == "echo"
+    last = skeleton({"params": {"arguments": {"text": big}, "name": "get"}, "method": "tools/call", "id": [1, 2]})
+    value = last.line().messages[0].value
+    assert (value["id"], value["method"], value["params"]["name"]) == ([1, 2], "tools/call", "get")
+    answer = skeleton({"result": {"content": [{"text": big}]}, "id": "r1"})
+    assert answer.line().messages[0].kind == "response" and answer.line().messages[0].id == "r1"

@@ -69,6 +69,11 @@ class ToolCatalog:
         with self._lock:
             return self._tools.get(name)
 
+    def clear(self) -> None:
+        """The server said its tools changed: what it listed before is no longer its word."""
+        with self._lock:
+            self._tools.clear()
+
     def __contains__(self, name: object) -> bool:
         with self._lock:
             return name in self._tools

@@ -7,7 +7,10 @@ entry; `mcp-session-id` and `mcp-protocol-version` are untouched), except hop-by
 `Accept-Encoding` (the shim asks the upstream for identity encoding so it can read the stream).
 `text/event-stream` answers are relayed event by event as they arrive. An event (or a JSON body)
 holding the answer to a recorded call is released only once its entry is durable; later events of
-the same stream wait behind it, other streams do not.
+the same stream wait behind it, other streams do not. For a `tools/call` naming a tool it has no
+listing for, the relay sends its own `tools/list` POSTs (with the client's session and credential
+headers, every page); their answers, also when they come on the legacy transport's GET stream, are
+never relayed to the client.
 
 `run_stdio_front` (`broker mcp --upstream URL` without `--listen`): a stdio MCP server to the client
 that speaks streamable HTTP to the upstream (one POST per client message, the GET stream for
@@ -18,7 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import re
+import secrets
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
 
@@ -29,14 +34,24 @@ from broker.mcp.messages import (
     RECORDED_METHODS,
     Line,
     Message,
+    client_meta,
     dumps,
     error_response,
     id_key,
     parse_line,
 )
 from broker.mcp.oversize import OversizeLine
-from broker.mcp.recording import JOURNAL_ERROR_CODE, CallJournal, PendingCall
-from broker.mcp.relay import MAX_LINE, SERVER_GONE_CODE, LineRelay, finish_answers, restore_blocking, say, withhold
+from broker.mcp.recording import JOURNAL_ERROR_CODE, LOOKUP_WAIT, CallJournal, PendingCall
+from broker.mcp.relay import (
+    LIST_PAGES,
+    MAX_LINE,
+    SERVER_GONE_CODE,
+    LineRelay,
+    finish_answers,
+    restore_blocking,
+    say,
+    withhold,
+)
 from broker.mcp.upstream import UpstreamPool, UpstreamResponse
 from journal.record import principal_fingerprint, text_pairs, wire_text
 
@@ -46,6 +61,7 @@ HOP_BY_HOP = frozenset({
 })  # fmt: skip
 _EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
 SESSION_HEADER = "mcp-session-id"
+_NOT_FOR_OWN = frozenset({"mcp-method", "mcp-name", "content-type", "accept"})  # set anew on the shim's tools/list
 
 
 def principal_for(headers: list[tuple[str, str]], url: str, fixed: str) -> str:
@@ -115,6 +131,12 @@ class HttpRelay:
         self.pool = UpstreamPool(upstream)
         self.tracked: dict[tuple[str, str], _Tracked] = {}  # answers that may come on another stream
         self._bg: set[asyncio.Task] = set()
+        self._own_prefix = f"broker-mcp/{secrets.token_hex(8)}/"
+        self._own_ids = itertools.count(1)
+        self.own: dict[str, asyncio.Future] = {}  # the shim's own tools/list: id key -> future of the answer
+        self._listing: asyncio.Future | None = None
+        self.own_lists_sent = 0
+        self.client_meta: dict = {}  # the last 2026-era client _meta seen (for a call read from its skeleton)
 
     async def aclose(self) -> None:
         while self._bg:
@@ -153,9 +175,10 @@ class HttpRelay:
         principal = None
         if method == "POST" and body:
             principal = principal_for(headers, target, self.principal)
-            self._track_request(body, exchange, target, headers, principal)
         forward = [(k, v) for k, v in scope["headers"] if k.decode("latin-1").lower() not in HOP_BY_HOP]
         forward.append((b"accept-encoding", b"identity"))
+        if method == "POST" and body:
+            self._track_request(body, exchange, target, headers, principal, (path_query, forward))
         state: dict = {"started": False, "response": None}
 
         async def tracked_send(message: dict) -> None:
@@ -203,6 +226,7 @@ class HttpRelay:
 
     def _track_request(
         self, body: bytes, exchange: _Exchange, url: str, headers: list[tuple[str, str]], principal: str,
+        upstream_request: tuple[bytes, list[tuple[bytes, bytes]]] = (b"/", []),
     ) -> None:
         oversize = None
         if len(body) > self.max_line:
@@ -230,15 +254,106 @@ class HttpRelay:
         for msg in line.messages:
             if msg.kind != "request":
                 continue
+            self.client_meta = client_meta(msg) or self.client_meta
             call = None
             if self.journal.records(msg.method):
                 raw = body if not line.batch or oversize is not None else dumps(msg.value)
                 call = self.journal.start(msg, raw, url=url, request_headers=headers, principal=principal,
-                                          oversize=oversize)
+                                          oversize=oversize,
+                                          ask_tools=lambda m: self.ask_tools(m, *upstream_request))
             tracked = _Tracked(msg.method or "?", call, msg.id)
             key = id_key(msg.id)
             exchange.local[key] = tracked
             self.tracked.setdefault((exchange.scope, key), tracked)
+
+    # -- the shim's own tools/list ---------------------------------------------------------------
+
+    def ask_tools(self, message: Message, target: bytes, headers: list[tuple[bytes, bytes]]) -> asyncio.Future:
+        """List the server's tools (every page) as the client's own request would reach it: same
+        target, same session and credential headers. Calls asking meanwhile share the listing."""
+        if self._listing is not None and not self._listing.done():
+            return self._listing
+        fut: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._listing = fut
+        meta = client_meta(message) or self.client_meta
+        own_headers = [(k, v) for k, v in headers if k.decode("latin-1").lower() not in _NOT_FOR_OWN
+                       and not k.decode("latin-1").lower().startswith("mcp-param-")]
+        own_headers += [(b"content-type", b"application/json"), (b"accept", b"application/json, text/event-stream"),
+                        (b"mcp-method", b"tools/list")]
+        task = asyncio.create_task(self._list_tools(fut, target, own_headers, meta))
+        self._bg.add(task)
+        task.add_done_callback(self._bg.discard)
+        return fut
+
+    async def _list_tools(self, fut: asyncio.Future, target: bytes, headers: list, meta: dict) -> None:
+        try:
+            cursor = None
+            for _ in range(LIST_PAGES):
+                result = await asyncio.wait_for(self._list_page(target, headers, meta, cursor), LOOKUP_WAIT)
+                if not isinstance(result, dict):
+                    return
+                self.journal.catalog.update_from_list_result(result)
+                cursor = result.get("nextCursor")
+                if cursor is None:
+                    return
+        except (OSError, TimeoutError) as exc:
+            say(f"could not ask the upstream MCP server for its tools: {exc or exc.__class__.__name__}")
+        finally:
+            if not fut.done():
+                fut.set_result(None)
+
+    async def _list_page(self, target: bytes, headers: list, meta: dict, cursor: object) -> object:
+        """One page: the `result` of the server's answer (None for an error)."""
+        rid = f"{self._own_prefix}{next(self._own_ids)}"
+        key = id_key(rid)
+        params: dict = {}
+        if meta:
+            params["_meta"] = meta
+        if cursor is not None:
+            params["cursor"] = cursor
+        answer: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.own[key] = answer  # an answer on another stream (legacy SSE) is taken there
+        self.own_lists_sent += 1
+        try:
+            body = dumps({"jsonrpc": "2.0", "id": rid, "method": "tools/list", "params": params})
+            response = await self.pool.request("POST", target, headers, body)
+            try:
+                ctype = (response.header("content-type") or "").split(";")[0].strip().lower()
+                if ctype == "application/json":
+                    self._take_own(await response.read())
+                elif ctype == "text/event-stream":
+                    buf = bytearray()
+                    async for chunk in response.iter_raw():
+                        buf += chunk
+                        for event in split_events(buf):
+                            self._take_own(event_fields(event)[1])
+                        if answer.done():
+                            break
+                else:
+                    await response.read()
+            finally:
+                await response.aclose()
+            if not answer.done() and response.status != 202:
+                return None  # the server answered without a JSON-RPC response (an HTTP error, say)
+            msg = await answer  # 202: the answer comes on the session's GET stream (legacy SSE)
+        finally:
+            self.own.pop(key, None)
+        value = msg.value if isinstance(msg.value, dict) else {}
+        return value.get("result")
+
+    def _take_own(self, data: bytes) -> bool:
+        """True when `data` (a JSON body or an event's data) is an answer to the shim's own request."""
+        if not self.own or not data.strip():
+            return False
+        line = parse_line(data)
+        if len(line.messages) != 1 or line.messages[0].kind != "response":
+            return False
+        answer = self.own.get(id_key(line.messages[0].id))
+        if answer is None:
+            return False
+        if not answer.done():
+            answer.set_result(line.messages[0])
+        return True
 
     def _match(self, exchange: _Exchange | None, scope: str, key: str) -> _Tracked | None:
         tracked = exchange.local.pop(key, None) if exchange is not None else None
@@ -295,6 +410,8 @@ class HttpRelay:
                 kind, data = event_fields(event)
                 if kind == "endpoint":  # legacy SSE transport: where the client posts; learn its session
                     event, scope = self._endpoint_event(event, data, scope)
+                elif data and data.lstrip()[:1] in (b"{", b"[") and self._take_own(data):
+                    continue  # the answer to the shim's own tools/list: not the client's
                 elif data and data.lstrip()[:1] in (b"{", b"["):
                     settled = await self._settle(data, exchange, scope, status, headers)
                     if settled is not data:
@@ -318,6 +435,8 @@ class HttpRelay:
         line = parse_line(data)
         finished: list[tuple[Message, PendingCall]] = []
         for msg in line.messages:
+            if msg.kind == "notification" and msg.method == "notifications/tools/list_changed":
+                self.journal.catalog.clear()  # the next call to a tool asks the server again
             if msg.kind != "response":
                 continue
             tracked = self._match(exchange, scope, id_key(msg.id))
@@ -590,9 +709,8 @@ class StdioFront:
                 if whole:
                     await relay.client_line(data, True)
                     continue
-                parts.append(data)  # a line over the limit: one POST, relayed unparsed
+                parts.append(data)  # a line over the limit: one POST, recorded from the blob store
                 if data.endswith(b"\n"):
-                    say(f"the client sent a line over {self.max_line} bytes; relayed unparsed (not recorded)")
                     await relay.client_line(b"".join(parts), False)
                     parts.clear()
 

@@ -20,6 +20,10 @@ RECORDED_METHODS = frozenset({"tools/call", "resources/read"})
 
 PROTOCOL_VERSION_META = "io.modelcontextprotocol/protocolVersion"
 SERVER_INFO_META = "io.modelcontextprotocol/serverInfo"
+CLIENT_META = (
+    PROTOCOL_VERSION_META, "io.modelcontextprotocol/clientInfo", "io.modelcontextprotocol/clientCapabilities",
+)
+"""2026-era request `_meta` keys the shim copies from the client's requests into its own tools/list."""
 
 
 @dataclass
@@ -97,8 +101,8 @@ def id_key(request_id: object) -> str:
         request_id = int(request_id)
     try:
         return json.dumps(request_id, sort_keys=True, separators=(",", ":"))
-    except (TypeError, ValueError, RecursionError):
-        return repr(request_id)
+    except (TypeError, ValueError, RecursionError):  # nested too deeply for a key: this one id alone
+        return f"<unkeyable {type(request_id).__name__} {id(request_id):x}>"
 
 
 def dumps(value: object) -> bytes:
@@ -118,6 +122,13 @@ def error_response(request_id: object, code: int, message: str) -> bytes:
 
 def notification(method: str, params: dict) -> bytes:
     return dumps({"jsonrpc": "2.0", "method": method, "params": params}) + b"\n"
+
+
+def client_meta(message: Message) -> dict:
+    """The 2026-era client `_meta` keys of a request read exactly (empty when it has none)."""
+    params = message.params if message.strict and isinstance(message.params, dict) else {}
+    meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
+    return {k: meta[k] for k in CLIENT_META if k in meta}
 
 
 def server_name(result: object) -> str | None:

@@ -31,35 +31,43 @@ _RECORDED = frozenset(m.encode() for m in RECORDED_METHODS)
 
 
 class Skeleton:
-    """Builds the skeleton of one JSON text fed in chunks of any size (state carries across chunks)."""
+    """Builds the skeleton of one JSON text fed in chunks of any size (state carries across chunks).
+
+    A single message stops being scanned once what the relay needs is known (its `id`, and its
+    `method` with `params.name` for a `tools/call`, or its `result`/`error`): the rest of a large
+    line is only streamed to the blob. So the first `id`, `method` and `name` in the line decide."""
 
     def __init__(self) -> None:
         self.out = bytearray()
         self.depth = 0
+        self.stack = bytearray()  # the open brackets kept in `out`
         self.in_string = False
         self.escape = False
         self.keep_string = False
         self.string = bytearray()
         self.string_over = False
         self.overflow = False
+        self.done: bytes | None = None  # the skeleton, closed, once enough is known
         self.names_recorded_method = False  # a kept string equals "tools/call" or "resources/read"
 
     def feed(self, data: bytes) -> None:
+        if self.done is not None or self.overflow:
+            return
         i, n = 0, len(data)
         while i < n:
             if self.in_string:
                 if self.escape:
-                    self._string_part(data[i : i + 1])
+                    self._string_part(data, i, i + 1)
                     self.escape = False
                     i += 1
                     continue
                 m = _IN_STRING.search(data, i)
                 end = m.start() if m is not None else n
-                self._string_part(data[i:end])
+                self._string_part(data, i, end)
                 if m is None:
-                    return
+                    break
                 if data[end] == 0x5C:  # a backslash: the next byte is escaped, maybe in the next chunk
-                    self._string_part(b"\\")
+                    self._string_part(data, end, end + 1)
                     self.escape = True
                 else:
                     self._close_string()
@@ -70,7 +78,7 @@ class Skeleton:
             if self.depth <= SKELETON_DEPTH:
                 self._keep(data[i:end])
             if m is None:
-                return
+                break
             c = data[end]
             if c == 0x22:
                 self.in_string = True
@@ -80,21 +88,25 @@ class Skeleton:
             elif c in (0x7B, 0x5B):  # { [
                 if self.depth <= SKELETON_DEPTH:
                     self._keep(data[end : end + 1])
+                    self.stack.append(c)
                 self.depth += 1
             else:  # } ]
                 self.depth -= 1
                 if self.depth <= SKELETON_DEPTH:
                     self._keep(data[end : end + 1])
+                    if self.stack:
+                        self.stack.pop()
             i = end + 1
+        self._try_stop()
 
-    def _string_part(self, part: bytes) -> None:
+    def _string_part(self, data: bytes, start: int, end: int) -> None:
         if not self.keep_string or self.string_over:
             return
-        if len(self.string) + len(part) > STRING_LIMIT:
+        if len(self.string) + end - start > STRING_LIMIT:
             self.string_over = True
             self.string.clear()
             return
-        self.string += part
+        self.string += data[start:end]
 
     def _close_string(self) -> None:
         self.in_string = False
@@ -111,8 +123,32 @@ class Skeleton:
             self.overflow = True
             self.out = bytearray()
 
+    def _try_stop(self) -> None:
+        """Close what is open and see whether the message says enough already."""
+        if self.overflow or not self.stack or self.stack[0] != 0x7B:
+            return
+        text = bytes(self.out).rstrip()
+        if not text or text[-1:] not in (b"{", b"[", b",", b'"', b"]", b"}"):
+            return  # inside a number or a literal, or before a value: it may go on in the next chunk
+        if text.endswith(b","):
+            text = text[:-1]
+        text += bytes(0x7D if c == 0x7B else 0x5D for c in reversed(self.stack))
+        line = parse_line(text)
+        if len(line.messages) != 1 or not isinstance(line.messages[0].value, dict):
+            return
+        value = line.messages[0].value
+        if "id" not in value or isinstance(value["id"], list | dict):
+            return  # no id yet, or one that may still be open (closed here only for the test)
+        params = value.get("params")
+        named = isinstance(params, dict) and isinstance(params.get("name"), str)
+        method = value.get("method")
+        if "result" in value or "error" in value or (isinstance(method, str) and (method != "tools/call" or named)):
+            self.done = text
+
     def line(self) -> Line:
         """The skeleton as a parsed line (no messages when it was given up)."""
+        if self.done is not None:
+            return parse_line(self.done)
         if self.overflow:
             return Line(b"", [], False, "too large a structure to read")
         return parse_line(bytes(self.out))

@@ -205,7 +205,7 @@ class CallJournal:
     def start(
         self, message: Message, raw: bytes, *, url: str | None = None,
         request_headers: list[tuple[str, str]] | None = None, principal: str | None = None,
-        oversize: OversizeLine | None = None,
+        oversize: OversizeLine | None = None, ask_tools: Callable[[Message], asyncio.Future] | None = None,
     ) -> PendingCall:
         method = message.method or "?"
         decision = self.rules.decide(method, message.params, self.catalog)
@@ -215,9 +215,10 @@ class CallJournal:
             request_headers=list(request_headers or []), principal=principal, oversize=oversize,
         )
         tool = call.tool
-        if (method == "tools/call" and tool is not None and self.ask_tools is not None
+        ask = ask_tools or self.ask_tools
+        if (method == "tools/call" and tool is not None and ask is not None
                 and not self.rules.overrides(tool) and tool not in self.catalog):
-            call.lookup = self.ask_tools(message)
+            call.lookup = ask(message)
         if self.tracker is not None:
             self.tracker.started(call)
         return call
@@ -278,11 +279,13 @@ class CallJournal:
         try:
             fields = self._fields(call, status, response, response_raw, response_line, response_headers, error,
                                   answered_by, received, as_text=False)
+            return None if fields is None else self.recorder.writer.append(fields)
         except (ValueError, TypeError, RecursionError) as exc:
-            # The parsed values cannot go into the canonical form (too deep, say): keep the lines as text.
+            # The parsed values cannot go into an entry (nested too deeply for the canonical form or the
+            # writer, say; the writer checks before it writes anything): keep the lines as text.
             log.info("recording %s as text: %s", call.method, exc)
-            fields = self._fields(call, status, response, response_raw, response_line, response_headers, error,
-                                  answered_by, received, as_text=True)
+        fields = self._fields(call, status, response, response_raw, response_line, response_headers, error,
+                              answered_by, received, as_text=True)
         return None if fields is None else self.recorder.writer.append(fields)
 
     def _fields(

@@ -29,10 +29,10 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from broker.mcp.messages import (
-    PROTOCOL_VERSION_META,
     RECORDED_METHODS,
     Line,
     Message,
+    client_meta,
     dumps,
     error_response,
     id_key,
@@ -45,7 +45,8 @@ from broker.mcp.recording import JOURNAL_ERROR_CODE, STDIO_STATUS, CallJournal, 
 log = logging.getLogger("broker.mcp")
 
 MAX_LINE = 64 << 20
-"""Lines up to this size are parsed and recorded; longer ones are relayed unparsed (and reported)."""
+"""Lines up to this size are parsed whole; longer ones are relayed in parts and recorded through
+`oversize.py` (and reported)."""
 SERVER_GONE_CODE = -32000
 TIMEOUT_CODE = -32001
 _CHUNK = 1 << 20
@@ -54,10 +55,6 @@ HOLD_TAIL = 64 << 10
 the client cannot read the message)."""
 LIST_PAGES = 100
 """At most this many pages of the shim's own tools/list."""
-CLIENT_META = (
-    PROTOCOL_VERSION_META, "io.modelcontextprotocol/clientInfo", "io.modelcontextprotocol/clientCapabilities",
-)
-"""2026-era request `_meta` keys the shim copies from the client's call into its own tools/list."""
 
 
 def say(message: str) -> None:
@@ -201,6 +198,7 @@ class LineRelay:
         self.own: dict[str, tuple[asyncio.Future, dict, int]] = {}
         self._listing: asyncio.Future | None = None
         self.own_lists_sent = 0
+        self.client_meta: dict = {}  # the last 2026-era client _meta seen (for a call read from its skeleton)
         journal.ask_tools = self.ask_tools
 
     def _spawn(self, coro: Awaitable, tasks: set[asyncio.Task] | None = None) -> None:
@@ -282,6 +280,7 @@ class LineRelay:
         if msg.kind == "request":
             key = id_key(msg.id)
             self.methods[key] = (msg.method or "?", msg.id)
+            self.client_meta = client_meta(msg) or self.client_meta
             if self.journal.records(msg.method):
                 if key in self.pending:
                     say(f"the client reused id {key} while its earlier call is unanswered; the earlier one is "
@@ -320,9 +319,7 @@ class LineRelay:
             return self._listing
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
         self._listing = fut
-        params = message.params if isinstance(message.params, dict) else {}
-        meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
-        self._send_own_list(fut, {k: meta[k] for k in CLIENT_META if k in meta}, None, 1)
+        self._send_own_list(fut, client_meta(message) or self.client_meta, None, 1)
         return fut
 
     def _send_own_list(self, fut: asyncio.Future, meta: dict, cursor: object, page: int) -> None:
@@ -407,6 +404,8 @@ class LineRelay:
         finished: list[tuple[Message, PendingCall]] = []
         drop: set[int] = set()
         for i, msg in enumerate(line.messages):
+            if msg.kind == "notification" and msg.method == "notifications/tools/list_changed":
+                self.journal.catalog.clear()  # the next call to a tool asks the server again
             if msg.kind != "response":
                 continue
             key = id_key(msg.id)
