@@ -21,6 +21,10 @@ def _register() -> None:
     for module in (audit_commands, seal_commands, proxy_commands, mcp_commands, replay_commands):
         for command in module.COMMANDS:
             cli.add_command(command)
+    from broker import export_commands
+
+    for command in export_commands.COMMANDS:
+        cli.add_command(command)
 
 
 _register()
