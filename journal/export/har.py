@@ -22,7 +22,7 @@ from journal.blobstore import is_ref_object
 from journal.bodies import is_binary_type
 from journal.canonical import canonical_bytes
 from journal.export.fixture import chain_verdict, read_entries
-from journal.export.recorded_body import header, inline_json, is_base64_body, read_blob, spilled_refs
+from journal.export.recorded_body import header, http_request_view, inline_json, is_base64_body, read_blob, spilled_refs
 from journal.vault import Vault
 from journal.verify import verify_session
 
@@ -104,15 +104,7 @@ def _query(url: str) -> list[dict]:
 
 def _request(entry: dict, vault: Vault, inline_blobs: bool) -> dict:
     req = entry["request"]
-    headers = req.get("headers") or []
-    method, body = req.get("method"), req.get("body")
-    ctype = header(headers, "content-type")
-    if entry.get("capture") == "gateway":
-        # The JSON-RPC request went to the MCP server as an HTTP POST; `mcp` holds it as sent.
-        method = "POST"
-        mcp = entry.get("mcp")
-        body = mcp if isinstance(mcp, dict) and "unparsed" not in mcp else body
-        ctype = ctype or "application/json"
+    method, _, headers, body, ctype = http_request_view(entry)
     har = {
         "method": method, "url": req["url"], "httpVersion": "", "cookies": [], "headers": _headers(headers),
         "queryString": _query(req["url"]), "headersSize": -1, "bodySize": -1,

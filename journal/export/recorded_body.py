@@ -87,3 +87,21 @@ def header(headers: list, name: str) -> str | None:
         if isinstance(pair, list | tuple) and len(pair) == 2 and str(pair[0]).lower() == lname:
             return str(pair[1])
     return None
+
+
+def http_request_view(entry: dict) -> tuple[str, str, list, object, str | None]:
+    """(method, url, header pairs, body value, content type) of the HTTP request an entry stands for.
+
+    A gateway entry recorded the JSON-RPC method (`tools/call`) as its method and the params as its
+    body; over HTTP the MCP client sent the whole JSON-RPC request (`mcp`, as sent) as a POST.
+    """
+    req = entry.get("request") or {}
+    headers = req.get("headers") or []
+    method, body = req.get("method"), req.get("body")
+    ctype = header(headers, "content-type")
+    if entry.get("capture") == "gateway":
+        method = "POST"
+        mcp = entry.get("mcp")
+        body = mcp if isinstance(mcp, dict) and "unparsed" not in mcp else body
+        ctype = ctype or "application/json"
+    return str(method), str(req.get("url")), headers, body, ctype
