@@ -52,14 +52,14 @@ def export(vault_dir: str, session: str, fmt: str, out: str | None, inline_blobs
         raise click.UsageError("--inline-blobs applies to --format har (vcr always inlines)")
     if (content or otlp_url) and fmt != "otel":
         raise click.UsageError("--content and --otlp apply to --format otel")
-    data = _render(fmt, vault_dir, session, inline_blobs, content)
     if otlp_url:
-        from journal.export.otel import send_otlp
+        from journal.export.otel import build_otlp, send_otlp
 
-        status = send_otlp(otlp_url, data)
+        status = send_otlp(otlp_url, build_otlp(vault_dir, session, content=content))
         click.echo(f"sent {session} to {otlp_url}: HTTP {status}", err=True)
         if out is None:
             return 0
+    data = _render(fmt, vault_dir, session, inline_blobs, content)
     if out is None:
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
