@@ -21,9 +21,9 @@ def _register() -> None:
     for module in (audit_commands, seal_commands, proxy_commands, mcp_commands, replay_commands):
         for command in module.COMMANDS:
             cli.add_command(command)
-    from broker import export_commands
+    from broker import diff_commands, export_commands
 
-    for command in export_commands.COMMANDS:
+    for command in (*export_commands.COMMANDS, *diff_commands.COMMANDS):
         cli.add_command(command)
 
 

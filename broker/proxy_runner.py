@@ -58,6 +58,7 @@ class ProxyConfig:
     record_unknown: bool = False
     spill_threshold: int | None = None
     recorder: str = "process"
+    playback: str = ""  # a recorded session that answers every call (addons/playback.py); "" for none
 
 
 def ca_cert_path(confdir: str) -> Path:
@@ -122,7 +123,7 @@ class EmbeddedProxy:
         )
         self.master = Master(opts)
         ready = _Ready()
-        self.master.addons.add(*proxy_addons(), ready, UpstreamResolve(), self.addon)
+        self.master.addons.add(*proxy_addons(), ready, UpstreamResolve(), *self._playback(), self.addon)
         update: dict = {
             "vault": c.vault, "broker_session": c.session, "broker_agent": c.agent,
             "broker_principal": c.principal, "broker_connectors": c.connectors,
@@ -131,6 +132,8 @@ class EmbeddedProxy:
         }
         if c.spill_threshold is not None:
             update["broker_spill_threshold"] = c.spill_threshold
+        if c.playback:
+            update["broker_playback"] = c.playback
         if c.upstream_ca:
             update["ssl_verify_upstream_trusted_ca"] = c.upstream_ca
         if c.upstream_insecure:
@@ -149,6 +152,14 @@ class EmbeddedProxy:
             await self._task
             raise OSError(f"cannot listen on {c.listen_host}:{c.listen_port} (address in use or not permitted)")
         self.port = addrs[0][1]
+
+    def _playback(self) -> list:
+        """The playback addon when playing a session back: before the journal, which it tells what to record."""
+        if not self.config.playback:
+            return []
+        from addons.playback import Playback
+
+        return [Playback()]
 
     async def stop(self, drain_seconds: float = DRAIN_SECONDS) -> None:
         if self.master is None or self._task is None:

@@ -93,7 +93,7 @@ def request_half(recorder: Recorder, m: dict) -> RequestHalf | None:
     return recorder.prepare_request(
         session=m["session"], agent=m["agent"], principal=m.get("principal") or principal_fingerprint(req_headers, url),
         connector=connector, capture=m.get("capture", "broker"), effect=effect, method=method, url=url,
-        request_headers=req_headers, request_body=body,
+        request_headers=req_headers, request_body=body, request_extra=m.get("request_extra"),
     )
 
 
@@ -111,7 +111,8 @@ def material_fields(recorder: Recorder, m: dict) -> dict | None:
 
     `m` holds: session, agent, connector, method, url, request_headers and response_headers (pairs
     of str or raw bytes), request_body and response_body (bytes, `Prepared` or None), status, error,
-    ts (epoch seconds), mcp, and optionally principal and effect. A missing principal is the
+    ts (epoch seconds), mcp, and optionally principal, effect and request_extra (further request keys,
+    e.g. `playback_of`). A missing principal is the
     credential's fingerprint; a missing effect comes from the connector rules.
     """
     half = request_half(recorder, m)
