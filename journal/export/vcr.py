@@ -110,5 +110,6 @@ def cassette_yaml(cassette: dict) -> bytes:
     head = [f"# VCR.py cassette of session {meta['session']!r}: {meta['entries']} entries, chain {meta['chain']}."]
     head += [f"# seq {o['seq']} ({o['method']} {o['url']}) is no HTTP exchange: no interaction."
              for o in meta["non_http_entries"]]
-    body = yaml.safe_dump(cassette, sort_keys=False, allow_unicode=True, width=1 << 16)
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's emitter: ~10x faster, same YAML
+    body = yaml.dump(cassette, Dumper=dumper, sort_keys=False, allow_unicode=True, width=1 << 16)
     return ("\n".join(head) + "\n" + body).encode("utf-8")
