@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from mitmproxy import ctx, http
+from mitmproxy.addonmanager import traverse
 
 _ROOT = str(Path(__file__).resolve().parent.parent)
 if _ROOT not in sys.path:  # loaded by path with `mitmdump -s`
@@ -98,7 +99,18 @@ class Playback:
         if self.active:
             if ctx.options.connection_strategy != "lazy":
                 ctx.options.update(connection_strategy="lazy")  # no upstream connection at CONNECT time
+            self.problem = self.problem or self._order_problem()
             self._session()
+
+    def _order_problem(self) -> str | None:
+        """The journal must come after this addon (it reads what this one sets); else answer nothing."""
+        order = [type(a).__name__ for a in traverse(ctx.master.addons.chain)]
+        mine = next(i for i, a in enumerate(traverse(ctx.master.addons.chain)) if a is self)
+        if "ConnectorJournal" in order[:mine]:
+            problem = "playback: load addons/playback.py before addons/connector_journal.py (every call refused)"
+            log.error("%s", problem)
+            return problem
+        return None
 
     def done(self) -> None:
         if self._recorder is not None:

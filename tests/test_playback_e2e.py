@@ -35,7 +35,9 @@ def run_agent(broker: BrokerProcess, session: str, code: str) -> str:
     for line in out.splitlines():
         name, _, value = line.removeprefix("export ").partition("=")
         env[name] = value.strip("'")
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, f"agent failed:\n{r.stderr}\nbroker output:\n{broker.output.decode(errors='replace')}"
+    return r.stdout
 
 
 def broker(*args: str, vault) -> subprocess.CompletedProcess:
@@ -101,3 +103,52 @@ def test_playback_refuses_a_missing_session_and_its_own_name(recorded):
     r = subprocess.run([str(BIN / "broker"), "run", "--vault", str(vault), "--listen", "127.0.0.1:0",
                         "--playback", "incident", "--session", "incident"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "another --session" in r.stderr
+
+
+class MitmdumpPlayback(BrokerProcess):
+    """Stock mitmdump with the playback and journal scripts, in the given order."""
+
+    def __init__(self, tmp, upstream, scripts: list[str], *, vault) -> None:
+        super().__init__(tmp, upstream, flavour="mitmdump", vault=vault)
+        self.scripts = scripts
+
+    def command(self) -> list[str]:
+        cmd = [str(BIN / "mitmdump"), "--set", "flow_detail=0", "--listen-host", "127.0.0.1", "--listen-port", "0"]
+        for script in self.scripts:
+            cmd += ["-s", str(ROOT / "addons" / script)]
+        sets = [f"vault={self.vault}", f"confdir={self.confdir}", "broker_playback=incident",
+                f"ssl_verify_upstream_trusted_ca={self.upstream.ca_pem}"]
+        sets += [f"broker_resolve={h}=127.0.0.1:{self.upstream.port}" for h in self.upstream.hosts]
+        for s in sets:
+            cmd += ["--set", s]
+        return cmd
+
+
+PROBE = '''
+import httpx, os
+with httpx.Client(verify=os.environ["SSL_CERT_FILE"], timeout=30) as c:
+    r = c.get("https://gmail.googleapis.com/gmail/v1/users/me/messages", params={"q": "is:unread"},
+              headers={"Authorization": "Bearer ya29.other"})
+    print(r.status_code, r.headers.get("x-broker-error"))
+'''
+
+
+def test_stock_mitmdump_plays_back_with_playback_loaded_first(recorded):
+    tmp, vault, upstream = recorded
+    seen = len(upstream.requests)
+    (tmp / "dump").mkdir()
+    with MitmdumpPlayback(tmp / "dump", upstream, ["playback.py", "connector_journal.py"], vault=vault) as pb:
+        assert run_agent(pb, "rerun-mitmdump", PROBE).strip() == "200 None"
+        (entry,) = pb.entries("rerun-mitmdump", 1)
+    assert entry["request"]["playback_of"] == "incident#1"
+    (tmp / "dump-wrong").mkdir()
+    # In the wrong order the journal could not see what playback decides: the addon refuses, and
+    # mitmdump, which stops on an error logged at start-up, exits.
+    wrong = MitmdumpPlayback(tmp / "dump-wrong", upstream, ["connector_journal.py", "playback.py"], vault=vault)
+    try:
+        wrong.start()
+        assert wrong.proc is not None and wrong.proc.wait(30) != 0
+    finally:
+        wrong.stop()
+    assert b"playback: load addons/playback.py before addons/connector_journal.py" in wrong.output
+    assert len(upstream.requests) == seen
