@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from tests.broker_harness import BIN, ROOT, BrokerProcess
-from tests.upstreams import Upstream
+from tests.upstreams import Upstream, big_body_sha256
 
 _spec = importlib.util.spec_from_file_location("demo_agent", ROOT / "scripts" / "demo_agent.py")
 assert _spec is not None and _spec.loader is not None
@@ -24,6 +24,19 @@ CHANGED_AGENT = AGENT.replace('f"Triaged: {msg', 'f"Triaged (v2): {msg').replace
     'r = c.get(f"{gmail}/labels", headers=auth)\n    print("labels", r.status_code, r.headers.get("x-broker-error"))\n'
     '    print("agent: done")',
 )
+
+
+BIG = 3 << 20
+BIG_AGENT = f"""
+import hashlib, httpx, os
+with httpx.Client(verify=os.environ["SSL_CERT_FILE"], timeout=60) as c:
+    auth = {{"Authorization": "Bearer ya29.demo"}}
+    body = bytes(range(256)) * (2 << 12)  # 2 MiB upload, over the spill threshold
+    up = c.post("https://www.googleapis.com/upload/drive/v3/files?uploadType=media", content=body,
+                headers={{**auth, "Content-Type": "application/octet-stream"}})
+    down = c.get("https://www.googleapis.com/drive/v3/files/big?alt=media&size={BIG}", headers=auth)
+    print(up.status_code, down.status_code, hashlib.sha256(down.content).hexdigest())
+"""
 
 
 def run_agent(broker: BrokerProcess, session: str, code: str) -> str:
@@ -53,6 +66,8 @@ def recorded(tmp_path_factory):
         with BrokerProcess(tmp / "rec", upstream, vault=vault) as rec:
             assert "agent: done" in run_agent(rec, "incident", AGENT)
             assert len(rec.entries("incident", 4)) == 4
+            assert run_agent(rec, "incident-big", BIG_AGENT).split()[:2] == ["200", "200"]
+            assert len(rec.entries("incident-big", 2)) == 2
         yield tmp, vault, upstream
 
 
@@ -152,3 +167,21 @@ def test_stock_mitmdump_plays_back_with_playback_loaded_first(recorded):
         wrong.stop()
     assert b"playback: load addons/playback.py before addons/connector_journal.py" in wrong.output
     assert len(upstream.requests) == seen
+
+
+def test_big_bodies_play_back_whole(recorded):
+    """A spilled upload body is matched by its blob, and a streamed 3 MiB download is answered whole."""
+    tmp, vault, upstream = recorded
+    seen = len(upstream.requests)
+    (tmp / "big").mkdir()
+    with BrokerProcess(tmp / "big", upstream, "--playback", "incident-big", vault=vault) as pb:
+        out = run_agent(pb, "rerun-big", BIG_AGENT)
+        entries = pb.entries("rerun-big", 2)
+    assert out.split() == ["200", "200", big_body_sha256(BIG)]
+    assert len(upstream.requests) == seen
+    assert [e["request"]["playback_of"] for e in entries] == ["incident-big#1", "incident-big#2"]
+    original = {e["seq"]: e for e in pb.entries("incident-big")}
+    assert entries[0]["request"]["body"] == original[1]["request"]["body"]  # the same blob reference
+    assert entries[1]["response"]["body"] == original[2]["response"]["body"]
+    assert entries[1]["response"]["body"]["size"] == BIG
+    assert broker("diff", "incident-big", "rerun-big", vault=vault).returncode == 0
