@@ -72,6 +72,10 @@ PRINCIPAL_HEADER = b"x-broker-principal"
 _IDENTITY_HEADERS = frozenset({b"proxy-authorization", SESSION_HEADER, AGENT_HEADER, PRINCIPAL_HEADER})
 ERROR_HEADER = "X-Broker-Error"
 _META = "broker"
+PLAYBACK_META = "broker_playback"
+"""Set by addons/playback.py on a flow it answers from a recorded session: a dict of extra request keys
+(`playback_of`). Such a flow is never streamed (playback needs the whole body, and its answer is made
+here, not streamed from upstream)."""
 _CACHED_OPTIONS = (
     "broker_session", "broker_agent", "broker_principal", "broker_record_unknown", "broker_on_journal_error",
     "broker_spill_threshold", "broker_recorder", "broker_prompts",
@@ -372,7 +376,8 @@ class ConnectorJournal:
         call = _Call(session, agent, principal, connector, call_url, fields)
         if prompts != "off":
             call.prompt = {"prompts": prompts, "model_api": model_api} if model_api else {"prompts": prompts}
-        if self._must_stream(fields) and model_api is None:  # a model request is held whole, to be referenced
+        # a model request is held whole (to be referenced), and so is a call playback answers
+        if self._must_stream(fields) and model_api is None and PLAYBACK_META not in flow.metadata:
             # Token exchanges leave no entry and no blob: known by URL here, before a body is captured
             # (one known only by its body is dropped by the recorder, which sees that body).
             if is_token_exchange(req.method, call_url, text_pairs(fields), None):
@@ -429,7 +434,7 @@ class ConnectorJournal:
         call: _Call | None = flow.metadata.get(_META)
         if call is None or flow.response is None:
             return
-        if self._must_stream(flow.response.headers.fields):
+        if self._must_stream(flow.response.headers.fields) and PLAYBACK_META not in flow.metadata:
             if is_token_exchange(flow.request.method, call.url, text_pairs(call.req_fields), None):
                 self._drop(flow)
                 return
@@ -491,6 +496,9 @@ class ConnectorJournal:
             "answered_by": answered_by, "fail_closed": self._opts["broker_on_journal_error"] == "block",
             **call.prompt,
         }
+        played = flow.metadata.get(PLAYBACK_META) or {}
+        if played.get("playback_of") and error is None:  # the broker answered, from a recorded entry
+            response["answered_by"], response["error"] = "capture", f"played back from {played['playback_of']}"
 
         def bodies() -> None:
             if call.req_material is None:  # not sent ahead (a streamed request, or no service then)
@@ -537,12 +545,15 @@ class ConnectorJournal:
         return True
 
     def _request_material(self, call: _Call, flow: http.HTTPFlow) -> dict:
-        return {
+        material = {
             "session": call.session, "agent": call.agent, "principal": call.principal,
             "connector": call.connector, "method": flow.request.method, "url": call.url,
             "request_headers": call.req_fields, "request_body": self._body(flow.request, call.req_cap),
             **call.prompt,
         }
+        if flow.metadata.get(PLAYBACK_META):
+            material["request_extra"] = dict(flow.metadata[PLAYBACK_META])
+        return material
 
     def _drop(self, flow: http.HTTPFlow) -> None:
         call = flow.metadata.pop(_META, None)

@@ -31,6 +31,10 @@ def _register() -> None:
                    checkpoint_commands, trajectory_commands):
         for command in module.COMMANDS:
             cli.add_command(command)
+    from broker import diff_commands, export_commands
+
+    for command in (*export_commands.COMMANDS, *diff_commands.COMMANDS):
+        cli.add_command(command)
 
 
 _register()

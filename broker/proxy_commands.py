@@ -63,13 +63,18 @@ def parse_listen(listen: str) -> tuple[str, int]:
     help="Prompt capture: off (model API calls pass unrecorded), refs (model calls recorded, every text "
     "replaced by its SHA-256 and size), full (the same, texts in the blob store). docs/prompts.md.",
 )
+@click.option(
+    "--playback", default="", metavar="SESSION",
+    help="Answer every call from this recorded session (never reaching the platform); unmatched calls get 502. "
+    "The run is recorded as its own session.",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Log every recorded call.")
 def run(
     vault_dir: str, listen: str, confdir: str, session: str, agent: str, principal: str, connectors_file: str,
     resolve: tuple[str, ...], upstream_ca: str | None, upstream_insecure: bool, on_journal_error: str,
     record_unknown: bool, spill_threshold: int | None, recorder: str, workers: int, prompts: str, verbose: bool,
     seal_key: str | None = None, checkpoint_entries: int = 0, checkpoint_seconds: float = 0.0,
-    witness: tuple[str, ...] = (),
+    witness: tuple[str, ...] = (), playback: str = "",
 ) -> int:
     """Run the broker: an HTTPS proxy that records every connector call into the vault."""
     # mitmproxy is imported here, not at the top: every other broker command starts faster without it.
@@ -88,6 +93,12 @@ def run(
         Registry.builtin().with_file(connectors_file)  # a bad file is one clear error, before listening
     seal = autoseal_config(seal_key, checkpoint_entries, checkpoint_seconds, witness)
     Vault.create(vault_dir)
+    if playback:
+        from journal.playback import RecordedSession
+
+        if playback == session:
+            raise click.UsageError("--playback SESSION: record the new run under another --session")
+        RecordedSession.load(vault_dir, playback)  # missing or broken: one clear error before listening
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING, format="broker: %(levelname)s: %(message)s",
         stream=sys.stderr,
@@ -96,7 +107,7 @@ def run(
         vault=vault_dir, listen_host=host, listen_port=port, confdir=confdir, session=session, agent=agent,
         principal=principal, connectors=connectors_file, resolve=list(resolve), upstream_ca=upstream_ca,
         upstream_insecure=upstream_insecure, on_journal_error=on_journal_error, record_unknown=record_unknown,
-        spill_threshold=spill_threshold, recorder=recorder, prompts=prompts,
+        spill_threshold=spill_threshold, recorder=recorder, prompts=prompts, playback=playback,
     )
     if seal is not None:
         config.seal_key, config.witness = str(Path(seal.key_path).resolve()), seal.witnesses

@@ -64,6 +64,7 @@ class ProxyConfig:
     checkpoint_seconds: float | None = None
     witness: list[str] = field(default_factory=list)
     prompts: str = "off"
+    playback: str = ""  # a recorded session that answers every call (addons/playback.py); "" for none
 
 
 def ca_cert_path(confdir: str) -> Path:
@@ -129,7 +130,8 @@ class EmbeddedProxy:
         )
         self.master = Master(opts)
         ready = _Ready()
-        self.master.addons.add(*proxy_addons(), ready, *self.extra_addons, UpstreamResolve(), self.addon)
+        self.master.addons.add(*proxy_addons(), ready, *self.extra_addons, UpstreamResolve(), *self._playback(),
+                               self.addon)
         update: dict = {
             "vault": c.vault, "broker_session": c.session, "broker_agent": c.agent,
             "broker_principal": c.principal, "broker_connectors": c.connectors,
@@ -148,6 +150,8 @@ class EmbeddedProxy:
                 update["broker_checkpoint_entries"] = c.checkpoint_entries
             if c.checkpoint_seconds is not None:
                 update["broker_checkpoint_seconds"] = c.checkpoint_seconds
+        if c.playback:
+            update["broker_playback"] = c.playback
         if c.upstream_ca:
             update["ssl_verify_upstream_trusted_ca"] = c.upstream_ca
         if c.upstream_insecure:
@@ -166,6 +170,14 @@ class EmbeddedProxy:
             await self._task
             raise OSError(f"cannot listen on {c.listen_host}:{c.listen_port} (address in use or not permitted)")
         self.port = addrs[0][1]
+
+    def _playback(self) -> list:
+        """The playback addon when playing a session back: before the journal, which it tells what to record."""
+        if not self.config.playback:
+            return []
+        from addons.playback import Playback
+
+        return [Playback()]
 
     async def stop(self, drain_seconds: float = DRAIN_SECONDS) -> None:
         if self.master is None or self._task is None:

@@ -129,9 +129,10 @@ def material_fields(recorder: Recorder, m: dict) -> dict | None:
 
     `m` holds: session, agent, connector, method, url, request_headers and response_headers (pairs
     of str or raw bytes), request_body and response_body (bytes, `Prepared` or None), status, error,
-    ts (epoch seconds), mcp, and optionally principal, effect, effect_basis, answered_by and
-    fail_closed (the capture point answers 502 when the call cannot be recorded). A missing
-    principal is the credential's fingerprint; a missing effect comes from the connector rules.
+    ts (epoch seconds), mcp, and optionally principal, effect, effect_basis, answered_by,
+    fail_closed (the capture point answers 502 when the call cannot be recorded) and request_extra
+    (further request keys, e.g. `playback_of`). A missing principal is the credential's fingerprint;
+    a missing effect comes from the connector rules.
     """
     half = request_half(recorder, m)
     return None if half is None else response_fields(recorder, half, m)

@@ -1,0 +1,189 @@
+"""A session as an HTTP Archive (HAR 1.2), for Chrome DevTools, mitmproxy and other HAR readers.
+
+Each entry whose call was an HTTP exchange (an http(s) URL) becomes one HAR entry, in seq order:
+redacted values exactly as recorded, bodies as text (JSON bodies in their canonical form; bytes as
+base64). Nothing is cut: a spilled body, or a spilled string inside a JSON body, is either inlined
+from the blob store (`inline_blobs=True`, i.e. `--inline-blobs`) or named by the custom fields
+`_blob` (a whole body: `{sha256, size, ref}`, no `text`) and `_blobs` (strings inside a JSON body:
+`[{path, sha256, size, ref}]`, `path` a JSON Pointer; the text holds the reference objects), with a
+`comment` saying so. Entries that were no HTTP exchange (an MCP call over stdio) are listed in
+`log._nonHttpEntries` instead, never dropped silently. Field mapping: docs/exports.md.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.metadata
+import os
+from http import HTTPStatus
+from urllib.parse import parse_qsl, urlsplit
+
+from journal.blobstore import is_ref_object
+from journal.bodies import is_binary_type
+from journal.canonical import canonical_bytes
+from journal.export.fixture import chain_verdict, read_entries
+from journal.export.recorded_body import header, http_request_view, inline_json, is_base64_body, read_blob, spilled_refs
+from journal.vault import Vault
+from journal.verify import verify_session
+
+HAR_VERSION = "1.2"
+CREATOR = "connector-broker"
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("connector-broker")
+    except importlib.metadata.PackageNotFoundError:
+        return "0"
+
+
+def is_http_url(url: object) -> bool:
+    return isinstance(url, str) and url.split(":", 1)[0].lower() in ("http", "https")
+
+
+def _text_of(data: bytes, content_type: str | None) -> tuple[str, str | None]:
+    """(text, encoding) for HAR: UTF-8 text as itself, anything else as base64."""
+    if not is_binary_type(content_type):
+        try:
+            return data.decode("utf-8"), None
+        except UnicodeDecodeError:
+            pass
+    return base64.b64encode(data).decode("ascii"), "base64"
+
+
+def har_body(body: object, content_type: str | None, vault: Vault, inline_blobs: bool) -> dict:
+    """The HAR view of one recorded body: `text`, `encoding`, `size` and the `_blob`/`_blobs` fields.
+
+    `size` is the byte length of the body as exported (for a spilled body not inlined, the blob's).
+    """
+    out: dict = {}
+    if body is None:
+        out["size"] = 0
+        return out
+    if is_ref_object(body):
+        if inline_blobs:
+            text, encoding = _text_of(read_blob(vault, body), content_type)  # type: ignore[arg-type]
+            out.update(text=text, size=body["size"])  # type: ignore[index]
+            if encoding:
+                out["encoding"] = encoding
+        else:
+            out.update(size=body["size"], _blob=body)  # type: ignore[index]
+            out["comment"] = (
+                f"body spilled to the blob store ({body['size']} bytes): see _blob, "  # type: ignore[index]
+                "or export with --inline-blobs"
+            )
+        return out
+    if isinstance(body, str):
+        out.update(text=body, size=len(body.encode("utf-8", "surrogatepass")))
+        return out
+    if is_base64_body(body, content_type):
+        data = base64.b64decode(body["base64"])  # type: ignore[index]
+        out.update(text=body["base64"], encoding="base64", size=len(data))  # type: ignore[index]
+        return out
+    refs = spilled_refs(body)
+    if refs and inline_blobs:
+        data = canonical_bytes(inline_json(body, vault))
+    else:
+        data = canonical_bytes(body)
+        if refs:
+            out["_blobs"] = [{"path": p, **r} for p, r in refs]
+            out["comment"] = (
+                f"{len(refs)} string value(s) spilled to the blob store: see _blobs, or export with --inline-blobs"
+            )
+    out.update(text=data.decode("utf-8"), size=len(data))
+    return out
+
+
+def _headers(pairs: list) -> list[dict]:
+    return [{"name": str(p[0]), "value": str(p[1])} for p in pairs or () if isinstance(p, list) and len(p) == 2]
+
+
+def _query(url: str) -> list[dict]:
+    return [{"name": k, "value": v} for k, v in parse_qsl(urlsplit(url).query, keep_blank_values=True)]
+
+
+def _request(entry: dict, vault: Vault, inline_blobs: bool) -> dict:
+    req = entry["request"]
+    method, _, headers, body, ctype = http_request_view(entry)
+    har = {
+        "method": method, "url": req["url"], "httpVersion": "", "cookies": [], "headers": _headers(headers),
+        "queryString": _query(req["url"]), "headersSize": -1, "bodySize": -1,
+    }
+    if body is not None:
+        view = har_body(body, ctype, vault, inline_blobs)
+        post = {"mimeType": ctype or "", "text": view.pop("text", "")}
+        if view.pop("encoding", None):
+            post["_encoding"] = "base64"  # HAR 1.2 has no encoding for postData
+        post.update({k: v for k, v in view.items() if k != "size"})
+        har["postData"] = post
+    return har
+
+
+def _response(entry: dict, vault: Vault, inline_blobs: bool) -> dict:
+    resp = entry["response"]
+    headers = resp.get("headers") or []
+    status = resp.get("status")
+    ctype = header(headers, "content-type")
+    if entry.get("capture") == "gateway":
+        ctype = ctype or "application/json"
+    try:
+        reason = HTTPStatus(status).phrase if isinstance(status, int) else ""
+    except ValueError:
+        reason = ""
+    content = {"mimeType": ctype or ""}
+    content.update(har_body(resp.get("body"), ctype, vault, inline_blobs))
+    har = {
+        "status": status if isinstance(status, int) else 0, "statusText": reason, "httpVersion": "",
+        "cookies": [], "headers": _headers(headers), "content": content,
+        "redirectURL": header(headers, "location") or "", "headersSize": -1, "bodySize": -1,
+    }
+    if resp.get("error") is not None:
+        har["_error"] = str(resp["error"])
+    if resp.get("answered_by") is not None:
+        har["_answeredBy"] = resp["answered_by"]
+    return har
+
+
+def har_entry(entry: dict, vault: Vault, inline_blobs: bool = False) -> dict:
+    """One journal entry (an HTTP exchange) as a HAR entry."""
+    out = {
+        "startedDateTime": entry["ts"], "time": 0,
+        "request": _request(entry, vault, inline_blobs), "response": _response(entry, vault, inline_blobs),
+        "cache": {}, "timings": {"send": 0, "wait": 0, "receive": 0},
+        "comment": f"seq {entry['seq']}: {entry['connector']} {entry['effect']} ({entry['capture']} capture); "
+                   "startedDateTime is when the response was recorded",
+        "_journal": {
+            k: entry.get(k) for k in ("session", "seq", "hash", "prev", "agent", "principal", "connector", "effect",
+                                      "capture", "prompt_ref")
+        },
+    }
+    if entry.get("mcp") is not None:
+        out["_mcp"] = entry["mcp"]
+    if entry["request"].get("playback_of") is not None:
+        out["_journal"]["playback_of"] = entry["request"]["playback_of"]
+    return out
+
+
+def build_har(vault_root: str | os.PathLike, session: str, *, inline_blobs: bool = False) -> dict:
+    """The HAR 1.2 document of one session (see the module docstring)."""
+    vault = Vault.open_existing(vault_root)
+    report = verify_session(vault, session).as_dict()
+    entries, unparsed = read_entries(vault, session)
+    har_entries, other = [], []
+    for e in entries:
+        req = e.get("request") or {}
+        if is_http_url(req.get("url")):
+            har_entries.append(har_entry(e, vault, inline_blobs))
+        else:
+            other.append({k: req.get(k) if k in ("method", "url") else e.get(k)
+                          for k in ("seq", "hash", "capture", "connector", "method", "url")})
+    comment = f"session {session}: {len(entries)} entries, chain {chain_verdict(report)}"
+    if other:
+        comment += f"; {len(other)} not HTTP exchanges, listed in _nonHttpEntries"
+    log = {
+        "version": HAR_VERSION, "creator": {"name": CREATOR, "version": _version()},
+        "entries": har_entries, "comment": comment,
+        "_session": session, "_chain": {"verdict": chain_verdict(report), **report},
+        "_nonHttpEntries": other, "_unparsedLines": unparsed,
+    }
+    return {"log": log}

@@ -1,0 +1,107 @@
+"""Bytes back from a recorded body value: the inverse of journal.bodies.encode_body, for exports and
+playback that hand a body to another tool.
+
+A recorded body is `null`, a string, `{"base64": ...}`, a parsed JSON value (whose large strings may
+be blob references), or a whole-body blob reference (SPEC.md, Bodies). The original wire bytes of a
+JSON body are not recorded, only its value, so a JSON body comes back in its RFC 8785 canonical form
+(same value, maybe different whitespace). Redacted values stay redacted: nothing here can undo that.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+
+from journal.blobstore import is_ref_object
+from journal.bodies import is_json_type
+from journal.canonical import canonical_bytes
+from journal.vault import Vault, VaultError
+
+
+class BlobUnavailable(VaultError):
+    """A body needs a blob that is missing or does not hold the bytes its name says."""
+
+
+def read_blob(vault: Vault, ref: dict) -> bytes:
+    """The bytes of a blob reference, checked against its SHA-256 (an export never hands on wrong bytes)."""
+    path = vault.blob_path(ref["ref"])
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise BlobUnavailable(f"blob {ref['ref']} is missing from {vault.root} (run `broker verify`)") from None
+    if hashlib.sha256(data).hexdigest() != ref["sha256"]:
+        raise BlobUnavailable(f"blob {ref['ref']} does not hold the bytes its name says (run `broker verify`)")
+    return data
+
+
+def is_base64_body(body: object, content_type: str | None) -> bool:
+    """True for the `{"base64": ...}` form of bytes (a JSON-typed body is a JSON value, never that form)."""
+    return (
+        isinstance(body, dict) and set(body) == {"base64"} and isinstance(body["base64"], str)
+        and not is_json_type(content_type)
+    )
+
+
+def spilled_refs(body: object, path: str = "") -> list[tuple[str, dict]]:
+    """Every blob reference inside a body value, with its JSON Pointer ("" for a whole-body spill)."""
+    if is_ref_object(body):
+        return [(path, body)]  # type: ignore[list-item]
+    out: list[tuple[str, dict]] = []
+    if isinstance(body, dict):
+        for k, v in body.items():
+            out.extend(spilled_refs(v, f"{path}/{k.replace('~', '~0').replace('/', '~1')}"))
+    elif isinstance(body, list):
+        for i, v in enumerate(body):
+            out.extend(spilled_refs(v, f"{path}/{i}"))
+    return out
+
+
+def inline_json(value: object, vault: Vault) -> object:
+    """A JSON body value with each spilled string put back (its blob holds the string's UTF-8)."""
+    if is_ref_object(value):
+        return read_blob(vault, value).decode("utf-8", "surrogatepass")  # type: ignore[arg-type]
+    if isinstance(value, dict):
+        return {k: inline_json(v, vault) for k, v in value.items()}
+    if isinstance(value, list):
+        return [inline_json(v, vault) for v in value]
+    return value
+
+
+def body_bytes(body: object, content_type: str | None, vault: Vault) -> bytes:
+    """The body's bytes with every spilled part read back from the blob store."""
+    if body is None:
+        return b""
+    if is_ref_object(body):
+        return read_blob(vault, body)  # type: ignore[arg-type]
+    if isinstance(body, str):
+        return body.encode("utf-8", "surrogatepass")
+    if is_base64_body(body, content_type):
+        return base64.b64decode(body["base64"])  # type: ignore[index]
+    return canonical_bytes(inline_json(body, vault))
+
+
+def header(headers: list, name: str) -> str | None:
+    """The first value of a recorded header ([name, value] pairs), case-insensitively."""
+    lname = name.lower()
+    for pair in headers or ():
+        if isinstance(pair, list | tuple) and len(pair) == 2 and str(pair[0]).lower() == lname:
+            return str(pair[1])
+    return None
+
+
+def http_request_view(entry: dict) -> tuple[str, str, list, object, str | None]:
+    """(method, url, header pairs, body value, content type) of the HTTP request an entry stands for.
+
+    A gateway entry recorded the JSON-RPC method (`tools/call`) as its method and the params as its
+    body; over HTTP the MCP client sent the whole JSON-RPC request (`mcp`, as sent) as a POST.
+    """
+    req = entry.get("request") or {}
+    headers = req.get("headers") or []
+    method, body = req.get("method"), req.get("body")
+    ctype = header(headers, "content-type")
+    if entry.get("capture") == "gateway":
+        method = "POST"
+        mcp = entry.get("mcp")
+        body = mcp if isinstance(mcp, dict) and "unparsed" not in mcp else body
+        ctype = ctype or "application/json"
+    return str(method), str(req.get("url")), headers, body, ctype
