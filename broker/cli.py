@@ -21,6 +21,11 @@ def _register() -> None:
     for module in (audit_commands, seal_commands, proxy_commands, mcp_commands, replay_commands):
         for command in module.COMMANDS:
             cli.add_command(command)
+    from broker import inspect_commands, search_commands  # the inspector and search
+
+    for module in (inspect_commands, search_commands):
+        for command in module.COMMANDS:
+            cli.add_command(command)
 
 
 _register()
