@@ -1,0 +1,123 @@
+"""A session as a versioned JSON test fixture (schema `connector-broker/fixture/1`).
+
+The fixture holds the entries exactly as recorded (redacted as on disk: it is built from the
+session file, never from anything un-redacted), the verifier's verdict on the chain, and the
+`expected` behaviour: the ordered calls with their statuses. A later run is compared with
+`expected` (see `broker diff`); the entries let a test re-verify the chain itself.
+
+Keys:
+
+- `schema`: `"connector-broker/fixture/1"`. A change that breaks a reader gets a new number.
+- `source`: where it came from: the session id, its file name inside the vault, the vault's
+  format (and origin when VAULT.json names one), the number of entries and the head hash. No
+  absolute path and no export time, so exporting the same session twice gives the same bytes.
+- `chain`: `verdict` (`"intact"` or `"broken at seq N (kind)"`) and the rest of
+  `journal.verify.SessionReport` (`intact`, `entries`, `broken_at_seq`, `kind`, `detail`,
+  `first_ts`, `last_ts`, `notes`, ...).
+- `entries`: each line of the session file parsed, in file order (a line that is not JSON, such as
+  a torn tail, cannot be an entry; its line number is listed in `source.unparsed_lines`).
+- `expected`: one object per entry, in order: `seq`, `connector`, `effect`, `method`, `url` (as
+  recorded, ids and all, redacted query values included), `request_body_sha256` (SHA-256 hex of
+  the RFC 8785 canonical form of `request.body` as recorded; a spilled body is its reference
+  object, so the hash is of that reference) and `status` (`response.status`, null when none came).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import orjson
+
+from journal.canonical import canonical_bytes
+from journal.reader import iter_lines
+from journal.vault import Vault
+from journal.verify import verify_session
+
+SCHEMA = "connector-broker/fixture/1"
+EXPECTED_KEYS = ("seq", "connector", "effect", "method", "url", "request_body_sha256", "status")
+
+
+def body_digest(body: object) -> str:
+    """SHA-256 hex of the canonical form of a recorded body value (the one rule for comparing bodies)."""
+    return hashlib.sha256(canonical_bytes(body)).hexdigest()
+
+
+def expected_call(entry: dict) -> dict:
+    """The behaviour one entry records: what was called, and what status came back."""
+    request = entry.get("request") or {}
+    response = entry.get("response") or {}
+    return {
+        "seq": entry.get("seq"),
+        "connector": entry.get("connector"),
+        "effect": entry.get("effect"),
+        "method": request.get("method"),
+        "url": request.get("url"),
+        "request_body_sha256": body_digest(request.get("body")),
+        "status": response.get("status"),
+    }
+
+
+def chain_verdict(report: dict) -> str:
+    """`intact`, or `broken at seq N (kind)`: the words the inspector and the CLI show."""
+    if report.get("intact"):
+        return "intact"
+    return f"broken at seq {report.get('broken_at_seq')} ({report.get('kind')})"
+
+
+def read_entries(vault: Vault, session: str) -> tuple[list[dict], list[int]]:
+    """The parsed entries of a session in file order, and the 1-based numbers of lines that are not JSON."""
+    entries: list[dict] = []
+    unparsed: list[int] = []
+    for line in iter_lines(vault.require_session(session)):
+        try:
+            value = orjson.loads(line.data)
+        except orjson.JSONDecodeError:
+            unparsed.append(line.index + 1)
+            continue
+        if isinstance(value, dict):
+            entries.append(value)
+        else:
+            unparsed.append(line.index + 1)
+    return entries, unparsed
+
+
+def _source(vault: Vault, session: str, entries: list[dict], unparsed: list[int]) -> dict:
+    manifest: dict = {}
+    try:
+        loaded = orjson.loads((vault.root / "VAULT.json").read_bytes())
+        if isinstance(loaded, dict):
+            manifest = loaded
+    except (OSError, orjson.JSONDecodeError):
+        pass
+    source = {
+        "session": session,
+        "file": os.path.relpath(vault.session_path(session), vault.root),
+        "vault_format": manifest.get("format"),
+        "entries": len(entries),
+        "head": entries[-1].get("hash") if entries else None,
+        "unparsed_lines": unparsed,
+    }
+    if isinstance(manifest.get("origin"), str):
+        source["vault_origin"] = manifest["origin"]
+    return source
+
+
+def build_fixture(vault_root: str | os.PathLike, session: str) -> dict:
+    """The fixture of one session (see the module docstring for its keys). Raises VaultError for an
+    unknown session or a directory that is not a vault."""
+    vault = Vault.open_existing(vault_root)
+    report = verify_session(vault, session).as_dict()
+    entries, unparsed = read_entries(vault, session)
+    return {
+        "schema": SCHEMA,
+        "source": _source(vault, session, entries, unparsed),
+        "chain": {"verdict": chain_verdict(report), **report},
+        "entries": entries,
+        "expected": [expected_call(e) for e in entries],
+    }
+
+
+def fixture_bytes(fixture: dict) -> bytes:
+    """The fixture as written to a file: pretty JSON with sorted keys, ending in a newline."""
+    return orjson.dumps(fixture, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
