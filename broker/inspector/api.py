@@ -79,7 +79,7 @@ class Api:
 
     def vault_info(self, request: Request) -> Response:
         return json_response({"root": str(self.vault.root), "sessions": len(self.vault.sessions()),
-                              "fixture_export": fixture_export() is not None})
+                              "fixture_export": True})
 
     def sessions(self, request: Request) -> Response:
         return json_response([self.index.summary(s) for s in self.vault.sessions()])
@@ -243,22 +243,12 @@ class Api:
         return json_response({"rows": rows, "more": more, "limit": limit})
 
     def fixture(self, request: Request) -> Response:
-        export = fixture_export()
-        if export is None:
-            raise ApiError(404, "this build has no fixture export")
+        """The session as a test fixture (journal/export/fixture.py), as `broker export --format fixture` writes it."""
+        from journal.export.fixture import build_fixture, fixture_bytes
+
         sid = self.session(request)
-        doc = export(self.vault, sid)
-        data = doc if isinstance(doc, bytes) else orjson.dumps(doc, option=orjson.OPT_INDENT_2)
+        data = fixture_bytes(build_fixture(self.vault.root, sid))
         name = self.vault.session_path(sid).name[: -len(".jsonl")]
         return Response(data, media_type="application/json", headers={
             "content-disposition": f'attachment; filename="{name}.fixture.json"', "cache-control": "no-store",
         })
-
-
-def fixture_export():
-    """The fixture exporter (journal/export/fixture.py), when this build has it."""
-    try:
-        from journal.export import fixture  # noqa: PLC0415 - optional part
-    except ImportError:
-        return None
-    return getattr(fixture, "build_fixture", None) or getattr(fixture, "export_fixture", None)
