@@ -8,10 +8,10 @@ request or response body (JSON bodies are searched in their canonical JSON text,
 both match; base64 bodies and spilled blobs are not searched), ASCII letters matched without case.
 
 How it stays fast on a large vault without an index: each line is canonical JSON, so a value the
-query asks for appears in the line's bytes in one known spelling (`"connector":"gmail"`); lines
-without every such spelling are skipped unparsed, and only the rest are parsed and checked
-exactly. Search reads the files as they are on disk and does not verify them: `broker verify`
-says whether to trust what it finds.
+query asks for appears in the line's bytes in one known spelling (`"connector":"gmail"`), and
+`ts`, the last top-level key, ends the line. Lines without every such spelling, or outside the
+time window, are skipped unparsed; only the rest are parsed and checked exactly. Search reads
+the files as they are on disk and does not verify them: `broker verify` says whether to trust what it finds.
 """
 
 from __future__ import annotations
@@ -88,9 +88,13 @@ class _Matcher:
             need.append(b'"answered_by":' + canonical_bytes(q.answered_by))
         if q.status is not None and q.status.isdigit():
             need.append(b'"status":' + q.status.encode())
+        if q.status == "none":
+            need.append(b'"status":null')
         if q.url:
             need.append(_escaped(q.url))
         self.need = need
+        self.since = q.since.encode() if q.since else None
+        self.until = q.until.encode() if q.until else None
         self.text = _ascii_lower(q.text) if q.text else None
         # A string body holds the needle escaped; a JSON body's canonical text holds it as it is.
         self.text_bytes = (_escaped(self.text), self.text.encode()) if self.text else None
@@ -99,6 +103,15 @@ class _Matcher:
         for n in self.need:
             if n not in line:
                 return False
+        if self.since is not None or self.until is not None:
+            # `ts` sorts last among the top-level keys, so a canonical line ends with it.
+            at = line.rfind(b',"ts":"')
+            ts = line[at + 7 : at + 31] if at >= 0 else b""
+            if len(ts) == 24 and ts.endswith(b"Z"):
+                if self.since is not None and ts[: len(self.since)] < self.since:
+                    return False
+                if self.until is not None and ts[: len(self.until)] > self.until:
+                    return False
         if self.text_bytes is None:
             return True
         lowered = line.translate(_LOWER)
