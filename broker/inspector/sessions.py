@@ -39,7 +39,8 @@ class _Session:
     indexed: int = 0  # bytes indexed (end of the last complete line)
     tail: bytes = b""  # the last line's bytes as indexed, to notice a rewrite before `indexed`
     derived: dict[str, tuple[tuple[int, int], object]] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    lock: threading.Lock = field(default_factory=threading.Lock)  # the line index
+    builders: dict[str, threading.Lock] = field(default_factory=dict)  # one per derived value
 
 
 class SessionIndex:
@@ -126,6 +127,8 @@ class SessionIndex:
     def _derived(self, session: str, key: str, build):
         s = self._get(session)
         with s.lock:
+            builder = s.builders.setdefault(key, threading.Lock())
+        with builder:  # a slow verify or replay never holds up the line index (timeline pages)
             stamp = _stamp(s.path)
             hit = s.derived.get(key)
             if hit is not None and hit[0] == stamp:

@@ -197,10 +197,12 @@
       clear(main, el("h1", {}, "Session ", el("span", { id: "session-name" }, this.session)),
         this.badges, this.banner, tabs, tools, this.body);
       this.drawVerdicts();
-      this.runChecks();
-      if (this.tab === "views") return this.viewsTab();
-      if (this.tab === "plan") return this.planTab();
-      return this.timelineTab();
+      if (this.tab !== "timeline") {
+        this.runChecks();
+        return this.tab === "views" ? this.viewsTab() : this.planTab();
+      }
+      await this.timelineTab(); // the first screen first; then both checks of the chain
+      if (!this.stopped) this.runChecks();
     }
 
     // -- the two verdicts ----------------------------------------------------------------------------
@@ -303,7 +305,7 @@
       this.total = head.lines;
       this.from = this.seq ? Math.floor((this.seq - 1) / PAGE) * PAGE + 1 : 1;
       await this.loadRows();
-      if (this.seq) this.openEntry(this.seq, false);
+      if (this.seq) await this.openEntry(this.seq, false);
       this.timers.push(setInterval(() => this.poll(), POLL_MS));
     }
 
