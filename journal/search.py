@@ -99,6 +99,14 @@ class _Matcher:
         # A string body holds the needle escaped; a JSON body's canonical text holds it as it is.
         self.text_bytes = (_escaped(self.text), self.text.encode()) if self.text else None
 
+    def anchor(self) -> tuple[bytes, bool] | None:
+        """A byte string every matching line holds, to search whole blocks for (and whether it is to be
+        found in the ASCII-lowered bytes); the longest such, as the likeliest to be rare."""
+        options = [(n, False) for n in self.need]
+        if self.text_bytes is not None and self.text_bytes[0] == self.text_bytes[1]:
+            options.append((self.text_bytes[0], True))
+        return max(options, key=lambda o: len(o[0])) if options else None
+
     def maybe(self, line: bytes) -> bool:
         for n in self.need:
             if n not in line:
@@ -160,20 +168,63 @@ def _body_has(body: object, needle: str) -> bool:
     return needle in _ascii_lower(text)
 
 
+_BLOCK = 8 << 20
+
+
+def _candidates(path, matcher: _Matcher) -> Iterator[tuple[int, bytes]]:
+    """(1-based line number, line bytes with its newline, if any) of every line `matcher.maybe` lets through.
+
+    With a needle every match must hold, whole blocks are searched for it at C speed (bytes.find)
+    and only the lines around its hits are looked at; newlines are counted, not split."""
+    anchor = matcher.anchor()
+    with open(path, "rb") as f:
+        if anchor is None:
+            for index, line in enumerate(f, 1):
+                if matcher.maybe(line):
+                    yield index, line
+            return
+        needle, lowered = anchor
+        line_no = 1  # number of the line that starts at offset 0 of `buf`
+        rest = b""
+        while True:
+            block = f.read(_BLOCK)
+            buf = rest + block if rest else block
+            if not buf:
+                return
+            end = buf.rfind(b"\n") + 1 if block else len(buf)  # whole lines only, until the file ends
+            if end == 0:
+                rest = buf
+                continue
+            hay = buf.translate(_LOWER) if lowered else buf
+            counted = 0  # offset up to which newlines are counted into line_no
+            at = hay.find(needle, 0, end)
+            while at >= 0:
+                start = buf.rfind(b"\n", 0, at) + 1
+                stop = buf.find(b"\n", at)
+                stop = end if stop < 0 or stop >= end else stop + 1
+                line_no += buf.count(b"\n", counted, start)
+                counted = start
+                line = buf[start:stop]
+                if matcher.maybe(line):
+                    yield line_no, line
+                at = hay.find(needle, stop, end)
+            line_no += buf.count(b"\n", counted, end)
+            rest = buf[end:]
+            if not block:
+                return
+
+
 def search(vault: Vault, query: Query) -> Iterator[Match]:
     """Every entry that matches `query`, session by session (sorted by file name), in file order."""
     matcher = _Matcher(query)
     sessions = [query.session] if query.session is not None else vault.sessions()
     for session in sessions:
         path = vault.require_session(session)
-        with open(path, "rb") as f:
-            for index, line in enumerate(f, 1):
-                if not matcher.maybe(line):
-                    continue
-                raw = line[:-1] if line.endswith(b"\n") else line
-                try:
-                    entry = orjson.loads(raw)
-                except orjson.JSONDecodeError:
-                    continue
-                if isinstance(entry, dict) and matcher.holds(entry):
-                    yield Match(session, index, raw, entry)
+        for index, line in _candidates(path, matcher):
+            raw = line[:-1] if line.endswith(b"\n") else line
+            try:
+                entry = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(entry, dict) and matcher.holds(entry):
+                yield Match(session, index, raw, entry)

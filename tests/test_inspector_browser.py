@@ -189,7 +189,14 @@ def test_a_server_that_lies_is_caught(page, example, monkeypatch):
 XSS = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
 
 
-def test_recorded_html_is_shown_as_text_and_never_runs(page, tmp_path):
+@pytest.mark.parametrize("bypass_csp", [False, True], ids=["with-csp", "without-csp"])
+def test_recorded_html_is_shown_as_text_and_never_runs(browser, tmp_path, bypass_csp):
+    """Also with the page's CSP switched off: what keeps recorded HTML inert is that it is only ever text."""
+    context = browser.new_context(bypass_csp=bypass_csp)
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT)
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
     root = tmp_path / "v"
     with SessionBuilder(root, "xss") as s:
         s.call("GET", "https://slack.com/api/x?q=" + XSS, resp_raw=XSS.encode(), resp_type="text/html",
@@ -208,7 +215,8 @@ def test_recorded_html_is_shown_as_text_and_never_runs(page, tmp_path):
         assert json.loads(page.inner_text("#body-response"))["message"] == XSS
         assert page.evaluate("window.__pwned") is None
         assert page.evaluate("document.querySelectorAll('#main img, #main script').length") == 0
-    assert page.errors == []
+    context.close()
+    assert errors == []
 
 
 def test_fixture_download(page, example):
