@@ -124,3 +124,25 @@ def test_cli_table_and_exit_codes(vault):
     assert r.returncode == 1 and r.stdout == ""
     r = cli("--vault", str(vault), "--status", "abc")
     assert r.returncode == 2 and "status" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("block", [1, 700, 4096, 1 << 20])
+def test_block_search_numbers_lines_right_at_any_block_size(vault, monkeypatch, block):
+    import journal.search as search_module
+
+    expected = {label: found(vault, **q) for label, q in (("slack", {"connector": "slack"}),
+                                                           ("text", {"text": "quarterly"}),
+                                                           ("404", {"status": "404"}))}
+    monkeypatch.setattr(search_module, "_BLOCK", block)
+    for label, q in (("slack", {"connector": "slack"}), ("text", {"text": "quarterly"}), ("404", {"status": "404"})):
+        assert found(vault, **q) == expected[label], label
+
+
+def test_a_last_line_without_newline_is_still_searched(tmp_path):
+    with SessionBuilder(tmp_path / "v", "torn") as s:
+        s.get(f"{GMAIL}/messages/m1", {"id": "m1"})
+        s.get(f"{GMAIL}/messages/m2", {"id": "m2"})
+    path = Vault.open_existing(tmp_path / "v").session_path("torn")
+    path.write_bytes(path.read_bytes()[:-1])
+    assert found(tmp_path / "v", url="/messages/m2") == [("torn", 2)]
+    assert found(tmp_path / "v", connector="gmail") == [("torn", 1), ("torn", 2)]
