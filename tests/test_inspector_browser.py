@@ -358,3 +358,47 @@ def test_a_long_timeline_pages(page, tmp_path):
         assert page.inner_text("#range") == "801–1,000 of 1,000"
         wait_verdicts(page, "intact")
         assert "1,000 entries" in page.inner_text("#browser-verdict")
+
+
+def _remove(lines: list[bytes]) -> list[bytes]:
+    return lines[:4] + lines[5:]
+
+
+def _swap(lines: list[bytes]) -> list[bytes]:
+    return lines[:4] + [lines[5], lines[4]] + lines[6:]
+
+
+def _duplicate(lines: list[bytes]) -> list[bytes]:
+    return lines[:9] + [lines[8]] + lines[9:]
+
+
+def _spaced(lines: list[bytes]) -> list[bytes]:
+    return lines[:2] + [lines[2].replace(b'":', b'": ', 1)] + lines[3:]
+
+
+def _other_session(lines: list[bytes]) -> list[bytes]:
+    e = orjson.loads(lines[0])
+    e["session"] = "someone-else"
+    from journal.chain import chain_entry
+
+    _, line = chain_entry({k: v for k, v in e.items() if k not in ("seq", "prev", "hash")}, 1, e["prev"])
+    return [line.rstrip(b"\n")] + lines[1:]
+
+
+@pytest.mark.parametrize("tamper", [_remove, _swap, _duplicate, _spaced, _other_session, "torn"],
+                         ids=["removed", "reordered", "inserted", "not_canonical", "contract_violation", "torn_tail"])
+def test_the_browser_finds_the_verifiers_break(page, example, tamper):
+    path = example / "journal" / f"{S}.jsonl"
+    if tamper == "torn":
+        path.write_bytes(path.read_bytes()[:-40])
+    else:
+        lines = path.read_bytes().split(b"\n")[:-1]
+        path.write_bytes(b"\n".join(tamper(lines)) + b"\n")
+    report = verify_session(Vault.open_existing(example), S)
+    assert not report.intact
+    with served(example) as base:
+        page.goto(f"{base}/?session={S}")
+        wait_verdicts(page, "broken")
+        assert page.get_attribute("#browser-verdict", "data-seq") == str(report.broken_at_seq)
+        assert page.get_attribute("#browser-verdict", "data-kind") == report.kind
+        assert page.get_attribute("#agreement", "data-agree") == "true"
