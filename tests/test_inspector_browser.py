@@ -122,6 +122,7 @@ def test_timeline_entry_and_intact_badge(page, example):
         assert page.inner_text("#entry-hash") == entry["hash"]
         assert page.inner_text("#entry-prev") == entry["prev"]
         assert "matches the recorded hash" in page.inner_text("#entry-hash-check")
+        page.wait_for_selector("#entry-hash-check[data-chained=true]")  # once the browser's chain check is done
         assert "[never captured]" in page.inner_text("#entry")  # the redacted header, as recorded
         assert json.loads(page.inner_text("#body-request")) == entry["request"]["body"]
         page.wait_for_selector("#writes .write")

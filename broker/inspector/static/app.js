@@ -216,6 +216,7 @@
       }
       await serverP;
       this.drawVerdicts();
+      if (this.afterCheck) this.afterCheck();
     }
 
     async feedRaw(offset) {
@@ -445,13 +446,18 @@
         const rest = Object.assign({}, entry);
         delete rest.hash;
         const mine = await Canonical.sha256Hex(Canonical.canonicalize(rest, true));
-        const chained = page.check && page.check.hashes[n - 1];
         const okHash = mine === entry.hash;
-        hashLine.className = okHash ? "" : "error";
-        hashLine.dataset.ok = String(okHash);
-        hashLine.textContent = okHash
-          ? `recomputed here: ${mine} matches the recorded hash` + (chained === mine ? ", and the chain checked in this browser holds it at this seq" : "")
-          : `recomputed here: ${mine}, the recorded hash differs: this entry was edited`;
+        const say = () => {
+          const chained = page.check && !page.checking ? page.check.hashes[n - 1] : undefined;
+          hashLine.className = okHash ? "" : "error";
+          hashLine.dataset.ok = String(okHash);
+          hashLine.dataset.chained = String(chained === mine);
+          hashLine.textContent = okHash
+            ? `recomputed here: ${mine} matches the recorded hash` + (chained === mine ? ", and the chain checked in this browser holds it at this seq" : "")
+            : `recomputed here: ${mine}, the recorded hash differs: this entry was edited`;
+        };
+        say();
+        page.afterCheck = () => { if (page.seq === n) say(); };
       } catch (err) { hashLine.className = "error"; hashLine.textContent = `no canonical form: ${err.message}`; }
     }
   }

@@ -139,8 +139,12 @@ const Canonical = (() => {
 
   const decoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 
-  // checkLine(bytes without "\n", session) -> entry; throws Break.
-  async function checkLine(bytes, session) {
+  // prepareLine(bytes without "\n", session) -> {entry, hashInput, problem}: everything but the digest.
+  // Throws Break("not_canonical"). `hashInput` is canonical(entry without "hash"): in the sorted line
+  // "hash" follows agent, capture, connector and effect, all strings, so when the entry has exactly
+  // the contract's keys its member is the first `,"hash":"`, and removing it leaves that canonical form
+  // (journal/verify.py does the same); otherwise it is canonicalised again without "hash".
+  function prepareLine(bytes, session) {
     let text, entry;
     try { text = decoder.decode(bytes); } catch (_) { throw new Break("not_canonical", "not UTF-8"); }
     try { entry = JSON.parse(text); } catch (err) { throw new Break("not_canonical", `not JSON (${err.message})`); }
@@ -149,17 +153,35 @@ const Canonical = (() => {
       throw new Break("not_canonical", `value has no canonical form (${err.message})`);
     }
     if (canon !== text) throw new Break("not_canonical", "line bytes differ from the canonical form of the entry");
+    let hashInput = null;
     if (isObj(entry) && typeof entry.hash === "string") {
-      const rest = Object.assign({}, entry);
-      delete rest.hash;
-      if (await sha256Hex(canonicalize(rest, true)) !== entry.hash) {
-        throw new Break("edited", `hash does not match the content of seq ${entry.seq}`);
+      const at = text.indexOf(',"hash":"');
+      const plain = Object.keys(entry).length === KEYS.length && KEYS.every((k) => k in entry) &&
+        ["agent", "capture", "connector", "effect"].every((k) => typeof entry[k] === "string");
+      if (plain && at >= 0 && HEX64_RE.test(entry.hash) && text.substr(at + 9, 64) === entry.hash && text[at + 73] === '"') {
+        hashInput = text.slice(0, at) + text.slice(at + 74);
+      } else {
+        const rest = Object.assign({}, entry);
+        delete rest.hash;
+        hashInput = canonicalize(rest, true);
       }
     }
-    const problem = isObj(entry) ? contract(entry) : "entry is not an object";
-    if (problem) throw new Break("contract_violation", problem);
-    if (entry.session !== session) throw new Break("contract_violation", `entry names session ${JSON.stringify(entry.session)}, not this file's`);
-    return entry;
+    let problem = isObj(entry) ? contract(entry) : "entry is not an object";
+    if (!problem && entry.session !== session) problem = `entry names session ${JSON.stringify(entry.session)}, not this file's`;
+    return { entry, hashInput, problem };
+  }
+
+  // judge(prepared, digest) -> entry; throws Break("edited" | "contract_violation"), in the verifier's order.
+  function judge(p, digest) {
+    if (p.hashInput !== null && digest !== p.entry.hash) throw new Break("edited", `hash does not match the content of seq ${p.entry.seq}`);
+    if (p.problem) throw new Break("contract_violation", p.problem);
+    return p.entry;
+  }
+
+  // checkLine(bytes without "\n", session) -> entry; throws Break.
+  async function checkLine(bytes, session) {
+    const p = prepareLine(bytes, session);
+    return judge(p, p.hashInput === null ? null : await sha256Hex(p.hashInput));
   }
 
   function classify(entry, k, expectedPrev, later) {
@@ -203,11 +225,25 @@ const Canonical = (() => {
       const lines = [];
       for (let i = buf.indexOf(0x0a); i >= 0; i = buf.indexOf(0x0a, start)) { lines.push([start, i]); start = i + 1; }
       this.pending = buf.slice(start);
-      for (let j = 0; j < lines.length && !this.broken; j++) {
-        const [a, b] = lines[j];
-        await this._one(buf.subarray(a, b), () => lines.slice(j + 1).map(([x, y]) => buf.subarray(x, y)));
-        this.complete += b - a + 1;
-        if (onProgress && j % 2000 === 1999) { onProgress(this); await new Promise((r) => setTimeout(r, 0)); }
+      const later = (j) => () => lines.slice(j + 1).map(([x, y]) => buf.subarray(x, y));
+      // Lines are prepared in slices and their digests computed together (Web Crypto works off the
+      // main thread), then judged strictly in order, so the first break is the one reported.
+      for (let j0 = 0; j0 < lines.length && !this.broken; j0 += 500) {
+        const slice = lines.slice(j0, j0 + 500);
+        const prepared = [];
+        for (const [a, b] of slice) {
+          try { prepared.push(prepareLine(buf.subarray(a, b), this.session)); } catch (err) {
+            if (!(err instanceof Break)) throw err;
+            prepared.push(err);
+            break;
+          }
+        }
+        const digests = await Promise.all(prepared.map((p) => (p instanceof Break || p.hashInput === null ? null : sha256Hex(p.hashInput))));
+        for (let i = 0; i < prepared.length && !this.broken; i++) {
+          this._one(prepared[i], digests[i], later(j0 + i));
+          if (!this.broken) this.complete += slice[i][1] - slice[i][0] + 1;
+        }
+        if (onProgress) { onProgress(this); await new Promise((r) => setTimeout(r, 0)); }
       }
     }
 
@@ -224,11 +260,11 @@ const Canonical = (() => {
       return { intact: true, entries: this.entries, broken_at_seq: null, kind: null, detail: null };
     }
 
-    async _one(bytes, later) {
-      if (this.broken) return;
+    _one(prepared, digest, later) {
       const k = this.entries + 1;
       try {
-        const entry = await checkLine(bytes, this.session);
+        if (prepared instanceof Break) throw prepared;
+        const entry = judge(prepared, digest);
         if (entry.seq !== k || entry.prev !== this.prev) {
           const [kind, detail] = classify(entry, k, this.prev, later);
           throw new Break(kind, detail);
@@ -241,7 +277,6 @@ const Canonical = (() => {
         this.broken = { seq: k, kind: err.kind, detail: `line ${k}: ${err.detail}` };
       }
     }
-
   }
 
   function concat(a, b) {
