@@ -403,3 +403,27 @@ def test_the_browser_finds_the_verifiers_break(page, example, tamper):
         assert page.get_attribute("#browser-verdict", "data-seq") == str(report.broken_at_seq)
         assert page.get_attribute("#browser-verdict", "data-kind") == report.kind
         assert page.get_attribute("#agreement", "data-agree") == "true"
+
+
+def test_answered_by_and_effect_basis_are_shown_when_present(page, tmp_path):
+    vault = Vault.create(tmp_path / "v")
+    w = JournalWriter(vault, durable=False)
+    w.append(fields("new", 1))  # an entry written before 2026-12: neither key
+    f = fields("new", 2)
+    f["request"]["effect_basis"] = "default"
+    f["response"] = {"status": 502, "headers": [], "body": None, "answered_by": "capture",
+                     "error": "journal unavailable (fail closed)"}
+    w.append(f)
+    w.close()
+    with served(vault.root) as base:
+        page.goto(f"{base}/?session=new&seq=2")
+        page.wait_for_selector("#entry h2:text('Seq 2')")
+        cells = [c.inner_text() for c in page.query_selector_all('#timeline tr[data-line="2"] td')]
+        assert cells[7] == "502" and cells[9] == "capture: journal unavailable (fail closed)"
+        assert page.inner_text('#entry-meta dd[data-field="answered by"]') == "capture"
+        assert page.inner_text('#entry-meta dd[data-field="effect basis"]') == "default"
+        assert [c.inner_text() for c in page.query_selector_all('#timeline tr[data-line="1"] td')][9] == ""
+        page.click('#timeline tr[data-line="1"]')
+        page.wait_for_selector("#entry h2:text('Seq 1')")
+        assert page.query_selector('#entry-meta dd[data-field="answered by"]') is None
+        assert page.query_selector('#entry-meta dd[data-field="effect basis"]') is None
