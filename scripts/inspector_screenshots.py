@@ -2,9 +2,9 @@
 
     .venv/bin/python scripts/inspector_screenshots.py
 
-Serves a copy of the example vault (and a copy with one entry edited on disk) on loopback and
-photographs the sessions list, a timeline with a write opened, the revert plan, a search and the
-badges of a tampered session. Deterministic input; the pictures change only when the page does.
+Serves a copy of the example vault with three synthetic sessions added (one with an entry edited on
+disk) on loopback and photographs the sessions list, a timeline with a write opened, the revert
+plan, a search and the badges of the tampered session. Deterministic input; the pictures change only when the page does.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ sys.path.insert(0, str(ROOT))
 from playwright.sync_api import sync_playwright  # noqa: E402
 
 from tests.inspector_server import CHROMIUM, CHROMIUM_ARGS, served  # noqa: E402
+from tests.replay_factories import drive_session, gmail_session, slack_session  # noqa: E402
 
 S = "session-2026-09-22"
 OUT = ROOT / "docs" / "img"
@@ -28,24 +29,26 @@ OUT = ROOT / "docs" / "img"
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        intact = Path(tmp) / "vault"
-        shutil.copytree(ROOT / "vault", intact)
-        tampered = Path(tmp) / "tampered"
-        shutil.copytree(ROOT / "vault", tampered)
-        path = tampered / "journal" / f"{S}.jsonl"
+        vault = Path(tmp) / "vault"
+        shutil.copytree(ROOT / "vault", vault)
+        gmail_session(vault, "nightly-triage")
+        slack_session(vault, "standup-bot")
+        drive_session(vault, "drive-cleanup")
+        path = vault / "journal" / "drive-cleanup.jsonl"
         lines = path.read_bytes().split(b"\n")
-        lines[6] = lines[6].replace(b"dana@acme.example", b"eve@acme.example.", 1)
+        lines[2] = lines[2].replace(b'"status":200', b'"status":201', 1)  # edited on disk
         path.write_bytes(b"\n".join(lines))
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             page = browser.new_page(viewport={"width": 1440, "height": 900})
-            with served(intact) as base:
+            with served(vault) as base:
                 page.goto(base + "/")
                 page.wait_for_selector("#sessions tbody tr")
                 page.screenshot(path=OUT / "inspector-sessions.png")
                 page.goto(f"{base}/?session={S}&seq=7")
                 page.wait_for_selector("#agreement")
                 page.wait_for_selector("#writes .write")
+                page.wait_for_selector("#entry-hash-check[data-chained=true]")
                 page.screenshot(path=OUT / "inspector-entry.png")
                 page.goto(f"{base}/?session={S}&tab=plan")
                 page.wait_for_selector("#plan tbody tr")
@@ -53,8 +56,7 @@ def main() -> None:
                 page.goto(f"{base}/?view=search&effect=write&connector=slack")
                 page.wait_for_selector("#search-table tbody tr")
                 page.screenshot(path=OUT / "inspector-search.png")
-            with served(tampered) as base:
-                page.goto(f"{base}/?session={S}")
+                page.goto(f"{base}/?session=drive-cleanup")
                 page.wait_for_selector("#browser-verdict[data-state=broken]")
                 page.wait_for_selector("#server-verdict[data-state=broken]")
                 page.screenshot(path=OUT / "inspector-broken.png")
