@@ -43,7 +43,7 @@ def main() -> None:
             page = browser.new_page(viewport={"width": 1440, "height": 900})
             with served(vault) as base:
                 page.goto(base + "/")
-                page.wait_for_selector("#sessions tbody tr")
+                page.wait_for_selector("#sessions[data-loaded=true]")
                 page.screenshot(path=OUT / "inspector-sessions.png")
                 page.goto(f"{base}/?session={S}&seq=7")
                 page.wait_for_selector("#agreement")

@@ -34,6 +34,8 @@ def test_sessions_list_comes_from_the_verifier(client):
     assert row["connectors"] == ["calendar", "drive", "gmail", "slack"]
     assert row["captures"] == {"agent": 1, "broker": 15, "gateway": 1}
     assert row["sealed"] is None
+    names = client.get("/api/sessions", params={"names": 1}).json()
+    assert names == [{"session": S, "bytes": row["bytes"]}]
 
 
 def test_timeline_pages_carry_the_previous_time_for_the_gap(client):

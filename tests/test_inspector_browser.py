@@ -79,7 +79,7 @@ def test_sessions_list_sorts_and_filters(page, example):
         s.get("https://slack.com/api/conversations.list", {"ok": True, "channels": []})
     with served(example) as base:
         page.goto(base + "/")
-        page.wait_for_selector("#sessions tbody tr")
+        page.wait_for_selector("#sessions[data-loaded=true]")
         names = lambda: page.eval_on_selector_all("#sessions tbody tr", "rs => rs.map(r => r.dataset.session)")  # noqa: E731
         assert sorted(names()) == [S, "zz-second"]
         page.click('#sessions th[data-key="session"]')

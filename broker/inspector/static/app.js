@@ -116,9 +116,12 @@
   ];
 
   async function sessionsPage(q) {
-    clear(main, el("h1", {}, "Sessions"), el("p", { class: "loading" }, "Verifying every session…"));
+    clear(main, el("h1", {}, "Sessions"), el("p", { class: "loading" }, "Reading the vault…"));
     let rows;
-    try { rows = await api("sessions"); } catch (err) { clear(main, el("h1", {}, "Sessions"), failure(err)); return; }
+    // The names come at once; each session's summary (one verifying pass over its file) follows.
+    try { rows = await api("sessions", { names: 1 }); } catch (err) { clear(main, el("h1", {}, "Sessions"), failure(err)); return; }
+    rows = rows.map((r) => ({ ...r, pending: true, entries: null, first_ts: null, last_ts: null, connectors: [], writes: null,
+      captures: {}, verifies: null, sealed: null }));
     if (!rows.length) {
       clear(main, el("h1", {}, "Sessions"), el("p", { id: "empty" }, "This vault has no sessions yet."));
       return;
@@ -147,17 +150,31 @@
         class: `sortable ${cls || ""} ${key === sortKey ? (desc ? "sorted-desc" : "sorted-asc") : ""}`,
         dataset: { key }, onclick: () => { desc = key === sortKey ? !desc : false; sortKey = key; draw(); },
       }, label)));
-      clear(tbody, shown.map((r) => el("tr", { class: r.verifies ? "" : "untrusted", dataset: { session: r.session } },
+      clear(tbody, shown.map((r) => el("tr", { class: r.verifies === false ? "untrusted" : "", dataset: { session: r.session, pending: r.pending ? "1" : null } },
         SESSION_COLS.map(([key, , get, cls]) => el("td", { class: cls || "" },
           key === "session" ? nav({ session: r.session }, r.session)
-            : key === "verifies" ? el("span", { class: `badge ${r.verifies ? "ok" : "bad"}` }, get(r)) : get(r))))));
-      count.textContent = `${shown.length} of ${rows.length} sessions`;
+            : r.pending ? (key === "verifies" ? el("span", { class: "badge info" }, "verifying…") : "…")
+              : key === "verifies" ? el("span", { class: `badge ${r.verifies ? "ok" : "bad"}` }, get(r)) : get(r))))));
+      const left = rows.filter((r) => r.pending).length;
+      count.textContent = `${shown.length} of ${rows.length} sessions` + (left ? `, ${left} still being verified` : "");
+      table.dataset.loaded = String(!left);
     };
     const count = el("span", { class: "muted" });
     filter.addEventListener("input", draw);
     chain.addEventListener("change", draw);
     clear(main, el("h1", {}, "Sessions"), el("div", { class: "toolbar" }, filter, chain, count), table);
     draw();
+    const shownNow = () => main.contains(table);
+    let next = 0;
+    const worker = async () => {
+      while (next < rows.length && shownNow()) {
+        const i = next++;
+        try { rows[i] = { ...(await api("session/summary", { session: rows[i].session })), pending: false }; }
+        catch (err) { rows[i] = { ...rows[i], pending: false, verifies: false, broken_at_seq: "?", detail: err.message }; }
+        if (shownNow()) draw();
+      }
+    };
+    await Promise.all([worker(), worker()]);
   }
 
   // -- one session ------------------------------------------------------------------------------------
