@@ -107,6 +107,7 @@ def test_timeline_entry_and_intact_badge(page, example):
         assert page.get_attribute("#server-verdict", "data-state") == "intact"
         assert page.get_attribute("#agreement", "data-agree") == "true"
         assert "intact, 17 entries" in page.inner_text("#browser-verdict")
+        assert [w.url.rsplit("/", 1)[-1] for w in page.workers] == ["chain-worker.js"]  # off the main thread
         rows = page.query_selector_all("#timeline tbody tr")
         assert len(rows) == 17
         cells = [c.inner_text() for c in rows[3].query_selector_all("td")]

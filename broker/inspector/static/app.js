@@ -177,6 +177,35 @@
     await Promise.all([worker(), worker()]);
   }
 
+  // -- the browser's chain check in a Web Worker (same Canonical.ChainCheck, off the main thread) ----------
+  class WorkerCheck {
+    constructor(session) {
+      this.session = session;
+      this.worker = new Worker("/static/chain-worker.js");
+      this.entries = 0;
+      this.bytes = 0;
+      this.hashes = [];
+      this.last = { intact: true, entries: 0, broken_at_seq: null, kind: null, detail: null };
+    }
+    verdict() { return this.last; }
+    terminate() { this.worker.terminate(); }
+    run(offset, onProgress) {
+      return new Promise((resolve, reject) => {
+        this.worker.onmessage = (ev) => {
+          const m = ev.data;
+          if (m.type === "error") { reject(new Error(m.message)); return; }
+          this.last = m.verdict;
+          this.entries = m.entries;
+          this.bytes = m.bytes;
+          for (const h of m.hashes) this.hashes.push(h);
+          if (m.type === "done") resolve(); else onProgress();
+        };
+        this.worker.onerror = (ev) => reject(new Error(ev.message || "the chain-check worker failed"));
+        this.worker.postMessage({ session: this.session, offset, token });
+      });
+    }
+  }
+
   // -- one session ------------------------------------------------------------------------------------
   class SessionPage {
     constructor(q) {
@@ -191,7 +220,11 @@
       this.server = null; // the server's verdict
       this.checking = false;
     }
-    stop() { this.stopped = true; this.timers.forEach(clearInterval); }
+    stop() {
+      this.stopped = true;
+      this.timers.forEach(clearInterval);
+      if (this.check instanceof WorkerCheck) this.check.terminate();
+    }
     query(extra = {}) {
       const q = { session: this.session };
       if (this.tab !== "timeline") q.tab = this.tab;
@@ -228,7 +261,7 @@
       const serverP = api("session/verdict", { session: this.session }).then((v) => { this.server = v; this.drawVerdicts(); })
         .catch((err) => { this.serverError = err.message; this.drawVerdicts(); });
       if (crypto_ok) {
-        this.check = new Canonical.ChainCheck(this.session);
+        this.check = typeof Worker === "function" ? new WorkerCheck(this.session) : new Canonical.ChainCheck(this.session);
         await this.feedRaw(0);
       }
       await serverP;
@@ -240,6 +273,10 @@
       if (this.checking) return;
       this.checking = true;
       try {
+        if (this.check instanceof WorkerCheck) {
+          await this.check.run(offset, () => this.drawVerdicts());
+          return;
+        }
         const resp = await fetch(apiUrl("session/raw", { session: this.session, offset }), { headers: authHeaders() });
         if (!resp.ok) throw new Error(`raw lines: HTTP ${resp.status}`);
         const reader = resp.body.getReader();
@@ -253,8 +290,8 @@
         this.checkError = err.message;
       } finally {
         this.checking = false;
+        this.drawVerdicts();
       }
-      this.drawVerdicts();
     }
 
     drawVerdicts() {
