@@ -12,6 +12,7 @@ import orjson
 from journal.entry import parse_ts
 from journal.reader import iter_entries
 from journal.seal import load_public_key
+from journal.summary import summarize_session
 from journal.vault import Vault, VaultError
 from journal.verify import SessionReport, verify_session
 
@@ -123,24 +124,9 @@ def sessions(vault_dir: str, as_json: bool) -> int:
     """List sessions: entries, first and last time, connectors, writes, and whether each verifies."""
     vault = Vault.open_existing(vault_dir)
     names = vault.sessions()
-    rows = []
+    keys = ("session", "entries", "first_ts", "last_ts", "connectors", "writes", "verifies", "broken_at_seq", "kind")
     with _progress(_total_bytes(vault, names), "reading") as advance:
-        for s in names:
-            connectors: set[str] = set()
-            writes = 0
-
-            def seen(entry: dict, connectors: set[str] = connectors) -> None:
-                nonlocal writes
-                connectors.add(entry["connector"])
-                writes += entry["effect"] == "write"
-
-            r = verify_session(vault, s, progress=advance, on_entry=seen)
-            rows.append({
-                "session": s, "entries": r.entries if r.intact else _count_lines(vault, s),
-                "first_ts": r.first_ts, "last_ts": r.last_ts, "connectors": sorted(connectors),
-                "writes": writes, "verifies": r.intact,
-                "broken_at_seq": r.broken_at_seq, "kind": r.kind,
-            })
+        rows = [{k: row[k] for k in keys} for row in (summarize_session(vault, s, progress=advance) for s in names)]
     if as_json:
         for row in rows:
             click.echo(orjson.dumps(row).decode())
@@ -157,11 +143,6 @@ def sessions(vault_dir: str, as_json: bool) -> int:
             f"{row['writes']:>6}  {status:<8}  {','.join(row['connectors'])}"
         )
     return 0
-
-
-def _count_lines(vault: Vault, session: str) -> int:
-    with open(vault.session_path(session), "rb") as f:
-        return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
 
 
 def _gap(prev_ts: str | None, ts: str) -> str:

@@ -19,22 +19,23 @@ def _register() -> None:
     from broker import (
         audit_commands,
         checkpoint_commands,
+        diff_commands,
         exec_commands,
+        export_commands,
+        inspect_commands,
         mcp_commands,
         proxy_commands,
         replay_commands,
         seal_commands,
+        search_commands,
         trajectory_commands,
     )
 
-    for module in (audit_commands, seal_commands, proxy_commands, mcp_commands, replay_commands, exec_commands,
-                   checkpoint_commands, trajectory_commands):
+    for module in (audit_commands, seal_commands, checkpoint_commands, proxy_commands, exec_commands, mcp_commands,
+                   replay_commands, trajectory_commands, search_commands, inspect_commands, export_commands,
+                   diff_commands):
         for command in module.COMMANDS:
             cli.add_command(command)
-    from broker import diff_commands, export_commands
-
-    for command in (*export_commands.COMMANDS, *diff_commands.COMMANDS):
-        cli.add_command(command)
 
 
 _register()

@@ -1,0 +1,130 @@
+"""Inspector benchmark: time to the first screen of a 100,000-entry session in headless Chromium.
+
+    python -m bench.inspector_bench [--quick] [--entries N] [--repeat R] [--json FILE]
+
+One session (default 100,000 entries, ~1 KB each, the replay benchmark's call mix, real chain
+code) is served by the inspector on loopback and opened in Debian's Chromium (/usr/bin/chromium)
+through Playwright. Measured, best of R (default 3, --quick 1), each in a fresh browser context
+and a fresh inspector (so the server's line index is built cold every time):
+
+- baseline: `verify_session` over the file (what `broker verify` does for this session);
+- first screen: from navigation to `/?session=S` until the first timeline rows are on the page;
+- deep link: `/?session=S&seq=N-1` until that entry is open;
+- browser chain check: until the page's own RFC 8785 + SHA-256 check of every line is done;
+- server verdict: until the server's verify verdict is shown.
+
+ratio = time / baseline of the same run. Skipped (with a message) when Chromium is absent.
+Nothing here asserts a timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import time
+from pathlib import Path
+
+from bench import machine, scratch_dir, write_json
+from bench.replay_bench import make_call
+from journal.canonical import orjson_matches_jcs
+from journal.chain import GENESIS, chain_entry
+from journal.vault import Vault
+from journal.verify import verify_session
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run"]
+SESSION = "inspector-bench"
+
+
+def generate(root: Path, entries: int) -> int:
+    vault = Vault.create(root)
+    rng = random.Random(11)
+    prev = GENESIS
+    size = 0
+    with open(vault.session_path(SESSION), "wb") as f:
+        buf = []
+        for seq in range(1, entries + 1):
+            fields = make_call(seq, rng, 5000)
+            fields["session"] = SESSION
+            entry, line = chain_entry(fields, seq, prev, orjson_ok=orjson_matches_jcs(fields))
+            prev = entry["hash"]
+            buf.append(line)
+            size += len(line)
+            if len(buf) >= 4096:
+                f.write(b"".join(buf))
+                buf.clear()
+        f.write(b"".join(buf))
+    return size
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(prog="python -m bench.inspector_bench", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small run (10,000 entries, 1 repeat)")
+    ap.add_argument("--entries", type=int, help="entries in the session (default 100,000)")
+    ap.add_argument("--repeat", type=int, help="runs per measurement, best kept (default 3, --quick 1)")
+    ap.add_argument("--json", metavar="FILE", help="also write the figures to FILE (key 'inspector')")
+    args = ap.parse_args()
+    if not os.access(CHROMIUM, os.X_OK):
+        print(f"skipped: no Chromium at {CHROMIUM} (apt-get install chromium)")
+        return
+    from playwright.sync_api import sync_playwright
+
+    from tests.inspector_server import served
+
+    n = args.entries or (10_000 if args.quick else 100_000)
+    repeat = args.repeat or (1 if args.quick else 3)
+    scratch = scratch_dir("inspector-")
+    try:
+        size = generate(scratch / "vault", n)
+        vault = Vault.open_existing(scratch / "vault")
+        print(f"session: {n:,} entries, {size / (1 << 20):,.0f} MB")
+        base = min(_timed(lambda: verify_session(vault, SESSION)) for _ in range(repeat))
+        print(f"baseline (verify_session): {base:.2f} s")
+        figures: dict[str, list[float]] = {k: [] for k in ("first_screen", "deep_link", "browser_check",
+                                                            "server_verdict")}
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            for _ in range(repeat):
+                with served(vault.root) as url:
+                    ctx = browser.new_context(viewport={"width": 1400, "height": 900})
+                    page = ctx.new_page()
+                    page.set_default_timeout(600_000)
+                    t0 = time.perf_counter()
+                    page.goto(f"{url}/?session={SESSION}")
+                    page.wait_for_selector("#timeline tbody tr")
+                    figures["first_screen"].append(time.perf_counter() - t0)
+                    page.wait_for_selector("#server-verdict[data-state=intact]")
+                    figures["server_verdict"].append(time.perf_counter() - t0)
+                    page.wait_for_selector("#browser-verdict[data-state=intact]")
+                    figures["browser_check"].append(time.perf_counter() - t0)
+                    t0 = time.perf_counter()
+                    page.goto(f"{url}/?session={SESSION}&seq={n - 1}")
+                    page.wait_for_selector(f"#entry h2:text('Seq {n - 1}')")
+                    figures["deep_link"].append(time.perf_counter() - t0)
+                    ctx.close()
+            browser.close()
+        best = {k: min(v) for k, v in figures.items()}
+        labels = (("first_screen", "first screen (timeline rows shown)"), ("deep_link", f"deep link to seq {n - 1}"),
+                  ("server_verdict", "server verdict shown"), ("browser_check", "browser chain check done"))
+        for k, label in labels:
+            print(f"{label:<40} {best[k]:>7.2f} s  ratio {best[k] / base:>5.2f}")
+        if args.json:
+            write_json(args.json, "inspector", {"machine": machine(), "entries": n, "bytes": size,
+                                                "baseline_verify_seconds": round(base, 3),
+                                                **{k: round(v, 3) for k, v in best.items()}})
+            print(f"figures written to {args.json}")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""`broker inspect`: serve the read-only web console over a vault (broker/inspector/)."""
+
+from __future__ import annotations
+
+import ipaddress
+import secrets
+import socket
+import webbrowser
+
+import click
+
+from broker.audit_commands import vault_option
+from journal.vault import Vault
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise click.BadParameter(f"{listen!r}: give HOST:PORT, e.g. 127.0.0.1:8090", param_hint="--listen")
+    return host.strip("[]"), int(port)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket (bound before the server starts, so port 0 gives the real port to print)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+@click.command()
+@vault_option
+@click.option("--listen", default="127.0.0.1:8090", show_default=True,
+              help="HOST:PORT to serve on. Anything but loopback requires a token.")
+@click.option("--open", "open_browser", is_flag=True, help="Open the page in a web browser.")
+@click.option("--token", default=None, envvar="BROKER_INSPECT_TOKEN",
+              help="Require this token on every request (generated and printed when off loopback and not given).")
+def inspect(vault_dir: str, listen: str, open_browser: bool, token: str | None) -> int:
+    """Serve a read-only web console over the vault: sessions, timelines, entries, views, revert
+    plans, search, and every hash re-checked in the browser. GET and HEAD only."""
+    import uvicorn
+
+    from broker.inspector import create_app
+
+    vault = Vault.open_existing(vault_dir)
+    host, port = parse_listen(listen)
+    if not is_loopback(host) and not token:
+        token = secrets.token_urlsafe(24)
+        click.echo("not a loopback address: every request needs the token printed below", err=True)
+    sock = bind(host, port)
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{sock.getsockname()[1]}/" + (f"?token={token}" if token else "")
+    click.echo(f"inspector for {vault.root} at {url}  (Ctrl-C to stop)", err=True)
+    if token:
+        click.echo(f"token: {token}", err=True)
+    server = uvicorn.Server(uvicorn.Config(create_app(vault, token), log_level="warning", access_log=False,
+                                           lifespan="off", server_header=False))
+    if open_browser:
+        webbrowser.open(url)
+    server.run(sockets=[sock])
+    return 0
+
+
+COMMANDS = [inspect]

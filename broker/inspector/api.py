@@ -1,0 +1,258 @@
+"""The inspector's JSON API: thin handlers over the journal's own readers.
+
+Every session id arrives as the `session` query parameter and goes through the vault's mapping
+rule (journal/vault.py), so no parameter can name a file outside the vault. Entries are served
+as recorded: `/api/session/entry` hands back the raw line too, so the page can hash what it
+shows itself.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import re
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import FileResponse, Response, StreamingResponse
+
+from journal.replay.plan import plan_dict
+from journal.search import Query, search
+from journal.summary import entry_row
+from journal.vault import SessionIdError, Vault, VaultError
+
+from .sessions import SessionIndex, parse_line
+
+MAX_PAGE = 1000
+MAX_SEARCH = 5000
+_HEX64 = re.compile(r"[0-9a-f]{64}\Z")
+
+
+class ApiError(Exception):
+    """An answer other than 200, with a message for the page to show."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def json_response(value: object, status: int = 200) -> Response:
+    return Response(orjson.dumps(value), status_code=status, media_type="application/json",
+                    headers={"cache-control": "no-store"})
+
+
+def _int(request: Request, name: str, default: int | None = None, low: int = 0, high: int = 1 << 62) -> int:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        if default is None:
+            raise ApiError(400, f"parameter {name} is required")
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ApiError(400, f"parameter {name} must be an integer, not {raw!r}") from None
+    return max(low, min(high, value))
+
+
+class Api:
+    """Handlers bound to one vault."""
+
+    def __init__(self, vault: Vault) -> None:
+        self.vault = vault
+        self.index = SessionIndex(vault)
+
+    def session(self, request: Request) -> str:
+        sid = request.query_params.get("session")
+        if not sid:
+            raise ApiError(400, "parameter session is required")
+        try:
+            self.vault.require_session(sid)
+        except SessionIdError as exc:
+            raise ApiError(404, f"no such session: {exc}") from None
+        except VaultError:
+            raise ApiError(404, f"no session {sid!r} in this vault") from None
+        return sid
+
+    # -- the vault ----------------------------------------------------------------------------------
+
+    def vault_info(self, request: Request) -> Response:
+        return json_response({"root": str(self.vault.root), "sessions": len(self.vault.sessions()),
+                              "fixture_export": True})
+
+    def sessions(self, request: Request) -> Response:
+        """Every session's summary; with `names=1` only the ids and file sizes (at once, for a large vault)."""
+        if request.query_params.get("names"):
+            return json_response([{"session": s, "bytes": self.vault.session_path(s).stat().st_size}
+                                  for s in self.vault.sessions()])
+        return json_response([self.index.summary(s) for s in self.vault.sessions()])
+
+    # -- one session ----------------------------------------------------------------------------------
+
+    def summary(self, request: Request) -> Response:
+        return json_response(self.index.summary(self.session(request)))
+
+    def verdict(self, request: Request) -> Response:
+        """The server's `broker verify` verdict on the file as it is now."""
+        r = self.index.verdict(self.session(request))
+        return json_response({k: getattr(r, k) for k in
+                              ("session", "entries", "intact", "broken_at_seq", "kind", "detail", "notes", "bytes")})
+
+    def head(self, request: Request) -> Response:
+        return json_response(self.index.head(self.session(request)))
+
+    def entries(self, request: Request) -> Response:
+        """A page of timeline rows from line `from` on; `prev_ts` is the time of the line before it (for the gap)."""
+        sid = self.session(request)
+        first = _int(request, "from", 1, low=1)
+        limit = _int(request, "limit", 200, low=1, high=MAX_PAGE)
+        start = max(1, first - 1)
+        total, lines = self.index.lines(sid, start, limit + (first - start))
+        rows = []
+        prev_ts = None
+        for i, data in enumerate(lines, start):
+            entry = parse_line(data)
+            row = entry_row(entry, i) if entry is not None else {"line": i, "unreadable": True}
+            if i < first:
+                prev_ts = row.get("ts")
+                continue
+            rows.append(row)
+        return json_response({"session": sid, "total": total, "from": first, "prev_ts": prev_ts, "rows": rows})
+
+    def entry(self, request: Request) -> Response:
+        """One line as recorded (`raw`, the exact text the page hashes) and parsed (`entry`)."""
+        sid = self.session(request)
+        n = _int(request, "seq", low=1)
+        data = self.index.line(sid, n)
+        if data is None:
+            raise ApiError(404, f"session {sid!r} has no line {n}")
+        prev = self.index.line(sid, n - 1) if n > 1 else None
+        prev_entry = parse_line(prev) if prev is not None else None
+        return json_response({
+            "session": sid, "line": n, "raw": data.decode("utf-8", errors="replace"),
+            "entry": parse_line(data), "prev_ts": prev_entry.get("ts") if prev_entry else None,
+        })
+
+    def raw(self, request: Request) -> Response:
+        """The session file's bytes from `offset` (a line start the page got earlier) to its last complete
+        line, for the page's own chain check. X-Complete-Bytes says where that is."""
+        sid = self.session(request)
+        offset = _int(request, "offset", 0)
+        head = self.index.head(sid)
+        end = head["bytes"]  # the whole file: a torn last line is part of what the page must judge
+        if offset > end:
+            offset = end
+        path = self.vault.session_path(sid)
+
+        def chunks():
+            with open(path, "rb") as f:
+                f.seek(offset)
+                left = end - offset
+                while left > 0:
+                    block = f.read(min(left, 1 << 20))
+                    if not block:
+                        break
+                    left -= len(block)
+                    yield block
+
+        return StreamingResponse(chunks(), media_type="application/octet-stream", headers={
+            "cache-control": "no-store", "x-file-bytes": str(end), "x-offset": str(offset),
+        })
+
+    def writes(self, request: Request) -> Response:
+        """Replay's record of each write at line `seq`: before, intended, actual and their differences."""
+        sid = self.session(request)
+        n = _int(request, "seq", low=1)
+        rp, views = self.index.replay(sid)
+        out = []
+        for key in views.keys:
+            res = rp.resources[key]
+            for w in res.writes:
+                if w.pos == n:
+                    d = views.write_dict(w)
+                    d["resource"] = views.resource_dict(key)["id"]
+                    d["title"] = views.title(key)
+                    out.append(d)
+        return json_response({"session": sid, "seq": n, "chain": rp.chain_summary(), "writes": out})
+
+    def views(self, request: Request) -> Response:
+        sid = self.session(request)
+        rp, views = self.index.replay(sid)
+        return json_response({"session": sid, "chain": rp.chain_summary(),
+                              "resources": [views.resource_dict(k) for k in views.keys],
+                              "unreadable_lines": [{"line": p, "why": why} for p, why in rp.unreadable]})
+
+    def revert_plan(self, request: Request) -> Response:
+        rp, _ = self.index.replay(self.session(request))
+        return json_response(plan_dict(rp))
+
+    # -- downloads ------------------------------------------------------------------------------------
+
+    def blob(self, request: Request) -> Response:
+        digest = request.query_params.get("sha256", "")
+        if not _HEX64.match(digest):
+            raise ApiError(400, "parameter sha256 must be 64 lowercase hex digits")
+        path = self.vault.blob_path(f"blobs/sha256/{digest[:2]}/{digest}")
+        if not path.is_file():
+            raise ApiError(404, f"blob {digest} is not in the vault")
+        return FileResponse(path, media_type="application/octet-stream", filename=f"{digest}.bin",
+                            content_disposition_type="attachment", headers={"cache-control": "no-store"})
+
+    def body(self, request: Request) -> Response:
+        """A recorded body as a file: base64 bodies decoded, text and JSON as recorded."""
+        sid = self.session(request)
+        n = _int(request, "seq", low=1)
+        part = request.query_params.get("part")
+        if part not in ("request", "response"):
+            raise ApiError(400, "parameter part must be request or response")
+        data = self.index.line(sid, n)
+        entry = parse_line(data) if data is not None else None
+        if entry is None or not isinstance(entry.get(part), dict):
+            raise ApiError(404, f"session {sid!r} has no readable line {n}")
+        body = entry[part].get("body")
+        if isinstance(body, dict) and set(body) == {"base64"} and isinstance(body["base64"], str):
+            try:
+                payload, ext = base64.b64decode(body["base64"], validate=True), "bin"
+            except (binascii.Error, ValueError):
+                raise ApiError(422, "the recorded base64 body does not decode") from None
+        elif isinstance(body, str):
+            payload, ext = body.encode("utf-8", errors="surrogatepass"), "txt"
+        else:
+            payload, ext = orjson.dumps(body, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS), "json"
+        return Response(payload, media_type="application/octet-stream", headers={
+            "content-disposition": f'attachment; filename="seq-{n}-{part}.{ext}"', "cache-control": "no-store",
+            "x-body-sha256": hashlib.sha256(payload).hexdigest(),
+        })
+
+    # -- search and export ------------------------------------------------------------------------------
+
+    def search(self, request: Request) -> Response:
+        params = {k: v for k, v in request.query_params.items() if k not in ("limit", "token")}
+        limit = _int(request, "limit", 500, low=1, high=MAX_SEARCH)
+        try:
+            query = Query.from_mapping(params)
+        except ValueError as exc:
+            raise ApiError(400, str(exc)) from None
+        if query.session is not None:
+            self.session(request)
+        rows, more = [], False
+        for m in search(self.vault, query):
+            if len(rows) == limit:
+                more = True
+                break
+            row = entry_row(m.entry, m.line)
+            row["session"] = m.session
+            rows.append(row)
+        return json_response({"rows": rows, "more": more, "limit": limit})
+
+    def fixture(self, request: Request) -> Response:
+        """The session as a test fixture (journal/export/fixture.py), as `broker export --format fixture` writes it."""
+        from journal.export.fixture import build_fixture, fixture_bytes
+
+        sid = self.session(request)
+        data = fixture_bytes(build_fixture(self.vault.root, sid))
+        name = self.vault.session_path(sid).name[: -len(".jsonl")]
+        return Response(data, media_type="application/json", headers={
+            "content-disposition": f'attachment; filename="{name}.fixture.json"', "cache-control": "no-store",
+        })

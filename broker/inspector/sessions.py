@@ -1,0 +1,160 @@
+"""What the inspector knows about each session file, kept while the file stays the same.
+
+Everything here is derived from the journal and recomputed when the file changes (its size or
+mtime): the offsets of its lines (so a page of a 100,000-entry timeline is a seek, not a scan), the
+verifier's summary and verdict, and the replay. A session file only grows at its end, so the line
+index is extended from where it stopped; a file that shrank or changed before that point is
+indexed again from the start. Nothing here is trusted over the file: verdicts come from
+journal/verify.py on the current bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from array import array
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+from journal.replay import Replay, replay_session
+from journal.replay.views import Views
+from journal.summary import summarize_session
+from journal.vault import Vault
+from journal.verify import SessionReport, verify_session
+
+_BLOCK = 1 << 20
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns
+
+
+@dataclass
+class _Session:
+    path: Path
+    starts: array = field(default_factory=lambda: array("q"))  # byte offset of each complete line
+    indexed: int = 0  # bytes indexed (end of the last complete line)
+    tail: bytes = b""  # the last line's bytes as indexed, to notice a rewrite before `indexed`
+    derived: dict[str, tuple[tuple[int, int], object]] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)  # the line index
+    builders: dict[str, threading.Lock] = field(default_factory=dict)  # one per derived value
+
+
+class SessionIndex:
+    """Per-session derived state for one vault, safe to use from several request threads."""
+
+    def __init__(self, vault: Vault) -> None:
+        self.vault = vault
+        self._sessions: dict[str, _Session] = {}
+        self._lock = threading.Lock()
+
+    def _get(self, session: str) -> _Session:
+        path = self.vault.require_session(session)  # the vault's rule: an id never reaches outside journal/
+        with self._lock:
+            s = self._sessions.get(session)
+            if s is None:
+                s = self._sessions[session] = _Session(path)
+            return s
+
+    # -- lines ---------------------------------------------------------------------------------------
+
+    def _index(self, s: _Session) -> int:
+        """Bring the line index up to date; return the file size."""
+        size = os.stat(s.path).st_size
+        with open(s.path, "rb") as f:
+            if s.indexed:
+                if size < s.indexed or not self._tail_still(f, s):
+                    s.starts, s.indexed, s.tail = array("q"), 0, b""
+            f.seek(s.indexed)
+            pos = s.indexed
+            line_start = pos
+            while block := f.read(_BLOCK):
+                at = 0
+                while (nl := block.find(b"\n", at)) >= 0:
+                    s.starts.append(line_start)
+                    line_start = pos + nl + 1
+                    at = nl + 1
+                pos += len(block)
+            if line_start != s.indexed and len(s.starts):
+                f.seek(s.starts[-1])
+                s.tail = f.read(line_start - s.starts[-1])
+            s.indexed = line_start
+        return size
+
+    @staticmethod
+    def _tail_still(f, s: _Session) -> bool:
+        f.seek(s.indexed - len(s.tail))
+        return f.read(len(s.tail)) == s.tail
+
+    def head(self, session: str) -> dict:
+        """How far the file goes: complete lines, bytes, and whether a partial last line is pending."""
+        s = self._get(session)
+        with s.lock:
+            size = self._index(s)
+            return {"session": session, "lines": len(s.starts), "bytes": size, "complete_bytes": s.indexed}
+
+    def lines(self, session: str, first: int, count: int) -> tuple[int, list[bytes]]:
+        """(total complete lines, the raw bytes of lines first..first+count-1, 1-based, without newline)."""
+        s = self._get(session)
+        with s.lock:
+            self._index(s)
+            total = len(s.starts)
+            first = max(1, first)
+            last = min(total, first + count - 1)
+            if first > last:
+                return total, []
+            end = s.starts[last] if last < total else s.indexed
+            with open(s.path, "rb") as f:
+                f.seek(s.starts[first - 1])
+                data = f.read(end - s.starts[first - 1])
+        base = s.starts[first - 1]
+        out = []
+        for i in range(first, last + 1):
+            a = s.starts[i - 1] - base
+            b = (s.starts[i] - base if i < total else len(data)) - 1
+            out.append(data[a:b])
+        return total, out
+
+    def line(self, session: str, n: int) -> bytes | None:
+        _, got = self.lines(session, n, 1)
+        return got[0] if got else None
+
+    # -- derived from the verifier and replay (recomputed when the file changes) ----------------------
+
+    def _derived(self, session: str, key: str, build):
+        s = self._get(session)
+        with s.lock:
+            builder = s.builders.setdefault(key, threading.Lock())
+        with builder:  # a slow verify or replay never holds up the line index (timeline pages)
+            stamp = _stamp(s.path)
+            hit = s.derived.get(key)
+            if hit is not None and hit[0] == stamp:
+                return hit[1]
+            value = build()
+            s.derived[key] = (stamp, value)
+            return value
+
+    def summary(self, session: str) -> dict:
+        return self._derived(session, "summary", lambda: summarize_session(self.vault, session))
+
+    def verdict(self, session: str) -> SessionReport:
+        return self._derived(session, "verdict", lambda: verify_session(self.vault, session))
+
+    def replay(self, session: str) -> tuple[Replay, Views]:
+        def build() -> tuple[Replay, Views]:
+            rp = replay_session(self.vault, session)
+            return rp, Views(rp)
+
+        return self._derived(session, "replay", build)
+
+
+def parse_line(data: bytes) -> dict | None:
+    """A raw line as an entry, or None when it is not a JSON object (a tampered or torn line)."""
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None

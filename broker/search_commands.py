@@ -1,0 +1,58 @@
+"""`broker search`: entries across the vault's sessions matching every filter given (journal/search.py)."""
+
+from __future__ import annotations
+
+import click
+
+from broker.audit_commands import vault_option
+from journal.search import Query, search
+from journal.summary import entry_row
+from journal.vault import Vault
+
+_FILTERS = [
+    ("connector", "Connector name (gmail, slack, ...)."),
+    ("effect", "read or write."),
+    ("capture", "Evidence grade: broker, gateway or agent."),
+    ("status", "Response status: a code (404), a class (4xx) or none (no answer)."),
+    ("answered-by", "upstream, capture or none."),
+    ("agent", "The agent that made the call."),
+    ("principal", "The account the connector acted as."),
+    ("session", "Only this session."),
+    ("since", "Entries at or after this UTC time (or a prefix of one: 2026-09-22)."),
+    ("until", "Entries at or before this UTC time (or a prefix of one)."),
+    ("url", "A substring of the request URL."),
+    ("text", "A substring of the request or response body (ASCII letters without case)."),
+]
+
+
+def _with_filters(fn):
+    for name, help_text in reversed(_FILTERS):
+        fn = click.option(f"--{name}", default=None, help=help_text)(fn)
+    return fn
+
+
+@click.command("search")
+@vault_option
+@_with_filters
+@click.option("--json", "as_json", is_flag=True, help="Print each matching entry as recorded, one per line.")
+def search_command(vault_dir: str, as_json: bool, **filters: str | None) -> int:
+    """Find entries across every session; the filters given must all hold. Exit 0 when something
+    matched, 1 when nothing did. Search reads what is on disk: `broker verify` says whether to trust it."""
+    vault = Vault.open_existing(vault_dir)
+    query = Query.from_mapping(filters)
+    found = 0
+    for m in search(vault, query):
+        found += 1
+        if as_json:
+            click.echo(m.raw.decode("utf-8", errors="surrogateescape"))
+            continue
+        r = entry_row(m.entry, m.line)
+        status = r["status"] if r["status"] is not None else f"ERR({r['error'] or '?'})"
+        click.echo(f"{m.session}  {r['line']:>6}  {r['ts']}  {r['connector']:<9} {r['effect']:<5} {r['capture']:<7} "
+                   f"{r['method']:<6} {status!s:<4} {r['url']}")
+    if not as_json:
+        click.echo(f"{found} entr{'y' if found == 1 else 'ies'}", err=True)
+    return 0 if found else 1
+
+
+COMMANDS = [search_command]

@@ -1,0 +1,59 @@
+"""One session in one line: entries, times, connectors, writes, evidence grades, chain and seal status.
+
+`broker sessions` and the inspector's sessions list both show this; it is computed in the
+verifier's single pass over the file (journal/verify.py), so what it says about the chain is the
+verifier's verdict, not a second opinion.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from journal.seal import read_seal
+from journal.vault import Vault
+from journal.verify import verify_session
+
+
+def count_lines(vault: Vault, session: str) -> int:
+    """Lines in a session file (entries, when the chain is broken and the verifier stopped early)."""
+    with open(vault.session_path(session), "rb") as f:
+        return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+
+
+def summarize_session(vault: Vault, session: str, *, progress: Callable[[int], None] | None = None) -> dict:
+    """The session's row: `session`, `entries`, `first_ts`, `last_ts`, `connectors`, `writes`,
+    `captures` (entries per evidence grade), `verifies`, `broken_at_seq`, `kind`, `detail`, `notes`,
+    `bytes` and `sealed` (entries covered by a seal file, or null; the seal is not checked here)."""
+    connectors: set[str] = set()
+    captures: dict[str, int] = {}
+    writes = 0
+
+    def seen(entry: dict) -> None:
+        nonlocal writes
+        connectors.add(entry["connector"])
+        captures[entry["capture"]] = captures.get(entry["capture"], 0) + 1
+        writes += entry["effect"] == "write"
+
+    r = verify_session(vault, session, progress=progress, on_entry=seen)
+    seal = read_seal(vault, session)
+    return {
+        "session": session, "entries": r.entries if r.intact else count_lines(vault, session),
+        "first_ts": r.first_ts, "last_ts": r.last_ts, "connectors": sorted(connectors),
+        "writes": writes, "captures": dict(sorted(captures.items())), "verifies": r.intact,
+        "broken_at_seq": r.broken_at_seq, "kind": r.kind, "detail": r.detail, "notes": r.notes,
+        "bytes": r.bytes, "sealed": seal.entries if seal is not None else None,
+    }
+
+
+def entry_row(entry: dict, line: int) -> dict:
+    """One timeline row of an entry (as recorded; fields a tampered entry lacks come out as None).
+    `line` is the entry's position in the file, which is its seq when the chain holds."""
+    req = entry.get("request") if isinstance(entry.get("request"), dict) else {}
+    resp = entry.get("response") if isinstance(entry.get("response"), dict) else {}
+    return {
+        "line": line, "seq": entry.get("seq"), "ts": entry.get("ts"), "connector": entry.get("connector"),
+        "effect": entry.get("effect"), "capture": entry.get("capture"), "agent": entry.get("agent"),
+        "principal": entry.get("principal"), "method": req.get("method"), "url": req.get("url"),
+        "effect_basis": req.get("effect_basis"), "status": resp.get("status"),
+        "answered_by": resp.get("answered_by"), "error": resp.get("error"),
+    }
