@@ -1,4 +1,4 @@
-"""Credential redaction: what the journal never writes (SPEC.md "Redaction", connectors.md section 7).
+"""Credential redaction: what the journal never writes (docs/contract.md, section 3).
 
 Everything here is pure (stdlib only, no I/O, no logging) so it can run before any byte touches
 disk. Redaction is byte-level: whatever is not a credential stays exactly as it was, so replay and
@@ -47,7 +47,7 @@ _RU = REDACTED_URL.encode()
 # Credential names
 # ---------------------------------------------------------------------------------------------
 
-# Query / form parameter names (connectors.md section 7, plus OAuth token-exchange extras).
+# Query / form parameter names (docs/contract.md section 3, plus OAuth token-exchange extras).
 _URL_NAMES = (
     "key", "api_key", "access_token", "oauth_token", "token", "code", "client_secret",
     "refresh_token", "id_token", "assertion", "client_assertion", "code_verifier", "password",
@@ -131,7 +131,7 @@ _HEADER_NAMES = frozenset(
         "X-GUploader-UploadID",
     )
 )  # fmt: skip
-# Catch-all name pattern (connectors.md section 7), widened by word: any name word ending in `key`
+# Catch-all name pattern (docs/contract.md section 3), widened by word: any name word ending in `key`
 # (X-Access-Key, X-Private-Key, X-Client-Key, Subscription-Key), and the words sig, hmac, pwd,
 # passphrase, bearer, jwt, assertion and private.
 _HEADER_NAME_RE = re.compile(
@@ -595,7 +595,7 @@ def contains_credential(data: bytes | str) -> bool:
 
 @functools.lru_cache(maxsize=4096)
 def _is_credential_header(name: str) -> bool:
-    """Fixed list plus the catch-all name pattern of connectors.md section 7 (cached: names hold no secrets)."""
+    """Fixed list plus the catch-all name pattern (docs/contract.md section 3; cached: names hold no secrets)."""
     lname = name.strip().lower()
     if lname in _HEADER_NAMES:
         return True
@@ -854,7 +854,7 @@ def header_value(headers: Iterable[tuple[str, str]] | Iterable[list[str]], name:
 
 
 def is_token_exchange(method: str, url: str, headers: Iterable[tuple[str, str]], body: bytes | None) -> bool:
-    """True for OAuth/credential endpoints whose calls leave no entry at all (connectors.md section 7).
+    """True for OAuth/credential endpoints whose calls leave no entry at all (docs/contract.md section 3).
 
     Matches the provider tables (Google, Slack, GitHub, Microsoft, cloud metadata services), the generic
     OAuth path regex, any path ending ``/token`` whose body holds ``grant_type``, and AWS STS. The path

@@ -21,7 +21,7 @@ Checks per line, in order (the first failure decides the kind):
    the file holds fewer entries than were sealed (cut off), or the sealed seq has another hash
    (rewritten).
 
-What a hash chain alone cannot see (SPEC.md): a file cut at a line boundary, or a whole file
+What a hash chain alone cannot see (docs/contract.md): a file cut at a line boundary, or a whole file
 rewritten with every hash recomputed. A seal checked with a key held elsewhere catches both, for
 the entries it covers.
 """

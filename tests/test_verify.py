@@ -75,7 +75,7 @@ def test_edit_is_reported(vdir, data, n):
 @given(data=st.data(), n=st.integers(2, 12))
 def test_removal_is_reported(vdir, data, n):
     lines = make_chain(n)
-    i = data.draw(st.integers(0, n - 2))  # removing the last line needs a seal (SPEC.md)
+    i = data.draw(st.integers(0, n - 2))  # removing the last line needs a seal (docs/contract.md)
     del lines[i]
     r = check(vdir, lines)
     assert (r.intact, r.broken_at_seq, r.kind) == (False, i + 1, "removed")

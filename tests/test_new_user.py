@@ -1,0 +1,106 @@
+"""What a new user hits on a fresh clone or a pip install: the docs they are sent to exist, and the
+command line's mistakes are one clear line each."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from journal.entry import KEYS
+
+ROOT = Path(__file__).resolve().parent.parent
+USER_FACING = ["README.md", "docs", "broker", "addons", "scripts", "journal", "bench"]
+
+
+def broker(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "broker.cli", *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=timeout)
+
+
+def _texts(*tops: str):
+    for top in tops:
+        path = ROOT / top
+        for p in [path] if path.is_file() else sorted(path.rglob("*")):
+            if p.is_file() and p.suffix in (".md", ".py", ".toml", "") and "__pycache__" not in p.parts:
+                try:
+                    yield p, p.read_text()
+                except UnicodeDecodeError:
+                    continue
+
+
+def test_nothing_points_outside_the_clone():
+    """A clone has no ../shared: the contract the project follows is its own docs/contract.md."""
+    bad = [str(p.relative_to(ROOT)) for p, text in _texts(*USER_FACING) if "../shared" in text]
+    assert bad == []
+    bad = [str(p.relative_to(ROOT)) for p, text in _texts("README.md", "docs", "broker", "addons", "scripts")
+           if "SPEC.md" in text]
+    assert bad == []
+    readme = (ROOT / "README.md").read_text()
+    assert "](docs/contract.md)" in readme
+
+
+def test_the_contract_is_in_the_tree_with_the_2026_12_additions():
+    text = (ROOT / "docs" / "contract.md").read_text()
+    for key in KEYS:
+        assert f"| `{key}` |" in text, key
+    for needle in ("answered_by", "effect_basis", "prompt_ref", "prompt_capture", "tlog-checkpoint", "tombstone",
+                   "RFC 8785", "[never captured]", "HARMLESS_HEADER_NAMES", "latin1", "torn-<ns>",
+                   "Sec-WebSocket-Key", "discord.com/api/webhooks", "grant_type="):
+        assert needle in text, needle
+    # every document it names exists in the tree
+    for ref in re.findall(r"`((?:docs|journal|tests)/[\w./-]+)`", text):
+        assert (ROOT / ref).exists(), ref
+
+
+def test_mcp_help_says_it_inline_and_points_to_no_file():
+    r = broker("mcp", "--help")
+    assert r.returncode == 0
+    assert ".md" not in r.stdout and "docs/" not in r.stdout
+    for needle in ("readOnlyHint", "--effects", "absolute path", "recorded"):
+        assert needle in r.stdout, needle
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/mcp.md"])
+def test_mcp_client_examples_use_absolute_paths(doc):
+    text = (ROOT / doc).read_text()
+    blocks = [b for b in re.findall(r"```json\n(.*?)```", text, re.S) if "mcpServers" in b]
+    assert blocks
+    for block in blocks:
+        for server in json.loads(block)["mcpServers"].values():
+            assert server["command"].startswith("/")
+            args = server["args"]
+            assert args[args.index("--") + 1].startswith("/"), args
+
+
+def test_a_port_in_use_is_one_broker_line(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        r = broker("run", "--vault", str(tmp_path / "v"), "--confdir", str(tmp_path / "conf"),
+                   "--listen", f"127.0.0.1:{port}")
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert f"127.0.0.1:{port}" in lines[0] and "already in use" in lines[0] and "--listen" in lines[0]
+    assert "--mode" not in r.stderr and "Traceback" not in r.stderr
+
+
+def test_the_wrong_seal_key_is_one_clear_line(tmp_path):
+    assert broker("keygen", "--out", str(tmp_path / "k")).returncode == 0
+    (tmp_path / "v").mkdir()
+    r = broker("verify", "--vault", str(tmp_path / "v"), "--seal-key", str(tmp_path / "k" / "seal-key.pem"))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "is a private key" in r.stderr and "public key" in r.stderr and "unpack" not in r.stderr
+    assert "PRIVATE KEY" not in r.stderr  # nothing of the key itself
+    r = broker("seal", "--vault", str(tmp_path / "v"), "--key", str(tmp_path / "k" / "seal-key.pub"))
+    assert r.returncode == 2 and "is a public seal key" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    (tmp_path / "junk.pub").write_text("one two\n")
+    r = broker("verify", "--vault", str(tmp_path / "v"), "--seal-key", str(tmp_path / "junk.pub"))
+    assert r.returncode == 2 and "not a seal public key" in r.stderr and "unpack" not in r.stderr
