@@ -44,6 +44,7 @@ _ROOT = str(Path(__file__).resolve().parent.parent)
 if _ROOT not in sys.path:  # loaded by path with `mitmdump -s`: make the journal package importable
     sys.path.insert(0, _ROOT)
 
+from addons.call_log import recorded_call_line  # noqa: E402
 from addons.recorder_link import RecorderLink  # noqa: E402
 from addons.upstream_resolve import UpstreamResolve  # noqa: E402
 from journal.bodies import JSON_PARSE_LIMIT, SPILL_THRESHOLD, BodyCapture, is_json_type  # noqa: E402
@@ -422,6 +423,9 @@ class ConnectorJournal:
             recorded = fields is not None and bool(await asyncio.to_thread(self.recorder.writer.append, fields))
         if recorded:
             self.recorded += 1
+            if log.isEnabledFor(logging.INFO):  # broker run -v: one line per recorded call
+                log.info(recorded_call_line(recorded, call.session, call.connector, flow.request.method, status,
+                                            call.url, call.req_fields, flow.request.raw_content, self.registry))
 
     def _request_material(self, call: _Call, flow: http.HTTPFlow) -> dict:
         return {

@@ -23,6 +23,16 @@ listen_option = click.option(
 )
 
 
+class _LineFormatter(logging.Formatter):
+    """`broker: recorded seq=...` for the -v lines, `broker: WARNING: ...` for the rest."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = record.getMessage()
+        if record.exc_info:
+            text += "\n" + self.formatException(record.exc_info)
+        return f"broker: {text}" if record.levelno == logging.INFO else f"broker: {record.levelname}: {text}"
+
+
 def parse_listen(listen: str) -> tuple[str, int]:
     host, _, port = listen.rpartition(":")
     if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
@@ -52,7 +62,8 @@ def parse_listen(listen: str) -> tuple[str, int]:
     help="process: record in a recording service child process, leaving the proxy's CPU to the proxy; "
     "inline: record in the proxy process.",
 )
-@click.option("-v", "--verbose", is_flag=True, help="Log every recorded call.")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Log one line per recorded call: seq, session, connector, effect, method, status, URL.")
 def run(
     vault_dir: str, listen: str, confdir: str, session: str, agent: str, principal: str, connectors_file: str,
     resolve: tuple[str, ...], upstream_ca: str | None, upstream_insecure: bool, on_journal_error: str,
@@ -74,10 +85,12 @@ def run(
     if connectors_file:
         Registry.builtin().with_file(connectors_file)  # a bad file is one clear error, before listening
     Vault.create(vault_dir)
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING, format="broker: %(levelname)s: %(message)s",
-        stream=sys.stderr,
-    )
+    # Warnings and errors from everything; with -v, the broker's own lines too (one per recorded call),
+    # never mitmproxy's connection events.
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_LineFormatter())
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])
+    logging.getLogger("broker").setLevel(logging.INFO if verbose else logging.WARNING)
     config = ProxyConfig(
         vault=vault_dir, listen_host=host, listen_port=port, confdir=confdir, session=session, agent=agent,
         principal=principal, connectors=connectors_file, resolve=list(resolve), upstream_ca=upstream_ca,

@@ -104,3 +104,34 @@ def test_the_wrong_seal_key_is_one_clear_line(tmp_path):
     (tmp_path / "junk.pub").write_text("one two\n")
     r = broker("verify", "--vault", str(tmp_path / "v"), "--seal-key", str(tmp_path / "junk.pub"))
     assert r.returncode == 2 and "not a seal public key" in r.stderr and "unpack" not in r.stderr
+
+
+@pytest.mark.e2e
+def test_run_verbose_prints_one_line_per_recorded_call(tmp_path):
+    import ssl
+
+    import httpx
+
+    from tests.broker_harness import BrokerProcess
+    from tests.upstreams import Upstream
+
+    with Upstream() as up, BrokerProcess(tmp_path, up, "-v", "--session", "watch") as b:
+        with httpx.Client(proxy=b.proxy_url("watch", "me"), verify=ssl.create_default_context(cafile=b.ca),
+                          timeout=60) as c:
+            assert c.get("https://gmail.googleapis.com/gmail/v1/users/me/labels",
+                         headers={"Authorization": "Bearer ya29.secret-token-0"}).status_code == 200
+            assert c.post("https://slack.com/api/chat.postMessage", json={"channel": "C1", "text": "hi"},
+                          params={"token": "xoxb-1-2-secret"}).status_code == 200
+        b.entries("watch", 2)
+        b.stop()
+        out = b.output.decode(errors="replace")
+    lines = [line for line in out.splitlines() if "recorded seq=" in line]
+    assert lines == [
+        "broker: recorded seq=1 session=watch connector=gmail effect=read GET 200 "
+        "https://gmail.googleapis.com/gmail/v1/users/me/labels",
+        "broker: recorded seq=2 session=watch connector=slack effect=write POST 200 "
+        "https://slack.com/api/chat.postMessage?token=[never%20captured]",
+    ], out
+    assert "secret" not in out
+    # mitmproxy's connection events are not what -v prints
+    assert not any(w in out.lower() for w in ("client connect", "server connect", "client disconnect"))
