@@ -12,7 +12,7 @@ from broker.audit_commands import vault_option
 _CTX = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 
 
-@click.command(context_settings=_CTX)
+@click.command(context_settings=_CTX, short_help="Relay an MCP server and record its tool calls.")
 @vault_option
 @click.option("--session", required=True, help="Session the calls are recorded under.")
 @click.option("--agent", required=True, help="Agent making the calls.")

@@ -40,7 +40,7 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-@click.command()
+@click.command(short_help="Run the broker: an HTTPS proxy that records calls.")
 @vault_option
 @listen_option
 @confdir_option
@@ -110,7 +110,7 @@ def run(
     return 0
 
 
-@click.command()
+@click.command(short_help="Print the proxy and CA settings a client needs.")
 @listen_option
 @confdir_option
 @click.option("--session", default=None, help="Session id to put in the proxy URL.")

@@ -12,7 +12,7 @@ from journal.vault import Vault, VaultError
 from journal.verify import verify_session
 
 
-@click.command()
+@click.command(short_help="Create an Ed25519 key pair for sealing.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=".", show_default=True,
               help="Directory for seal-key.pem (private) and seal-key.pub (public).")
 @click.option("--name", default="seal-key", show_default=True, help="File name stem.")
@@ -25,7 +25,7 @@ def keygen(out_dir: str, name: str) -> int:
     return 0
 
 
-@click.command()
+@click.command(short_help="Sign each intact session's length and head.")
 @vault_option
 @click.argument("sessions", nargs=-1)
 @click.option("--key", "key_path", required=True, type=click.Path(dir_okay=False), help="Private seal key.")

@@ -135,3 +135,38 @@ def test_run_verbose_prints_one_line_per_recorded_call(tmp_path):
     assert "secret" not in out
     # mitmproxy's connection events are not what -v prints
     assert not any(w in out.lower() for w in ("client connect", "server connect", "client disconnect"))
+
+
+def test_show_columns_follow_its_help_and_stay_aligned(tmp_path):
+    from journal.record import Recorder
+
+    rec = Recorder(tmp_path / "v")
+    for url, connector in (("https://gmail.googleapis.com/gmail/v1/users/me/labels", None),
+                           ("https://tools.example.com/v1/items", "a-very-long-connector-name-indeed"),
+                           ("https://gmail.googleapis.com/gmail/v1/users/me/messages/1/trash", None)):
+        method = "POST" if url.endswith("trash") else "GET"
+        rec.report_call(session="s", agent="a", principal="p", method=method, url=url, status=200,
+                        connector=connector)
+    rec.close()
+    r = broker("show", "--vault", str(tmp_path / "v"), "s")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 3
+    assert len({line.index("https://") for line in lines}) == 1  # every column padded to its widest value
+    help_text = " ".join(broker("show", "--help").stdout.split())
+    assert "seq, time, gap, connector, effect, capture, method, status, URL" in help_text
+    cols = [re.split(r"\s{2,}", line.strip()) for line in lines]
+    assert [c[0] for c in cols] == ["1", "2", "3"]
+    assert [c[3:] for c in cols] == [
+        ["gmail", "read", "agent", "GET", "200", "https://gmail.googleapis.com/gmail/v1/users/me/labels"],
+        ["a-very-long-connector-name-indeed", "read", "agent", "GET", "200", "https://tools.example.com/v1/items"],
+        ["gmail", "write", "agent", "POST", "200", "https://gmail.googleapis.com/gmail/v1/users/me/messages/1/trash"],
+    ]
+
+
+def test_top_level_help_summaries_are_whole():
+    r = broker("--help")
+    commands = r.stdout.split("Commands:", 1)[1]
+    assert "..." not in commands
+    names = {line.split()[0] for line in commands.splitlines() if line.startswith("  ") and line.split()}
+    assert {"run", "env", "mcp", "verify", "sessions", "show", "replay", "revert-plan", "seal", "keygen"} <= names
