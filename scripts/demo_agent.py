@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -44,8 +45,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--vault", default=None, help="vault directory (default: a new temporary one)")
     args = ap.parse_args()
+    # The work folder holds the broker's CA, private key included: it goes whatever happens.
     work = Path(tempfile.mkdtemp(prefix="broker-demo-"))
-    vault = Path(args.vault).absolute() if args.vault else work / "vault"
+    try:
+        return _demo(work, Path(args.vault).absolute() if args.vault else work / "vault", keep=bool(args.vault))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _demo(work: Path, vault: Path, keep: bool) -> int:
     with Upstream() as upstream, BrokerProcess(work, upstream, vault=vault) as broker:
         print(f"fake upstreams on 127.0.0.1:{upstream.port}; broker on 127.0.0.1:{broker.port}; vault {vault}")
         env_out = subprocess.run(
@@ -62,6 +70,8 @@ def main() -> int:
         broker.entries("demo", 4)
     for cmd in (["show", "demo"], ["verify", "demo"]):
         subprocess.run([str(BIN / "broker"), *cmd, "--vault", str(vault)], check=True)
+    if not keep:
+        print("(the temporary vault and CA are removed now; pass --vault DIR to keep the vault)")
     return 0
 
 

@@ -170,3 +170,24 @@ def test_top_level_help_summaries_are_whole():
     assert "..." not in commands
     names = {line.split()[0] for line in commands.splitlines() if line.startswith("  ") and line.split()}
     assert {"run", "env", "mcp", "verify", "sessions", "show", "replay", "revert-plan", "seal", "keygen"} <= names
+
+
+@pytest.mark.e2e
+def test_demo_agent_leaves_no_ca_key_in_the_temp_folder(tmp_path):
+    """Every run of scripts/demo_agent.py (and so of the test suite) removes its broker-demo-* folder,
+    which holds a CA private key, also when the demo fails."""
+    import os
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    demo = [sys.executable, str(ROOT / "scripts" / "demo_agent.py")]
+    ok = subprocess.run(demo, capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    assert "demo: intact (4 entries)" in ok.stdout
+    assert list(tmp.glob("broker-demo-*")) == []
+    (tmp_path / "not-a-dir").write_text("x")
+    bad = subprocess.run([*demo, "--vault", str(tmp_path / "not-a-dir")], capture_output=True, text=True,
+                         timeout=180, env=env, cwd=tmp_path)
+    assert bad.returncode != 0
+    assert list(tmp.glob("broker-demo-*")) == []
