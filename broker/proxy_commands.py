@@ -116,7 +116,13 @@ def run(
 @click.option("--session", default=None, help="Session id to put in the proxy URL.")
 @click.option("--agent", default=None, help="Agent name to put in the proxy URL.")
 def env(listen: str, confdir: str, session: str | None, agent: str | None) -> int:
-    """Print the shell exports a client needs to go through the broker (eval "$(broker env)")."""
+    """Print the shell exports a client needs to go through the broker (eval "$(broker env)").
+
+    The proxy variables, and every CA variable common clients read (SSL_CERT_FILE, REQUESTS_CA_BUNDLE,
+    CURL_CA_BUNDLE, NODE_EXTRA_CA_CERTS, HTTPLIB2_CA_CERTS for google-api-python-client) pointing at a
+    bundle of the system roots and the broker's CA. `#` lines on stderr say which clients ignore
+    proxy variables whatever is set: their calls bypass the broker and are not recorded.
+    """
     from broker.proxy_runner import write_ca_bundle
     host, port = parse_listen(listen)
     creds = ""
@@ -127,11 +133,23 @@ def env(listen: str, confdir: str, session: str | None, agent: str | None) -> in
     exports = {
         "HTTPS_PROXY": proxy, "HTTP_PROXY": proxy, "https_proxy": proxy, "http_proxy": proxy,
         "SSL_CERT_FILE": bundle, "REQUESTS_CA_BUNDLE": bundle, "CURL_CA_BUNDLE": bundle,
-        "NODE_EXTRA_CA_CERTS": bundle,
+        "NODE_EXTRA_CA_CERTS": bundle, "HTTPLIB2_CA_CERTS": bundle,
+        "NODE_USE_ENV_PROXY": "1",  # Node 24 and later: its built-in fetch uses HTTPS_PROXY only with this
     }
     for k, v in exports.items():
         click.echo(f"export {k}={shlex.quote(v)}")
+    for line in ENV_LIMITS:  # on stderr: stdout stays exports only, for eval and for parsers
+        click.echo(f"# {line}", err=True)
     return 0
+
+
+ENV_LIMITS = (
+    "What proxy variables cannot do: some clients ignore them whatever is set, and then their calls",
+    "bypass the broker and are not recorded. Node 20's built-in fetch ignores HTTPS_PROXY (Node 24 and",
+    "later honour it with NODE_USE_ENV_PROXY=1); httplib2, under google-api-python-client, ignores it",
+    "unless PySocks is installed. For those, run the program with `broker exec` instead.",
+)
+"""Printed by `broker env` on stderr as `#` lines (seen when the exports are eval'ed)."""
 
 
 COMMANDS = [run, env]

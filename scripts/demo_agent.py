@@ -64,6 +64,8 @@ def _demo(work: Path, vault: Path, keep: bool) -> int:
         print(env_out, end="")
         env = dict(os.environ)
         for line in env_out.splitlines():
+            if not line.startswith("export "):
+                continue
             name, _, value = line.removeprefix("export ").partition("=")
             env[name] = value.strip("'")
         subprocess.run([sys.executable, "-c", AGENT], env=env, check=True)

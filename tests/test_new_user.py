@@ -191,3 +191,24 @@ def test_demo_agent_leaves_no_ca_key_in_the_temp_folder(tmp_path):
                          timeout=180, env=env, cwd=tmp_path)
     assert bad.returncode != 0
     assert list(tmp.glob("broker-demo-*")) == []
+
+
+def test_env_prints_httplib2_ca_and_says_what_proxy_variables_cannot_do(tmp_path):
+    r = broker("env", "--listen", "127.0.0.1:9999", "--confdir", str(tmp_path), "--session", "s", "--agent", "a")
+    assert r.returncode == 0, r.stderr
+    exports = dict(line.removeprefix("export ").split("=", 1) for line in r.stdout.splitlines())
+    assert exports["HTTPLIB2_CA_CERTS"] == exports["SSL_CERT_FILE"]  # google-api-python-client reads this one
+    note = " ".join(line.lstrip("# ") for line in r.stderr.splitlines())
+    assert all(line.startswith("# ") for line in r.stderr.splitlines())
+    for needle in ("Node 20", "fetch", "httplib2", "PySocks", "broker exec"):
+        assert needle in note, needle
+    # the output still evals in a POSIX shell
+    shell = subprocess.run(["sh", "-c", 'eval "$(cat)"; printf %s "$HTTPLIB2_CA_CERTS"'], input=r.stdout,
+                           capture_output=True, text=True, timeout=30)
+    assert shell.stdout == exports["HTTPLIB2_CA_CERTS"]
+
+
+def test_mcp_doc_does_not_promise_node_20_fetch_goes_through_the_proxy():
+    text = " ".join((ROOT / "docs" / "mcp.md").read_text().split())
+    assert "NODE_USE_ENV_PROXY=1` makes Node's built-in `fetch` use the proxy)" not in text
+    assert "Node 20" in text and "Node 24" in text

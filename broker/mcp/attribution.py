@@ -90,7 +90,7 @@ def child_environment(proxy_port: int, identity: Identity, bundle: str) -> dict[
         env[name] = proxy
     for name in ("NO_PROXY", "no_proxy"):
         env.pop(name, None)
-    for name in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS"):
+    for name in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "HTTPLIB2_CA_CERTS"):
         env[name] = bundle
     env["NODE_USE_ENV_PROXY"] = "1"  # Node's built-in fetch ignores HTTPS_PROXY without it (Node >= 24)
     return env
