@@ -147,6 +147,8 @@ HARMLESS_HEADER_NAMES = frozenset(
     for h in (
         "Sec-WebSocket-Key", "Idempotency-Key", "X-Idempotency-Key", "Cache-Key", "X-Cache-Key",
         "Public-Key-Pins", "Public-Key-Pins-Report-Only", "Access-Control-Allow-Credentials",
+        # Private Network Access (Chrome): "true" flags, not secrets
+        "Access-Control-Allow-Private-Network", "Access-Control-Request-Private-Network",
     )
 )  # fmt: skip
 # Header values that are URLs: redacted with redact_url (a capability URL loses its secret, a plain

@@ -1066,6 +1066,7 @@ HARMLESS_HEADERS = [
     ("Cache-Key", "v1:/gmail/v1/users/me/labels"),
     ("Public-Key-Pins", 'pin-sha256="d6qzRu9zOECb90Uez27xWltNsj0e1Md7GkYYkVoZWmM="; max-age=5184000'),
     ("Access-Control-Allow-Credentials", "true"),
+    ("Access-Control-Allow-Private-Network", "true"),
     ("Keep-Alive", "timeout=5, max=1000"),
     ("X-Goog-Upload-Command", "upload, finalize"),
     ("X-Goog-Upload-Offset", "0"),
