@@ -244,9 +244,13 @@ class _JsonValue:
 
     _OUT = re.compile(rb'[^"\\\[\]{}]+|(?P<q>")|(?P<o>[\[{])|(?P<c>[\]}])|(?P<e>\\[\s\S])')
     _IN = re.compile(rb'[^"\\]+|(?P<q>")|(?P<e>\\[\s\S])')
-    # nested: \" opens/closes an inner string; an inner escape is \\ plus one (escaped) character.
+    # nested: \" opens/closes an inner string; an inner escape is \\ plus one (escaped) character, and
+    # \\ just before an unescaped " is an inner backslash at the end of the outer string. Every byte
+    # sequence matches one token (given 4 bytes, which step() waits for), so the tail never skips ahead.
     _N_OUT = re.compile(rb'[^"\\\[\]{}]+|(?P<end>")|(?P<q>\\")|(?P<o>[\[{])|(?P<c>[\]}])|(?P<e>\\[^"])')
-    _N_IN = re.compile(rb'[^"\\]+|(?P<end>")|(?P<q>\\")|(?P<e>\\\\(?:\\[\s\S]|[^"\\])|\\[^"\\])')
+    _N_IN = re.compile(
+        rb'[^"\\]+|(?P<end>")|(?P<q>\\")|(?P<e>\\\\(?:\\[\s\S]|[^"\\])|\\\\(?=")|\\[^"\\])'
+    )
 
     def __init__(self, nested: bool = False) -> None:
         self.depth = 0
@@ -262,7 +266,7 @@ class _JsonValue:
                 m = (self._N_IN if self.in_string else self._N_OUT).match(buf, pos)
             else:
                 m = (self._IN if self.in_string else self._OUT).match(buf, pos)
-            if m is None:  # a lone backslash at the very end
+            if m is None:  # a backslash cut off by the end of the body (final: nothing follows)
                 return n, True
             group = m.lastgroup
             if group == "end":

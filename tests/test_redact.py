@@ -1182,6 +1182,11 @@ JSON_KEY_CASES = [
      f'{{"text": "{{\\"client_secret\\": \\"{REDACTED}\\", \\"x\\": 1}}"}}'),
     ('{"text": "{\\"pass\\\\u0077ord\\": \\"abc\\"}"}', f'{{"text": "{{\\"pass\\\\u0077ord\\": \\"{REDACTED}\\"}}"}}'),
     ('{"text": "{\\"token\\": 42}"}', f'{{"text": "{{\\"token\\": \\"{REDACTED}\\"}}"}}'),
+    # an inner string ending in an escaped backslash; an inner string cut off by the outer string's end
+    ('{"text": "{\\"secret\\": [\\"a\\\\\\\\\\", \\"b\\"]}", "n": 1}',
+     f'{{"text": "{{\\"secret\\": \\"{REDACTED}\\"}}", "n": 1}}'),
+    ('{"text": "{\\"secret\\": [\\"a\\\\", "keep": "me"}',
+     f'{{"text": "{{\\"secret\\": \\"{REDACTED}\\"", "keep": "me"}}'),
     # an array that never closes inside its string stops at the string's end
     ('{"text": "\\"token\\": [1, 2", "keep": "me"}', f'{{"text": "\\"token\\": \\"{REDACTED}\\"", "keep": "me"}}'),
 ]  # fmt: skip
