@@ -212,3 +212,23 @@ def test_mcp_doc_does_not_promise_node_20_fetch_goes_through_the_proxy():
     text = " ".join((ROOT / "docs" / "mcp.md").read_text().split())
     assert "NODE_USE_ENV_PROXY=1` makes Node's built-in `fetch` use the proxy)" not in text
     assert "Node 20" in text and "Node 24" in text
+
+
+def test_help_never_cuts_a_summary_even_for_a_command_without_short_help():
+    import click
+    from click.testing import CliRunner
+
+    from broker.cli import cli
+
+    @click.command("zz-long")
+    def long_command() -> None:
+        """A first sentence long enough that click would cut it at eighty columns with dots. Then more."""
+
+    cli.add_command(long_command)
+    try:
+        out = CliRunner().invoke(cli, ["--help"], terminal_width=80).output
+    finally:
+        cli.commands.pop("zz-long")
+    text = " ".join(out.split("Commands:", 1)[1].split())
+    assert "zz-long A first sentence long enough that click would cut it at eighty columns with dots." in text
+    assert "..." not in text and "Then more" not in text
