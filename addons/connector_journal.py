@@ -49,6 +49,7 @@ _ROOT = str(Path(__file__).resolve().parent.parent)
 if _ROOT not in sys.path:  # loaded by path with `mitmdump -s`: make the journal package importable
     sys.path.insert(0, _ROOT)
 
+from addons.call_log import recorded_call_line  # noqa: E402
 from addons.recorder_link import CallNoted, RecorderLink, ServiceLost, ServiceUnavailable  # noqa: E402
 from addons.upstream_resolve import UpstreamResolve  # noqa: E402
 from journal.bodies import JSON_PARSE_LIMIT, SPILL_THRESHOLD, BodyCapture, is_json_type  # noqa: E402
@@ -523,10 +524,14 @@ class ConnectorJournal:
                 recorded = await self._record_here(request | response, dedupe=True)
         if recorded:
             self.recorded += 1
+            if log.isEnabledFor(logging.INFO):  # broker run -v: one line per recorded call
+                log.info(recorded_call_line(recorded, call.session, call.connector, flow.request.method, status,
+                                            call.url, call.req_fields, flow.request.raw_content, self.registry))
 
-    async def _record_here(self, material: dict, dedupe: bool) -> bool:
+    async def _record_here(self, material: dict, dedupe: bool) -> int | bool:
         """Record one call in this process (broker_recorder=inline, or no live recording service):
-        as the service would, including the entry that says a call could not be recorded."""
+        as the service would, including the entry that says a call could not be recorded. The
+        entry's seq, or False for a token exchange."""
         assert self.recorder is not None
         try:
             fields = material_fields(self.recorder, material)
@@ -542,7 +547,7 @@ class ConnectorJournal:
         entry = await asyncio.to_thread(self.recorder.writer.append, fields, dedupe=dedupe)
         if "prompt_capture" in entry["request"]:
             links_for(self.recorder).on_recorded(entry)
-        return True
+        return entry["seq"]
 
     def _request_material(self, call: _Call, flow: http.HTTPFlow) -> dict:
         material = {

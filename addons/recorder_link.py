@@ -67,9 +67,10 @@ class RecorderLink:
         """A service is connected right now (a request half handed over now reaches it)."""
         return self._transport is not None and not self._transport.is_closing()
 
-    async def record(self, material: dict) -> bool:
-        """True once the call's entry is durable, False for a token exchange (nothing recorded);
-        JournalError when it could not be recorded (ServiceUnavailable, ServiceLost: see above)."""
+    async def record(self, material: dict) -> bool | int:
+        """The entry's seq (truthy) once the call's entry is durable, False for a token exchange
+        (nothing recorded); JournalError when it could not be recorded (ServiceUnavailable,
+        ServiceLost: see above)."""
         transport = self._transport
         if transport is None or transport.is_closing():
             try:
@@ -90,7 +91,7 @@ class RecorderLink:
         transport.write(frame(("request", self._next_id, material)))
         return self._generation, self._next_id
 
-    async def finish(self, sent: tuple[int, int] | None, request: dict, response: dict) -> bool:
+    async def finish(self, sent: tuple[int, int] | None, request: dict, response: dict) -> bool | int:
         """As `record`, given the call in two halves: `sent` is the handle `send_request` gave for the
         request half, or None when it was not sent ahead (then the whole call goes now)."""
         transport = self._transport
@@ -112,14 +113,14 @@ class RecorderLink:
         if sent is not None and sent[0] == self._generation and transport is not None and not transport.is_closing():
             transport.write(frame(("forget", sent[1])))
 
-    async def _answer(self, transport: asyncio.Transport, message: tuple, session: str) -> bool:
+    async def _answer(self, transport: asyncio.Transport, message: tuple, session: str) -> bool | int:
         call_id = message[1]
         fut = asyncio.get_running_loop().create_future()
         self._waiting[call_id] = fut
         transport.write(frame(message))
         outcome, detail, stopped = await fut
-        if outcome == "ok":
-            return True
+        if outcome == "ok":  # the service names the entry's seq: the caller may log it
+            return detail if isinstance(detail, int) and not isinstance(detail, bool) and detail > 0 else True
         if outcome == "skip":
             return False
         if outcome == "noted":

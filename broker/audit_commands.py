@@ -52,7 +52,7 @@ def _total_bytes(vault: Vault, sessions: list[str]) -> int:
     return sum(vault.session_path(s).stat().st_size for s in sessions)
 
 
-@click.command()
+@click.command(short_help="Check every session's chain, contract, blobs and seal.")
 @vault_option
 @click.argument("sessions", nargs=-1)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line per session.")
@@ -117,7 +117,7 @@ def print_reports(reports: list[SessionReport], as_json: bool) -> None:
                 click.echo(f"  note: {note}")
 
 
-@click.command()
+@click.command(short_help="List sessions: entries, times, writes, connectors.")
 @vault_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line per session.")
 def sessions(vault_dir: str, as_json: bool) -> int:
@@ -159,40 +159,58 @@ def _gap(prev_ts: str | None, ts: str) -> str:
     return f"+{seconds / 3600:.1f}h"
 
 
-@click.command()
+@click.command(short_help="A session's timeline, or one entry in full.")
 @vault_option
 @click.argument("session")
 @click.option("--seq", type=int, default=None, help="Show only this entry.")
 @click.option("--json", "as_json", is_flag=True, help="Entries as JSON, one per line.")
 def show(vault_dir: str, session: str, seq: int | None, as_json: bool) -> int:
-    """A session's timeline: seq, time, gap, connector, effect, capture, method, URL, status."""
+    """A session's timeline, one line per entry, in this column order: seq, time, gap, connector,
+    effect, capture, method, status, URL. Columns are as wide as their longest value in the session.
+    With --seq, that entry's line and the whole entry."""
     vault = Vault.open_existing(vault_dir)
     vault.require_session(session)
-    prev_ts = None
+    if as_json:
+        found = False
+        for entry in iter_entries(vault, session):
+            if seq is None or entry.get("seq") == seq:
+                found = True
+                click.echo(orjson.dumps(entry).decode())
+        if seq is not None and not found:
+            raise VaultError(f"session {session!r} has no entry with seq {seq}")
+        return 0
+    # Two passes, so that every column is as wide as its widest value without holding the session.
+    widths = [1] * 8
+    for row, _entry in _timeline(vault, session, seq):
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=False)]
     found = False
+    for row, entry in _timeline(vault, session, seq):
+        found = True
+        cells = [row[0].rjust(widths[0]), row[1].ljust(widths[1]), row[2].rjust(widths[2])]
+        cells += [c.ljust(w) for c, w in zip(row[3:8], widths[3:8], strict=True)]
+        click.echo("  ".join(cells) + "  " + row[8])
+        if seq is not None:
+            click.echo(orjson.dumps(entry, option=orjson.OPT_INDENT_2).decode())
+    if seq is not None and not found:
+        raise VaultError(f"session {session!r} has no entry with seq {seq}")
+    return 0
+
+
+def _timeline(vault: Vault, session: str, seq: int | None):
+    """(columns, entry) per entry shown: seq, time, gap, connector, effect, capture, method, status, URL."""
+    prev_ts = None
     for entry in iter_entries(vault, session):
         ts = entry.get("ts", "")
         gap = _gap(prev_ts, ts)
         prev_ts = ts
         if seq is not None and entry.get("seq") != seq:
             continue
-        found = True
-        if as_json:
-            click.echo(orjson.dumps(entry).decode())
-            continue
         req, resp = entry.get("request", {}), entry.get("response", {})
         status = resp.get("status")
         status_s = str(status) if status is not None else f"ERR({resp.get('error', '?')})"
-        click.echo(
-            f"{entry.get('seq', '?'):>5}  {ts}  {gap:>9}  {entry.get('connector', '?'):<9} "
-            f"{entry.get('effect', '?'):<5} {entry.get('capture', '?'):<7} {req.get('method', '?'):<6} "
-            f"{status_s:<4} {req.get('url', '')}"
-        )
-        if seq is not None:
-            click.echo(orjson.dumps(entry, option=orjson.OPT_INDENT_2).decode())
-    if seq is not None and not found:
-        raise VaultError(f"session {session!r} has no entry with seq {seq}")
-    return 0
+        row = [str(entry.get("seq", "?")), ts, gap, str(entry.get("connector", "?")), str(entry.get("effect", "?")),
+               str(entry.get("capture", "?")), str(req.get("method", "?")), status_s, str(req.get("url", ""))]
+        yield row, entry
 
 
 COMMANDS = [verify, sessions, show]

@@ -9,7 +9,22 @@ import click
 from broker.errors import run_cli
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _WholeSummaries(click.Group):
+    """`broker --help` lists each command with its whole first sentence (wrapped), never cut with
+    "...": click's default shortens summaries to the terminal width. Commands may set a `short_help`."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit=1000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group(cls=_WholeSummaries, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="connector-broker")
 def cli() -> None:
     """Evidence-grade record of every connector call an AI agent makes."""

@@ -13,7 +13,7 @@ from broker.seal_options import autoseal_config, seal_options
 _CTX = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 
 
-@click.command(context_settings=_CTX)
+@click.command(context_settings=_CTX, short_help="Relay an MCP server and record its tool calls.")
 @vault_option
 @click.option("--session", required=True, help="Session the calls are recorded under.")
 @click.option("--agent", required=True, help="Agent making the calls.")
@@ -59,7 +59,13 @@ def mcp(
     stdio to HTTP:     broker mcp --session S --agent A --upstream URL
     + server's HTTPS:  broker mcp --session S --agent A --through-broker -- COMMAND [ARGS...]
 
-    Details: docs/mcp.md.
+    The protocol passes untouched. Each call is recorded (capture "gateway", the JSON-RPC request in
+    the entry's "mcp" field, the whole answer in response.body) before its answer reaches the client.
+    Read or write comes from the server, never the client: --effects FILE first, then the tool's
+    readOnlyHint annotation, then a read verb leading the tool name (get, list, search, read, ...);
+    anything else is a write. Credentials in the server's command line (--token=..., ghp_...,
+    Bearer ...) are redacted; environment variables are never recorded. Give COMMAND as an absolute
+    path when the client starts the shim with a minimal PATH (desktop apps do).
     """
     from broker.mcp.effects import EffectRules, EffectsFileError
     from broker.mcp.recording import CallJournal, Identity, connector_name, fallback_connector, stdio_url

@@ -24,6 +24,16 @@ listen_option = click.option(
 )
 
 
+class _LineFormatter(logging.Formatter):
+    """`broker: recorded seq=...` for the -v lines, `broker: WARNING: ...` for the rest."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = record.getMessage()
+        if record.exc_info:
+            text += "\n" + self.formatException(record.exc_info)
+        return f"broker: {text}" if record.levelno == logging.INFO else f"broker: {record.levelname}: {text}"
+
+
 def parse_listen(listen: str) -> tuple[str, int]:
     host, _, port = listen.rpartition(":")
     if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
@@ -31,7 +41,7 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-@click.command()
+@click.command(short_help="Run the broker: an HTTPS proxy that records calls.")
 @vault_option
 @listen_option
 @confdir_option
@@ -68,7 +78,8 @@ def parse_listen(listen: str) -> tuple[str, int]:
     help="Answer every call from this recorded session (never reaching the platform); unmatched calls get 502. "
     "The run is recorded as its own session.",
 )
-@click.option("-v", "--verbose", is_flag=True, help="Log every recorded call.")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Log one line per recorded call: seq, session, connector, effect, method, status, URL.")
 def run(
     vault_dir: str, listen: str, confdir: str, session: str, agent: str, principal: str, connectors_file: str,
     resolve: tuple[str, ...], upstream_ca: str | None, upstream_insecure: bool, on_journal_error: str,
@@ -99,10 +110,12 @@ def run(
         if playback == session:
             raise click.UsageError("--playback SESSION: record the new run under another --session")
         RecordedSession.load(vault_dir, playback)  # missing or broken: one clear error before listening
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING, format="broker: %(levelname)s: %(message)s",
-        stream=sys.stderr,
-    )
+    # Warnings and errors from everything; with -v, the broker's own lines too (one per recorded call),
+    # never mitmproxy's connection events.
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_LineFormatter())
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])
+    logging.getLogger("broker").setLevel(logging.INFO if verbose else logging.WARNING)
     config = ProxyConfig(
         vault=vault_dir, listen_host=host, listen_port=port, confdir=confdir, session=session, agent=agent,
         principal=principal, connectors=connectors_file, resolve=list(resolve), upstream_ca=upstream_ca,
@@ -135,13 +148,19 @@ def run(
     return 0
 
 
-@click.command()
+@click.command(short_help="Print the proxy and CA settings a client needs.")
 @listen_option
 @confdir_option
 @click.option("--session", default=None, help="Session id to put in the proxy URL.")
 @click.option("--agent", default=None, help="Agent name to put in the proxy URL.")
 def env(listen: str, confdir: str, session: str | None, agent: str | None) -> int:
-    """Print the shell exports a client needs to go through the broker (eval "$(broker env)")."""
+    """Print the shell exports a client needs to go through the broker (eval "$(broker env)").
+
+    The proxy variables, and every CA variable common clients read (SSL_CERT_FILE, REQUESTS_CA_BUNDLE,
+    CURL_CA_BUNDLE, NODE_EXTRA_CA_CERTS, HTTPLIB2_CA_CERTS for google-api-python-client) pointing at a
+    bundle of the system roots and the broker's CA. `#` lines on stderr say which clients ignore
+    proxy variables whatever is set: their calls bypass the broker and are not recorded.
+    """
     from broker.exec.environment import ca_variables, proxy_url, proxy_variables
     from broker.proxy_runner import write_ca_bundle
     host, port = parse_listen(listen)
@@ -149,7 +168,18 @@ def env(listen: str, confdir: str, session: str | None, agent: str | None) -> in
     exports = {**proxy_variables(proxy_url(host, port, session, agent)), **ca_variables(bundle)}
     for k, v in exports.items():
         click.echo(f"export {k}={shlex.quote(v)}")
+    for line in ENV_LIMITS:  # on stderr: stdout stays exports only, for eval and for parsers
+        click.echo(f"# {line}", err=True)
     return 0
+
+
+ENV_LIMITS = (
+    "What proxy variables cannot do: some clients ignore them whatever is set, and then their calls",
+    "bypass the broker and are not recorded. Node 20's built-in fetch ignores HTTPS_PROXY (Node 24 and",
+    "later honour it with NODE_USE_ENV_PROXY=1); httplib2, under google-api-python-client, ignores it",
+    "unless PySocks is installed. For those, run the program with `broker exec` instead.",
+)
+"""Printed by `broker env` on stderr as `#` lines (seen when the exports are eval'ed)."""
 
 
 COMMANDS = [run, env]

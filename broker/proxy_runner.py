@@ -7,6 +7,7 @@ error, which an embedding program cannot handle; here a failed bind is reported 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import signal
 import ssl
@@ -111,6 +112,29 @@ class _Ready:
         self.event.set()
 
 
+class _ListenErrors(logging.Filter):
+    """Holds back mitmproxy's own log line about a failed bind (it suggests `--mode regular@PORT`, an
+    option the broker does not have) so that the broker says it once, in its own terms."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[str] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR and "failed to listen" in record.getMessage():
+            self.messages.append(record.getMessage())
+            return False
+        return True
+
+    def reason(self, host: str, port: int) -> str:
+        text = " ".join(self.messages)
+        if "in use" in text or f"[Errno {errno.EADDRINUSE}]" in text:
+            return (f"cannot listen on {host}:{port}: the address is already in use (another broker or program "
+                    "holds it); choose another with --listen HOST:PORT")
+        detail = text.split(" with ", 1)[-1].splitlines()[0] if text else "address in use or not permitted"
+        return f"cannot listen on {host}:{port}: {detail}"
+
+
 class EmbeddedProxy:
     """mitmproxy plus the addon in this process; `start` binds, `stop` drains and shuts down."""
 
@@ -157,9 +181,15 @@ class EmbeddedProxy:
         if c.upstream_insecure:
             update["ssl_insecure"] = True
         self.master.options.update(**update)
-        self._task = asyncio.create_task(self.master.run())
-        waiter = asyncio.create_task(ready.event.wait())
-        await asyncio.wait({waiter, self._task}, timeout=15, return_when=asyncio.FIRST_COMPLETED)
+        listen_errors = _ListenErrors()
+        server_log = logging.getLogger("mitmproxy.addons.proxyserver")
+        server_log.addFilter(listen_errors)
+        try:
+            self._task = asyncio.create_task(self.master.run())
+            waiter = asyncio.create_task(ready.event.wait())
+            await asyncio.wait({waiter, self._task}, timeout=15, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            server_log.removeFilter(listen_errors)
         if self._task.done():
             waiter.cancel()
             exc = self._task.exception()
@@ -168,7 +198,7 @@ class EmbeddedProxy:
         if not addrs:
             self.master.shutdown()
             await self._task
-            raise OSError(f"cannot listen on {c.listen_host}:{c.listen_port} (address in use or not permitted)")
+            raise OSError(listen_errors.reason(c.listen_host, c.listen_port))
         self.port = addrs[0][1]
 
     def _playback(self) -> list:

@@ -40,7 +40,7 @@ def _broken_line(rp) -> str:
             f"{rp.untrusted_from} on is marked UNTRUSTED")
 
 
-@click.command()
+@click.command(short_help="Rebuild views of the resources a session touched.")
 @vault_option
 @click.argument("session")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary (views.json holds everything).")
@@ -76,7 +76,7 @@ def replay(vault_dir: str, session: str, as_json: bool, require_intact: bool, se
     return 0 if rp.intact else 1
 
 
-@click.command("revert-plan")
+@click.command("revert-plan", short_help="The inverse call for each write of a session.")
 @vault_option
 @click.argument("session")
 @click.option("--json", "as_json", is_flag=True, help='Print {"session", "chain", "steps": [...]} as JSON.')

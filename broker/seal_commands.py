@@ -18,7 +18,7 @@ from journal.vault import Vault, VaultError
 from journal.verify import verify_session
 
 
-@click.command()
+@click.command(short_help="Create an Ed25519 key pair for sealing.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=".", show_default=True,
               help="Directory for NAME.key (signer key, mode 0600) and NAME.vkey (verifier key); characters "
               "other than letters, digits, '.', '_' and '-' become '_' in the file names.")
@@ -48,7 +48,7 @@ def keygen(out_dir: str, name: str, cosigner: bool) -> int:
     return 0
 
 
-@click.command()
+@click.command(short_help="Sign each intact session's length and head.")
 @vault_option
 @click.argument("sessions", nargs=-1)
 @click.option("--key", "key_path", required=True, type=click.Path(dir_okay=False),

@@ -1,4 +1,4 @@
-"""The journal contract of SPEC.md in code, shared by every capture point and every reader.
+"""The journal contract of docs/contract.md in code, shared by every capture point and every reader.
 
 Modules: canonical (RFC 8785), entry (the fourteen keys), chain, writer (durable appends),
 reader, verify, seal, redact, bodies (encoding and spilling), blobstore, vault (layout and

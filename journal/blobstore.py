@@ -28,7 +28,7 @@ def blob_ref(digest: str) -> str:
 
 
 def ref_object(digest: str, size: int) -> dict:
-    """What an entry holds in place of spilled bytes (SPEC.md, Bodies)."""
+    """What an entry holds in place of spilled bytes (docs/contract.md, Bodies)."""
     return {"sha256": digest, "size": size, "ref": blob_ref(digest)}
 
 

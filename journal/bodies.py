@@ -1,4 +1,4 @@
-"""How a body is recorded (SPEC.md, Bodies): decoded, redacted, encoded, spilled.
+"""How a body is recorded (docs/contract.md, Bodies): decoded, redacted, encoded, spilled.
 
 Body values in an entry:
 
@@ -33,7 +33,7 @@ from journal.redact import StreamingRedactor
 SPILL_THRESHOLD = 1 << 20
 """Bodies and JSON string values larger than this go to the blob store (configurable)."""
 LINE_LIMIT = 5 << 20
-"""No journal line may be longer than this (SPEC.md)."""
+"""No journal line may be longer than this (docs/contract.md)."""
 JSON_PARSE_LIMIT = 8 << 20
 """A JSON body up to this size is held to be parsed, so its small fields stay in the entry while its
 large strings are spilled; a larger JSON body is spilled whole as it streams."""

@@ -1,4 +1,4 @@
-"""The canonical form of SPEC.md: RFC 8785 (JCS), the one implementation in the project.
+"""The canonical form of docs/contract.md: RFC 8785 (JCS), the one implementation in the project.
 
 Everything that hashes or writes an entry calls `canonical_bytes`. orjson is used as a
 fast path only where its `OPT_SORT_KEYS` output is proven byte-identical to JCS: no float

@@ -1,4 +1,4 @@
-"""The fourteen-key entry of SPEC.md: building the fields a capture point supplies, and validating a
+"""The fourteen-key entry of docs/contract.md: building the fields a capture point supplies, and validating a
 whole entry against the contract.
 
 Capture points never set `seq`, `prev` or `hash`: the writer assigns those (see writer.py).
@@ -26,7 +26,7 @@ _CONNECTOR_RE = re.compile(r"[a-z0-9][a-z0-9_.-]*\Z")
 
 
 class ContractError(ValueError):
-    """An entry (or the fields for one) that breaks the contract of SPEC.md."""
+    """An entry (or the fields for one) that breaks the contract of docs/contract.md."""
 
 
 def format_ts(when: datetime | None = None) -> str:

@@ -1,4 +1,4 @@
-"""Credential redaction: what the journal never writes (SPEC.md "Redaction", connectors.md section 7).
+"""Credential redaction: what the journal never writes (docs/contract.md, section 3).
 
 Everything here is pure (stdlib only, no I/O, no logging) so it can run before any byte touches
 disk. Redaction is byte-level: whatever is not a credential stays exactly as it was, so replay and
@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from urllib.parse import unquote, unquote_plus
 
 __all__ = [
+    "HARMLESS_HEADER_NAMES",
     "REDACTED",
     "REDACTED_URL",
     "StreamingRedactor",
@@ -44,7 +45,7 @@ _RU = REDACTED_URL.encode()
 # Credential names
 # ---------------------------------------------------------------------------------------------
 
-# Query / form parameter names (connectors.md section 7, plus OAuth token-exchange extras).
+# Query / form parameter names (docs/contract.md section 3, plus OAuth token-exchange extras).
 _URL_NAMES = (
     "key", "api_key", "access_token", "oauth_token", "token", "code", "client_secret",
     "refresh_token", "id_token", "assertion", "client_assertion", "code_verifier", "password",
@@ -66,10 +67,26 @@ _BODY_NAMES = tuple(n for n in _URL_NAMES if n not in ("key", "code", "ticket"))
 )  # fmt: skip
 
 
-def _name_pattern(names: Iterable[str]) -> str:
+def _name_pattern(names: Iterable[str], escape: str | None = None) -> str:
     """Regex for a set of names: ASCII case-insensitive, `_`/`-` between words optional (accessToken,
     access_token and ACCESS-TOKEN are one name). Written as a trie of [xX] classes: an alternation under
-    (?i) is tried name by name and was the slowest part of scanning JSON."""
+    (?i) is tried name by name and was the slowest part of scanning JSON.
+
+    With `escape` (the regex for the backslash of a JSON escape), any character may also be written as
+    its `\\uXXXX` escape: a JSON key is compared as it reads once parsed, so `"pass\\u0077ord"` is
+    `password`."""
+
+    def esc(chars: str) -> str:
+        codes = "|".join(
+            "00" + "".join(f"[{h}{h.upper()}]" if h.isalpha() else h for h in f"{ord(c):02x}") for c in chars
+        )
+        return f"{escape}u(?:{codes})"
+
+    def char(ch: str) -> str:
+        plain = "[_-]" if ch == "_" else f"[{ch}{ch.upper()}]" if ch.isalpha() else re.escape(ch)
+        if escape is not None:
+            plain = f"(?:{plain}|{esc('_-' if ch == '_' else ch + ch.upper() if ch.isalpha() else ch)})"
+        return plain + "?" if ch == "_" else plain
 
     def build(seqs: list[str]) -> str:
         groups: dict[str, list[str]] = {}
@@ -79,10 +96,7 @@ def _name_pattern(names: Iterable[str]) -> str:
                 groups.setdefault(s[0], []).append(s[1:])
             else:
                 ends = True
-        alts = [
-            ("[_-]?" if ch == "_" else f"[{ch}{ch.upper()}]" if ch.isalpha() else re.escape(ch)) + build(rest)
-            for ch, rest in sorted(groups.items())
-        ]
+        alts = [char(ch) + build(rest) for ch, rest in sorted(groups.items())]
         if not alts:
             return ""
         if ends:
@@ -90,12 +104,16 @@ def _name_pattern(names: Iterable[str]) -> str:
         return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
 
     keys = [re.sub(r"[_-]", "_", n.lower()) for n in names]
-    first = sorted({c for k in keys for c in (k[0], k[0].upper())})
+    first = sorted({c for k in keys for c in (k[0], k[0].upper())} | ({"\\"} if escape is not None else set()))
     return "(?=[" + re.escape("".join(first)) + "])" + build(keys)
 
 
 _URL_ALT = _name_pattern(_URL_NAMES)
 _BODY_ALT = _name_pattern(_BODY_NAMES)
+# JSON keys as written: plain or with \uXXXX escapes; inside a JSON string holding JSON the escape's
+# backslash may itself be escaped (\\u0077).
+_JSON_KEY_ALT = _name_pattern(_BODY_NAMES, escape=r"\\")
+_JSON_IN_JSON_KEY_ALT = _name_pattern(_BODY_NAMES, escape=r"\\\\?")
 _URL_NAME_RE = re.compile(_URL_ALT)
 _BODY_NAME_RE = re.compile(_BODY_ALT)
 
@@ -111,10 +129,31 @@ _HEADER_NAMES = frozenset(
         "X-GUploader-UploadID",
     )
 )  # fmt: skip
+# Catch-all name pattern (docs/contract.md section 3), widened by word: any name word ending in `key`
+# (X-Access-Key, X-Private-Key, X-Client-Key, Subscription-Key), and the words sig, hmac, pwd,
+# passphrase, bearer, jwt, assertion and private.
 _HEADER_NAME_RE = re.compile(
-    r"(?i)(auth|token|secret|api-?key|signature|session|cookie|passw|credential|otp)"
+    r"(?i)(auth|token|secret|api-?key|signature|session|cookie|passw|credential|otp"
+    r"|(?:^|[-_.])(?:[a-z0-9]*key|sig|hmac|pwd|passphrase|bearer|jwt|assertion|private)(?:$|[-_.]))"
 )
-_URL_HEADERS = frozenset({"location", "content-location", "x-goog-upload-url", "x-goog-upload-control-url"})
+# Known harmless names the pattern would catch: their values are nonces, ids or flags, useful to an
+# auditor and never a credential (a credential value pattern in them is still redacted, as in any
+# header). Sec-WebSocket-Key is a random handshake nonce (RFC 6455), Idempotency-Key a client-chosen
+# request id, Public-Key-Pins holds hashes of public keys, Access-Control-Allow-Credentials is "true".
+HARMLESS_HEADER_NAMES = frozenset(
+    h.lower()
+    for h in (
+        "Sec-WebSocket-Key", "Idempotency-Key", "X-Idempotency-Key", "Cache-Key", "X-Cache-Key",
+        "Public-Key-Pins", "Public-Key-Pins-Report-Only", "Access-Control-Allow-Credentials",
+        # Private Network Access (Chrome): "true" flags, not secrets
+        "Access-Control-Allow-Private-Network", "Access-Control-Request-Private-Network",
+    )
+)  # fmt: skip
+# Header values that are URLs: redacted with redact_url (a capability URL loses its secret, a plain
+# redirect or referrer stays byte for byte).
+_URL_HEADERS = frozenset({
+    "location", "content-location", "referer", "x-goog-upload-url", "x-goog-upload-control-url",
+})  # fmt: skip
 _LINK_URL_RE = re.compile(r"<([^>]*)>")
 
 # ---------------------------------------------------------------------------------------------
@@ -126,8 +165,9 @@ _LINK_URL_RE = re.compile(r"<([^>]*)>")
 # header block of about 1.7 KiB). It is also the most a StreamingRedactor holds back, plus a
 # multipart boundary.
 _HOLD = 4096
-# Original bytes kept before the scan position, for lookbehinds (the widest looks back 8 bytes).
-_CONTEXT = 16
+# Original bytes kept before the scan position, for lookbehinds (the widest, office365.com\/web,
+# looks back 18 bytes).
+_CONTEXT = 24
 
 
 class _Elements:
@@ -185,69 +225,154 @@ _T_JSON_STRING = _Elements(rb'[^"\\]*(?:\\[\s\S][^"\\]*)*', 2)
 _T_URL_VALUE = _Elements(rb"[^&\s\"'<>\\#)}]*", 1)
 _T_FORM_VALUE = _Elements(rb"[^&]*", 1)
 _T_PEM = _Until(b"-----END", strip_cr=False)
+_T_NUMBER = _Elements(rb"[-+.0-9eE]*", 1)
+_T_HOOK_PATH = _Elements(rb"[A-Za-z0-9_/+@%\-]*(?:\\/[A-Za-z0-9_/+@%\-]*)*", 2)
 _MULTIPART = "multipart"  # tail built per redactor from the boundary
 
-# (keep, rest, tail, url_context): head = (?P<k>keep)rest; replacement = keep + REDACTED[_URL].
-_Rule = tuple[bytes, bytes, _Elements | _Until | str | None, bool]
+
+class _JsonValue:
+    """Tail for a JSON array or object under a credential key: everything up to its closing bracket goes.
+
+    Stateful (bracket depth, inside a string or not), so each match gets its own instance. `nested` is
+    for JSON written inside a JSON string (strings delimited by \\", an unescaped " ends the outer
+    string and so the value, whatever the depth: the tail never runs past the string that holds it).
+    """
+
+    __slots__ = ("depth", "in_string", "nested")
+
+    _OUT = re.compile(rb'[^"\\\[\]{}]+|(?P<q>")|(?P<o>[\[{])|(?P<c>[\]}])|(?P<e>\\[\s\S])')
+    _IN = re.compile(rb'[^"\\]+|(?P<q>")|(?P<e>\\[\s\S])')
+    # nested: \" opens/closes an inner string; an inner escape is \\ plus one (escaped) character, and
+    # \\ just before an unescaped " is an inner backslash at the end of the outer string. Every byte
+    # sequence matches one token (given 4 bytes, which step() waits for), so the tail never skips ahead.
+    _N_OUT = re.compile(rb'[^"\\\[\]{}]+|(?P<end>")|(?P<q>\\")|(?P<o>[\[{])|(?P<c>[\]}])|(?P<e>\\[^"])')
+    _N_IN = re.compile(
+        rb'[^"\\]+|(?P<end>")|(?P<q>\\")|(?P<e>\\\\(?:\\[\s\S]|[^"\\])|\\\\(?=")|\\[^"\\])'
+    )
+
+    def __init__(self, nested: bool = False) -> None:
+        self.depth = 0
+        self.in_string = False
+        self.nested = nested
+
+    def step(self, buf: bytes, pos: int, final: bool) -> tuple[int, bool]:
+        n = len(buf)
+        while pos < n:
+            if buf[pos] == 0x5C and n - pos < 4 and not final:
+                return pos, False  # an escape may continue in the next chunk
+            if self.nested:
+                m = (self._N_IN if self.in_string else self._N_OUT).match(buf, pos)
+            else:
+                m = (self._IN if self.in_string else self._OUT).match(buf, pos)
+            if m is None:  # a backslash cut off by the end of the body (final: nothing follows)
+                return n, True
+            group = m.lastgroup
+            if group == "end":
+                return pos, True
+            pos = m.end()
+            if group == "q":
+                self.in_string = not self.in_string
+            elif group == "o":
+                self.depth += 1
+            elif group == "c":
+                self.depth -= 1
+                if self.depth <= 0:
+                    return pos, True
+        return pos, final
+
+
+# (keep, rest, tail, replacement): head = (?P<k>keep)rest; the output is keep + the replacement, then
+# the tail (if any) is dropped as it streams. Replacements: "text" [never captured] ("url" form in a
+# form body), "url" [never%20captured], "json" "[never captured]" (a JSON string in place of any JSON
+# value), "json-in-json" the same with escaped quotes.
+_Tail = _Elements | _Until | str | type | None
+_Rule = tuple[bytes, bytes, _Tail | tuple, str]
 
 _VALUE_RULES: tuple[_Rule, ...] = (
     # 'Bearer <token>': the token needs 20+ characters and a digit, so prose ("bearer of") stays.
     (rb"(?i:bearer)(?:[ \t]{1,8}|\+|%20)",
-     rb"(?=[A-Za-z._~+/_\-]{0,63}[0-9])[A-Za-z0-9._~+/_\-]{20}", _T_BEARER, False),
+     rb"(?=[A-Za-z._~+/_\-]{0,63}[0-9])[A-Za-z0-9._~+/_\-]{20}", _T_BEARER, "text"),
     # JWT: two base64url segments starting eyJ joined by a dot (signature and later segments are tail).
-    (b"", rb"eyJ[A-Za-z0-9_\-]{5,2048}+\.eyJ[A-Za-z0-9_\-]{5}", _T_DOTTED, False),
+    (b"", rb"eyJ[A-Za-z0-9_\-]{5,2048}+\.eyJ[A-Za-z0-9_\-]{5}", _T_DOTTED, "text"),
     # Google OAuth access token (ya29.a0Af..., ya29.c.b0...).
-    (b"", rb"ya29\.(?=[A-Za-z0-9._\-]{20})[A-Za-z0-9_\-]", _T_DOTTED, False),
+    (b"", rb"ya29\.(?=[A-Za-z0-9._\-]{20})[A-Za-z0-9_\-]", _T_DOTTED, "text"),
     # Google refresh token 1//0..., also percent-encoded.
-    (b"", _LB + rb"1(?://|%2[Ff]%2[Ff])0[A-Za-z0-9_\-]{30}", _T_TOKEN, False),
+    (b"", _LB + rb"1(?://|%2[Ff]%2[Ff])0[A-Za-z0-9_\-]{30}", _T_TOKEN, "text"),
     # Google API key.
-    (b"", _LB + rb"AIza[0-9A-Za-z_\-]{35}", _T_TOKEN, False),
+    (b"", _LB + rb"AIza[0-9A-Za-z_\-]{35}", _T_TOKEN, "text"),
     # Google OAuth client secret.
-    (b"", rb"GOCSPX-[A-Za-z0-9_\-]{24}", _T_TOKEN, False),
+    (b"", rb"GOCSPX-[A-Za-z0-9_\-]{24}", _T_TOKEN, "text"),
     # Slack tokens: xoxb/xoxp/xoxa/xoxo/xoxs/xoxr/xoxe/xoxc and rotating xoxe.xoxp; a digit is required
     # early so that words like 'xoxo-gossip-girl' stay.
     (b"", _LB + rb"(?:xox[abcposre]|xoxe\.xox[abcposre])-(?=[A-Za-z\-]{0,24}[0-9])[0-9A-Za-z\-]{10}",
-     _T_TOKEN, False),
+     _T_TOKEN, "text"),
     # Slack browser session cookie value.
-    (b"", _LB + rb"xoxd-[A-Za-z0-9%+/=_\-]{20}", _T_XOXD, False),
+    (b"", _LB + rb"xoxd-[A-Za-z0-9%+/=_\-]{20}", _T_XOXD, "text"),
     # Slack app-level token.
-    (b"", rb"xapp-[0-9]-[0-9A-Za-z\-]{10}", _T_TOKEN, False),
+    (b"", rb"xapp-[0-9]-[0-9A-Za-z\-]{10}", _T_TOKEN, "text"),
     # GitHub tokens.
-    (b"", _LB + rb"gh[pousr]_[A-Za-z0-9]{36}", _T_TOKEN, False),
-    (b"", rb"github_pat_[A-Za-z0-9_]{22}", _T_TOKEN, False),
+    (b"", _LB + rb"gh[pousr]_[A-Za-z0-9]{36}", _T_TOKEN, "text"),
+    (b"", rb"github_pat_[A-Za-z0-9_]{22}", _T_TOKEN, "text"),
     # Slack webhook / response_url capability URLs: everything after the first path segment goes.
-    (rb"hooks\.slack\.com\\?/[A-Za-z0-9_\-]{1,32}\\?/", rb"(?=[A-Za-z0-9_\-])", _T_HOOK, False),
+    (rb"hooks\.slack\.com\\?/[A-Za-z0-9_\-]{1,32}\\?/", rb"(?=[A-Za-z0-9_\-])", _T_HOOK, "text"),
+    # Other webhook capability URLs, keep in step with _WEBHOOK_PATHS (redact_url, which also knows
+    # Telegram bot URLs by their host). All start at the "hook" of "webhook" (with a lookbehind for the
+    # rest), so the "h" trigger the Slack rule has covers them with no new trigger character:
+    # Discord .../webhooks/<snowflake id>/<token> (discord.com, discordapp.com, any API version),
+    # Teams / Office 365 incoming webhooks, new host and legacy outlook.office(365).com/webhook/.
+    (rb"(?<=/web)hooks\\?/", rb"(?=[0-9]{17,20}\\?/[A-Za-z0-9_\-]{20})", _T_HOOK_PATH, "text"),
+    (rb"(?<=web)hook\.office\.com\\?/webhookb2\\?/", rb"(?=[0-9A-Za-z])", _T_HOOK_PATH, "text"),
+    (rb"(?:(?<=office\.com/web)|(?<=office365\.com/web)|(?<=office\.com\\/web)|(?<=office365\.com\\/web))"
+     rb"hook\\?/", rb"(?=[0-9A-Za-z])", _T_HOOK_PATH, "text"),
+    # Zapier catch hooks: hooks.zapier.com/hooks/catch/<account>/<secret>/.
+    (rb"hooks\.zapier\.com\\?/hooks\\?/", rb"(?=[0-9A-Za-z])", _T_HOOK_PATH, "text"),
     # PEM private keys: the armour stays, the key material goes.
-    (rb"-----BEGIN (?:[A-Z0-9]+ ){0,3}PRIVATE KEY-----", rb"(?=[ \t\r\n]{0,4}[A-Za-z0-9+/])", _T_PEM, False),
+    (rb"-----BEGIN (?:[A-Z0-9]+ ){0,3}PRIVATE KEY-----", rb"(?=[ \t\r\n]{0,4}[A-Za-z0-9+/])", _T_PEM, "text"),
 )  # fmt: skip
 
-_JSON_KEY_RULE: _Rule = (
-    b'"(?:' + _BODY_ALT.encode() + rb')"[ \t\r\n]{0,32}:[ \t\r\n]{0,32}"', b"", _T_JSON_STRING, False
-)
+# A credential key with a string value: the string's content goes. With any other value but true, false
+# and null (a number, an array, an object: everything under the key), the value becomes a JSON string.
+_JSON_KEY = b'"(?:' + _JSON_KEY_ALT.encode() + rb')"[ \t\r\n]{0,32}:[ \t\r\n]{0,32}'
+_JSON_KEY_RULE: _Rule = (_JSON_KEY + b'"', b"", _T_JSON_STRING, "text")
+_JSON_KEY_NUMBER_RULE: _Rule = (_JSON_KEY, rb"(?=[-0-9])", _T_NUMBER, "json")
+_JSON_KEY_VALUE_RULE: _Rule = (_JSON_KEY, rb"(?=[\[{])", _JsonValue, "json")
 # The same pair inside a JSON string holding JSON (MCP tool results, webhook payloads): \"token\": \"...\".
 # The tail walks the inner string: an inner escape is an escaped backslash plus one (escaped) character.
 _T_JSON_IN_JSON = _Elements(rb'[^"\\]*(?:(?:\\[^"\\]|\\\\(?:\\[\s\S]|[^"\\]))[^"\\]*)*', 4)
-_JSON_ESC_KEY_RULE: _Rule = (
-    rb'\\"(?:' + _BODY_ALT.encode() + rb')\\"(?:[ \t]|\\[nrt]){0,32}:(?:[ \t]|\\[nrt]){0,32}\\"',
-    b"", _T_JSON_IN_JSON, False,
-)  # fmt: skip
-_URL_PARAM_RULE: _Rule = (
-    rb"(?:(?<=[?&])|(?<=\\u0026)|(?<=&amp;))(?:" + _URL_ALT.encode() + rb")=", b"", _T_URL_VALUE, True
+_JSON_ESC_KEY = (
+    rb'\\"(?:' + _JSON_IN_JSON_KEY_ALT.encode() + rb')\\"(?:[ \t]|\\[nrt]){0,32}:(?:[ \t]|\\[nrt]){0,32}'
 )
-_FORM_RULE: _Rule = (rb"(?<![^&])(?:" + _URL_ALT.encode() + rb")=", b"", _T_FORM_VALUE, True)
+_JSON_ESC_KEY_RULE: _Rule = (_JSON_ESC_KEY + rb'\\"', b"", _T_JSON_IN_JSON, "text")
+_JSON_ESC_KEY_NUMBER_RULE: _Rule = (_JSON_ESC_KEY, rb"(?=[-0-9])", _T_NUMBER, "json-in-json")
+_JSON_ESC_KEY_VALUE_RULE: _Rule = (_JSON_ESC_KEY, rb"(?=[\[{])", (_JsonValue, True), "json-in-json")
+# name=value after ?, &, &amp; or \u0026 (URLs inside text), and at the start of the body: form-encoded
+# credentials whatever the declared content type (password=... sent as text/plain or octet-stream).
+# Not after every newline: that trigger cost 15% of the scan of prose.
+_URL_PARAM_RULE: _Rule = (
+    rb"(?:(?<=[?&])|(?<![\s\S])|(?<=\\u0026)|(?<=&amp;))(?:" + _URL_ALT.encode() + rb")=",
+    b"", _T_URL_VALUE, "url",
+)  # fmt: skip
+_FORM_RULE: _Rule = (rb"(?<![^&])(?:" + _URL_ALT.encode() + rb")=", b"", _T_FORM_VALUE, "url")
 _MULTIPART_RULE: _Rule = (
     rb"(?i:content-disposition)[ \t]{0,8}:[^\r\n]{0,256}?(?<=[;\s])(?i:name)[ \t]{0,8}=[ \t]{0,8}\"?(?:"
     + _BODY_ALT.encode()
     + rb")\"?(?=[;\s])[^\r\n]{0,256}\r?\n(?:[^\r\n]{1,256}\r?\n){0,4}\r?\n",
-    b"", _MULTIPART, False,
+    b"", _MULTIPART, "text",
 )  # fmt: skip
 
+_JSON_RULES = (
+    _JSON_KEY_RULE, _JSON_KEY_NUMBER_RULE, _JSON_KEY_VALUE_RULE,
+    _JSON_ESC_KEY_RULE, _JSON_ESC_KEY_NUMBER_RULE, _JSON_ESC_KEY_VALUE_RULE,
+)  # fmt: skip
 _BINARY, _TEXT, _FORM, _MULTI = "binary", "text", "form", "multipart"
+# A declared binary type gets the text rules too: octet-stream is often JSON or form text (a Drive
+# download of token.json, a form posted with a wrong type), and what is stored as base64 must not hold
+# a credential either. In real binary data the key and form heads practically never occur.
 _RULES_BY_KIND: dict[str, tuple[_Rule, ...]] = {
-    _BINARY: _VALUE_RULES,
-    _TEXT: (_JSON_KEY_RULE, _JSON_ESC_KEY_RULE, _URL_PARAM_RULE, *_VALUE_RULES),
-    _FORM: (_FORM_RULE, _JSON_KEY_RULE, _JSON_ESC_KEY_RULE, _URL_PARAM_RULE, *_VALUE_RULES),
-    _MULTI: (_MULTIPART_RULE, _JSON_KEY_RULE, _JSON_ESC_KEY_RULE, _URL_PARAM_RULE, *_VALUE_RULES),
+    _BINARY: (*_JSON_RULES, _URL_PARAM_RULE, *_VALUE_RULES),
+    _TEXT: (*_JSON_RULES, _URL_PARAM_RULE, *_VALUE_RULES),
+    _FORM: (_FORM_RULE, *_JSON_RULES, _URL_PARAM_RULE, *_VALUE_RULES),
+    _MULTI: (_MULTIPART_RULE, *_JSON_RULES, _URL_PARAM_RULE, *_VALUE_RULES),
 }
 
 
@@ -261,7 +386,7 @@ def _compile(rules: tuple[_Rule, ...]) -> re.Pattern[bytes]:
 
 
 _REGEX_BY_KIND = {kind: _compile(rules) for kind, rules in _RULES_BY_KIND.items()}
-_VALUE_RE = _REGEX_BY_KIND[_BINARY]
+_VALUE_RE = _compile(_VALUE_RULES)
 
 _TEXT_TYPES = ("application/xml", "application/javascript", "application/graphql", "application/x-ndjson",
                "application/jsonl", "application/ld+json")  # fmt: skip
@@ -294,20 +419,30 @@ def _kind(content_type: str | None) -> tuple[str, bytes]:
 # rules above; the tests compare against a trigger-less scan.
 _VALUE_TRIGGERS = (
     rb"e(?=yJ)|y(?=a29\.)|1(?=//0|%2[Ff]%2[Ff]0)|A(?=Iza)|G(?=OCSPX-)|x(?=ox|app-)"
-    rb"|g(?=h[pousr]_|ithub_pat_)|h(?=ooks\.slack\.com)|-(?=----BEGIN )|B(?=(?i:earer))|b(?=(?i:earer))"
+    rb"|g(?=h[pousr]_|ithub_pat_)|h(?=ooks\.(?:slack|zapier)\.com|ook)|-(?=----BEGIN )|B(?=(?i:earer))|b(?=(?i:earer))"
 )
-_TEXT_TRIGGERS = (
-    b'"(?=(?:' + _BODY_ALT.encode() + b')")'
-    + rb'|\\(?="(?:' + _BODY_ALT.encode() + rb')\\")'
-    + rb"|\?(?=(?:" + _URL_ALT.encode() + rb")=)|&(?=(?:" + _URL_ALT.encode() + rb")=)"
-    + rb"|\\u0026(?=(?:" + _URL_ALT.encode() + rb")=)|&amp;(?=(?:" + _URL_ALT.encode() + rb")=)|"
-    + _VALUE_TRIGGERS
-)
+def _text_triggers(key_alt: str, in_json_key_alt: str) -> bytes:
+    return (
+        # One alternative per first character, each starting with a literal: sre then skips quickly to the
+        # bytes where one can start (a character class, or two alternatives for one byte, cost that).
+        b'"(?=(?:' + key_alt.encode() + b')")'
+        + rb'|\\(?:(?="(?:' + in_json_key_alt.encode() + rb')\\")|u0026(?=(?:' + _URL_ALT.encode() + rb")=))"
+        + rb"|\?(?=(?:" + _URL_ALT.encode() + rb")=)|&(?:amp;)?(?=(?:" + _URL_ALT.encode() + rb")=)|"
+        + _VALUE_TRIGGERS
+    )
+
+
+_MULTI_TRIGGERS = rb"C(?=(?i:ontent-disposition))|c(?=(?i:ontent-disposition))|"
+_VALUE_TRIGGER_RE = re.compile(_VALUE_TRIGGERS)
+# Two trigger sets per kind: JSON keys as written plainly, and keys that may hold \uXXXX escapes. The
+# second costs more at every quote, and is needed only where an escape of a name character (a letter,
+# digit, _, -, @ or .) occurs: `_NAME_ESCAPE` finds one (in JSON inside JSON too: \\u0077 holds \u0077).
+_PLAIN_TEXT_TRIGGERS = _text_triggers(_BODY_ALT, _BODY_ALT)
+_ESC_TEXT_TRIGGERS = _text_triggers(_JSON_KEY_ALT, _JSON_IN_JSON_KEY_ALT)
+_NAME_ESCAPE = re.compile(rb"\\u00(?:[2-7][0-9a-fA-F])")
 _TRIGGERS_BY_KIND = {
-    _BINARY: re.compile(_VALUE_TRIGGERS),
-    _TEXT: re.compile(_TEXT_TRIGGERS),
-    _FORM: re.compile(_TEXT_TRIGGERS),
-    _MULTI: re.compile(rb"C(?=(?i:ontent-disposition))|c(?=(?i:ontent-disposition))|" + _TEXT_TRIGGERS),
+    kind: (re.compile(prefix + _PLAIN_TEXT_TRIGGERS), re.compile(prefix + _ESC_TEXT_TRIGGERS))
+    for kind, prefix in ((_BINARY, b""), (_TEXT, b""), (_FORM, b""), (_MULTI, _MULTI_TRIGGERS))
 }
 _TRIGGER_BACK = 6  # longest trigger ('\\u0026'): a trigger may start this far before the scan position
 
@@ -355,12 +490,15 @@ class StreamingRedactor:
         kind, boundary = _kind(content_type)
         self._rules = _RULES_BY_KIND[kind]
         self._regex = _REGEX_BY_KIND[kind]
-        self._triggers = _TRIGGERS_BY_KIND[kind]
-        self._form = kind == _FORM
+        self._plain_triggers, self._esc_triggers = _TRIGGERS_BY_KIND[kind]
+        text = _RU if kind == _FORM else _R
+        self._replacements = {
+            "text": text, "url": _RU, "json": b'"' + text + b'"', "json-in-json": b'\\"' + text + b'\\"',
+        }
         self._multipart_tail = _Until(b"\n--" + boundary, strip_cr=True)
         self._buf = b""
         self._pos = 0
-        self._tail: _Elements | _Until | None = None
+        self._tail: _Elements | _Until | _JsonValue | None = None
         self._closed = False
 
     def feed(self, chunk: bytes) -> bytes:
@@ -386,6 +524,9 @@ class StreamingRedactor:
         """Scan from the current position; emit what is decided; keep the rest (and some context)."""
         buf, pos, n = self._buf, self._pos, len(self._buf)
         safe = n if final else n - _HOLD  # a head starting at or before `safe` is fully decidable
+        # Escaped keys can only match where a name-character escape occurs in what is scanned now.
+        esc = _NAME_ESCAPE.search(buf, max(0, pos - _TRIGGER_BACK)) is not None
+        triggers = self._esc_triggers if esc else self._plain_triggers
         out: list[bytes] = []
         while True:
             if self._tail is not None:
@@ -395,7 +536,7 @@ class StreamingRedactor:
                 self._tail = None
             if pos >= n or pos > safe:
                 break
-            m = _search(self._regex, self._triggers if self._use_triggers else None, buf, pos, safe)
+            m = _search(self._regex, triggers if self._use_triggers else None, buf, pos, safe)
             if m is None:
                 end = max(pos, min(n, safe + (0 if final else 1)))
                 out.append(buf[pos:end])
@@ -403,10 +544,17 @@ class StreamingRedactor:
                 break
             out.append(buf[pos : m.start()])
             i = int((m.lastgroup or "r0")[1:])  # the outer group r<i> closes after k<i>: it is lastgroup
-            _keep, _rest, tail, url_ctx = self._rules[i]
-            out.append(m.group(f"k{i}") + (_RU if url_ctx or self._form else _R))
+            _keep, _rest, tail, replacement = self._rules[i]
+            out.append(m.group(f"k{i}") + self._replacements[replacement])
             pos = m.end()
-            self._tail = self._multipart_tail if isinstance(tail, str) else tail
+            if isinstance(tail, str):
+                self._tail = self._multipart_tail
+            elif isinstance(tail, tuple):
+                self._tail = tail[0](*tail[1:])
+            elif isinstance(tail, type):
+                self._tail = tail()
+            else:
+                self._tail = tail
         cut = max(0, pos - _CONTEXT)
         self._buf = buf[cut:]
         self._pos = pos - cut
@@ -418,14 +566,17 @@ def redact_body(body: bytes, content_type: str | None) -> bytes:
 
     - form (application/x-www-form-urlencoded): values of credential fields (the query name list) become
       ``[never%20captured]``; every other replacement in a form body uses that URL form too.
-    - text (JSON, *+json, text/*, XML, message/*, and an absent content type): ``"name": "value"``
-      pairs with a credential name get the string value ``[never captured]`` (escaped quotes handled).
-      Non-string values (numbers, booleans, null, objects, arrays) of such keys are kept: a number is not
-      a bearer credential, and strings nested in an object are still scanned. ``name=value`` parameters
-      with a credential name inside text (URLs in JSON strings, ``\\u0026`` included) lose their value.
+    - text (JSON, *+json, text/*, XML, message/*, an absent content type) and every other type,
+      binary included: ``"name": value`` pairs with a credential name (compared as the key reads once
+      parsed: ``"pass\\u0077ord"`` is ``password``) lose their value: a string's content becomes
+      ``[never captured]`` (escaped quotes handled); a number, an array or an object, everything under
+      the key, becomes the string ``"[never captured]"``; only true, false and null stay. The same inside
+      a JSON string holding JSON (``\\"token\\": ...``). ``name=value`` parameters with a credential
+      name after ``?``, ``&``, ``&amp;``, ``\\u0026`` or at the start of the body (a form sent as
+      text/plain or octet-stream) lose their value (``[never%20captured]``).
     - multipart/*: parts whose ``name=`` is a credential name get their content replaced (plus the text
       rules inside every part).
-    - every body, binary included: credential value patterns (see ``contains_credential``).
+    - every body: credential value patterns (see ``contains_credential``).
     """
     r = StreamingRedactor(content_type)
     return r.feed(body) + r.close()
@@ -433,11 +584,12 @@ def redact_body(body: bytes, content_type: str | None) -> bytes:
 
 def contains_credential(data: bytes | str) -> bool:
     """True if a credential value pattern occurs: Bearer token, JWT, ya29., 1//0, AIza, GOCSPX-, Slack
-    xox?-/xoxe.xox?-/xoxd-/xapp-, GitHub gh?_/github_pat_, hooks.slack.com capability URL, PEM private key.
+    xox?-/xoxe.xox?-/xoxd-/xapp-, GitHub gh?_/github_pat_, webhook capability URLs (Slack, Discord, Teams,
+    Zapier, Telegram bot), PEM private key.
     """
     if isinstance(data, str):
         data = data.encode("utf-8", "surrogatepass")
-    return _search(_VALUE_RE, _TRIGGERS_BY_KIND[_BINARY], data, 0, len(data)) is not None
+    return _search(_VALUE_RE, _VALUE_TRIGGER_RE, data, 0, len(data)) is not None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -447,9 +599,11 @@ def contains_credential(data: bytes | str) -> bool:
 
 @functools.lru_cache(maxsize=4096)
 def _is_credential_header(name: str) -> bool:
-    """Fixed list plus the catch-all name pattern of connectors.md section 7 (cached: names hold no secrets)."""
+    """Fixed list plus the catch-all name pattern (docs/contract.md section 3; cached: names hold no secrets)."""
     lname = name.strip().lower()
-    return lname in _HEADER_NAMES or _HEADER_NAME_RE.search(lname) is not None
+    if lname in _HEADER_NAMES:
+        return True
+    return lname not in HARMLESS_HEADER_NAMES and _HEADER_NAME_RE.search(lname) is not None
 
 
 _H_PLAIN, _H_CREDENTIAL, _H_URL, _H_LINK = range(4)
@@ -467,8 +621,9 @@ def _header_kind(name: str) -> int:
 def redact_headers(headers: Iterable[tuple[str, str]]) -> list[list[str]]:
     """Return [[name, value], ...] in the same order with credential values replaced by REDACTED.
 
-    Credential headers (fixed list, name pattern, or a value holding a credential value pattern) get
-    REDACTED. Location, Content-Location, X-Goog-Upload-URL and Link URLs go through ``redact_url``, so a
+    Credential headers (fixed list, name pattern minus ``HARMLESS_HEADER_NAMES``, or a value holding a
+    credential value pattern) get REDACTED. Location, Content-Location, Referer, X-Goog-Upload-URL and
+    Link URLs go through ``redact_url``, so a
     capability URL (upload_id=, sig=, X-Amz-Signature=, hooks.slack.com/...) keeps its shape and loses
     its secret; a plain redirect stays byte for byte.
     """
@@ -495,6 +650,30 @@ def redact_headers(headers: Iterable[tuple[str, str]]) -> list[list[str]]:
 
 _AUTHORITY_RE = re.compile(r"(?P<pre>(?:[A-Za-z][A-Za-z0-9+.\-]*:)?//)(?P<auth>[^/?#]*)")
 
+# Webhook hosts whose URL path holds the secret: (host pattern, path prefix kept); the rest of the path
+# becomes [never%20captured]. Keep in step with the webhook value rules of the body scan.
+_WEBHOOK_PATHS: tuple[tuple[re.Pattern[str], re.Pattern[str]], ...] = tuple(
+    (re.compile(host), re.compile(path, re.IGNORECASE))
+    for host, path in (
+        (r"hooks\.slack\.com", r"/[^/]*/"),  # /services/T/B/SECRET, /actions/T/ID/SECRET (response_url)
+        (r"(?:ptb\.|canary\.)?discord(?:app)?\.com", r"/api/(?:v\d+/)?webhooks/"),  # /ID/TOKEN
+        (r"[a-z0-9-]+\.webhook\.office\.com", r"/webhookb2/"),  # Teams incoming webhooks
+        (r"outlook\.office(?:365)?\.com", r"/webhook/"),  # Teams / Office 365 connectors, legacy host
+        (r"hooks\.zapier\.com", r"/hooks/"),  # /hooks/catch/ACCOUNT/SECRET/
+        (r"api\.telegram\.org", r"/(?:file/)?bot"),  # /bot<token>/method
+    )
+)
+_WEBHOOK_MARK = re.compile(r"(?i)hooks\.slack|discord|webhook\.office|outlook\.office|hooks\.zapier|telegram\.org")
+
+
+def _webhook_prefix(host: str, path: str) -> str | None:
+    """The part of a webhook URL's path that stays, when the host is a known webhook host; else None."""
+    for host_re, path_re in _WEBHOOK_PATHS:
+        if host_re.fullmatch(host):
+            m = path_re.match(path)
+            return m.group() if m and len(path) > m.end() else None
+    return None
+
 
 def _has_credential_text(s: str) -> bool:
     """Value pattern check on a URL component as written and percent-decoded."""
@@ -520,7 +699,7 @@ def _plainly_clean(url: str) -> bool:
     """Fast path for the common URL: nothing encoded, no userinfo, no webhook host, no credential-named
     parameter, and no credential value pattern in any component redact_url would check (path segments,
     parameter values, a bare fragment), scanned in one pass. Then redact_url would change nothing."""
-    if "%" in url or "+" in url or "@" in url or "hooks.slack" in url.lower():
+    if "%" in url or "+" in url or "@" in url or _WEBHOOK_MARK.search(url):
         return False
     rest, _, fragment = url.partition("#")
     rest, _, query = rest.partition("?")
@@ -547,8 +726,11 @@ def redact_url(url: str) -> str:
       name, the value becomes ``[never%20captured]`` (REDACTED_URL: the literal text, only the space
       encoded); so does any parameter whose value holds a credential value pattern;
     - a path segment holding a credential value pattern becomes ``[never%20captured]``;
-    - hooks.slack.com URLs (webhooks, response_url) keep only the first path segment
-      (``/services/[never%20captured]``): the rest of the path is the secret.
+    - webhook URLs whose path is the secret keep only the path up to the webhook marker, the rest becomes
+      ``[never%20captured]``: Slack ``hooks.slack.com/services/...`` (and response_url), Discord
+      ``discord.com/api/webhooks/ID/TOKEN`` (and discordapp.com), Teams / Office 365
+      ``*.webhook.office.com/webhookb2/...`` and ``outlook.office.com/webhook/...``, Zapier
+      ``hooks.zapier.com/hooks/...``, Telegram ``api.telegram.org/bot<token>/...``.
     Pagination cursors (pageToken, nextPageToken, syncToken) are not credentials and stay.
     """
     if _plainly_clean(url):
@@ -563,11 +745,11 @@ def redact_url(url: str) -> str:
         host = _host_of(auth)
     else:
         pre, auth, path, host = "", "", rest, ""
-    segments = path.split("/")
-    if host == "hooks.slack.com" and len(segments) > 2 and any(segments[2:]):
-        path = "/".join(segments[:2]) + "/" + REDACTED_URL
+    keep = _webhook_prefix(host, path) if host else None
+    if keep is not None:
+        path = keep + REDACTED_URL
     else:
-        path = "/".join(REDACTED_URL if _has_credential_text(s) else s for s in segments)
+        path = "/".join(REDACTED_URL if _has_credential_text(s) else s for s in path.split("/"))
     if query:
         query = _redact_params(query)
     if fragment:
@@ -592,15 +774,16 @@ def _redact_text(s: str) -> str:
 def redact_json_value(value: object) -> object:
     """Copy of parsed JSON (e.g. MCP tool-call params) with credentials removed.
 
-    String values of credential keys (the body name list: token, access_token, client_secret, password,
-    authorization, ... in any of snake_case, camelCase, kebab-case) become REDACTED; every other string
-    (and every key) goes through the text rules of ``redact_body``. Non-string values of credential keys
-    are kept, as in ``redact_body``. Tuples come back as lists.
+    Whatever sits under a credential key (the body name list: token, access_token, client_secret,
+    password, authorization, ... in any of snake_case, camelCase, kebab-case) becomes REDACTED: a string,
+    a number, a list or an object alike; only true, false and null stay (they hold no secret). Every
+    other string (and every key) goes through the text rules of ``redact_body``, as in ``redact_body``.
+    Tuples come back as lists.
     """
     if isinstance(value, dict):
         out: dict[object, object] = {}
         for k, v in value.items():
-            if isinstance(k, str) and isinstance(v, str) and _BODY_NAME_RE.fullmatch(k):
+            if isinstance(k, str) and _BODY_NAME_RE.fullmatch(k) and v is not None and not isinstance(v, bool):
                 out[_redact_text(k)] = REDACTED
             else:
                 out[_redact_text(k) if isinstance(k, str) else k] = redact_json_value(v)
@@ -675,7 +858,7 @@ def header_value(headers: Iterable[tuple[str, str]] | Iterable[list[str]], name:
 
 
 def is_token_exchange(method: str, url: str, headers: Iterable[tuple[str, str]], body: bytes | None) -> bool:
-    """True for OAuth/credential endpoints whose calls leave no entry at all (connectors.md section 7).
+    """True for OAuth/credential endpoints whose calls leave no entry at all (docs/contract.md section 3).
 
     Matches the provider tables (Google, Slack, GitHub, Microsoft, cloud metadata services), the generic
     OAuth path regex, any path ending ``/token`` whose body holds ``grant_type``, and AWS STS. The path

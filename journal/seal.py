@@ -1,7 +1,7 @@
 """Sealing: a signed statement of a session's length and head, kept in `<vault>/seals/`.
 
 A hash chain cannot show that its last entries were cut off, or that a whole file was rewritten
-with every hash recomputed (SPEC.md, Verifying). A seal can, as long as the signing key is held by
+with every hash recomputed (docs/contract.md, Verifying). A seal can, as long as the signing key is held by
 someone who cannot write the journal: the seal names how many entries the session had and the
 hash of the last one, signed with Ed25519.
 
@@ -78,7 +78,11 @@ def generate_keypair(private_path: str | os.PathLike, public_path: str | os.Path
 
 def load_private_key(path: str | os.PathLike) -> Ed25519PrivateKey:
     try:
-        key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
+        data = Path(path).read_bytes()
+        if data.startswith(KEY_FORMAT.encode()):
+            raise SealError(f"{path} is a public seal key; sealing takes the private key (the .pem file "
+                            "`broker keygen` wrote beside it)")
+        key = serialization.load_pem_private_key(data, password=None)
     except (OSError, ValueError, TypeError) as exc:
         raise SealError(f"cannot read private seal key {path}: {exc}") from None
     if not isinstance(key, Ed25519PrivateKey):
@@ -88,7 +92,13 @@ def load_private_key(path: str | os.PathLike) -> Ed25519PrivateKey:
 
 def load_public_key(path: str | os.PathLike) -> Ed25519PublicKey:
     try:
-        fmt, kid, b64 = Path(path).read_text().split()
+        words = Path(path).read_text(errors="replace").split()
+        if "PRIVATE" in words and any(w.startswith("-----BEGIN") for w in words):
+            raise SealError(f"{path} is a private key; checking a seal takes the public key (the .pub file "
+                            "`broker keygen` wrote beside it); keep the private key away from the vault")
+        if len(words) != 3:
+            raise ValueError(f"not a seal public key: expected one line '{KEY_FORMAT} <key id> <base64 key>'")
+        fmt, kid, b64 = words
         if fmt != KEY_FORMAT:
             raise ValueError(f"format {fmt!r}, expected {KEY_FORMAT!r}")
         public = Ed25519PublicKey.from_public_bytes(base64.b64decode(b64, validate=True))

@@ -1,4 +1,4 @@
-"""The vault layout of SPEC.md and the session id -> file name rule.
+"""The vault layout of docs/contract.md and the session id -> file name rule.
 
 Session ids come from outside (proxy user names, headers, agents) and are untrusted. The rule,
 fixed and reversible:

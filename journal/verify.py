@@ -10,15 +10,18 @@ Checks per line, in order (the first failure decides the kind):
 4. `edited`: `hash` does not match the entry's content.
 5. chain: `seq` must be the line's position and `prev` the previous entry's hash, else
    `removed` (a gap: the expected seq is nowhere later in the file), `reordered` (a genuine
-   entry out of place; the expected one comes later) or `inserted` (a duplicate or an entry that
-   does not belong to the chain).
+   entry out of place; the expected one comes later), `inserted` (a duplicate or an entry that
+   does not belong to the chain) or `edited` (an entry changed and its hash recomputed: its own
+   line holds, the next line's `prev` no longer names it, so the break is reported at the changed
+   entry, not at the next one). The reported seq is a trust boundary: when the file cannot tell
+   which of two entries was changed, the earlier one is named.
 6. `blob_missing` / `blob_corrupt`: a blob the entry references is absent or its bytes do not hash
    to its name.
 7. `seal_mismatch` (when a seal key is given, see seal.py): the seal's signature does not verify,
    the file holds fewer entries than were sealed (cut off), or the sealed seq has another hash
    (rewritten).
 
-What a hash chain alone cannot see (SPEC.md): a file cut at a line boundary, or a whole file
+What a hash chain alone cannot see (docs/contract.md): a file cut at a line boundary, or a whole file
 rewritten with every hash recomputed. A seal checked with a key held elsewhere catches both, for
 the entries it covers.
 """
@@ -69,10 +72,11 @@ class SessionReport:
 
 
 class _Break(Exception):
-    def __init__(self, kind: str, detail: str) -> None:
+    def __init__(self, kind: str, detail: str, seq: int | None = None) -> None:
         super().__init__(detail)
         self.kind = kind
         self.detail = detail
+        self.seq = seq  # the seq the break is reported at, when it is not the line being read
 
 
 def verify_session(
@@ -89,6 +93,7 @@ def verify_session(
     blob_ok: dict[str, str | None] = {}
     expected_prev = GENESIS
     tool_lists = ToolListWatch()
+    before: dict | None = None  # the entry of the line before, for the chain-break classification
     lines = iter_lines(path)
     for line in lines:
         k = line.index + 1
@@ -98,18 +103,19 @@ def verify_session(
         try:
             entry = _check_line(line, session)
             if entry["seq"] != k or entry["prev"] != expected_prev:
-                kind, detail = _classify_chain_break(entry, k, expected_prev, lines)
-                raise _Break(kind, detail)
+                raise _classify_chain_break(entry, k, before, lines)
             if check_blobs and _REF_MARK in line.data:
                 _check_blobs(entry, blobs, blob_ok)
         except _Break as brk:
             report.intact = False
-            report.broken_at_seq = k
+            report.broken_at_seq = brk.seq or k
+            report.entries = report.broken_at_seq - 1
             report.kind = brk.kind
             report.detail = f"line {k}: {brk.detail}"
             break
         report.entries = k
         expected_prev = entry["hash"]
+        before = entry
         if seal is not None and k == seal.entries:
             sealed_hash = entry["hash"]
         if report.first_ts is None:
@@ -183,25 +189,59 @@ def _check_line(line: Line, session: str) -> dict:
     return entry
 
 
-def _classify_chain_break(entry: dict, k: int, expected_prev: str, rest: Iterator[Line]) -> tuple[str, str]:
-    seq = entry["seq"]
-    if seq < k:
-        return "inserted", f"found seq {seq} where seq {k} belongs (a duplicate or an inserted entry)"
+def _classify_chain_break(entry: dict, k: int, before: dict | None, rest: Iterator[Line]) -> _Break:
+    """Name the kind and the first seq of a chain break found at line k (`before`: the entry of line k-1).
+
+    The reported seq is the trust boundary: every entry before it is genuine, so when an earlier entry
+    may be the changed one (an entry edited and its hash recomputed leaves its own line consistent and
+    breaks only the next line's `prev`), the break is reported there. The lines after k tell the cases
+    apart: a genuine continuation names its predecessor's hash in `prev`.
+    """
+    seq, prev = entry["seq"], entry["prev"]
+    expected_prev = before["hash"] if before is not None else GENESIS
+    later = _later_links(rest)
+    after = later[0] if later else None  # (seq, prev, hash) of line k+1
     if seq == k:
-        return "inserted", f"seq {k} does not follow seq {k - 1} (its prev points elsewhere)"
-    later: dict[int, tuple[str, str]] = {}  # seq -> (prev, hash) of later lines that parse
+        if after is not None and after[0] == k and after[1] == expected_prev:
+            return _Break("inserted", f"found an entry claiming seq {k} before the genuine seq {k}")
+        if before is not None and (after is None or after[1] == entry["hash"]):
+            tail = "" if after is not None else f" (or seq {k}, the last line, does not belong to the chain)"
+            return _Break(
+                "edited", f"seq {k}'s prev no longer names seq {k - 1}: seq {k - 1} was changed and its hash "
+                f"recomputed{tail}", k - 1,
+            )
+        what = f"name seq {k - 1}" if before is not None else "hold 64 zeros"
+        return _Break("edited", f"seq {k}'s prev does not {what}: seq {k} was changed and its hash recomputed")
+    if seq < k:
+        if before is not None and seq == k - 1 and prev == before["prev"] and entry["hash"] != before["hash"]:
+            if after is not None and after[0] == k and after[1] == entry["hash"]:
+                detail = f"two entries claim seq {k - 1}; the first does not belong to the chain"
+                return _Break("inserted", detail, k - 1)
+            if after is None or after[1] != before["hash"]:
+                return _Break("inserted", f"two entries claim seq {k - 1}; either may be the inserted one", k - 1)
+        return _Break("inserted", f"found seq {seq} where seq {k} belongs (a duplicate or an inserted entry)")
+    by_seq = {s: (p, h) for s, p, h in later}
+    if k in by_seq and by_seq[k][0] == expected_prev:
+        genuine = by_seq.get(seq - 1, (None, None))[1] == prev
+        if genuine:
+            return _Break("reordered", f"found seq {seq} where seq {k} belongs; seq {k} comes later")
+        return _Break("inserted", f"found an entry claiming seq {seq} before seq {k}; it does not belong to the chain")
+    if prev == expected_prev:
+        return _Break("edited", f"found seq {seq} where seq {k} belongs, right after seq {k - 1}: its seq was changed")
+    n = seq - k
+    return _Break("removed", f"found seq {seq} where seq {k} belongs: {n} entr{'y' if n == 1 else 'ies'} missing")
+
+
+def _later_links(rest: Iterator[Line]) -> list[tuple[int, str, str]]:
+    """(seq, prev, hash) of the lines after the break that parse, in file order."""
+    out = []
     for line in rest:
         try:
             e = orjson.loads(line.data)
-            later[e["seq"]] = (e["prev"], e["hash"])
+            out.append((e["seq"], e["prev"], e["hash"]))
         except (orjson.JSONDecodeError, KeyError, TypeError):
             continue
-    if k in later and later[k][0] == expected_prev:
-        genuine = later.get(seq - 1, (None, None))[1] == entry["prev"]
-        if genuine:
-            return "reordered", f"found seq {seq} where seq {k} belongs; seq {k} comes later"
-        return "inserted", f"found an entry claiming seq {seq} before seq {k}; it does not belong to the chain"
-    return "removed", f"found seq {seq} where seq {k} belongs: {seq - k} entr{'y' if seq - k == 1 else 'ies'} missing"
+    return out
 
 
 def _check_blobs(entry: dict, blobs: BlobStore, cache: dict[str, str | None]) -> None:

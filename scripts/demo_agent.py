@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -64,8 +65,16 @@ def main() -> int:
     ap.add_argument("--stream", action="store_true", help="ask the model for streamed (SSE) responses")
     ap.add_argument("--made-up", action="store_true", help="the agent invents the Slack result (--prompts only)")
     args = ap.parse_args()
+    # The work folder holds the broker's CA, private key included: it goes whatever happens.
     work = Path(tempfile.mkdtemp(prefix="broker-demo-"))
-    vault = Path(args.vault).absolute() if args.vault else work / "vault"
+    try:
+        return _demo(work, Path(args.vault).absolute() if args.vault else work / "vault", keep=bool(args.vault),
+                     args=args)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _demo(work: Path, vault: Path, keep: bool, args: argparse.Namespace) -> int:
     extra = ["--prompts", args.prompts] if args.prompts else []
     with Upstream() as upstream, BrokerProcess(work, upstream, *extra, vault=vault) as broker:
         print(f"fake upstreams on 127.0.0.1:{upstream.port}; broker on 127.0.0.1:{broker.port}; vault {vault}")
@@ -77,6 +86,8 @@ def main() -> int:
         print(env_out, end="")
         env = dict(os.environ)
         for line in env_out.splitlines():
+            if not line.startswith("export "):
+                continue
             name, _, value = line.removeprefix("export ").partition("=")
             env[name] = value.strip("'")
         if args.prompts:
@@ -92,6 +103,8 @@ def main() -> int:
     if args.prompts:
         code = subprocess.run([str(BIN / "broker"), "trajectory", "demo", "--vault", str(vault), "--strict"]).returncode
         print(f"broker trajectory --strict exited {code}")
+    if not keep:
+        print("(the temporary vault and CA are removed now; pass --vault DIR to keep the vault)")
     return 0
 
 

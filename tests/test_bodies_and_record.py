@@ -1,4 +1,4 @@
-"""Bodies as SPEC.md says (JSON, text, binary, encodings, spilling) and the Recorder API."""
+"""Bodies as docs/contract.md says (JSON, text, binary, encodings, spilling) and the Recorder API."""
 
 from __future__ import annotations
 

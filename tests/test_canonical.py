@@ -1,4 +1,4 @@
-"""The proof behind journal/canonical.py (SPEC.md "Canonical form and hash").
+"""The proof behind journal/canonical.py (docs/contract.md "Canonical form and hash").
 
 - every vector of tests/vectors/canonical.json (generated from the `rfc8785` oracle);
 - values with no canonical form raise CanonicalError;

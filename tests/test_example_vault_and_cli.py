@@ -13,10 +13,14 @@ import pytest
 from journal.reader import iter_entries
 from journal.vault import Vault
 from journal.verify import verify_session
+from tests.example_vault import ROOT, SESSION, copy_example
 
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLE = ROOT / "vault"
-SESSION = "session-2026-09-22"
+SOURCE = ROOT / "vault"  # also where ./scripts/run-broker records by default: a user's calls land here
+
+
+@pytest.fixture(scope="module")
+def EXAMPLE(tmp_path_factory) -> Path:  # noqa: N802 - reads as the constant it replaces
+    return copy_example(tmp_path_factory.mktemp("example") / "vault")
 
 
 def broker(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -25,7 +29,7 @@ def broker(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     )
 
 
-def test_example_vault_is_intact_and_believable():
+def test_example_vault_is_intact_and_believable(EXAMPLE):  # noqa: N803
     vault = Vault.open_existing(EXAMPLE)
     r = verify_session(vault, SESSION)
     assert r.intact and r.entries == 17, r
@@ -57,7 +61,7 @@ def test_example_vault_is_intact_and_believable():
     assert patch["request"]["body"]["attendees"] != patch["response"]["body"]["attendees"]
 
 
-def test_example_vault_generator_is_deterministic(tmp_path):
+def test_example_vault_generator_is_deterministic(tmp_path, EXAMPLE):  # noqa: N803
     subprocess.run([sys.executable, str(ROOT / "scripts" / "make_example_vault.py"), "--vault", str(tmp_path)],
                    check=True, capture_output=True, timeout=120)
     assert (tmp_path / "journal" / f"{SESSION}.jsonl").read_bytes() == (
@@ -65,7 +69,7 @@ def test_example_vault_generator_is_deterministic(tmp_path):
     ).read_bytes()
 
 
-def test_verify_cli_exit_codes_and_json(tmp_path):
+def test_verify_cli_exit_codes_and_json(tmp_path, EXAMPLE):  # noqa: N803
     shutil.copytree(EXAMPLE, tmp_path / "v")
     ok = broker("verify", "--vault", str(tmp_path / "v"), "--json")
     assert ok.returncode == 0, ok.stderr
@@ -87,20 +91,20 @@ def test_verify_cli_exit_codes_and_json(tmp_path):
     "args,needle",
     [
         (["verify", "--vault", "/nonexistent/vault"], "no vault"),
-        (["verify", "--vault", str(EXAMPLE), "ghost-session"], "no session"),
-        (["show", "--vault", str(EXAMPLE), "../../etc/passwd"], "no session"),
-        (["show", "--vault", str(EXAMPLE), "bad\x01id"], "control characters"),
-        (["show", "--vault", str(EXAMPLE), SESSION, "--seq", "99"], "no entry with seq 99"),
+        (["verify", "--vault", "EXAMPLE", "ghost-session"], "no session"),
+        (["show", "--vault", "EXAMPLE", "../../etc/passwd"], "no session"),
+        (["show", "--vault", "EXAMPLE", "bad\x01id"], "control characters"),
+        (["show", "--vault", "EXAMPLE", SESSION, "--seq", "99"], "no entry with seq 99"),
     ],
 )
-def test_user_errors_are_one_line_and_exit_2(args, needle):
-    r = broker(*args)
+def test_user_errors_are_one_line_and_exit_2(args, needle, EXAMPLE):  # noqa: N803
+    r = broker(*[str(EXAMPLE) if a == "EXAMPLE" else a for a in args])
     assert r.returncode == 2
     assert needle in r.stderr
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
-def test_vault_from_environment_variable(tmp_path):
+def test_vault_from_environment_variable(tmp_path, EXAMPLE):  # noqa: N803
     import os
 
     env = dict(os.environ, BROKER_VAULT=str(EXAMPLE))
@@ -111,7 +115,7 @@ def test_vault_from_environment_variable(tmp_path):
     assert row["connectors"] == ["calendar", "drive", "gmail", "slack"] and row["writes"] >= 6
 
 
-def test_show_timeline_and_json():
+def test_show_timeline_and_json(EXAMPLE):  # noqa: N803
     r = broker("show", "--vault", str(EXAMPLE), SESSION)
     assert r.returncode == 0
     rows = r.stdout.splitlines()
@@ -157,3 +161,24 @@ def test_progress_bar_on_a_terminal_only(tmp_path):
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert b"verifying" in out and b"s1: intact (4500 entries)" in out
+
+
+def test_tests_read_only_the_example_session_whatever_a_user_recorded(tmp_path):
+    """./scripts/run-broker records into ./vault: a user's session (sorting first, with its own blob)
+    must change nothing the tests above read."""
+    user_vault = tmp_path / "user-vault"
+    shutil.copytree(SOURCE, user_vault)
+    from journal.record import Recorder
+
+    rec = Recorder(user_vault)
+    rec.report_call(
+        session="a-first-user-session", agent="me", principal="me@example.com", method="GET",
+        url="https://gmail.googleapis.com/gmail/v1/users/me/labels", status=200,
+        response_headers=[("Content-Type", "application/octet-stream")], response_body=b"\xff" * (2 << 20),
+    )
+    rec.close()
+    copy = copy_example(tmp_path / "copy", source=user_vault)
+    assert sorted(p.name for p in (copy / "journal").iterdir()) == [f"{SESSION}.jsonl"]
+    assert len([p for p in (copy / "blobs").rglob("*") if p.is_file()]) == 1
+    r = broker("sessions", "--json", "--vault", str(copy))
+    assert [orjson.loads(line)["session"] for line in r.stdout.splitlines()] == [SESSION]

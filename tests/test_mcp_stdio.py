@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -510,6 +511,20 @@ def test_server_that_cannot_start(tmp_path: Path) -> None:
         text=True, timeout=WAIT, input="",
     )
     assert r.returncode == 2 and "cannot start the MCP server" in r.stderr
+
+
+def test_server_not_on_a_minimal_path_says_to_give_its_absolute_path(tmp_path: Path) -> None:
+    """A desktop app starts the shim with a minimal PATH: the one line names the command and the fix."""
+    env = {**os.environ, "PATH": "/usr/bin:/bin"}
+    r = subprocess.run(
+        [*shim_argv(tmp_path / "v"), "--", "mcp-server-nowhere-to-be-found", "--local-timezone", "UTC"],
+        cwd=REPO, capture_output=True, text=True, timeout=WAIT, input="", env=env,
+    )
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr
+    assert "'mcp-server-nowhere-to-be-found'" in lines[0] and "/usr/bin:/bin" in lines[0]
+    assert "absolute path" in lines[0]
 
 
 def test_child_stderr_goes_to_shim_stderr_and_url_has_no_secret(tmp_path: Path) -> None:

@@ -6,10 +6,12 @@ Every credential below is synthetic: the right shape (prefix, alphabet, length),
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 import random
 import re
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -89,9 +91,15 @@ PEM_KEY = (
     + "==\n-----END PRIVATE KEY-----\n"
 )
 
+DISCORD_WEBHOOK = "https://discord.com/api/webhooks/1234567890123456789/" + _fake(B64URL, 68, 90)
+TEAMS_WEBHOOK = (
+    "https://contoso.webhook.office.com/webhookb2/1f0e2d3c-4b5a-6978-8796-a5b4c3d2e1f0@9a8b7c6d-5e4f-3a2b-1c0d"
+    "-e9f8a7b6c5d4/IncomingWebhook/" + _fake("0123456789abcdef", 32, 91) + "/0a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d"
+)
+
 TOKENS = [
     GOOGLE_ACCESS, GOOGLE_SA_ACCESS, GOOGLE_REFRESH, GOOGLE_API_KEY, GOOGLE_CLIENT_SECRET,
-    SLACK_BOT, SLACK_USER, SLACK_ROTATING, SLACK_REFRESH, SLACK_APP, SLACK_WEBHOOK,
+    SLACK_BOT, SLACK_USER, SLACK_ROTATING, SLACK_REFRESH, SLACK_APP, SLACK_WEBHOOK, DISCORD_WEBHOOK, TEAMS_WEBHOOK,
     GITHUB_CLASSIC, GITHUB_INSTALLATION, GITHUB_OAUTH, GITHUB_FINE, MS_JWT, JWT_HS256,
     "Bearer " + MS_JWT, "bearer " + _fake(ALNUM, 40, 22),
 ]  # fmt: skip
@@ -564,7 +572,9 @@ BODY_CASES = [
     # --- JSON details: escaped quotes, non-string values, camelCase, whitespace, JSON inside a JSON string
     ("application/json", '{"password": "a\\"b\\\\\\"c", "next": 1}',
      f'{{"password": "{REDACTED}", "next": 1}}'),
-    ("application/json", '{"token": 12345, "password": null, "secret": true, "api_key": {"v": "x"}}', None),
+    # everything under a credential key goes, whatever the value; true, false and null stay
+    ("application/json", '{"token": 12345, "password": null, "secret": true, "api_key": {"v": "x"}}',
+     f'{{"token": "{REDACTED}", "password": null, "secret": true, "api_key": "{REDACTED}"}}'),
     ("application/json", '{\n  "clientSecret" :\n    "abc",\n  "refreshToken":"def", "ACCESS-TOKEN": ""\n}',
      f'{{\n  "clientSecret" :\n    "{REDACTED}",\n  "refreshToken":"{REDACTED}",'
      f' "ACCESS-TOKEN": "{REDACTED}"\n}}'),
@@ -575,7 +585,8 @@ BODY_CASES = [
      f' "text": "{{\\"access_token\\": \\"{REDACTED}\\", \\"expires_in\\": 3599}}"}}]}}}}'),
     # --- any content type, binary included: value patterns only, byte-level
     ("image/png", PNG[:100] + GITHUB_CLASSIC.encode() + PNG[100:], PNG[:100] + REDACTED.encode() + PNG[100:]),
-    ("application/octet-stream", b'\x00\x01"token": "abc"\xff', None),  # no key rule for binary
+    # a binary type gets the key and form rules too (octet-stream is often JSON or form text)
+    ("application/octet-stream", b'\x00\x01"token": "abc"\xff', b'\x00\x01"token": "[never captured]"\xff'),
     (None, f'{{"access_token": "{GOOGLE_ACCESS}"}}', f'{{"access_token": "{REDACTED}"}}'),
     ("text/plain", "", None),
 ]  # fmt: skip
@@ -644,7 +655,7 @@ def test_redact_json_value() -> None:
             "body": f"Hi! my slack token is {REDACTED} and the page is https://x.example/?token={RU}",
             "pageToken": "09876",
             "nested": [{"password": REDACTED}, ["tuple", REDACTED], 3, None, True],
-            "token": 42,
+            "token": REDACTED,  # whatever sits under a credential key goes
         },
     }
     assert json.loads(json.dumps(params)) == original  # input not modified
@@ -861,6 +872,11 @@ FRAGMENTS = [t.encode() for t in TOKENS] + [
     b"eyJhbGciOiJIUzI1NiJ9", b"eyJzdWIiOiIxIn0", b"ya29.", b"1//0", b"1%2F%2F0", b"AIza", b"xoxb-", b"xoxe.",
     b"ghp_",
     b"github_pat_", b"GOCSPX-", b"xapp-1-", b"hooks.slack.com/services/", b"hooks.slack.com\\/services\\/",
+    # JSON values under credential keys, escaped keys, JSON inside JSON, form at the start, webhooks
+    b'"client_secret": [', b'"token": {', b'"password": -12', b'"pass\\u0077ord": "', b'"\\u0074oken": [',
+    b'\\"secret\\": [', b'\\"pass\\\\u0077ord\\": \\"', b"[", b"]", b"{", b"}", b"123", b"\\u0077",
+    b"password=", b"discord.com/api/webhooks/", b"1234567890123456789/", b"webhook.office.com/webhookb2/",
+    b"outlook.office.com/webhook/", b"hooks.zapier.com/hooks/",
     b"A" * 40, b"0123456789" * 3, b"x" * 7,
 ]  # fmt: skip
 
@@ -1021,3 +1037,264 @@ def test_replacement_forms_are_fixed() -> None:
     assert REDACTED == "[never captured]"
     assert REDACTED_URL == "[never%20captured]"
     assert redact.REDACTED_URL.replace("%20", " ") == REDACTED
+
+
+# ---------------------------------------------------------------------------------------------
+# Edges: header names by pattern, escaped JSON keys, any value under a credential key, form text
+# under any content type, webhook URLs, URL-valued headers
+# ---------------------------------------------------------------------------------------------
+
+PATTERN_CREDENTIAL_HEADERS = [
+    "X-Access-Key", "X-Private-Key", "X-Client-Key", "X-Amz-Server-Side-Encryption-Customer-Key",
+    "X-Webhook-Secret", "X-Upload-Token", "X-Request-Signature", "X-Admin-Password", "X-Service-Credentials",
+    "X-Sig", "X-Db-Pwd", "X-Key-Passphrase", "X-Bearer", "X-JWT-Assertion", "X-Private", "Apikey", "Key",
+    "x_access_key", "X-Shopify-Hmac-Sha256",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", PATTERN_CREDENTIAL_HEADERS)
+def test_credential_header_names_by_pattern(name: str) -> None:
+    assert redact_headers([(name, "AKIAIOSFODNN7EXAMPLE-plain-looking")]) == [[name, REDACTED]]
+
+
+# Real headers the connectors and their client libraries send or receive, which must stay readable.
+HARMLESS_HEADERS = [
+    ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="),
+    ("Sec-WebSocket-Accept", "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="),
+    ("Idempotency-Key", "8e03978e-40d5-43e8-bc93-6894a57f9324"),
+    ("X-Idempotency-Key", "req-2026-12-01-0001"),
+    ("Cache-Key", "v1:/gmail/v1/users/me/labels"),
+    ("Public-Key-Pins", 'pin-sha256="d6qzRu9zOECb90Uez27xWltNsj0e1Md7GkYYkVoZWmM="; max-age=5184000'),
+    ("Access-Control-Allow-Credentials", "true"),
+    ("Access-Control-Allow-Private-Network", "true"),
+    ("Keep-Alive", "timeout=5, max=1000"),
+    ("X-Goog-Upload-Command", "upload, finalize"),
+    ("X-Goog-Upload-Offset", "0"),
+    ("X-Goog-Upload-Header-Content-Length", "2000000"),
+    ("X-Goog-Upload-Header-Content-Type", "image/png"),
+    ("X-Goog-Upload-Chunk-Granularity", "262144"),
+    ("X-Goog-Upload-Size-Received", "524288"),
+    ("X-Goog-Api-Client", "gl-python/3.12.1 grpc/1.62.0 gax/2.17.1 gdcl/2.202.0"),
+    ("X-Goog-User-Project", "my-project"),
+    ("X-Accepted-GitHub-Permissions", "issues=write"),
+    ("X-GitHub-Media-Type", "github.v3; format=json"),
+    ("X-Slack-Unique-Id", "ZxYwVuTsRqPoNmLk"),
+    ("x-ms-ags-diagnostic", '{"ServerInfo":{"DataCenter":"West Europe"}}'),
+    ("Referer", "https://mail.google.com/mail/u/0/"),
+    ("Content-Location", "https://graph.microsoft.com/v1.0/me/messages/AAMkAGI2"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "value"), HARMLESS_HEADERS, ids=[h[0] for h in HARMLESS_HEADERS])
+def test_harmless_headers_stay(name: str, value: str) -> None:
+    assert redact_headers([(name, value)]) == [[name, value]]
+
+
+def test_every_documented_harmless_name_is_one_the_pattern_would_catch() -> None:
+    """The list exists only to undo the pattern: an entry the pattern does not catch is noise."""
+    for name in redact.HARMLESS_HEADER_NAMES:
+        assert redact._HEADER_NAME_RE.search(name), name
+    # and a harmless name still loses a credential value
+    assert redact_headers([("Idempotency-Key", GITHUB_CLASSIC)]) == [["Idempotency-Key", REDACTED]]
+
+
+URL_HEADER_CASES = [
+    ("Referer", f"https://app.example.com/callback?state=s&code=4/0AX4Xf{'q' * 30}",
+     f"https://app.example.com/callback?state=s&code={RU}"),
+    ("Referer", f"https://x.example/page?access_token={GOOGLE_ACCESS}#top",
+     f"https://x.example/page?access_token={RU}#top"),
+    ("Content-Location", "https://api.example.com/v1/files/7?sig=abcdef0123&sv=1",
+     f"https://api.example.com/v1/files/7?sig={RU}&sv=1"),
+    ("Location", DISCORD_WEBHOOK, f"https://discord.com/api/webhooks/{RU}"),
+    ("Location", "https://user:hunter2@example.com/a", "https://example.com/a"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "value", "expected"), URL_HEADER_CASES, ids=_ids(URL_HEADER_CASES))
+def test_url_valued_headers_go_through_redact_url(name: str, value: str, expected: str) -> None:
+    assert redact_headers([(name, value)]) == [[name, expected]]
+
+
+WEBHOOK_URLS = [
+    (SLACK_WEBHOOK, f"https://hooks.slack.com/services/{RU}"),
+    (DISCORD_WEBHOOK, f"https://discord.com/api/webhooks/{RU}"),
+    ("https://discordapp.com/api/webhooks/98765432109876543/" + _fake(B64URL, 68, 92),
+     f"https://discordapp.com/api/webhooks/{RU}"),
+    ("https://ptb.discord.com/api/v10/webhooks/123456789012345678/" + _fake(B64URL, 68, 93) + "/slack?wait=true",
+     f"https://ptb.discord.com/api/v10/webhooks/{RU}?wait=true"),
+    (TEAMS_WEBHOOK, f"https://contoso.webhook.office.com/webhookb2/{RU}"),
+    ("https://outlook.office.com/webhook/1f0e2d3c@9a8b/IncomingWebhook/abc/def",
+     f"https://outlook.office.com/webhook/{RU}"),
+    ("https://outlook.office365.com/webhook/1f0e2d3c@9a8b/IncomingWebhook/abc/def",
+     f"https://outlook.office365.com/webhook/{RU}"),
+    ("https://hooks.zapier.com/hooks/catch/123456/abcdef/", f"https://hooks.zapier.com/hooks/{RU}"),
+    ("https://api.telegram.org/bot123456789:AAEhBP0av28Rq3yQ5xQ8ZfLd1yN5wA3xZtc/sendMessage",
+     f"https://api.telegram.org/bot{RU}"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("url", "expected"), WEBHOOK_URLS, ids=_ids(WEBHOOK_URLS))
+def test_webhook_url_paths_are_redacted(url: str, expected: str) -> None:
+    assert redact_url(url) == expected
+    assert redact_url(expected) == expected
+
+
+@pytest.mark.parametrize("url", [
+    "https://discord.com/channels/123/456", "https://discord.com/api/v10/users/@me",
+    "https://contoso.webhook.office.com/", "https://outlook.office.com/mail/inbox",
+    "https://hooks.slack.com/services", "https://api.telegram.org/", "https://zapier.com/apps",
+])  # fmt: skip
+def test_webhook_hosts_without_a_secret_path_stay(url: str) -> None:
+    assert redact_url(url) == url
+
+
+@pytest.mark.parametrize("content_type", [None, "application/json", "text/plain", "application/octet-stream"])
+@pytest.mark.parametrize("escaped", [False, True])
+@pytest.mark.parametrize(("url", "expected"), WEBHOOK_URLS[:7], ids=_ids(WEBHOOK_URLS[:7]))
+def test_webhook_urls_in_bodies(url: str, expected: str, content_type: str | None, escaped: bool) -> None:
+    text = f'{{"text": "post to {url} now"}}'
+    want = f'{{"text": "post to {expected.replace(RU, REDACTED)} now"}}'
+    if escaped:
+        text, want = text.replace("/", "\\/"), want.replace("/", "\\/")
+    got = redact_body(text.encode(), content_type).decode()
+    assert got == want
+
+
+JSON_KEY_CASES = [
+    # escapes in keys: compared as the key reads once parsed
+    ('{"pass\\u0077ord": "hunter2", "a": 1}', f'{{"pass\\u0077ord": "{REDACTED}", "a": 1}}'),
+    ('{"\\u0074oken": "abc"}', f'{{"\\u0074oken": "{REDACTED}"}}'),
+    ('{"CLIENT\\u005FSECRET": "abc"}', f'{{"CLIENT\\u005FSECRET": "{REDACTED}"}}'),
+    ('{"\\u0061\\u0063\\u0063\\u0065\\u0073\\u0073_token": "abc"}',
+     f'{{"\\u0061\\u0063\\u0063\\u0065\\u0073\\u0073_token": "{REDACTED}"}}'),
+    ('{"pass\\u0077ort": "x", "caf\\u00e9": "y", "id\\u0026": "z"}', None),  # not credential names
+    # everything under a credential key, whatever the value
+    ('{"client_secret": ["abc", "def"]}', f'{{"client_secret": "{REDACTED}"}}'),
+    ('{"client_secret": [{"a": "]}\\"["}, [1, [2]]], "n": 2}', f'{{"client_secret": "{REDACTED}", "n": 2}}'),
+    ('{"credentials": {"x": 1}, "token": {"value": "s", "nested": {"deep": ["t"]}}}',
+     f'{{"credentials": {{"x": 1}}, "token": "{REDACTED}"}}'),
+    ('{"password": 123456, "pin": 1, "secret": -1.5e3}',
+     f'{{"password": "{REDACTED}", "pin": 1, "secret": "{REDACTED}"}}'),
+    ('{"password": null, "token": true, "secret": false}', None),
+    ('{"pass\\u0077ord": [1, 2]}', f'{{"pass\\u0077ord": "{REDACTED}"}}'),
+    # JSON inside a JSON string
+    ('{"text": "{\\"client_secret\\": [\\"a\\", \\"b\\\\\\"]\\"], \\"x\\": 1}"}',
+     f'{{"text": "{{\\"client_secret\\": \\"{REDACTED}\\", \\"x\\": 1}}"}}'),
+    ('{"text": "{\\"pass\\\\u0077ord\\": \\"abc\\"}"}', f'{{"text": "{{\\"pass\\\\u0077ord\\": \\"{REDACTED}\\"}}"}}'),
+    ('{"text": "{\\"token\\": 42}"}', f'{{"text": "{{\\"token\\": \\"{REDACTED}\\"}}"}}'),
+    # an inner string ending in an escaped backslash; an inner string cut off by the outer string's end
+    ('{"text": "{\\"secret\\": [\\"a\\\\\\\\\\", \\"b\\"]}", "n": 1}',
+     f'{{"text": "{{\\"secret\\": \\"{REDACTED}\\"}}", "n": 1}}'),
+    ('{"text": "{\\"secret\\": [\\"a\\\\", "keep": "me"}',
+     f'{{"text": "{{\\"secret\\": \\"{REDACTED}\\"", "keep": "me"}}'),
+    # an array that never closes inside its string stops at the string's end
+    ('{"text": "\\"token\\": [1, 2", "keep": "me"}', f'{{"text": "\\"token\\": \\"{REDACTED}\\"", "keep": "me"}}'),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "text/plain", None, "application/octet-stream"])
+@pytest.mark.parametrize(("body", "expected"), JSON_KEY_CASES, ids=_ids(JSON_KEY_CASES))
+def test_json_credential_keys(body: str, expected: str | None, content_type: str | None) -> None:
+    want = (body if expected is None else expected).encode()
+    got = redact_body(body.encode(), content_type)
+    assert got == want
+    json.loads(got)
+    assert redact_body(got, content_type) == got
+    for cut in range(1, len(body), 3):
+        assert _stream(body.encode(), content_type, [cut]) == got
+
+
+@pytest.mark.parametrize("content_type", [None, "text/plain", "application/octet-stream", "application/json",
+                                          "image/png", "application/x-www-form-urlencoded"])
+def test_form_credentials_whatever_the_content_type(content_type: str | None) -> None:
+    assert redact_body(b"password=hunter2&user=bob", content_type) == f"password={RU}&user=bob".encode()
+    assert redact_body(b"user=bob&client_secret=s3&x=1", content_type) == f"user=bob&client_secret={RU}&x=1".encode()
+    assert redact_body(b"nothing=here&x=1", content_type) == b"nothing=here&x=1"
+
+
+def test_redact_json_value_redacts_whatever_is_under_a_credential_key() -> None:
+    got = redact_json_value({"client_secret": ["a"], "token": {"v": "x"}, "password": 7, "secret": None,
+                             "api_key": True, "keep": [1, {"n": "x"}]})  # fmt: skip
+    assert got == {"client_secret": REDACTED, "token": REDACTED, "password": REDACTED, "secret": None,
+                   "api_key": True, "keep": [1, {"n": "x"}]}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["list", "object"])
+def test_memory_stays_bounded_under_a_credential_key(kind: str) -> None:
+    head, filler, end = (b'{"token": [', b'"abc", ' * 9000, b'"z"], "x": 1}') if kind == "list" else (
+        b'{"token": {', b'"k": "v\\"}", ' * 6000, b'"z": 1}, "x": 1}')
+    r = StreamingRedactor("application/json")
+    out = [r.feed(head)]
+    for _ in range(48):
+        out.append(r.feed(filler))
+        assert len(r._buf) <= 4096 + 64
+    out.append(r.feed(end))
+    out.append(r.close())
+    assert b"".join(out) == f'{{"token": "{REDACTED}", "x": 1}}'.encode()
+
+
+# -- Credential files and token-looking responses are recorded now: every body path redacts them ------
+
+SERVICE_ACCOUNT_KEY = {
+    "type": "service_account", "project_id": "demo-project", "private_key_id": "0123456789abcdef0123",
+    "private_key": PEM_KEY, "client_email": "sa@demo-project.iam.gserviceaccount.com", "client_id": "1234567890",
+    "token_uri": "https://oauth2.googleapis.com/token",
+}  # fmt: skip
+AUTHORIZED_USER = {  # google-auth's token.json
+    "token": GOOGLE_ACCESS, "refresh_token": GOOGLE_REFRESH, "token_uri": "https://oauth2.googleapis.com/token",
+    "client_id": "123.apps.googleusercontent.com", "client_secret": "plain-looking-secret",
+    "scopes": ["https://www.googleapis.com/auth/gmail.readonly"], "expiry": "2026-12-01T12:00:00Z",
+}  # fmt: skip
+PLAIN_SECRETS = ["plain-looking-secret", "opaque-access-value-1", "opaque-refresh-value-2"]
+GMAIL_LOOKALIKE = {"id": "18c2", "access_token": "opaque-access-value-1", "refresh_token": "opaque-refresh-value-2"}
+CREDENTIAL_FILES = [SERVICE_ACCOUNT_KEY, AUTHORIZED_USER, GMAIL_LOOKALIKE]
+SECRET_MARKERS = [PEM_KEY.split("\n")[1][:40], GOOGLE_ACCESS[-30:], GOOGLE_REFRESH[-30:], *PLAIN_SECRETS]
+
+
+def _stored_bytes(value: object, store) -> bytes:
+    """Every byte a recorded body leaves: the entry value as JSON, base64 decoded, blobs read back."""
+    out = [orjson.dumps(value)]
+
+    def walk(v: object) -> None:
+        if isinstance(v, dict):
+            if set(v) == {"base64"}:
+                out.append(base64.b64decode(v["base64"]))
+            elif {"sha256", "ref"} <= set(v):
+                out.append(store.path_for(v["sha256"]).read_bytes())
+            for x in v.values():
+                walk(x)
+        elif isinstance(v, list):
+            for x in v:
+                walk(x)
+
+    walk(value)
+    return b"\n".join(out)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    doc=st.sampled_from(CREDENTIAL_FILES),
+    content_type=st.sampled_from([None, "application/json", "application/json; charset=utf-8", "text/plain",
+                                  "application/octet-stream", "binary/octet-stream", "image/png"]),
+    encoding=st.sampled_from([None, "gzip"]),
+    layout=st.sampled_from(["compact", "indented", "binary-prefix"]),
+    threshold=st.sampled_from([1 << 20, 64]),
+)  # fmt: skip
+def test_credential_files_are_redacted_in_every_body_path(tmp_path_factory, doc, content_type, encoding, layout,
+                                                          threshold) -> None:
+    """A Drive download of token.json, a service-account key file, a Gmail GET that looks like a grant:
+    JSON, text, octet-stream, gzip, spilled to a blob or not, base64 or not: no secret byte in clear."""
+    from journal.blobstore import BlobStore
+    from journal.bodies import record_body
+
+    store = BlobStore(tmp_path_factory.mktemp("blobs"))
+    raw = json.dumps(doc, indent=2 if layout == "indented" else None).encode()
+    if layout == "binary-prefix":
+        raw = b"\xff\xfe\x00" + raw  # not UTF-8: stored as base64 (or a blob)
+    wire = gzip.compress(raw) if encoding else raw
+    value, extra = record_body(wire, content_type, encoding, store, threshold)
+    assert not extra
+    stored = _stored_bytes(value, store)
+    for marker in SECRET_MARKERS:
+        assert marker.encode() not in stored, (marker, value)
+    assert REDACTED.encode() in stored

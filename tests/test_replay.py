@@ -19,10 +19,8 @@ from journal.replay.markdown import code, esc
 from journal.replay.views import note_name
 from journal.vault import Vault
 from tests import replay_factories as rf
+from tests.example_vault import ROOT, SESSION, copy_example
 
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLE = ROOT / "vault"
-SESSION = "session-2026-09-22"
 GMAIL_MSG = "https://gmail.googleapis.com/gmail/v1/users/me/messages"
 
 
@@ -35,7 +33,7 @@ def broker(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 def example(tmp_path_factory) -> Path:
     """A private copy of the example vault, replayed once (views written)."""
     root = tmp_path_factory.mktemp("example") / "v"
-    shutil.copytree(EXAMPLE, root, ignore=shutil.ignore_patterns("views"))
+    copy_example(root)
     vault = Vault.open_existing(root)
     write_outputs(vault, replay_session(vault, SESSION))
     return root
@@ -182,7 +180,7 @@ def test_replay_is_deterministic_and_rebuildable(example):
 
 
 def test_cli_replay_and_revert_plan(tmp_path):
-    shutil.copytree(EXAMPLE, tmp_path / "v", ignore=shutil.ignore_patterns("views"))
+    copy_example(tmp_path / "v")
     out = broker("replay", "--vault", str(tmp_path / "v"), SESSION, "--json")
     assert out.returncode == 0, out.stderr
     summary = orjson.loads(out.stdout)
@@ -392,7 +390,7 @@ def _tamper(root: Path, session: str, line: int, old: bytes, new: bytes) -> None
 
 def test_broken_chain_marks_everything_from_the_broken_seq_untrusted(tmp_path):
     root = tmp_path / "v"
-    shutil.copytree(EXAMPLE, root, ignore=shutil.ignore_patterns("views"))
+    copy_example(root)
     _tamper(root, SESSION, 10, b'"role":"writer"', b'"role":"owner"')
     vault = Vault.open_existing(root)
     rp = replay_session(vault, SESSION)
@@ -419,7 +417,7 @@ def test_broken_chain_marks_everything_from_the_broken_seq_untrusted(tmp_path):
 
 def test_removed_entry_and_torn_tail(tmp_path):
     root = tmp_path / "v"
-    shutil.copytree(EXAMPLE, root, ignore=shutil.ignore_patterns("views"))
+    copy_example(root)
     path = Vault(root).session_path(SESSION)
     lines = path.read_bytes().splitlines(keepends=True)
     path.write_bytes(b"".join(lines[:5] + lines[6:15]) + lines[15][:40])  # seq 6 removed, torn last line
@@ -438,7 +436,7 @@ def test_removed_entry_and_torn_tail(tmp_path):
 def test_replay_never_opens_blobs(tmp_path, monkeypatch):
     """Only the verifier touches blobs (streaming its hash check); replay works from references alone."""
     root = tmp_path / "v"
-    shutil.copytree(EXAMPLE, root, ignore=shutil.ignore_patterns("views"))
+    copy_example(root)
     for blob in (root / "blobs" / "sha256").rglob("*"):
         if blob.is_file():
             blob.chmod(0o644)
@@ -529,7 +527,7 @@ def test_seal_mismatch_found_after_the_pass(tmp_path):
     from journal.seal import generate_keypair, load_private_key, load_public_key, write_seal
 
     root = tmp_path / "v"
-    shutil.copytree(EXAMPLE, root, ignore=shutil.ignore_patterns("views"))
+    copy_example(root)
     generate_keypair(tmp_path / "seal.pem", tmp_path / "seal.pub")
     vault = Vault.open_existing(root)
     path = vault.session_path(SESSION)

@@ -122,7 +122,7 @@ def test_link_records_through_a_service_process_and_drains_on_close(tmp_path):
     async def main():
         link = RecorderLink(str(vault), 1 << 20)
         await link.connect()
-        assert await link.record(material(0)) is True
+        assert await link.record(material(0)) == 1  # the entry's seq
         assert await link.record(slack_token_exchange()) is False
         # calls in flight when the proxy stops are still recorded and acknowledged
         pending = [asyncio.ensure_future(link.record(material(i))) for i in range(1, 41)]

@@ -75,7 +75,7 @@ def test_edit_is_reported(vdir, data, n):
 @given(data=st.data(), n=st.integers(2, 12))
 def test_removal_is_reported(vdir, data, n):
     lines = make_chain(n)
-    i = data.draw(st.integers(0, n - 2))  # removing the last line needs a seal (SPEC.md)
+    i = data.draw(st.integers(0, n - 2))  # removing the last line needs a seal (docs/contract.md)
     del lines[i]
     r = check(vdir, lines)
     assert (r.intact, r.broken_at_seq, r.kind) == (False, i + 1, "removed")
@@ -91,7 +91,12 @@ def test_insertion_of_a_forged_entry_is_reported(vdir, data, n):
     forged, line = chain_entry(fields(n=99, agent="mallory"), claimed_seq, hashlib.sha256(b"fake").hexdigest())
     lines.insert(i, line)
     r = check(vdir, lines)
-    assert (r.intact, r.broken_at_seq, r.kind) == (False, i + 1, "inserted")
+    if i == n and claimed_seq == n + 1:
+        # A last line with the right seq and a wrong prev is also what seq n edited and rehashed leaves:
+        # the file cannot tell the two apart, so the earlier seq is named (entries before it are genuine).
+        assert (r.intact, r.broken_at_seq, r.kind) == (False, n, "edited")
+    else:
+        assert (r.intact, r.broken_at_seq, r.kind) == (False, i + 1, "inserted")
 
 
 @SETTINGS
@@ -188,3 +193,98 @@ def test_missing_and_corrupt_blobs_are_reported(tmp_path):
     r = verify_session(vault, "s1")
     assert (r.broken_at_seq, r.kind) == (2, "blob_missing")
     assert verify_session(vault, "s1", check_blobs=False).intact
+
+
+# -- an entry changed and its hash recomputed: only the next line's prev shows it ------------------
+
+
+def _rehashed(line: bytes, **changes) -> bytes:
+    """The line's entry with `changes` applied and its own hash recomputed (as a forger would)."""
+    entry = orjson.loads(line)
+    entry.pop("hash")
+    entry.update(changes)
+    return chain_entry({k: v for k, v in entry.items() if k not in ("seq", "prev")}, entry["seq"], entry["prev"])[1]
+
+
+@SETTINGS
+@given(data=st.data(), n=st.integers(2, 12))
+def test_edit_and_rehash_is_reported_at_the_edited_seq(vdir, data, n):
+    lines = make_chain(n)
+    i = data.draw(st.integers(0, n - 2))  # the last entry rehashed is a valid chain: only a seal shows it
+    key = data.draw(st.sampled_from(["agent", "effect", "principal"]))
+    lines[i] = _rehashed(lines[i], **{key: "write" if key == "effect" else "mallory"})
+    r = check(vdir, lines)
+    assert (r.intact, r.broken_at_seq, r.kind, r.entries) == (False, i + 1, "edited", i)
+
+
+def test_edit_and_rehash_of_seq_7_of_10_is_edited_at_7_not_inserted_at_8(tmp_path):
+    lines = make_chain(10)
+    lines[6] = _rehashed(lines[6], principal="mallory@example.com")
+    r = check(tmp_path, lines)
+    assert (r.broken_at_seq, r.kind) == (7, "edited")
+    assert "seq 7 was changed and its hash recomputed" in r.detail
+
+
+@SETTINGS
+@given(data=st.data(), n=st.integers(2, 12))
+def test_prev_changed_and_rehashed_is_edited_at_that_seq(vdir, data, n):
+    lines = make_chain(n)
+    i = data.draw(st.integers(0, n - 2))
+    lines[i] = _rehashed(lines[i], prev=hashlib.sha256(b"elsewhere").hexdigest())
+    r = check(vdir, lines)
+    assert (r.broken_at_seq, r.kind) == (i + 1, "edited")
+
+
+@SETTINGS
+@given(data=st.data(), n=st.integers(2, 12))
+def test_seq_changed_and_rehashed_is_edited_not_removed(vdir, data, n):
+    lines = make_chain(n)
+    i = data.draw(st.integers(0, n - 2))
+    lines[i] = _rehashed(lines[i], seq=orjson.loads(lines[i])["seq"] + 1)
+    r = check(vdir, lines)
+    assert (r.broken_at_seq, r.kind) == (i + 1, "edited")
+
+
+@SETTINGS
+@given(data=st.data(), n=st.integers(1, 12))
+def test_forged_entry_with_the_right_seq_and_prev_is_inserted_at_its_place(vdir, data, n):
+    """A forger who reads the chain can give the forged entry the right seq and prev: it stands where
+    it was put, and the genuine entry that follows claims the same seq."""
+    lines = make_chain(n)
+    i = data.draw(st.integers(0, n - 1))
+    prev = orjson.loads(lines[i])["prev"]
+    _, line = chain_entry(fields(n=99, agent="mallory"), i + 1, prev)
+    lines.insert(i, line)
+    r = check(vdir, lines)
+    assert (r.intact, r.broken_at_seq, r.kind) == (False, i + 1, "inserted")
+
+
+def test_every_tampering_kind_names_its_own_seq(tmp_path):
+    """One table of the cases: what was done to a 10-entry chain, the seq and kind reported."""
+    base = make_chain(10)
+
+    def edit(ls):
+        ls[4] = ls[4].replace(b'"agent":"', b'"agent":"x', 1)
+
+    def rehash(ls):
+        ls[4] = _rehashed(ls[4], agent="x")
+
+    def remove(ls):
+        del ls[4]
+
+    def insert(ls):
+        ls.insert(4, chain_entry(fields(n=50), 5, hashlib.sha256(b"f").hexdigest())[1])
+
+    def swap(ls):
+        ls[4], ls[7] = ls[7], ls[4]
+
+    def duplicate(ls):
+        ls.insert(5, ls[4])
+
+    cases = [(edit, 5, "edited"), (rehash, 5, "edited"), (remove, 5, "removed"), (insert, 5, "inserted"),
+             (swap, 5, "reordered"), (duplicate, 6, "inserted")]
+    for n, (tamper, seq, kind) in enumerate(cases):
+        lines = list(base)
+        tamper(lines)
+        r = check(tmp_path / str(n), lines)
+        assert (tamper.__name__, r.broken_at_seq, r.kind) == (tamper.__name__, seq, kind)

@@ -82,6 +82,18 @@ def _read_in_thread(loop: asyncio.AbstractEventLoop, reader: asyncio.StreamReade
     threading.Thread(target=pump, name="stdin-reader", daemon=True).start()
 
 
+
+def _start_failure(command: str, exc: OSError, env: dict[str, str] | None) -> str:
+    """One line saying why the server did not start; for a bare name not found, that the PATH the shim
+    got (often a desktop app's minimal one) does not hold it, and that an absolute path is the answer."""
+    reason = exc.strerror or str(exc)
+    if isinstance(exc, FileNotFoundError) and os.sep not in command:
+        path = (env if env is not None else os.environ).get("PATH", "")
+        return (f"cannot start the MCP server {command!r}: not found on PATH ({path or 'empty'}); give its "
+                f"absolute path after -- (`command -v {command}` prints it): clients such as desktop apps "
+                f"start the shim with a minimal PATH")
+    return f"cannot start the MCP server {command!r}: {reason}"
+
 class StdioRelay:
     """Relay between the client (a reader and a ClientWriter) and a child process."""
 
@@ -108,7 +120,7 @@ class StdioRelay:
                 env=self.env, limit=self.max_line + 2,
             )
         except OSError as exc:
-            raise OSError(f"cannot start the MCP server {self.argv[0]!r}: {exc.strerror or exc}") from None
+            raise OSError(_start_failure(self.argv[0], exc, self.env)) from None
         return self.proc
 
     async def _to_child(self, data: bytes) -> None:

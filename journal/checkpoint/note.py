@@ -189,6 +189,8 @@ def load_signer(path: str | os.PathLike) -> Signer:
         text = Path(path).read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise NoteError(f"cannot read signer key {path}: {exc}") from None
+    if not text.startswith("PRIVATE+KEY+") and "+" in text:
+        raise NoteError(f"{path} is a verifier key: give the signer key (NAME.key from `broker keygen`) instead")
     try:
         return Signer.from_text(text)
     except NoteError as exc:
@@ -202,7 +204,10 @@ def load_verifier(value: str) -> Verifier:
         try:
             text = Path(value).read_text()
         except (OSError, UnicodeDecodeError) as exc:
-            raise NoteError(f"cannot read verifier key {value}: {exc}") from None
+            raise NoteError(f"cannot read verifier key {value}: {exc.strerror or exc}") from None
+    if text.startswith("PRIVATE+KEY+"):  # never echo any of it
+        raise NoteError(f"{value} is a private signer key: give its verifier key (NAME.vkey) instead, "
+                        "and keep the signer key away from the vault")
     try:
         return Verifier.from_vkey(text.strip())
     except NoteError as exc:

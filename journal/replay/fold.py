@@ -52,7 +52,7 @@ from .model import (
 
 _BLOCK = 1 << 20
 GRADES = ("broker", "gateway", "agent")
-"""Capture grades, strongest first (SPEC.md, evidence grade)."""
+"""Capture grades, strongest first (docs/contract.md, evidence grade)."""
 _RANK = {g: i for i, g in enumerate(GRADES)}
 
 

@@ -1,4 +1,4 @@
-"""Generate tests/vectors/canonical.json: canonical-form test vectors (SPEC.md "Canonical form and hash").
+"""Generate tests/vectors/canonical.json: canonical-form test vectors (docs/contract.md "Canonical form and hash").
 
 The oracle is the `rfc8785` package, never journal/canonical.py: the vectors are what every
 implementation (the Python writer, the verifier, browser code) must reproduce.
