@@ -51,6 +51,7 @@ from journal.connectors import Registry  # noqa: E402
 from journal.record import Prepared, Recorder, text_pairs, wire_text  # noqa: E402
 from journal.redact import REDACTED, is_token_exchange, redact_url  # noqa: E402
 from journal.service import material_fields  # noqa: E402
+from journal.store.url import store_target  # noqa: E402
 from journal.vault import SessionIdError, session_filename  # noqa: E402
 from journal.writer import JournalError  # noqa: E402
 
@@ -159,7 +160,7 @@ class ConnectorJournal:
     # -- options --------------------------------------------------------------------------------
 
     def load(self, loader) -> None:
-        loader.add_option("vault", str, "./vault", "Vault directory the journal is written to.")
+        loader.add_option("vault", str, "./vault", "Vault directory (or postgresql:// store) the journal goes to.")
         loader.add_option("broker_session", str, "default", "Session for calls that name none.")
         loader.add_option("broker_agent", str, "unknown", "Agent for calls that name none.")
         loader.add_option(
@@ -209,7 +210,7 @@ class ConnectorJournal:
                 self.link = None
             if opts.broker_recorder == "process":
                 self.link = RecorderLink(
-                    str(Path(opts.vault).resolve()), opts.broker_spill_threshold,
+                    store_target(opts.vault), opts.broker_spill_threshold,
                     str(Path(opts.broker_connectors).resolve()) if opts.broker_connectors else "",
                 )
 

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 import click
 import orjson
 
+from broker.store_options import reading_vault, store_option
 from journal.entry import parse_ts
 from journal.reader import iter_entries
 from journal.seal import load_public_key
@@ -53,18 +54,21 @@ def _total_bytes(vault: Vault, sessions: list[str]) -> int:
 
 @click.command()
 @vault_option
+@store_option
 @click.argument("sessions", nargs=-1)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line per session.")
 @click.option("--no-blobs", is_flag=True, help="Skip re-hashing spilled blobs (faster, weaker).")
 @click.option("--seal-key", type=click.Path(dir_okay=False), default=None,
               help="Public seal key (from `broker keygen`, kept outside the vault): check each session's seal.")
-def verify(vault_dir: str, sessions: tuple[str, ...], as_json: bool, no_blobs: bool, seal_key: str | None) -> int:
+def verify(
+    vault_dir: str, store: str | None, sessions: tuple[str, ...], as_json: bool, no_blobs: bool, seal_key: str | None
+) -> int:
     """Check every session's hash chain, canonical form, contract, blobs and (with --seal-key) seal.
 
     Exit 0 when every session is intact, 1 when any is broken, 2 on a usage error.
     """
     public = load_public_key(seal_key) if seal_key else None
-    vault = Vault.open_existing(vault_dir)
+    vault = reading_vault(store, vault_dir, blobs=not no_blobs)
     names = _select(vault, sessions)
     reports: list[SessionReport] = []
     with _progress(_total_bytes(vault, names), "verifying") as advance:
@@ -91,10 +95,11 @@ def verify(vault_dir: str, sessions: tuple[str, ...], as_json: bool, no_blobs: b
 
 @click.command()
 @vault_option
+@store_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line per session.")
-def sessions(vault_dir: str, as_json: bool) -> int:
+def sessions(vault_dir: str, store: str | None, as_json: bool) -> int:
     """List sessions: entries, first and last time, connectors, writes, and whether each verifies."""
-    vault = Vault.open_existing(vault_dir)
+    vault = reading_vault(store, vault_dir)
     names = vault.sessions()
     rows = []
     with _progress(_total_bytes(vault, names), "reading") as advance:
@@ -153,12 +158,13 @@ def _gap(prev_ts: str | None, ts: str) -> str:
 
 @click.command()
 @vault_option
+@store_option
 @click.argument("session")
 @click.option("--seq", type=int, default=None, help="Show only this entry.")
 @click.option("--json", "as_json", is_flag=True, help="Entries as JSON, one per line.")
-def show(vault_dir: str, session: str, seq: int | None, as_json: bool) -> int:
+def show(vault_dir: str, store: str | None, session: str, seq: int | None, as_json: bool) -> int:
     """A session's timeline: seq, time, gap, connector, effect, capture, method, URL, status."""
-    vault = Vault.open_existing(vault_dir)
+    vault = reading_vault(store, vault_dir, blobs=False)
     vault.require_session(session)
     prev_ts = None
     found = False

@@ -16,9 +16,9 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from broker import audit_commands, mcp_commands, proxy_commands, replay_commands, seal_commands
+    from broker import audit_commands, mcp_commands, proxy_commands, replay_commands, seal_commands, store_commands
 
-    for module in (audit_commands, seal_commands, proxy_commands, mcp_commands, replay_commands):
+    for module in (audit_commands, seal_commands, proxy_commands, mcp_commands, replay_commands, store_commands):
         for command in module.COMMANDS:
             cli.add_command(command)
 

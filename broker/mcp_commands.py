@@ -8,12 +8,14 @@ import sys
 import click
 
 from broker.audit_commands import vault_option
+from broker.store_options import store_option, store_or_vault
 
 _CTX = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 
 
 @click.command(context_settings=_CTX)
 @vault_option
+@store_option
 @click.option("--session", required=True, help="Session the calls are recorded under.")
 @click.option("--agent", required=True, help="Agent making the calls.")
 @click.option("--principal", default="", help="Account the server acts as (default: unknown on stdio, "
@@ -40,7 +42,8 @@ _CTX = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 @click.option("--spill-threshold", type=int, default=None, help="Spill values larger than this many bytes.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def mcp(
-    vault_dir: str, session: str, agent: str, principal: str, connector: str, effects_file: str, listen: str,
+    vault_dir: str, store: str | None,
+    session: str, agent: str, principal: str, connector: str, effects_file: str, listen: str,
     upstream: str, through_broker: bool, confdir: str, upstream_ca: str | None, upstream_insecure: bool,
     resolve: tuple[str, ...], call_timeout: float | None, cancel_grace: float, max_message_mib: int,
     spill_threshold: int | None, command: tuple[str, ...],
@@ -61,6 +64,7 @@ def mcp(
     from journal.record import Recorder
     from journal.vault import session_filename
 
+    vault_dir = store_or_vault(store, vault_dir)
     argv = list(command)
     if argv and argv[0] == "--":
         argv = argv[1:]

@@ -11,8 +11,9 @@ from urllib.parse import quote
 import click
 
 from broker.audit_commands import vault_option
+from broker.store_options import store_option, store_or_vault
 from journal.connectors import Registry
-from journal.vault import Vault
+from journal.store.url import check_store
 
 confdir_option = click.option(
     "--confdir", default="~/.mitmproxy", show_default=True,
@@ -32,6 +33,7 @@ def parse_listen(listen: str) -> tuple[str, int]:
 
 @click.command()
 @vault_option
+@store_option
 @listen_option
 @confdir_option
 @click.option("--session", default="default", show_default=True, help="Session for calls that name none.")
@@ -54,7 +56,8 @@ def parse_listen(listen: str) -> tuple[str, int]:
 )
 @click.option("-v", "--verbose", is_flag=True, help="Log every recorded call.")
 def run(
-    vault_dir: str, listen: str, confdir: str, session: str, agent: str, principal: str, connectors_file: str,
+    vault_dir: str, store: str | None,
+    listen: str, confdir: str, session: str, agent: str, principal: str, connectors_file: str,
     resolve: tuple[str, ...], upstream_ca: str | None, upstream_insecure: bool, on_journal_error: str,
     record_unknown: bool, spill_threshold: int | None, recorder: str, verbose: bool,
 ) -> int:
@@ -73,7 +76,8 @@ def run(
         raise click.BadParameter(str(exc), param_hint="--resolve") from None
     if connectors_file:
         Registry.builtin().with_file(connectors_file)  # a bad file is one clear error, before listening
-    Vault.create(vault_dir)
+    vault_dir = store_or_vault(store, vault_dir)
+    shown = check_store(vault_dir)  # an unusable store is one clear error, before listening
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING, format="broker: %(levelname)s: %(message)s",
         stream=sys.stderr,
@@ -88,7 +92,7 @@ def run(
     def announce(proxy) -> None:
         click.echo(f"broker: listening on http://{host}:{proxy.port}")
         click.echo(f"broker: CA certificate {ca_cert_path(confdir)}")
-        click.echo(f"broker: vault {Vault(vault_dir).root}")
+        click.echo(f"broker: vault {shown}")
         click.echo("broker: Ctrl-C or SIGTERM stops it; `broker env` prints the client settings", err=False)
         sys.stdout.flush()
 

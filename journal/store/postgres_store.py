@@ -107,11 +107,16 @@ class PostgresStore:
     @contextmanager
     def _pooled(self):
         """A connection (autocommit) for readers and blob uploads, returned to a small idle list."""
+        psycopg = _psycopg()
         with self._lock:
             conn = self._idle.pop() if self._idle else None
+        if conn is not None:
+            try:
+                conn.execute("SELECT 1")  # an idle connection may have been lost to a server restart
+            except psycopg.Error:
+                conn.close()
         if conn is None or conn.closed or conn.broken:
             conn = self.connect()
-        psycopg = _psycopg()
         try:
             yield conn
         except psycopg.OperationalError as exc:
@@ -514,13 +519,20 @@ class PostgresWriter:
         """Raise when an entry for `session` could not be appended now (bad id, database down)."""
         _session_ok(session)
         with self._lock:
-            conn = self._connection()
-            if time.monotonic() - self._heard > PING_INTERVAL:
+            for fresh in (False, True):
+                conn = self._connection()
+                if time.monotonic() - self._heard <= PING_INTERVAL:
+                    return
                 try:
                     conn.execute("SELECT 1")
                 except _psycopg().Error as exc:
-                    raise self._lost(exc) from None
+                    err = self._lost(exc)
+                    if fresh:
+                        raise err from None
+                    self._down = None  # an idle connection lost to a restart: try a new one at once
+                    continue
                 self._heard = time.monotonic()
+                return
 
     def head(self, session: str) -> tuple[int, str]:
         with self._lock:
@@ -563,6 +575,7 @@ class PostgresWriter:
     def _commit(self, groups: dict[str, list[tuple[int, _Pending]]]) -> None:
         psycopg = _psycopg()
         everyone = [p for items in groups.values() for _, p in items]
+        stale_retried = False
         for attempt in range(RACE_RETRIES + 1):
             try:
                 conn = self._connection()
@@ -571,8 +584,10 @@ class PostgresWriter:
                     p.entry, p.error = None, exc
                 return
             rows: list[tuple] = []
+            started = False  # a statement of this transaction reached the server
             try:
-                with conn.transaction():
+                with conn.transaction():  # BEGIN reached the server: the connection is live
+                    started = True
                     for session in sorted(groups):
                         seq, prev = _lock_head(conn, session)
                         if seq == 0:
@@ -603,6 +618,13 @@ class PostgresWriter:
                 if _race(exc) and attempt < RACE_RETRIES:
                     self.retries += 1
                     log.info("lost a race for the next seq (%s); retrying from the new head", _first_line(exc))
+                    continue
+                if not started and not stale_retried:
+                    # The idle connection was gone (a server restart) before this transaction did
+                    # anything: nothing can have been committed, so a fresh connection may try once.
+                    stale_retried = True
+                    self._lost(exc)
+                    self._down = None
                     continue
                 if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError) or conn.broken:
                     err: StoreError = self._lost(exc)

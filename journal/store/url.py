@@ -8,6 +8,7 @@ process listings.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from journal.store.interface import EntryWriter, Store
 
@@ -20,7 +21,7 @@ def is_database_url(target: object) -> bool:
 
 def store_target(target: str | os.PathLike) -> str:
     """A target another process can open: directories made absolute, URLs as they are."""
-    return target if is_database_url(target) else os.path.abspath(os.fspath(target))
+    return target if is_database_url(target) else str(Path(target).resolve())
 
 
 def open_store(target: str | os.PathLike | None = None, *, create: bool = False) -> Store:
@@ -49,3 +50,17 @@ def open_writer(target: str | os.PathLike, *, durable: bool = True) -> EntryWrit
     from journal.writer import JournalWriter
 
     return JournalWriter(target, durable=durable)
+
+
+def check_store(target: str | os.PathLike) -> str:
+    """Open a writer's store once up front (a vault is created, a database's schema checked or made), so a
+    bad store is one clear error at start; what to show the operator for it (no password)."""
+    if is_database_url(target):
+        from journal.store.postgres_store import PostgresStore
+
+        db = PostgresStore(str(target))
+        db.connect().close()
+        return db.shown
+    from journal.vault import Vault
+
+    return str(Vault.create(target).root)
