@@ -92,10 +92,10 @@ def _disk_bytes(backend: str, target: str) -> int:
     import psycopg
 
     with psycopg.connect(target) as conn:
-        return conn.execute(
+        return int(conn.execute(
             "SELECT sum(pg_total_relation_size(c)) FROM unnest(ARRAY['journal_entries', 'journal_sessions', "
             "'journal_blobs', 'journal_blob_chunks']::regclass[]) AS c"
-        ).fetchone()[0]
+        ).fetchone()[0])
 
 
 def run_case(backend: str, target: str, writers: int, clients: int, seconds: float, shared: bool) -> dict:

@@ -25,6 +25,9 @@ _CTX = {"ignore_unknown_options": True, "allow_interspersed_args": False}
               help="TOML file overriding read/write per tool ([tools] name = \"read\"|\"write\").")
 @click.option("--listen", default="", metavar="HOST:PORT", help="Serve streamable HTTP/SSE here (needs --upstream).")
 @click.option("--upstream", default="", metavar="URL", help="HTTP URL of the real MCP server.")
+@click.option("--gateway", is_flag=True,
+              help="--listen as a shared gateway: each agent's calls in its own session (X-Broker-Session / "
+              "X-Broker-Agent headers, /<session>/mcp, else one per MCP session); see docs/postgres.md.")
 @click.option("--through-broker", is_flag=True,
               help="Run the server's own HTTPS calls through an embedded broker (stdio servers).")
 @click.option("--confdir", default="~/.mitmproxy", show_default=True, help="Broker CA directory (--through-broker).")
@@ -44,7 +47,7 @@ _CTX = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 def mcp(
     vault_dir: str, store: str | None,
     session: str, agent: str, principal: str, connector: str, effects_file: str, listen: str,
-    upstream: str, through_broker: bool, confdir: str, upstream_ca: str | None, upstream_insecure: bool,
+    upstream: str, gateway: bool, through_broker: bool, confdir: str, upstream_ca: str | None, upstream_insecure: bool,
     resolve: tuple[str, ...], call_timeout: float | None, cancel_grace: float, max_message_mib: int,
     spill_threshold: int | None, command: tuple[str, ...],
 ) -> int:
@@ -70,6 +73,8 @@ def mcp(
         argv = argv[1:]
     if listen and not upstream:
         raise click.UsageError("--listen needs --upstream URL")
+    if gateway and not listen:
+        raise click.UsageError("--gateway needs --listen HOST:PORT")
     if upstream and argv:
         raise click.UsageError("give either --upstream URL or a COMMAND to run, not both")
     if not upstream and not argv:
@@ -111,7 +116,7 @@ def mcp(
                 from broker.proxy_commands import parse_listen
 
                 host, port = parse_listen(listen)
-                return asyncio.run(http_relay.serve(journal, upstream, host, port, max_line=max_line))
+                return asyncio.run(http_relay.serve(journal, upstream, host, port, max_line=max_line, gateway=gateway))
             return asyncio.run(http_relay.run_stdio_front(
                 journal, upstream, call_timeout=call_timeout, cancel_grace=cancel_grace, max_line=max_line,
             ))

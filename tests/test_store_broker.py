@@ -136,3 +136,42 @@ def _call(session: str, body: str) -> dict:
         request_body=None, status=200, response_headers=[("Content-Type", "text/plain")],
         response_body=body.encode(),
     )
+
+
+def test_mcp_shim_records_into_postgres(pg_url, tmp_path):
+    from mcp import Client, StdioServerParameters
+
+    from tests.mcp_servers.harness import NOTES_SERVER, PY, REPO, WAIT
+
+    argv = [PY, "-m", "broker.cli", "mcp", "--store", pg_url, "--session", "s-mcp", "--agent", "agent-mcp"]
+    params = StdioServerParameters(command=argv[0], args=[*argv[1:], "--", *NOTES_SERVER], cwd=str(REPO))
+
+    async def scenario() -> None:
+        async with Client(params, read_timeout_seconds=WAIT) as c:
+            assert (await c.call_tool("get_note", {"note_id": "n1"})).content[0].text == "buy milk"
+            assert (await c.call_tool("add_note", {"note_id": "n3", "text": "hi"})).content[0].text == "ok"
+
+    import asyncio
+
+    asyncio.run(scenario())
+    got = list(PostgresStore(pg_url).iter_entries("s-mcp"))
+    assert [(e["seq"], e["capture"], e["effect"]) for e in got] == [(1, "gateway", "read"), (2, "gateway", "write")]
+    assert not (tmp_path / "vault").exists()
+
+
+def test_erase_in_a_file_vault_from_the_command_line(tmp_path):
+    rec = Recorder(tmp_path / "v")
+    try:
+        entry = rec.record(**_call("s-file", body="z" * (2 << 20)))
+    finally:
+        rec.close()
+    digest = entry["response"]["body"]["sha256"]
+    erased = _broker("erase", "--vault", str(tmp_path / "v"), "--blob", digest, "--reason", "retention", "--by", "ops")
+    assert erased.returncode == 0, erased.stderr
+    assert not (tmp_path / "v" / "blobs" / "sha256" / digest[:2] / digest).exists()
+    verified = _broker("verify", "--vault", str(tmp_path / "v"), "--json")
+    report = json.loads(verified.stdout)
+    assert verified.returncode == 0 and report["intact"] is True
+    assert any(f"blob {digest} erased" in n and "by ops: retention" in n for n in report["notes"])
+    again = _broker("erase", "--vault", str(tmp_path / "v"), "--blob", "0" * 64, "--reason", "x")
+    assert again.returncode == 2 and "no blob" in again.stderr

@@ -128,6 +128,8 @@ class PendingCall:
     cancelled: bool = False
     closed: bool = False  # its entry is written (or being written): no second one
     broker_entries: int = 0  # --through-broker: HTTP calls of this tool call recorded by the broker
+    session: str | None = None  # a shared gateway's per-agent session and agent (else the journal's identity)
+    agent: str | None = None
 
     @property
     def tool(self) -> str | None:
@@ -241,7 +243,7 @@ class CallJournal:
             resp_body = None
             response_extra = None
         return self.recorder.record(
-            session=self.identity.session, agent=self.identity.agent,
+            session=call.session or self.identity.session, agent=call.agent or self.identity.agent,
             principal=call.principal or self.identity.principal, connector=self.connector, capture="gateway",
             effect=call.effect, method=call.method, url=call.url, request_headers=call.request_headers,
             request_body=req_body, status=status, response_headers=response_headers, response_body=resp_body,
