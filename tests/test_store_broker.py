@@ -148,6 +148,7 @@ def test_mcp_shim_records_into_postgres(pg_url, tmp_path):
 
     async def scenario() -> None:
         async with Client(params, read_timeout_seconds=WAIT) as c:
+            await c.list_tools()  # the tools' annotations decide read / write
             assert (await c.call_tool("get_note", {"note_id": "n1"})).content[0].text == "buy milk"
             assert (await c.call_tool("add_note", {"note_id": "n3", "text": "hi"})).content[0].text == "ok"
 
