@@ -14,7 +14,9 @@ bytes per entry on disk (vault: file sizes; PostgreSQL: pg_total_relation_size o
 tables, WAL not counted), and the sustained rate in rows per hour. Baseline, same run: the file
 vault with one writer; `x base` is entries/s over it. The PostgreSQL server is a throwaway cluster
 (tests/postgres_server.py) on the same machine and disk, fsync and synchronous_commit on, default
-settings otherwise. Nothing is asserted.
+settings otherwise. Last, one blob of `--blob-mib` (default 1 GiB) streamed in 64 KiB writes into
+each store's blob sink, in a fresh process: MB/s and the process's peak RSS (bounded memory: the
+PostgreSQL sink holds one 1 MiB chunk at a time). Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -86,6 +88,38 @@ def _writer_proc(backend: str, target: str, clients: int, shared: bool, start_at
     out.put((worker, done[0], lat_ns[:: max(1, len(lat_ns) // 20000)]))
 
 
+def _blob_proc(target: str, size: int, out) -> None:
+    """Stream `size` bytes into the store's blob sink in 64 KiB pieces (as a proxied body arrives)."""
+    import resource
+
+    from journal.store.url import open_writer
+
+    writer = open_writer(target)
+    piece = bytes(range(256)) * 256
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0 = time.perf_counter()
+    w = writer.blobs.open_writer()
+    for _ in range(size // len(piece)):
+        w.write(piece)
+    ref = w.commit()
+    seconds = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    writer.close()
+    out.put({"size": ref["size"], "seconds": seconds, "rss_before_kib": before, "rss_peak_kib": peak})
+
+
+def run_blob(backend: str, target: str, size: int) -> dict:
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    p = ctx.Process(target=_blob_proc, args=(target, size, out))
+    p.start()
+    got = out.get(timeout=1800)
+    p.join(60)
+    return {"backend": backend, "mib": got["size"] / (1 << 20), "mb_s": got["size"] / 1e6 / got["seconds"],
+            "rss_growth_mib": (got["rss_peak_kib"] - got["rss_before_kib"]) / 1024,
+            "rss_peak_mib": got["rss_peak_kib"] / 1024}
+
+
 def _disk_bytes(backend: str, target: str) -> int:
     if backend == "file":
         return sum(p.stat().st_size for p in Path(target).rglob("*") if p.is_file())
@@ -145,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, help="length of each case (default 8, --quick 2)")
     ap.add_argument("--writers", help="comma-separated writer process counts (default 1,4,8)")
     ap.add_argument("--clients", type=int, default=16, help="client threads per writer (default 16)")
+    ap.add_argument("--blob-mib", type=int, help="size of the streamed blob case (default 1024, --quick 64)")
     ap.add_argument("--json", metavar="FILE", help="also write the figures to FILE (key 'store')")
     args = ap.parse_args(argv)
     seconds = args.seconds or (2.0 if args.quick else 8.0)
@@ -158,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     root = scratch_dir("store-bench-")
     server = start_server()
     rows: list[dict] = []
+    blobs: list[dict] = []
     try:
         cases = [(w, False) for w in counts] + [(4 if 4 in counts else counts[-1], True)]
         for writers, shared in cases:
@@ -171,6 +207,13 @@ def main(argv: list[str] | None = None) -> int:
                     PostgresStore(target).migrate()
                 rows.append(run_case(backend, target, writers, args.clients, seconds, shared))
                 print(format_table(rows[-1:], rows[0]["entries_s"]).splitlines()[-1], flush=True)
+        blob_size = (args.blob_mib or (64 if args.quick else 1024)) << 20
+        blobs = [run_blob("file", str(root / "blob-vault"), blob_size)]
+        from journal.store.postgres_store import PostgresStore
+
+        blob_db = create_database(server.admin_url)
+        PostgresStore(blob_db).migrate()
+        blobs.append(run_blob("postgres", blob_db, blob_size))
     finally:
         server.remove()
         shutil.rmtree(root, ignore_errors=True)
@@ -183,10 +226,15 @@ def main(argv: list[str] | None = None) -> int:
         best = max(pg, key=lambda r: r["entries_s"])
         print(f"postgres peak here: {best['entries_s']:.0f} entries/s = {best['rows_per_hour']:,.0f} rows/hour "
               f"({best['writers']} writers); p99 at that load {best['p99_ms']:.1f} ms")
+    print()
+    print(f"one streamed blob of {blobs[0]['mib']:.0f} MiB (64 KiB writes; peak RSS of the writing process):")
+    for b in blobs:
+        print(f"  {b['backend']:<9} {b['mb_s']:>7.0f} MB/s   RSS growth {b['rss_growth_mib']:>6.1f} MiB   "
+              f"peak {b['rss_peak_mib']:.0f} MiB   ({b['mb_s'] / blobs[0]['mb_s']:.2f} x file)")
     if args.json:
         median_p50 = statistics.median(r["p50_ms"] or 0 for r in pg) if pg else None
         write_json(args.json, "store", {"machine": machine(), "seconds": seconds, "rows": rows,
-                                        "baseline_entries_s": base, "median_pg_p50_ms": median_p50})
+                                        "baseline_entries_s": base, "median_pg_p50_ms": median_p50, "blobs": blobs})
     return 0
 
 
