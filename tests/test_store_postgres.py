@@ -266,3 +266,16 @@ def test_an_unreachable_database_is_a_clear_error():
     assert isinstance(result, StoreError) and "unreachable" in str(result)
     with pytest.raises(StoreError, match="unreachable"):
         w.check_session("s1")
+
+
+def test_schema_is_versioned_created_on_first_use_and_refused_when_newer(pg_url):
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        assert PostgresStore(pg_url).schema_version(conn) == 0
+        pg = PostgresStore(pg_url)
+        with pg.writer() as w:  # first use creates it
+            w.append(fields(n=1))
+        assert pg.schema_version(conn) == 1
+        assert PostgresStore(pg_url).migrate() == (1, 1)  # `broker store migrate` on a current schema: nothing
+        conn.execute("INSERT INTO journal_schema (version) VALUES (99)")
+    result = PostgresStore(pg_url).writer().append_many([fields(n=2)])[0]
+    assert isinstance(result, StoreError) and "newer than this broker" in str(result)
