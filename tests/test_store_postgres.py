@@ -37,7 +37,9 @@ def _check_rfc8785(line: bytes) -> None:
 
 
 def test_lines_are_byte_identical_to_the_file_vault(pg_url, tmp_path):
-    batch = [fields(n=i) for i in range(5)] + [fields("s2", n=9)]
+    body = {"f": 1e15, "g": 1e-7, "h": 0.1, "\U0001f600key": -0.0, "i": 2**53 - 1}  # the slow canonical path
+    odd = {"status": 200, "headers": [], "body": body}
+    batch = [fields(n=i) for i in range(4)] + [fields(n=4, response=odd), fields("s2", n=9)]
     pg = open_store(pg_url)
     with pg.writer() as w:
         got = w.append_many(batch)

@@ -43,6 +43,10 @@ RETRY_INTERVAL = 0.5
 """After a failed connection, calls are refused for this long before the next attempt."""
 PING_INTERVAL = 0.25
 """check_session asks the server (SELECT 1) when nothing has been heard from it for this long."""
+TCP_DEFAULTS = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 3, "keepalives_count": 3,
+                "tcp_user_timeout": 5000}
+"""So a server that vanished from the network (no reset) is noticed in seconds, not after TCP's
+minutes of retransmissions: a ping or commit waits at most about 5 s. The URL's own values win."""
 RACE_RETRIES = 20
 PAGE = 500
 
@@ -86,9 +90,10 @@ class PostgresStore:
     def connect(self, *, autocommit: bool = True, check_schema: bool = True):
         psycopg = _psycopg()
         try:
-            conn = psycopg.connect(
-                self.url, autocommit=autocommit, connect_timeout=CONNECT_TIMEOUT, application_name="connector-broker",
-            )
+            given = psycopg.conninfo.conninfo_to_dict(self.url)
+            extra = {k: v for k, v in {**TCP_DEFAULTS, "connect_timeout": CONNECT_TIMEOUT,
+                                       "application_name": "connector-broker"}.items() if k not in given}
+            conn = psycopg.connect(self.url, autocommit=autocommit, **extra)
             # Durable means the commit returned with synchronous_commit on, whatever the server default.
             conn.execute("SET synchronous_commit = on")
             if not autocommit:
