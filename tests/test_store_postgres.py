@@ -281,3 +281,30 @@ def test_schema_is_versioned_created_on_first_use_and_refused_when_newer(pg_url)
         conn.execute("INSERT INTO journal_schema (version) VALUES (99)")
     result = PostgresStore(pg_url).writer().append_many([fields(n=2)])[0]
     assert isinstance(result, StoreError) and "newer than this broker" in str(result)
+
+
+def test_threads_share_commits_and_keep_one_chain(pg_url):
+    """The MCP shim and the inline recorder append from many threads: batches queued while one
+    commits go together in the next transaction."""
+    import threading
+
+    pg = PostgresStore(pg_url)
+    w = pg.writer()
+    w.append(fields(n=0))  # schema and connection ready
+    start = threading.Barrier(32)
+    got: list = []
+
+    def one(k: int) -> None:
+        start.wait()
+        got.append(w.append(fields("shared" if k % 2 else f"own{k}", n=k)))
+
+    threads = [threading.Thread(target=one, args=(k,)) for k in range(32) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    w.close()
+    assert len(got) == 64 and w.commits < 65
+    shared = list(pg.iter_entries("shared"))
+    assert [e["seq"] for e in shared] == list(range(1, 33))
+    assert all(b["prev"] == a["hash"] for a, b in zip(shared, shared[1:], strict=False))

@@ -477,6 +477,13 @@ class _Pending:
         self.error: BaseException | None = None
 
 
+class _Ticket:
+    __slots__ = ("groups", "done")
+
+    def __init__(self, groups: dict[str, list[tuple[int, _Pending]]]) -> None:
+        self.groups, self.done = groups, False
+
+
 class PostgresWriter:
     """JournalWriter's interface over a PostgresStore: append, append_many, check_session, head, blobs."""
 
@@ -486,8 +493,12 @@ class PostgresWriter:
         self.durable = durable
         self.line_limit = line_limit
         self.retries = 0  # lost races retried (for tests and the benchmark)
+        self.commits = 0  # transactions committed
         self._conn = None
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the connection
+        self._cond = threading.Condition()  # group commit: batches waiting, and whether one thread leads
+        self._queue: list[_Ticket] = []
+        self._leading = False
         self._down: StoreError | None = None
         self._retry_at = 0.0
         self._heard = 0.0
@@ -570,12 +581,50 @@ class PostgresWriter:
             except (ContractError, JournalError) as exc:
                 results[i] = exc
         if groups:
-            with self._lock:
-                self._commit(groups)
+            self._group_commit(_Ticket(groups))
             for items in groups.values():
                 for i, p in items:
                     results[i] = p.error if p.error is not None else p.entry
         return results
+
+    def _group_commit(self, mine: _Ticket) -> None:
+        """Group commit for threads: the first to arrive leads, committing every batch queued meanwhile in
+        one transaction, until none is left; the others wait for theirs (as the file writer does)."""
+        with self._cond:
+            self._queue.append(mine)
+            if self._leading:
+                while not mine.done:
+                    self._cond.wait()
+                return
+            self._leading = True
+        try:
+            while True:
+                with self._cond:
+                    tickets, self._queue = self._queue, []
+                    if not tickets:
+                        break
+                merged: dict[str, list[tuple[int, _Pending]]] = {}
+                for t in tickets:
+                    for session, items in t.groups.items():
+                        merged.setdefault(session, []).extend(items)
+                try:
+                    with self._lock:
+                        self._commit(merged)
+                finally:
+                    with self._cond:
+                        for t in tickets:
+                            t.done = True
+                        self._cond.notify_all()
+        finally:
+            with self._cond:
+                self._leading = False
+                for t in self._queue:  # leaving through an exception: fail what is queued
+                    for items in t.groups.values():
+                        for _, p in items:
+                            p.error = p.error or StoreError("the committing thread failed")
+                    t.done = True
+                self._queue = []
+                self._cond.notify_all()
 
     def _commit(self, groups: dict[str, list[tuple[int, _Pending]]]) -> None:
         psycopg = _psycopg()
@@ -618,6 +667,7 @@ class PostgresWriter:
                     if rows:
                         _copy(conn, rows)
                 self._heard = time.monotonic()
+                self.commits += 1
                 return  # committed: with synchronous_commit on, durable
             except psycopg.Error as exc:
                 if _race(exc) and attempt < RACE_RETRIES:
