@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import select
 import tempfile
 import threading
 import time
@@ -537,7 +538,7 @@ class PostgresWriter:
         with self._lock:
             for fresh in (False, True):
                 conn = self._connection()
-                if time.monotonic() - self._heard <= PING_INTERVAL:
+                if time.monotonic() - self._heard <= PING_INTERVAL and not _has_news(conn):
                     return
                 try:
                     conn.execute("SELECT 1")
@@ -701,6 +702,15 @@ class PostgresWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _has_news(conn) -> bool:
+    """Bytes (or EOF) waiting on an idle connection: the server said something unasked, which is how a
+    shutdown or a terminated backend shows. One select(), no round trip."""
+    try:
+        return bool(select.select([conn.fileno()], [], [], 0)[0])
+    except (OSError, ValueError):
+        return True
 
 
 def _session_ok(session: str) -> None:
