@@ -9,7 +9,7 @@ from contextlib import contextmanager
 import click
 import orjson
 
-from broker.store_options import reading_vault, store_option
+from broker.store_options import pulled_vault, reading_vault, store_option
 from journal.entry import parse_ts
 from journal.reader import iter_entries
 from journal.seal import load_public_key
@@ -68,7 +68,10 @@ def verify(
     Exit 0 when every session is intact, 1 when any is broken, 2 on a usage error.
     """
     public = load_public_key(seal_key) if seal_key else None
-    vault = reading_vault(store, vault_dir, blobs=not no_blobs)
+    if seal_key and store:  # seals of a database store live in the vault it was pulled into and sealed in
+        vault = pulled_vault(store, vault_dir, list(sessions) or None)
+    else:
+        vault = reading_vault(store, vault_dir, blobs=not no_blobs)
     names = _select(vault, sessions)
     reports: list[SessionReport] = []
     with _progress(_total_bytes(vault, names), "verifying") as advance:

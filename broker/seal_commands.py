@@ -7,8 +7,9 @@ from pathlib import Path
 import click
 
 from broker.audit_commands import vault_option
+from broker.store_options import pulled_vault, store_option
 from journal.seal import generate_keypair, load_private_key, write_seal
-from journal.vault import Vault, VaultError
+from journal.vault import VaultError
 from journal.verify import verify_session
 
 
@@ -27,12 +28,15 @@ def keygen(out_dir: str, name: str) -> int:
 
 @click.command()
 @vault_option
+@store_option
 @click.argument("sessions", nargs=-1)
 @click.option("--key", "key_path", required=True, type=click.Path(dir_okay=False), help="Private seal key.")
-def seal(vault_dir: str, sessions: tuple[str, ...], key_path: str) -> int:
-    """Sign each session's current length and head into <vault>/seals/. Only intact sessions are sealed."""
+def seal(vault_dir: str, store: str | None, sessions: tuple[str, ...], key_path: str) -> int:
+    """Sign each session's current length and head into <vault>/seals/. Only intact sessions are sealed.
+
+    With a database --store, its sessions are pulled into --vault DIR first and sealed there."""
     key = load_private_key(key_path)
-    vault = Vault.open_existing(vault_dir)
+    vault = pulled_vault(store, vault_dir, list(sessions) or None)
     names = list(sessions) or vault.sessions()
     broken = 0
     for s in names:

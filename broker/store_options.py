@@ -33,7 +33,7 @@ def reading_vault(store: str | None, vault_dir: str, *, blobs: bool = True) -> V
     return click.get_current_context().with_resource(open_store(store).reading_vault(blobs=blobs))
 
 
-def pulled_vault(store: str | None, vault_dir: str, sessions: list[str]) -> Vault:
+def pulled_vault(store: str | None, vault_dir: str, sessions: list[str] | None) -> Vault:
     """For readers that write beside the entries (replay's views): a database store's sessions are
     first pulled into --vault DIR (only what is new), which is then read and written as usual."""
     if not store or not is_database_url(store):

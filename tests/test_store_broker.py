@@ -176,3 +176,27 @@ def test_erase_in_a_file_vault_from_the_command_line(tmp_path):
     assert any(f"blob {digest} erased" in n and "by ops: retention" in n for n in report["notes"])
     again = _broker("erase", "--vault", str(tmp_path / "v"), "--blob", "0" * 64, "--reason", "x")
     assert again.returncode == 2 and "no blob" in again.stderr
+
+
+def test_seal_a_database_store_through_a_pulled_vault(pg_url, tmp_path):
+    rec = Recorder(pg_url)
+    try:
+        rec.record(**_call("s-seal", body="one"))
+        rec.record(**_call("s-seal", body="two"))
+    finally:
+        rec.close()
+    keys = _broker("keygen", "--out", str(tmp_path / "keys"))
+    assert keys.returncode == 0, keys.stderr
+    private = tmp_path / "keys" / "seal-key.pem"
+    public = tmp_path / "keys" / "seal-key.pub"
+    local = str(tmp_path / "local")
+    sealed = _broker("seal", "--store", pg_url, "--vault", local, "--key", str(private))
+    assert sealed.returncode == 0 and "s-seal: sealed at 2 entries" in sealed.stdout, sealed.stderr
+    checked = _broker("verify", "--store", pg_url, "--vault", local, "--seal-key", str(public), "--json")
+    report = json.loads(checked.stdout)
+    assert checked.returncode == 0 and any("seal checked: 2 entries" in n for n in report["notes"])
+    with PostgresStore(pg_url).writer() as w:  # the database grows; the pulled vault follows, the seal still holds
+        w.append(fields("s-seal", n=3))
+    checked = _broker("verify", "--store", pg_url, "--vault", local, "--seal-key", str(public), "--json")
+    report = json.loads(checked.stdout)
+    assert checked.returncode == 0 and report["entries"] == 3
