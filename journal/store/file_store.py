@@ -26,6 +26,15 @@ from journal.vault import Vault
 from journal.writer import JournalWriter
 
 
+def _write_all(fd: int, buf: bytearray) -> None:
+    """Write and empty `buf` (whole lines only: a copy cut short leaves complete lines)."""
+    view = memoryview(buf)
+    while view:
+        view = view[os.write(fd, view):]
+    view.release()
+    buf.clear()
+
+
 def _tombstone(data: dict) -> Tombstone:
     return Tombstone(data["sha256"], data.get("size"), data["erased_at"], data["erased_by"], data["reason"])
 
@@ -69,18 +78,21 @@ class FileStore:
             fcntl.flock(fd, fcntl.LOCK_EX)
             seq, prev = self.head(session)
             count = 0
+            buf = bytearray()
             for line in lines:
                 entry = orjson.loads(line)
                 if entry["seq"] != seq + 1 or entry["prev"] != prev or not line.endswith(b"\n"):
+                    _write_all(fd, buf)
                     raise StoreError(
                         f"session {session!r}: line for seq {entry.get('seq')} does not continue the "
                         f"vault's chain at seq {seq}"
                     )
-                view = memoryview(line)
-                while view:
-                    view = view[os.write(fd, view):]
+                buf += line
+                if len(buf) >= CHUNK:
+                    _write_all(fd, buf)
                 seq, prev = entry["seq"], entry["hash"]
                 count += 1
+            _write_all(fd, buf)
             os.fdatasync(fd)
             return count
         finally:
