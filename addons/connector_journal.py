@@ -62,6 +62,7 @@ from journal.models.linking import links_for  # noqa: E402
 from journal.record import Prepared, Recorder, text_pairs, wire_text  # noqa: E402
 from journal.redact import REDACTED, is_token_exchange, redact_url  # noqa: E402
 from journal.service import failure_fields, material_fields  # noqa: E402
+from journal.store.url import store_target  # noqa: E402
 from journal.vault import SessionIdError, session_filename  # noqa: E402
 from journal.writer import JournalError  # noqa: E402
 
@@ -194,7 +195,7 @@ class ConnectorJournal:
     # -- options --------------------------------------------------------------------------------
 
     def load(self, loader) -> None:
-        loader.add_option("vault", str, "./vault", "Vault directory the journal is written to.")
+        loader.add_option("vault", str, "./vault", "Vault directory (or postgresql:// store) the journal goes to.")
         loader.add_option("broker_session", str, "default", "Session for calls that name none.")
         loader.add_option("broker_agent", str, "unknown", "Agent for calls that name none.")
         loader.add_option(
@@ -260,7 +261,7 @@ class ConnectorJournal:
             if opts.broker_recorder == "process":
                 seal = _autoseal(opts)
                 self.link = RecorderLink(
-                    str(Path(opts.vault).resolve()), opts.broker_spill_threshold,
+                    store_target(opts.vault), opts.broker_spill_threshold,
                     str(Path(opts.broker_connectors).resolve()) if opts.broker_connectors else "",
                     extra_args=seal.service_args() if seal else [],
                 )

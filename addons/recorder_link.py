@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from journal.service import frame, split_frames
+from journal.store.url import is_database_url
 from journal.writer import JournalError, JournalStopped
 
 log = logging.getLogger("broker")
@@ -151,12 +152,16 @@ class RecorderLink:
         self._last_start = now
         self._reap()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        cmd = [sys.executable, "-m", "journal.service", "--fd", str(theirs.fileno()), "--vault", self.vault,
-               "--spill-threshold", str(self.spill_threshold)]
+        env = dict(os.environ)
+        if is_database_url(self.vault):  # its password, if any, stays off the command line
+            env["BROKER_STORE"] = self.vault
+            cmd = [sys.executable, "-m", "journal.service", "--fd", str(theirs.fileno())]
+        else:
+            cmd = [sys.executable, "-m", "journal.service", "--fd", str(theirs.fileno()), "--vault", self.vault]
+        cmd += ["--spill-threshold", str(self.spill_threshold)]
         if self.connectors:
             cmd += ["--connectors", self.connectors]
         cmd += self.extra_args
-        env = dict(os.environ)
         env["PYTHONPATH"] = _ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         try:
             self.proc = subprocess.Popen(cmd, pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL)

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 import click
 import orjson
 
+from broker.store_options import pulled_vault, reading_vault, store_option
 from journal.entry import parse_ts
 from journal.reader import iter_entries
 from journal.seal import load_public_key
@@ -54,6 +55,7 @@ def _total_bytes(vault: Vault, sessions: list[str]) -> int:
 
 @click.command(short_help="Check every session's chain, contract, blobs and seal.")
 @vault_option
+@store_option
 @click.argument("sessions", nargs=-1)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line per session.")
 @click.option("--no-blobs", is_flag=True, help="Skip re-hashing spilled blobs (faster, weaker).")
@@ -65,8 +67,9 @@ def _total_bytes(vault: Vault, sessions: list[str]) -> int:
 @click.option("--witness", "witness_urls", multiple=True, metavar="URL",
               help="Ask this witness for the newest size it cosigned per session (repeatable).")
 @click.option("--require-sealed", is_flag=True, help="Entries after the last checkpoint are a break, not a note.")
-def verify(vault_dir: str, sessions: tuple[str, ...], as_json: bool, no_blobs: bool, seal_key: str | None,
-           witness_keys: tuple[str, ...], witness_urls: tuple[str, ...], require_sealed: bool) -> int:
+def verify(vault_dir: str, store: str | None, sessions: tuple[str, ...], as_json: bool, no_blobs: bool,
+           seal_key: str | None, witness_keys: tuple[str, ...], witness_urls: tuple[str, ...],
+           require_sealed: bool) -> int:
     """Check every session's hash chain, canonical form, contract, blobs and (with --seal-key) checkpoints.
 
     Exit 0 when every session is intact, 1 when any is broken, 2 on a usage error.
@@ -74,12 +77,17 @@ def verify(vault_dir: str, sessions: tuple[str, ...], as_json: bool, no_blobs: b
     if seal_key and not is_legacy_key(seal_key):
         from broker.checkpoint_commands import verify_checkpoints
 
+        if store:  # checkpoints of a database store live in the vault it was pulled into and sealed in
+            vault_dir = str(pulled_vault(store, vault_dir, list(sessions) or None).root)
         return verify_checkpoints(vault_dir, sessions, as_json, no_blobs, seal_key, witness_keys, witness_urls,
                                   require_sealed)
     if witness_keys or witness_urls or require_sealed:
         raise click.UsageError("--witness-key, --witness and --require-sealed need a --seal-key verifier key")
     public = load_public_key(seal_key) if seal_key else None
-    vault = Vault.open_existing(vault_dir)
+    if seal_key and store:  # seals of a database store live in the vault it was pulled into and sealed in
+        vault = pulled_vault(store, vault_dir, list(sessions) or None)
+    else:
+        vault = reading_vault(store, vault_dir, blobs=not no_blobs)
     names = _select(vault, sessions)
     reports: list[SessionReport] = []
     with _progress(_total_bytes(vault, names), "verifying") as advance:
@@ -119,10 +127,11 @@ def print_reports(reports: list[SessionReport], as_json: bool) -> None:
 
 @click.command(short_help="List sessions: entries, times, writes, connectors.")
 @vault_option
+@store_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line per session.")
-def sessions(vault_dir: str, as_json: bool) -> int:
+def sessions(vault_dir: str, store: str | None, as_json: bool) -> int:
     """List sessions: entries, first and last time, connectors, writes, and whether each verifies."""
-    vault = Vault.open_existing(vault_dir)
+    vault = reading_vault(store, vault_dir)
     names = vault.sessions()
     keys = ("session", "entries", "first_ts", "last_ts", "connectors", "writes", "verifies", "broken_at_seq", "kind")
     with _progress(_total_bytes(vault, names), "reading") as advance:
@@ -161,14 +170,15 @@ def _gap(prev_ts: str | None, ts: str) -> str:
 
 @click.command(short_help="A session's timeline, or one entry in full.")
 @vault_option
+@store_option
 @click.argument("session")
 @click.option("--seq", type=int, default=None, help="Show only this entry.")
 @click.option("--json", "as_json", is_flag=True, help="Entries as JSON, one per line.")
-def show(vault_dir: str, session: str, seq: int | None, as_json: bool) -> int:
+def show(vault_dir: str, store: str | None, session: str, seq: int | None, as_json: bool) -> int:
     """A session's timeline, one line per entry, in this column order: seq, time, gap, connector,
     effect, capture, method, status, URL. Columns are as wide as their longest value in the session.
     With --seq, that entry's line and the whole entry."""
-    vault = Vault.open_existing(vault_dir)
+    vault = reading_vault(store, vault_dir, blobs=False)
     vault.require_session(session)
     if as_json:
         found = False

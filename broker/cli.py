@@ -43,12 +43,13 @@ def _register() -> None:
         replay_commands,
         seal_commands,
         search_commands,
+        store_commands,
         trajectory_commands,
     )
 
     for module in (audit_commands, seal_commands, checkpoint_commands, proxy_commands, exec_commands, mcp_commands,
                    replay_commands, trajectory_commands, search_commands, inspect_commands, export_commands,
-                   diff_commands):
+                   diff_commands, store_commands):
         for command in module.COMMANDS:
             cli.add_command(command)
 

@@ -9,12 +9,14 @@ import click
 
 from broker.audit_commands import vault_option
 from broker.seal_options import autoseal_config, seal_options
+from broker.store_options import store_option, store_or_vault
 
 _CTX = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 
 
 @click.command(context_settings=_CTX, short_help="Relay an MCP server and record its tool calls.")
 @vault_option
+@store_option
 @click.option("--session", required=True, help="Session the calls are recorded under.")
 @click.option("--agent", required=True, help="Agent making the calls.")
 @click.option("--principal", default="", help="Account the server acts as (default: unknown on stdio, "
@@ -24,6 +26,9 @@ _CTX = {"ignore_unknown_options": True, "allow_interspersed_args": False}
               help="TOML file overriding read/write per tool ([tools] name = \"read\"|\"write\").")
 @click.option("--listen", default="", metavar="HOST:PORT", help="Serve streamable HTTP/SSE here (needs --upstream).")
 @click.option("--upstream", default="", metavar="URL", help="HTTP URL of the real MCP server.")
+@click.option("--gateway", is_flag=True,
+              help="--listen as a shared gateway: each agent's calls in its own session (X-Broker-Session / "
+              "X-Broker-Agent headers, /<session>/mcp, else one per MCP session); see docs/postgres.md.")
 @click.option("--through-broker", is_flag=True,
               help="Run the server's own HTTPS calls through an embedded broker (stdio servers).")
 @click.option("--confdir", default="~/.mitmproxy", show_default=True, help="Broker CA directory (--through-broker).")
@@ -45,8 +50,9 @@ _CTX = {"ignore_unknown_options": True, "allow_interspersed_args": False}
               help="Also record each tools/list answer (effect read): the tool definitions the model reads.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def mcp(
-    vault_dir: str, session: str, agent: str, principal: str, connector: str, effects_file: str, listen: str,
-    upstream: str, through_broker: bool, confdir: str, upstream_ca: str | None, upstream_insecure: bool,
+    vault_dir: str, store: str | None,
+    session: str, agent: str, principal: str, connector: str, effects_file: str, listen: str,
+    upstream: str, gateway: bool, through_broker: bool, confdir: str, upstream_ca: str | None, upstream_insecure: bool,
     resolve: tuple[str, ...], call_timeout: float | None, cancel_grace: float, max_message_mib: int,
     spill_threshold: int | None, record_tools_list: bool, command: tuple[str, ...], seal_key: str | None = None,
     checkpoint_entries: int = 0, checkpoint_seconds: float = 0.0, witness: tuple[str, ...] = (),
@@ -74,11 +80,14 @@ def mcp(
     from journal.vault import session_filename
 
     CallJournal.record_tool_lists = record_tools_list  # one shim per process
+    vault_dir = store_or_vault(store, vault_dir)
     argv = list(command)
     if argv and argv[0] == "--":
         argv = argv[1:]
     if listen and not upstream:
         raise click.UsageError("--listen needs --upstream URL")
+    if gateway and not listen:
+        raise click.UsageError("--gateway needs --listen HOST:PORT")
     if upstream and argv:
         raise click.UsageError("give either --upstream URL or a COMMAND to run, not both")
     if not upstream and not argv:
@@ -123,7 +132,7 @@ def mcp(
                 from broker.proxy_commands import parse_listen
 
                 host, port = parse_listen(listen)
-                return asyncio.run(http_relay.serve(journal, upstream, host, port, max_line=max_line))
+                return asyncio.run(http_relay.serve(journal, upstream, host, port, max_line=max_line, gateway=gateway))
             return asyncio.run(http_relay.run_stdio_front(
                 journal, upstream, call_timeout=call_timeout, cancel_grace=cancel_grace, max_line=max_line,
             ))

@@ -12,8 +12,9 @@ import click
 
 from broker.audit_commands import vault_option
 from broker.seal_options import autoseal_config, seal_options
+from broker.store_options import store_option, store_or_vault
 from journal.connectors import Registry
-from journal.vault import Vault
+from journal.store.url import check_store
 
 confdir_option = click.option(
     "--confdir", default="~/.mitmproxy", show_default=True,
@@ -43,6 +44,7 @@ def parse_listen(listen: str) -> tuple[str, int]:
 
 @click.command(short_help="Run the broker: an HTTPS proxy that records calls.")
 @vault_option
+@store_option
 @listen_option
 @confdir_option
 @click.option("--session", default="default", show_default=True, help="Session for calls that name none.")
@@ -81,7 +83,8 @@ def parse_listen(listen: str) -> tuple[str, int]:
 @click.option("-v", "--verbose", is_flag=True,
               help="Log one line per recorded call: seq, session, connector, effect, method, status, URL.")
 def run(
-    vault_dir: str, listen: str, confdir: str, session: str, agent: str, principal: str, connectors_file: str,
+    vault_dir: str, store: str | None,
+    listen: str, confdir: str, session: str, agent: str, principal: str, connectors_file: str,
     resolve: tuple[str, ...], upstream_ca: str | None, upstream_insecure: bool, on_journal_error: str,
     record_unknown: bool, spill_threshold: int | None, recorder: str, workers: int, prompts: str, verbose: bool,
     seal_key: str | None = None, checkpoint_entries: int = 0, checkpoint_seconds: float = 0.0,
@@ -103,7 +106,8 @@ def run(
     if connectors_file:
         Registry.builtin().with_file(connectors_file)  # a bad file is one clear error, before listening
     seal = autoseal_config(seal_key, checkpoint_entries, checkpoint_seconds, witness)
-    Vault.create(vault_dir)
+    vault_dir = store_or_vault(store, vault_dir)
+    shown = check_store(vault_dir)  # an unusable store is one clear error, before listening
     if playback:
         from journal.playback import RecordedSession
 
@@ -129,7 +133,7 @@ def run(
     def announce_port(bound: int) -> None:
         click.echo(f"broker: listening on http://{host}:{bound}" + (f" ({workers} workers)" if workers > 1 else ""))
         click.echo(f"broker: CA certificate {ca_cert_path(confdir)}")
-        click.echo(f"broker: vault {Vault(vault_dir).root}")
+        click.echo(f"broker: vault {shown}")
         click.echo("broker: Ctrl-C or SIGTERM stops it; `broker env` prints the client settings", err=False)
         sys.stdout.flush()
 

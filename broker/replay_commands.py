@@ -13,10 +13,10 @@ import click
 import orjson
 
 from broker.audit_commands import _progress, vault_option
+from broker.store_options import pulled_vault, store_option
 from journal.replay import BrokenChainError, plan_dict, replay_session, write_outputs
 from journal.replay.plan import ordered_steps, step_dict
 from journal.seal import load_public_key
-from journal.vault import Vault
 
 _require = click.option("--require-intact", is_flag=True,
                         help="Refuse (exit 1, nothing written) when the session's chain is broken.")
@@ -24,8 +24,8 @@ _seal_key = click.option("--seal-key", type=click.Path(dir_okay=False), default=
                          help="Public seal key (from `broker keygen`): also check the session's seal.")
 
 
-def _run(vault_dir: str, session: str, require_intact: bool, seal_key: str | None):
-    vault = Vault.open_existing(vault_dir)
+def _run(vault_dir: str, session: str, require_intact: bool, seal_key: str | None, store: str | None = None):
+    vault = pulled_vault(store, vault_dir, [session])
     path = vault.require_session(session)
     public = load_public_key(seal_key) if seal_key else None
     with _progress(path.stat().st_size, "replaying") as advance:
@@ -42,11 +42,14 @@ def _broken_line(rp) -> str:
 
 @click.command(short_help="Rebuild views of the resources a session touched.")
 @vault_option
+@store_option
 @click.argument("session")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary (views.json holds everything).")
 @_require
 @_seal_key
-def replay(vault_dir: str, session: str, as_json: bool, require_intact: bool, seal_key: str | None) -> int:
+def replay(
+    vault_dir: str, store: str | None, session: str, as_json: bool, require_intact: bool, seal_key: str | None
+) -> int:
     """Rebuild views of every resource SESSION touched, under <vault>/views/<session>/.
 
     One Markdown note per resource (state as last seen, the entries that read or changed it, and
@@ -55,7 +58,7 @@ def replay(vault_dir: str, session: str, as_json: bool, require_intact: bool, se
     same bytes.
     """
     try:
-        _, rp, folder, files = _run(vault_dir, session, require_intact, seal_key)
+        _, rp, folder, files = _run(vault_dir, session, require_intact, seal_key, store)
     except BrokenChainError as exc:
         click.echo(f"broker: {exc}", err=True)
         return 1
@@ -78,18 +81,21 @@ def replay(vault_dir: str, session: str, as_json: bool, require_intact: bool, se
 
 @click.command("revert-plan", short_help="The inverse call for each write of a session.")
 @vault_option
+@store_option
 @click.argument("session")
 @click.option("--json", "as_json", is_flag=True, help='Print {"session", "chain", "steps": [...]} as JSON.')
 @_require
 @_seal_key
-def revert_plan(vault_dir: str, session: str, as_json: bool, require_intact: bool, seal_key: str | None) -> int:
+def revert_plan(
+    vault_dir: str, store: str | None, session: str, as_json: bool, require_intact: bool, seal_key: str | None
+) -> int:
     """The revert plan for SESSION: for each write, newest first, the inverse call or why there is none.
 
     Also written as revert-plan.md and revert-plan.json beside the views (the whole views folder is
     refreshed). Never executes anything.
     """
     try:
-        _, rp, folder, _ = _run(vault_dir, session, require_intact, seal_key)
+        _, rp, folder, _ = _run(vault_dir, session, require_intact, seal_key, store)
     except BrokenChainError as exc:
         click.echo(f"broker: {exc}", err=True)
         return 1

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from broker.audit_commands import vault_option
+from broker.store_options import pulled_vault, store_option
 from journal.checkpoint.audit import session_tree
 from journal.checkpoint.note import Signer, load_signer, load_verifier
 from journal.checkpoint.sealer import Sealer
@@ -50,6 +51,7 @@ def keygen(out_dir: str, name: str, cosigner: bool) -> int:
 
 @click.command(short_help="Sign each intact session's length and head.")
 @vault_option
+@store_option
 @click.argument("sessions", nargs=-1)
 @click.option("--key", "key_path", required=True, type=click.Path(dir_okay=False),
               help="Signer key from `broker keygen` (a legacy PEM key writes the old .seal files).")
@@ -58,14 +60,15 @@ def keygen(out_dir: str, name: str, cosigner: bool) -> int:
 @click.option("--witness-key", "witness_keys", multiple=True, metavar="VKEY",
               help="The witness's cosigner key (text or file), paired with --witness in order: "
               "only its checked cosignatures are kept.")
-def seal(vault_dir: str, sessions: tuple[str, ...], key_path: str, witness_urls: tuple[str, ...],
-         witness_keys: tuple[str, ...]) -> int:
+def seal(vault_dir: str, store: str | None, sessions: tuple[str, ...], key_path: str,
+         witness_urls: tuple[str, ...], witness_keys: tuple[str, ...]) -> int:
     """Write a signed checkpoint for each intact session into <vault>/seals/, and the signed vault index.
 
     Exit 1 when a session is broken or refused (its file changed under an earlier checkpoint).
     A witness that cannot be reached is reported; the checkpoint is written without its cosignature.
+    With a database --store, its sessions are pulled into --vault DIR first and sealed there.
     """
-    vault = Vault.open_existing(vault_dir)
+    vault = pulled_vault(store, vault_dir, list(sessions) or None)
     names = list(sessions) or vault.sessions()
     if Path(key_path).is_file() and Path(key_path).read_bytes().startswith(b"-----BEGIN"):
         return _legacy_seal(vault, names, key_path)

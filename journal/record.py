@@ -31,6 +31,7 @@ from journal.redact import (
     redact_json_value,
     redact_url,
 )
+from journal.store.url import open_writer
 from journal.writer import JournalWriter
 
 if TYPE_CHECKING:
@@ -169,7 +170,8 @@ class Recorder:
         self, vault: str | os.PathLike | JournalWriter, *, spill_threshold: int = SPILL_THRESHOLD,
         registry: Registry | None = None, durable: bool = True, autoseal: AutosealConfig | None = None,
     ) -> None:
-        self.writer = vault if isinstance(vault, JournalWriter) else JournalWriter(vault, durable=durable)
+        # `vault`: a directory, a store URL (postgresql://..., journal/store/) or a writer already open
+        self.writer = vault if hasattr(vault, "append_many") else open_writer(vault, durable=durable)
         self.autosealer = None  # checkpoints as entries are recorded (journal/checkpoint/autoseal.py)
         if autoseal is not None:
             from journal.checkpoint.autoseal import Autosealer

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import pickle
 import signal
 import socket
@@ -364,11 +365,14 @@ def serve(sock: socket.socket, recorder: Recorder) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m journal.service", description=__doc__.split("\n\n")[0])
     p.add_argument("--fd", type=int, required=True, help="connected socket inherited from the proxy")
-    p.add_argument("--vault", required=True)
+    p.add_argument("--vault", default=os.environ.get("BROKER_STORE"),
+                   help="vault directory or store URL (default: BROKER_STORE)")
     p.add_argument("--spill-threshold", type=int, default=SPILL_THRESHOLD)
     p.add_argument("--connectors", default="", help="connectors TOML file applied on top of the built-in rules")
     AutosealConfig.add_arguments(p)  # --seal-key FILE --checkpoint-entries N --checkpoint-seconds T --witness URL
     args = p.parse_args(argv)
+    if not args.vault:
+        p.error("--vault DIR (or a store URL in BROKER_STORE) is required")
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="recording service: %(message)s")

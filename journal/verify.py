@@ -16,7 +16,8 @@ Checks per line, in order (the first failure decides the kind):
    entry, not at the next one). The reported seq is a trust boundary: when the file cannot tell
    which of two entries was changed, the earlier one is named.
 6. `blob_missing` / `blob_corrupt`: a blob the entry references is absent or its bytes do not hash
-   to its name.
+   to its name. A blob erased on purpose (a tombstone in `blobs/erased/`, journal/erasure.py) is
+   no break: it is listed in `erased` and a note says when, by whom and why.
 7. `seal_mismatch` (when a seal key is given, see seal.py): the seal's signature does not verify,
    the file holds fewer entries than were sealed (cut off), or the sealed seq has another hash
    (rewritten).
@@ -39,6 +40,7 @@ from journal.blobstore import BlobStore, is_ref_object
 from journal.canonical import CanonicalError, is_canonical_line
 from journal.chain import GENESIS
 from journal.entry import ContractError, validate_entry
+from journal.erasure import read_tombstone
 from journal.reader import Line, iter_lines
 from journal.seal import Seal, check_signature, read_seal
 from journal.trajectory import ToolListWatch
@@ -66,6 +68,7 @@ class SessionReport:
     first_ts: str | None = None
     last_ts: str | None = None
     notes: list[str] = field(default_factory=list)
+    erased: list[dict] = field(default_factory=list)  # tombstones of erased blobs the entries name
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -105,7 +108,7 @@ def verify_session(
             if entry["seq"] != k or entry["prev"] != expected_prev:
                 raise _classify_chain_break(entry, k, before, lines)
             if check_blobs and _REF_MARK in line.data:
-                _check_blobs(entry, blobs, blob_ok)
+                _check_blobs(entry, blobs, blob_ok, report.erased)
         except _Break as brk:
             report.intact = False
             report.broken_at_seq = brk.seq or k
@@ -125,6 +128,10 @@ def verify_session(
             on_entry(entry)
         tool_lists.observe(entry)
     report.notes += tool_lists.notes()  # docs/prompts.md: tool definitions changed within the session
+    for t in report.erased:
+        report.notes.append(
+            f"blob {t['sha256']} erased on {t.get('erased_at')} by {t.get('erased_by')}: {t.get('reason')}"
+        )
     for q in sorted(path.parent.glob(path.name + ".torn-*")):
         report.notes.append(f"torn tail quarantined by the writer: {q.name} ({q.stat().st_size} bytes)")
     _check_seal(report, seal, seal_key, sealed_hash)
@@ -244,7 +251,7 @@ def _later_links(rest: Iterator[Line]) -> list[tuple[int, str, str]]:
     return out
 
 
-def _check_blobs(entry: dict, blobs: BlobStore, cache: dict[str, str | None]) -> None:
+def _check_blobs(entry: dict, blobs: BlobStore, cache: dict[str, str | None], erased: list[dict]) -> None:
     for ref in _refs(entry):
         digest = ref["sha256"]
         if digest not in cache:
@@ -252,6 +259,11 @@ def _check_blobs(entry: dict, blobs: BlobStore, cache: dict[str, str | None]) ->
                 cache[digest] = f"ref {ref['ref']!r} does not match sha256 {digest}"
             else:
                 cache[digest] = blobs.check(digest, ref["size"] if isinstance(ref["size"], int) else None)
+                if cache[digest] is not None and "missing" in cache[digest]:
+                    tombstone = read_tombstone(blobs.root, digest)
+                    if tombstone is not None:
+                        cache[digest] = None
+                        erased.append(tombstone)
         problem = cache[digest]
         if problem is not None:
             kind = "blob_missing" if "missing" in problem else "blob_corrupt"

@@ -54,6 +54,7 @@ from broker.mcp.relay import (
 )
 from broker.mcp.upstream import UpstreamPool, UpstreamResponse
 from journal.record import principal_fingerprint, text_pairs, wire_text
+from journal.vault import SessionIdError, session_filename
 
 HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
@@ -121,8 +122,10 @@ class _Exchange:
 class HttpRelay:
     def __init__(
         self, journal: CallJournal, upstream: str, *, principal: str = "", max_line: int = MAX_LINE,
+        gateway: bool = False,
     ) -> None:
         self.journal = journal
+        self.gateway = GatewaySessions(journal.identity, urlsplit(upstream).path) if gateway else None
         self.upstream = upstream
         parts = urlsplit(upstream)
         self.origin = f"{parts.scheme}://{parts.netloc}"
@@ -170,15 +173,26 @@ class HttpRelay:
         path_query = path + (b"?" + query if query else b"")
         target = self.origin + wire_text(path_query)
         headers = text_pairs(scope["headers"])
+        who: tuple[str, str] | None = None
+        if self.gateway is not None:
+            try:
+                who, path = self.gateway.resolve(headers, path, scope.get("client"))
+            except SessionIdError as exc:
+                await _send_json(send, 400, error_response(None, -32600, f"broker gateway: {exc}").rstrip(b"\n"))
+                return
+            path_query = path + (b"?" + query if query else b"")
+            target = self.origin + wire_text(path_query)
+        headers = [(k, v) for k, v in headers if k.lower() not in GATEWAY_HEADERS]
         session = _session_scope(headers, query)
         exchange = _Exchange(session)
         principal = None
         if method == "POST" and body:
             principal = principal_for(headers, target, self.principal)
-        forward = [(k, v) for k, v in scope["headers"] if k.decode("latin-1").lower() not in HOP_BY_HOP]
+        forward = [(k, v) for k, v in scope["headers"]
+                   if k.decode("latin-1").lower() not in HOP_BY_HOP | GATEWAY_HEADERS]
         forward.append((b"accept-encoding", b"identity"))
         if method == "POST" and body:
-            self._track_request(body, exchange, target, headers, principal, (path_query, forward))
+            self._track_request(body, exchange, target, headers, principal, (path_query, forward), who)
         state: dict = {"started": False, "response": None}
 
         async def tracked_send(message: dict) -> None:
@@ -227,6 +241,7 @@ class HttpRelay:
     def _track_request(
         self, body: bytes, exchange: _Exchange, url: str, headers: list[tuple[str, str]], principal: str,
         upstream_request: tuple[bytes, list[tuple[bytes, bytes]]] = (b"/", []),
+        who: tuple[str, str] | None = None,
     ) -> None:
         oversize = None
         if len(body) > self.max_line:
@@ -246,6 +261,8 @@ class HttpRelay:
                 call = self.journal.start(Message({"method": method}, False, "invalid"), body, url=url,
                                           request_headers=headers, principal=principal)
                 call.method = method
+                if who is not None:
+                    call.session, call.agent = who
                 why = "the client's body is not JSON: relayed unchanged, no answer can be matched to it"
                 task = asyncio.create_task(self._record_unanswered(call, why))
                 self._bg.add(task)
@@ -261,6 +278,8 @@ class HttpRelay:
                 call = self.journal.start(msg, raw, url=url, request_headers=headers, principal=principal,
                                           oversize=oversize,
                                           ask_tools=lambda m: self.ask_tools(m, *upstream_request))
+                if who is not None:
+                    call.session, call.agent = who
             tracked = _Tracked(msg.method or "?", call, msg.id)
             key = id_key(msg.id)
             exchange.local[key] = tracked
@@ -487,6 +506,54 @@ class HttpRelay:
         self.tracked.clear()
 
 
+GATEWAY_HEADERS = frozenset({"x-broker-session", "x-broker-agent"})
+"""Request headers a shared gateway reads and never forwards."""
+
+
+class GatewaySessions:
+    """A shared gateway (`--gateway`): which session and agent a request's calls are recorded under.
+
+    In order: the `X-Broker-Session` / `X-Broker-Agent` headers; a session as the first path segment
+    (`/<session>/mcp`, stripped before the request goes upstream); else one session per MCP session,
+    `<--session>.<Mcp-Session-Id>`, or, in the 2026-07-28 era that has no MCP session, one per client
+    connection, `<--session>.conn-<host>-<port>`. The agent defaults to `--agent`. A session id that
+    cannot be mapped to a vault file is refused (400), never rewritten.
+    """
+
+    def __init__(self, identity, upstream_path: str) -> None:
+        self.identity = identity
+        self.upstream_first = upstream_path.strip("/").split("/", 1)[0].encode()
+
+    def resolve(self, headers: list[tuple[str, str]], path: bytes, client) -> tuple[tuple[str, str], bytes]:
+        session = agent = None
+        mcp_session = None
+        for k, v in headers:
+            name = k.lower()
+            if name == "x-broker-session":
+                session = v
+            elif name == "x-broker-agent":
+                agent = v
+            elif name == SESSION_HEADER:
+                mcp_session = v
+        parts = path.lstrip(b"/").split(b"/", 1)
+        if len(parts) == 2 and parts[0] and parts[0] != self.upstream_first:
+            from urllib.parse import unquote_to_bytes
+
+            if session is None:
+                session = unquote_to_bytes(parts[0]).decode("utf-8", "replace")
+            path = b"/" + parts[1]
+        if session is None:
+            base = self.identity.session
+            if mcp_session:
+                session = f"{base}.{mcp_session}"
+            elif client:
+                session = f"{base}.conn-{client[0]}-{client[1]}"
+            else:
+                session = base
+        session_filename(session)
+        return (session, agent or self.identity.agent), path
+
+
 def _session_scope(headers: list[tuple[str, str]], query: bytes) -> str:
     for k, v in headers:
         if k.lower() == SESSION_HEADER:
@@ -517,14 +584,16 @@ async def _wait_disconnect(receive) -> None:
             return
 
 
-async def serve(journal: CallJournal, upstream: str, host: str, port: int, *, max_line: int = MAX_LINE) -> int:
+async def serve(
+    journal: CallJournal, upstream: str, host: str, port: int, *, max_line: int = MAX_LINE, gateway: bool = False,
+) -> int:
     """Run the HTTP relay until SIGINT/SIGTERM; every accepted entry is on disk when it returns.
 
     There is no shim timeout over HTTP: the client's own timeout closes its stream, which is recorded
     as a disconnect."""
     import uvicorn
 
-    relay = HttpRelay(journal, upstream, principal=journal.identity.principal, max_line=max_line)
+    relay = HttpRelay(journal, upstream, principal=journal.identity.principal, max_line=max_line, gateway=gateway)
     config = uvicorn.Config(relay, host=host, port=port, log_level="warning", lifespan="off",
                             timeout_graceful_shutdown=5)
     server = uvicorn.Server(config)

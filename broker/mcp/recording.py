@@ -143,6 +143,8 @@ class PendingCall:
     broker_entries: int = 0  # --through-broker: HTTP calls of this tool call recorded by the broker
     oversize: OversizeLine | None = None  # the request line was over the limit: its bytes are in a blob
     lookup: asyncio.Future | None = None  # the shim's own tools/list, asked because the tool was unknown
+    session: str | None = None  # a shared gateway's per-agent session and agent (else the journal's identity)
+    agent: str | None = None
 
     @property
     def tool(self) -> str | None:
@@ -325,12 +327,14 @@ class CallJournal:
                                             "the line as received"}
         else:
             resp_body = None
-        prompt_ref = tool_call_prompt_ref(  # docs/prompts.md: a tools/call the model asked for, exactly
-            self.recorder.writer.vault, self.identity.session, call.method,
+        vault = getattr(self.recorder.writer, "vault", None)  # the exact tie reads a file vault's session
+        prompt_ref = None if vault is None else tool_call_prompt_ref(  # docs/prompts.md: asked for, exactly
+            vault, call.session or self.identity.session, call.method,
             msg.value.get("params") if msg.strict and isinstance(msg.value, dict) else None,
         )
         return self.recorder.prepare(
-            session=self.identity.session, agent=self.identity.agent, prompt_ref=prompt_ref,
+            session=call.session or self.identity.session, agent=call.agent or self.identity.agent,
+            prompt_ref=prompt_ref,
             principal=call.principal or self.identity.principal, connector=self.connector, capture="gateway",
             effect=call.effect, method=call.method, url=call.url, request_headers=call.request_headers,
             request_body=req_body, status=status, response_headers=response_headers, response_body=resp_body,

@@ -178,6 +178,12 @@ def auth_digest(ctx: Context) -> str:
     return hashlib.sha256(value.encode()).hexdigest() if value else "none"
 
 
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def header_names(ctx: Context) -> str:
+    """The names of the HTTP headers this call arrived with (tests: what a gateway forwarded)."""
+    return ",".join(sorted(k.lower() for k in (ctx.headers or {})))
+
+
 @server.resource("note://{note_id}", mime_type="text/plain")
 def note_resource(note_id: str) -> str:
     """A note as a resource."""

@@ -1,0 +1,58 @@
+"""Erasure in the file vault: a blob's bytes deleted on purpose, a tombstone left in their place.
+
+SPEC.md, "Erasure": a tombstone names the blob's SHA-256, when, by whom and why. In a vault it is
+`blobs/erased/<64 hex>.json` (canonical JSON, written atomically). The tombstone is written and
+made durable before the bytes are deleted, so a crash in between leaves a blob with a tombstone
+(erase again), never a blob gone without one. Entries hold the blob's hash, not its bytes, so the
+chain verifies unchanged; the verifier reports the blob as erased instead of missing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import orjson
+
+from journal.canonical import canonical_bytes
+from journal.vault import VaultError, fsync_dir, write_atomically
+
+_HEX64 = re.compile(r"[0-9a-f]{64}\Z")
+
+
+def tombstone_path(vault_root: str | os.PathLike, digest: str) -> Path:
+    if not _HEX64.match(digest):
+        raise VaultError(f"{digest!r} is not a SHA-256 (64 lowercase hex digits)")
+    return Path(vault_root) / "blobs" / "erased" / f"{digest}.json"
+
+
+def read_tombstone(vault_root: str | os.PathLike, digest: str) -> dict | None:
+    """The tombstone of an erased blob, or None when it was never erased."""
+    path = tombstone_path(vault_root, digest)
+    try:
+        data = orjson.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise VaultError(f"tombstone {path} is unreadable ({exc})") from None
+    return data if isinstance(data, dict) else None
+
+
+def write_tombstone(vault_root: str | os.PathLike, tombstone: dict) -> Path:
+    path = tombstone_path(vault_root, tombstone["sha256"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(path, canonical_bytes(tombstone) + b"\n")
+    return path
+
+
+def erase_file_blob(vault_root: str | os.PathLike, tombstone: dict) -> None:
+    """Write the tombstone, then delete the bytes (and make the deletion durable)."""
+    write_tombstone(vault_root, tombstone)
+    digest = tombstone["sha256"]
+    blob = Path(vault_root) / "blobs" / "sha256" / digest[:2] / digest
+    try:
+        blob.unlink()
+    except FileNotFoundError:
+        return
+    fsync_dir(blob.parent)

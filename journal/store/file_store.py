@@ -1,0 +1,153 @@
+"""The file vault (SPEC.md's directory) as a store: a thin wrapper over the existing modules.
+
+Writing is journal/writer.py (flock, O_APPEND, fdatasync, torn-tail recovery) and
+journal/blobstore.py (temp file, fsync, rename, directory fsync); reading is journal/reader.py;
+erasure is journal/erasure.py. Nothing here writes an entry another way, except `append_lines`,
+which copies lines chained elsewhere (pull) under the same flock and fdatasync.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+
+import orjson
+
+from journal.blobstore import CHUNK, BlobStore
+from journal.chain import GENESIS
+from journal.entry import format_ts
+from journal.erasure import erase_file_blob, read_tombstone
+from journal.reader import iter_entries, iter_lines
+from journal.store.interface import BlobErased, StoreError, Tombstone
+from journal.vault import Vault
+from journal.writer import JournalWriter
+
+
+def _write_all(fd: int, buf: bytearray) -> None:
+    """Write and empty `buf` (whole lines only: a copy cut short leaves complete lines)."""
+    view = memoryview(buf)
+    while view:
+        view = view[os.write(fd, view):]
+    view.release()
+    buf.clear()
+
+
+def _tombstone(data: dict) -> Tombstone:
+    return Tombstone(data["sha256"], data.get("size"), data["erased_at"], data["erased_by"], data["reason"])
+
+
+class FileStore:
+    """A vault directory. `create`: make the layout when missing (writers); readers need it to exist."""
+
+    def __init__(self, root: str | os.PathLike, *, create: bool = False) -> None:
+        self.vault = Vault.create(root) if create else Vault.open_existing(root)
+        self.url = str(self.vault.root)
+        self.blobs = BlobStore(self.vault.root)
+
+    def writer(self, *, durable: bool = True) -> JournalWriter:
+        return JournalWriter(self.vault, durable=durable)
+
+    def sessions(self) -> list[str]:
+        return self.vault.sessions()
+
+    def iter_lines(self, session: str) -> Iterator[bytes]:
+        for line in iter_lines(self.vault.require_session(session)):
+            yield line.data
+
+    def iter_entries(self, session: str) -> Iterator[dict]:
+        return iter_entries(self.vault, session)
+
+    def head(self, session: str) -> tuple[int, str]:
+        path = self.vault.session_path(session)
+        if not path.is_file():
+            return 0, GENESIS
+        seq, digest = 0, GENESIS
+        for line in iter_lines(path):
+            entry = orjson.loads(line.data)
+            seq, digest = entry["seq"], entry["hash"]
+        return seq, digest
+
+    def append_lines(self, session: str, lines: Iterable[bytes]) -> int:
+        """Append lines chained elsewhere, under the writer's flock, checking each continues the chain."""
+        path = self.vault.session_path(session)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            seq, prev = self.head(session)
+            count = 0
+            buf = bytearray()
+            for line in lines:
+                entry = orjson.loads(line)
+                if entry["seq"] != seq + 1 or entry["prev"] != prev or not line.endswith(b"\n"):
+                    _write_all(fd, buf)
+                    raise StoreError(
+                        f"session {session!r}: line for seq {entry.get('seq')} does not continue the "
+                        f"vault's chain at seq {seq}"
+                    )
+                buf += line
+                if len(buf) >= CHUNK:
+                    _write_all(fd, buf)
+                seq, prev = entry["seq"], entry["hash"]
+                count += 1
+            _write_all(fd, buf)
+            os.fdatasync(fd)
+            return count
+        finally:
+            os.close(fd)
+
+    def has_blob(self, digest: str) -> bool:
+        return self.blobs.path_for(digest).is_file()
+
+    def blob_digests(self) -> Iterator[str]:
+        base = self.blobs.base
+        if base.is_dir():
+            for sub in sorted(base.iterdir()):
+                for blob in sorted(sub.iterdir()):
+                    yield blob.name
+
+    def read_blob(self, digest: str) -> Iterator[bytes]:
+        path = self.blobs.path_for(digest)
+        try:
+            f = open(path, "rb")
+        except FileNotFoundError:
+            t = read_tombstone(self.vault.root, digest)
+            if t is not None:
+                raise BlobErased(_tombstone(t)) from None
+            raise StoreError(f"blob {digest} is missing from {self.url}") from None
+        with f:
+            while chunk := f.read(CHUNK):
+                yield chunk
+
+    def put_blob(self, chunks: Iterable[bytes]) -> dict:
+        return self.blobs.put_stream(chunks)
+
+    def tombstones(self) -> Iterator[Tombstone]:
+        folder = Path(self.vault.root) / "blobs" / "erased"
+        if folder.is_dir():
+            for path in sorted(folder.glob("*.json")):
+                t = read_tombstone(self.vault.root, path.stem)
+                if t is not None:
+                    yield _tombstone(t)
+
+    def erase_blob(self, digest: str, *, reason: str, by: str) -> Tombstone:
+        path = self.blobs.path_for(digest)
+        existing = read_tombstone(self.vault.root, digest)
+        if not path.is_file():
+            if existing is not None:
+                return _tombstone(existing)
+            raise StoreError(f"no blob {digest} in {self.url}")
+        t = Tombstone(digest, path.stat().st_size, format_ts(), by, reason)
+        erase_file_blob(self.vault.root, t.as_dict())
+        return t
+
+    def put_tombstone(self, tombstone: Tombstone) -> None:
+        erase_file_blob(self.vault.root, tombstone.as_dict())
+
+    def reading_vault(self, *, blobs: bool = True) -> AbstractContextManager[Vault]:
+        return nullcontext(self.vault)
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,112 @@
+"""The store protocol: what every writer and reader of the journal needs from where entries live.
+
+Two implementations: `FileStore` (the vault directory of SPEC.md, the embedded default, wrapping
+journal/writer.py, journal/reader.py and journal/blobstore.py) and `PostgresStore` (one database
+many brokers write to). Whichever holds an entry, its canonical line and hash are the same bytes:
+both chain with journal/chain.py and serialise with journal/canonical.py, and a store never
+re-serialises a line once written.
+
+The writer side (`EntryWriter`) is the shape of `JournalWriter`, so the Recorder, the recording
+service and the MCP shim take either without knowing which.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from journal.vault import Vault
+from journal.writer import JournalError
+
+
+class StoreError(JournalError):
+    """A store that cannot be opened or used (bad URL, database unreachable or refusing)."""
+
+
+class BlobErased(StoreError):
+    """The blob's bytes were erased on purpose; its tombstone says when, by whom and why."""
+
+    def __init__(self, tombstone: Tombstone) -> None:
+        super().__init__(f"blob {tombstone.sha256} was erased on {tombstone.erased_at} by "
+                         f"{tombstone.erased_by}: {tombstone.reason}")
+        self.tombstone = tombstone
+
+
+@dataclass(frozen=True)
+class Tombstone:
+    """What is left of an erased blob (SPEC.md, "Erasure")."""
+
+    sha256: str
+    size: int | None
+    erased_at: str  # YYYY-MM-DDTHH:MM:SS.mmmZ
+    erased_by: str
+    reason: str
+
+    def as_dict(self) -> dict:
+        return {"sha256": self.sha256, "size": self.size, "erased_at": self.erased_at,
+                "erased_by": self.erased_by, "reason": self.reason}
+
+
+class BlobWriting(Protocol):
+    """One blob being streamed in: `write` chunks, then `commit` (durable, returns the ref object)."""
+
+    size: int
+
+    def write(self, chunk: bytes) -> None: ...
+    def commit(self) -> dict: ...
+    def abort(self) -> None: ...
+    def __enter__(self) -> BlobWriting: ...
+    def __exit__(self, exc_type, exc, tb) -> None: ...
+
+
+class BlobSink(Protocol):
+    """Where spilled bytes go (journal/bodies.py takes any of these)."""
+
+    def open_writer(self) -> BlobWriting: ...
+    def put_bytes(self, data: bytes) -> dict: ...
+    def put_stream(self, chunks: Iterable[bytes]) -> dict: ...
+
+
+@runtime_checkable
+class EntryWriter(Protocol):
+    """Appends chained entries; returns each only once it is durable."""
+
+    blobs: BlobSink
+
+    def append(self, fields: dict, *, dedupe: bool = False) -> dict: ...
+    def append_many(self, batch: list[dict]) -> list: ...
+    def check_session(self, session: str) -> None: ...
+    def head(self, session: str) -> tuple[int, str]: ...
+    def close(self) -> None: ...
+
+
+class Store(Protocol):
+    """Entries, blobs and tombstones of one journal."""
+
+    url: str
+
+    def writer(self, *, durable: bool = True) -> EntryWriter: ...
+    def sessions(self) -> list[str]: ...
+    def iter_lines(self, session: str) -> Iterator[bytes]:
+        """A session's lines exactly as written (canonical JSON + newline), in seq order."""
+        ...
+    def iter_entries(self, session: str) -> Iterator[dict]: ...
+    def head(self, session: str) -> tuple[int, str]: ...
+    def append_lines(self, session: str, lines: Iterable[bytes]) -> int:
+        """Add lines already chained elsewhere (push, pull), verbatim; they must continue the head."""
+        ...
+    def has_blob(self, digest: str) -> bool: ...
+    def blob_digests(self) -> Iterator[str]: ...
+    def read_blob(self, digest: str) -> Iterator[bytes]:
+        """The blob's bytes in chunks; BlobErased after an erasure, StoreError when absent."""
+        ...
+    def put_blob(self, chunks: Iterable[bytes]) -> dict: ...
+    def tombstones(self) -> Iterator[Tombstone]: ...
+    def erase_blob(self, digest: str, *, reason: str, by: str) -> Tombstone: ...
+    def put_tombstone(self, tombstone: Tombstone) -> None: ...
+    def reading_vault(self, *, blobs: bool = True) -> AbstractContextManager[Vault]:
+        """A file vault holding this store's entries, for the one file verifier and the readers."""
+        ...
+    def close(self) -> None: ...

@@ -1,0 +1,146 @@
+"""The PostgreSQL schema of the journal store, versioned (`journal_schema`).
+
+Version 1:
+
+- `journal_sessions` (one row per session) and `journal_entries` keyed by (session, seq), holding
+  each entry's line exactly as written (`line`, bytea: canonical JSON and its newline) and, beside
+  it, the `prev` and `hash` the database checks the chain with.
+- A BEFORE INSERT trigger refuses an entry that does not continue its session's chain (seq 1 after
+  64 zeros, else `prev` = `hash` of seq - 1): no gap and no fork can be committed, whoever writes.
+  Two writers racing for the same seq: the primary key makes the second fail, it retries.
+- Append-only: triggers refuse UPDATE, DELETE and TRUNCATE of entries, sessions, blobs and
+  tombstones. Blob chunks may be deleted only for a blob that has a tombstone (erasure).
+- Blobs content-addressed (`journal_blobs`, by SHA-256) with their bytes in 1 MiB chunks
+  (`journal_blob_chunks`) inserted as they stream in, in one transaction per blob.
+- `journal_tombstones`: sha256, size, when, by whom, why (SPEC.md, "Erasure").
+
+`grant_writer(role)` gives a broker's role what it needs and no more: SELECT and INSERT.
+"""
+
+from __future__ import annotations
+
+CURRENT_VERSION = 1
+SCHEMA_LOCK = 0x6A6F75726E616C  # advisory lock key for creating / migrating the schema ("journal")
+
+TABLES = ("journal_schema", "journal_sessions", "journal_entries", "journal_blobs", "journal_blob_chunks",
+          "journal_tombstones")
+
+_V1 = r"""
+CREATE TABLE journal_schema (
+    version integer PRIMARY KEY,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE journal_sessions (
+    session text PRIMARY KEY,
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE journal_entries (
+    session text NOT NULL REFERENCES journal_sessions (session),
+    seq bigint NOT NULL CHECK (seq >= 1),
+    prev text NOT NULL,
+    hash text NOT NULL,
+    line bytea NOT NULL,
+    written_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (session, seq)
+);
+CREATE TABLE journal_blobs (
+    sha256 text PRIMARY KEY CHECK (sha256 ~ '^[0-9a-f]{64}$'),
+    size bigint NOT NULL,
+    chunks integer NOT NULL,
+    upload uuid NOT NULL UNIQUE,
+    stored_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE journal_blob_chunks (
+    upload uuid NOT NULL,
+    n integer NOT NULL,
+    data bytea NOT NULL,
+    PRIMARY KEY (upload, n)
+);
+ALTER TABLE journal_blob_chunks ALTER COLUMN data SET STORAGE EXTERNAL;
+CREATE TABLE journal_tombstones (
+    sha256 text PRIMARY KEY CHECK (sha256 ~ '^[0-9a-f]{64}$'),
+    size bigint,
+    erased_at text NOT NULL,
+    erased_by text NOT NULL,
+    reason text NOT NULL
+);
+
+CREATE FUNCTION journal_chain_check() RETURNS trigger LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    before text;
+BEGIN
+    IF NEW.seq = 1 THEN
+        IF NEW.prev <> repeat('0', 64) THEN
+            RAISE EXCEPTION USING ERRCODE = 'integrity_constraint_violation',
+                MESSAGE = format('journal: seq 1 of session %L must have prev of 64 zeros', NEW.session);
+        END IF;
+        RETURN NEW;
+    END IF;
+    SELECT hash INTO before FROM journal_entries WHERE session = NEW.session AND seq = NEW.seq - 1;
+    IF before IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'integrity_constraint_violation',
+            MESSAGE = format('journal: seq %s of session %L has no seq %s before it (a gap)',
+                             NEW.seq, NEW.session, NEW.seq - 1);
+    END IF;
+    IF before <> NEW.prev THEN
+        RAISE EXCEPTION USING ERRCODE = 'integrity_constraint_violation',
+            MESSAGE = format('journal: seq %s of session %L does not follow seq %s (a fork)',
+                             NEW.seq, NEW.session, NEW.seq - 1);
+    END IF;
+    RETURN NEW;
+END $$;
+
+CREATE FUNCTION journal_refuse_change() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+        MESSAGE = format('journal: %s is append-only, %s refused', TG_TABLE_NAME, TG_OP);
+END $$;
+
+CREATE FUNCTION journal_chunk_change() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'DELETE' AND EXISTS (
+        SELECT 1 FROM journal_blobs b JOIN journal_tombstones t USING (sha256) WHERE b.upload = OLD.upload
+    ) THEN
+        RETURN OLD;
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+        MESSAGE = format('journal: blob bytes are deleted only by an erasure with a tombstone, %s refused', TG_OP);
+END $$;
+
+CREATE TRIGGER journal_entries_chain BEFORE INSERT ON journal_entries
+    FOR EACH ROW EXECUTE FUNCTION journal_chain_check();
+CREATE TRIGGER journal_entries_append_only BEFORE UPDATE OR DELETE ON journal_entries
+    FOR EACH ROW EXECUTE FUNCTION journal_refuse_change();
+CREATE TRIGGER journal_entries_no_truncate BEFORE TRUNCATE ON journal_entries
+    FOR EACH STATEMENT EXECUTE FUNCTION journal_refuse_change();
+CREATE TRIGGER journal_sessions_append_only BEFORE UPDATE OR DELETE ON journal_sessions
+    FOR EACH ROW EXECUTE FUNCTION journal_refuse_change();
+CREATE TRIGGER journal_sessions_no_truncate BEFORE TRUNCATE ON journal_sessions
+    FOR EACH STATEMENT EXECUTE FUNCTION journal_refuse_change();
+CREATE TRIGGER journal_blobs_append_only BEFORE UPDATE OR DELETE ON journal_blobs
+    FOR EACH ROW EXECUTE FUNCTION journal_refuse_change();
+CREATE TRIGGER journal_blobs_no_truncate BEFORE TRUNCATE ON journal_blobs
+    FOR EACH STATEMENT EXECUTE FUNCTION journal_refuse_change();
+CREATE TRIGGER journal_tombstones_append_only BEFORE UPDATE OR DELETE ON journal_tombstones
+    FOR EACH ROW EXECUTE FUNCTION journal_refuse_change();
+CREATE TRIGGER journal_tombstones_no_truncate BEFORE TRUNCATE ON journal_tombstones
+    FOR EACH STATEMENT EXECUTE FUNCTION journal_refuse_change();
+CREATE TRIGGER journal_chunks_guard BEFORE UPDATE OR DELETE ON journal_blob_chunks
+    FOR EACH ROW EXECUTE FUNCTION journal_chunk_change();
+CREATE TRIGGER journal_chunks_no_truncate BEFORE TRUNCATE ON journal_blob_chunks
+    FOR EACH STATEMENT EXECUTE FUNCTION journal_refuse_change();
+"""
+
+MIGRATIONS: dict[int, str] = {1: _V1}
+"""version -> the SQL that brings the schema from version - 1 to it (version 1 creates it)."""
+
+
+def grant_writer_sql(role: str) -> list:
+    """Statements giving `role` (a broker's database role) SELECT and INSERT, nothing more."""
+    from psycopg import sql
+
+    ident = sql.Identifier(role)
+    out = [sql.SQL("GRANT SELECT ON journal_schema TO {}").format(ident)]
+    for table in TABLES[1:]:
+        out.append(sql.SQL("GRANT SELECT, INSERT ON {} TO {}").format(sql.Identifier(table), ident))
+    return out

@@ -1,0 +1,767 @@
+"""The journal in PostgreSQL: many brokers on many hosts append to one store (see README.md here).
+
+- Appending: one transaction per batch. Per session, in sorted order: an advisory transaction lock
+  on the session, read the head (last seq and hash), chain the entries with journal/chain.py, COPY
+  them in. The commit returns with synchronous_commit on: then, and only then, are they durable
+  and returned. A lost race (a unique-key or chain-trigger refusal) rolls back and retries from the
+  new head; it is never papered over.
+- Blobs: streamed in 1 MiB chunks in their own transaction, committed before the entry naming them.
+- A database that is unreachable or refusing is a StoreError for the calls at hand (the broker then
+  answers 502 under `block`); the next call reconnects. Nothing is stopped for good: a failed
+  transaction committed nothing, unlike a failed fsync.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import select
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from urllib.parse import urlsplit, urlunsplit
+
+import orjson
+
+from journal.blobstore import CHUNK, ref_object
+from journal.bodies import LINE_LIMIT, fit_entry
+from journal.canonical import CanonicalError, orjson_matches_jcs
+from journal.chain import GENESIS, chain_entry
+from journal.entry import CHAINED_KEYS, ContractError, format_ts, validate_fields
+from journal.store.interface import BlobErased, StoreError, Tombstone
+from journal.store.postgres_schema import CURRENT_VERSION, MIGRATIONS, SCHEMA_LOCK, grant_writer_sql
+from journal.vault import SessionIdError, Vault, session_filename
+from journal.writer import DEDUPE_LINES, JournalError
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT = 3
+"""Seconds to wait for the database before a call is refused (the broker answers 502 under block)."""
+RETRY_INTERVAL = 0.5
+"""After a failed connection, calls are refused for this long before the next attempt."""
+PING_INTERVAL = 0.25
+"""check_session asks the server (SELECT 1) when nothing has been heard from it for this long."""
+TCP_DEFAULTS = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 3, "keepalives_count": 3,
+                "tcp_user_timeout": 5000}
+"""So a server that vanished from the network (no reset) is noticed in seconds, not after TCP's
+minutes of retransmissions: a ping or commit waits at most about 5 s. The URL's own values win."""
+RACE_RETRIES = 20
+PAGE = 500
+
+
+def display_url(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)
+    user = netloc[0].split(":", 1)[0]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[1]}"))
+
+
+def _psycopg():
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover - a dependency of the project
+        raise StoreError("the PostgreSQL store needs psycopg 3: pip install 'psycopg[binary]'") from None
+    return psycopg
+
+
+def _race(exc: BaseException) -> bool:
+    """A refusal another writer caused (unique key, or the chain trigger seeing a new head)."""
+    sqlstate = getattr(exc, "sqlstate", None)
+    return sqlstate in ("23505", "23000")
+
+
+class PostgresStore:
+    """A journal store in one PostgreSQL database. Thread-safe; connections are opened as needed."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.shown = display_url(url)
+        self._schema_checked = False
+        self._idle: list = []
+        self._lock = threading.Lock()
+
+    # -- connections ------------------------------------------------------------------------
+
+    def connect(self, *, autocommit: bool = True, check_schema: bool = True):
+        psycopg = _psycopg()
+        try:
+            given = psycopg.conninfo.conninfo_to_dict(self.url)
+            extra = {k: v for k, v in {**TCP_DEFAULTS, "connect_timeout": CONNECT_TIMEOUT,
+                                       "application_name": "connector-broker"}.items() if k not in given}
+            conn = psycopg.connect(self.url, autocommit=autocommit, **extra)
+            # Durable means the commit returned with synchronous_commit on, whatever the server default.
+            conn.execute("SET synchronous_commit = on")
+            if not autocommit:
+                conn.commit()
+        except psycopg.Error as exc:
+            raise StoreError(f"database {self.shown} unreachable or refusing: {_first_line(exc)}") from None
+        if check_schema and not self._schema_checked:
+            try:
+                self._ensure_schema(conn)
+            except BaseException:
+                conn.close()
+                raise
+            self._schema_checked = True
+        return conn
+
+    @contextmanager
+    def _pooled(self):
+        """A connection (autocommit) for readers and blob uploads, returned to a small idle list."""
+        psycopg = _psycopg()
+        with self._lock:
+            conn = self._idle.pop() if self._idle else None
+        if conn is not None:
+            try:
+                conn.execute("SELECT 1")  # an idle connection may have been lost to a server restart
+            except psycopg.Error:
+                conn.close()
+        if conn is None or conn.closed or conn.broken:
+            conn = self.connect()
+        try:
+            yield conn
+        except psycopg.OperationalError as exc:
+            conn.close()
+            raise StoreError(f"database {self.shown} unreachable or refusing: {_first_line(exc)}") from None
+        except psycopg.Error as exc:
+            raise StoreError(f"database {self.shown}: {_first_line(exc)}") from None
+        finally:
+            if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                try:
+                    conn.rollback()
+                except psycopg.Error:
+                    conn.close()
+            with self._lock:
+                if len(self._idle) < 4 and not conn.closed and not conn.broken:
+                    self._idle.append(conn)
+                    conn = None
+            if conn is not None:
+                conn.close()
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+    # -- schema -----------------------------------------------------------------------------
+
+    def schema_version(self, conn) -> int:
+        # pg_tables, not to_regclass: a fresh MVCC read sees a table another migrator just committed
+        if not conn.execute(
+            "SELECT count(*) FROM pg_tables WHERE schemaname = current_schema() AND tablename = 'journal_schema'"
+        ).fetchone()[0]:
+            return 0
+        return conn.execute("SELECT coalesce(max(version), 0) FROM journal_schema").fetchone()[0]
+
+    def _ensure_schema(self, conn) -> None:
+        """Create the schema on first use; refuse an older one (`broker store migrate`) or a newer one."""
+        version = self.schema_version(conn)
+        if version == 0:
+            self.migrate(conn)
+            return
+        if version < CURRENT_VERSION:
+            raise StoreError(f"{self.shown} holds journal schema version {version}; this broker needs "
+                             f"{CURRENT_VERSION}: run `broker store migrate --store URL`")
+        if version > CURRENT_VERSION:
+            raise StoreError(f"{self.shown} holds journal schema version {version}, newer than this broker "
+                             f"({CURRENT_VERSION}); upgrade the broker")
+
+    def migrate(self, conn=None) -> tuple[int, int]:
+        """Bring the schema to the current version, under an advisory lock; (before, after)."""
+        own = conn is None
+        if own:
+            conn = self.connect(check_schema=False)
+        psycopg = _psycopg()
+        try:
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+                before = self.schema_version(conn)
+                if before > CURRENT_VERSION:
+                    raise StoreError(f"{self.shown} holds schema version {before}, newer than this broker")
+                for version in range(before + 1, CURRENT_VERSION + 1):
+                    conn.execute(MIGRATIONS[version])
+                    conn.execute("INSERT INTO journal_schema (version) VALUES (%s)", (version,))
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise StoreError(f"{self.shown}: cannot create or upgrade the journal schema ({_first_line(exc)}); "
+                             "run `broker store migrate --store URL` as the database owner") from None
+        except psycopg.Error as exc:
+            raise StoreError(f"{self.shown}: schema migration failed: {_first_line(exc)}") from None
+        finally:
+            if own:
+                conn.close()
+        self._schema_checked = True
+        return before, CURRENT_VERSION
+
+    def grant_writer(self, role: str) -> None:
+        """Give a broker's role SELECT and INSERT on the journal tables (no UPDATE, no DELETE)."""
+        with self._pooled() as conn, conn.transaction():
+            for stmt in grant_writer_sql(role):
+                conn.execute(stmt)
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def writer(self, *, durable: bool = True, line_limit: int = LINE_LIMIT) -> PostgresWriter:
+        return PostgresWriter(self, durable=durable, line_limit=line_limit)
+
+    def append_lines(self, session: str, lines: Iterable[bytes]) -> int:
+        """Add lines chained elsewhere (push), verbatim, PAGE per transaction; each must continue the head."""
+        _session_ok(session)
+        count = 0
+        page: list[tuple[int, str, str, bytes]] = []
+        with self._pooled() as conn:
+            for line in lines:
+                entry = orjson.loads(line)
+                page.append((entry["seq"], entry["prev"], entry["hash"], line))
+                if len(page) >= PAGE:
+                    count += self._insert_lines(conn, session, page)
+                    page = []
+            if page:
+                count += self._insert_lines(conn, session, page)
+        return count
+
+    def _insert_lines(self, conn, session: str, page: list[tuple[int, str, str, bytes]]) -> int:
+        with conn.transaction():
+            seq, prev = _lock_head(conn, session)
+            first_seq, first_prev = page[0][0], page[0][1]
+            if first_seq != seq + 1 or first_prev != prev:
+                raise StoreError(f"session {session!r}: seq {first_seq} does not continue {self.shown} at seq {seq}")
+            if seq == 0:
+                conn.execute("INSERT INTO journal_sessions (session) VALUES (%s) ON CONFLICT DO NOTHING", (session,))
+            _copy(conn, [(session, s, p, h, line) for s, p, h, line in page])
+        return len(page)
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def sessions(self) -> list[str]:
+        with self._pooled() as conn:
+            names = [r[0] for r in conn.execute("SELECT session FROM journal_sessions")]
+        return sorted(names, key=session_filename)  # the file vault's order
+
+    def head(self, session: str) -> tuple[int, str]:
+        with self._pooled() as conn:
+            return _head(conn, session)
+
+    def iter_lines(self, session: str) -> Iterator[bytes]:
+        with self._pooled() as conn:
+            if conn.execute("SELECT 1 FROM journal_sessions WHERE session = %s", (session,)).fetchone() is None:
+                raise StoreError(f"no session {session!r} in {self.shown}")
+            after = 0
+            while True:
+                rows = conn.execute(
+                    "SELECT seq, line FROM journal_entries WHERE session = %s AND seq > %s ORDER BY seq LIMIT %s",
+                    (session, after, PAGE),
+                ).fetchall()
+                for seq, line in rows:
+                    yield bytes(line)
+                    after = seq
+                if len(rows) < PAGE:
+                    return
+
+    def iter_entries(self, session: str) -> Iterator[dict]:
+        for line in self.iter_lines(session):
+            yield orjson.loads(line)
+
+    # -- blobs ------------------------------------------------------------------------------
+
+    def has_blob(self, digest: str) -> bool:
+        with self._pooled() as conn:
+            return conn.execute("SELECT 1 FROM journal_blobs WHERE sha256 = %s", (digest,)).fetchone() is not None
+
+    def blob_digests(self) -> Iterator[str]:
+        with self._pooled() as conn:
+            rows = conn.execute(
+                "SELECT b.sha256 FROM journal_blobs b WHERE NOT EXISTS "
+                "(SELECT 1 FROM journal_tombstones t WHERE t.sha256 = b.sha256) ORDER BY b.sha256"
+            ).fetchall()
+        for (digest,) in rows:
+            yield digest
+
+    def read_blob(self, digest: str) -> Iterator[bytes]:
+        with self._pooled() as conn:
+            t = self._tombstone(conn, digest)
+            if t is not None:
+                raise BlobErased(t)
+            row = conn.execute("SELECT chunks, upload FROM journal_blobs WHERE sha256 = %s", (digest,)).fetchone()
+            if row is None:
+                raise StoreError(f"blob {digest} is missing from {self.shown}")
+            chunks, upload = row
+            for n in range(chunks):
+                got = conn.execute(
+                    "SELECT data FROM journal_blob_chunks WHERE upload = %s AND n = %s", (upload, n)
+                ).fetchone()
+                if got is None:
+                    raise StoreError(f"blob {digest}: chunk {n} is missing from {self.shown}")
+                yield bytes(got[0])
+
+    def put_blob(self, chunks: Iterable[bytes]) -> dict:
+        return PostgresBlobs(self).put_stream(chunks)
+
+    def _tombstone(self, conn, digest: str) -> Tombstone | None:
+        row = conn.execute(
+            "SELECT sha256, size, erased_at, erased_by, reason FROM journal_tombstones WHERE sha256 = %s", (digest,)
+        ).fetchone()
+        return Tombstone(*row) if row else None
+
+    def tombstones(self) -> Iterator[Tombstone]:
+        with self._pooled() as conn:
+            rows = conn.execute(
+                "SELECT sha256, size, erased_at, erased_by, reason FROM journal_tombstones ORDER BY sha256"
+            ).fetchall()
+        for row in rows:
+            yield Tombstone(*row)
+
+    def erase_blob(self, digest: str, *, reason: str, by: str) -> Tombstone:
+        """Tombstone and chunk deletion in one transaction, then VACUUM so the bytes leave the table files."""
+        with self._pooled() as conn:
+            with conn.transaction():
+                existing = self._tombstone(conn, digest)
+                row = conn.execute("SELECT size FROM journal_blobs WHERE sha256 = %s", (digest,)).fetchone()
+                if existing is None and row is None:
+                    raise StoreError(f"no blob {digest} in {self.shown}")
+                t = existing or Tombstone(digest, row[0], format_ts(), by, reason)
+                self._put_tombstone(conn, t)
+            self._vacuum(conn)
+        return t
+
+    def put_tombstone(self, tombstone: Tombstone) -> None:
+        with self._pooled() as conn:
+            with conn.transaction():
+                self._put_tombstone(conn, tombstone)
+            self._vacuum(conn)
+
+    @staticmethod
+    def _put_tombstone(conn, t: Tombstone) -> None:
+        conn.execute(
+            "INSERT INTO journal_tombstones (sha256, size, erased_at, erased_by, reason) VALUES (%s, %s, %s, %s, %s) "
+            "ON CONFLICT (sha256) DO NOTHING", (t.sha256, t.size, t.erased_at, t.erased_by, t.reason),
+        )
+        conn.execute(
+            "DELETE FROM journal_blob_chunks WHERE upload = (SELECT upload FROM journal_blobs WHERE sha256 = %s)",
+            (t.sha256,),
+        )
+
+    def _vacuum(self, conn) -> None:
+        psycopg = _psycopg()
+        try:
+            conn.execute("VACUUM journal_blob_chunks")
+        except psycopg.Error as exc:
+            log.warning("erased bytes stay in dead rows until the next VACUUM of journal_blob_chunks "
+                        "(this role could not run it: %s)", _first_line(exc))
+
+    # -- readers that want a file vault -----------------------------------------------------
+
+    @contextmanager
+    def reading_vault(self, *, blobs: bool = True) -> Iterator[Vault]:
+        """A temporary file vault pulled from this store: the one file verifier reads the very lines."""
+        from journal.store.file_store import FileStore
+        from journal.store.transfer import copy_store
+
+        with tempfile.TemporaryDirectory(prefix="broker-pull-") as tmp:
+            target = FileStore(tmp, create=True)
+            copy_store(self, target, blobs=blobs)
+            yield target.vault
+
+
+class PostgresBlobWriter:
+    """One blob streamed into the database: chunks inserted as they fill, one transaction, dedupe by rollback."""
+
+    def __init__(self, store: PostgresStore) -> None:
+        self._store = store
+        self._conn = store.connect(autocommit=False)
+        self._upload = uuid.uuid4()
+        self._hash = hashlib.sha256()
+        self._buf = bytearray()
+        self._n = 0
+        self.size = 0
+        self._done = False
+
+    def write(self, chunk: bytes) -> None:
+        if not chunk:
+            return
+        self._hash.update(chunk)
+        self.size += len(chunk)
+        self._buf += chunk
+        while len(self._buf) >= CHUNK:
+            self._flush(bytes(self._buf[:CHUNK]))
+            del self._buf[:CHUNK]
+
+    def _flush(self, data: bytes) -> None:
+        try:
+            self._conn.execute(
+                "INSERT INTO journal_blob_chunks (upload, n, data) VALUES (%s, %s, %s)", (self._upload, self._n, data)
+            )
+        except _psycopg().Error as exc:
+            self.abort()
+            raise StoreError(f"cannot store blob in {self._store.shown}: {_first_line(exc)}") from None
+        self._n += 1
+
+    def commit(self) -> dict:
+        if self._done:
+            raise StoreError("blob already committed or aborted")
+        if self._buf:
+            self._flush(bytes(self._buf))
+            self._buf.clear()
+        digest = self._hash.hexdigest()
+        try:
+            row = self._conn.execute(
+                "INSERT INTO journal_blobs (sha256, size, chunks, upload) VALUES (%s, %s, %s, %s) "
+                "ON CONFLICT (sha256) DO NOTHING RETURNING sha256", (digest, self.size, self._n, self._upload),
+            ).fetchone()
+            if row is None:
+                self._conn.rollback()  # the same bytes are stored already: drop this copy
+            else:
+                self._conn.commit()
+        except _psycopg().Error as exc:
+            raise StoreError(f"cannot store blob {digest} in {self._store.shown}: {_first_line(exc)}") from None
+        finally:
+            self._done = True
+            self._conn.close()
+        return ref_object(digest, self.size)
+
+    def abort(self) -> None:
+        if not self._done:
+            self._done = True
+            try:
+                self._conn.rollback()
+            except _psycopg().Error:
+                pass
+            self._conn.close()
+
+    def __enter__(self) -> PostgresBlobWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.abort()
+
+    def __del__(self) -> None:
+        if not getattr(self, "_done", True):
+            self.abort()
+
+
+class PostgresBlobs:
+    """The blob sink journal/bodies.py spills into (as BlobStore does for a vault)."""
+
+    def __init__(self, store: PostgresStore) -> None:
+        self.store = store
+
+    def open_writer(self) -> PostgresBlobWriter:
+        return PostgresBlobWriter(self.store)
+
+    def put_bytes(self, data: bytes) -> dict:
+        digest = hashlib.sha256(data).hexdigest()
+        if self.store.has_blob(digest):
+            return ref_object(digest, len(data))
+        with self.open_writer() as w:
+            w.write(data)
+            return w.commit()
+
+    def put_stream(self, chunks: Iterable[bytes]) -> dict:
+        with self.open_writer() as w:
+            for chunk in chunks:
+                w.write(chunk)
+            return w.commit()
+
+
+class _Pending:
+    __slots__ = ("fields", "orjson_ok", "entry", "error")
+
+    def __init__(self, fields: dict, orjson_ok: bool) -> None:
+        self.fields, self.orjson_ok = fields, orjson_ok
+        self.entry: dict | None = None
+        self.error: BaseException | None = None
+
+
+class _Ticket:
+    __slots__ = ("groups", "done")
+
+    def __init__(self, groups: dict[str, list[tuple[int, _Pending]]]) -> None:
+        self.groups, self.done = groups, False
+
+
+class PostgresWriter:
+    """JournalWriter's interface over a PostgresStore: append, append_many, check_session, head, blobs."""
+
+    def __init__(self, store: PostgresStore, *, durable: bool = True, line_limit: int = LINE_LIMIT) -> None:
+        self.store = store
+        self.blobs = PostgresBlobs(store)
+        self.durable = durable
+        self.line_limit = line_limit
+        self.retries = 0  # lost races retried (for tests and the benchmark)
+        self.commits = 0  # transactions committed
+        self._conn = None
+        self._lock = threading.Lock()  # the connection
+        self._cond = threading.Condition()  # group commit: batches waiting, and whether one thread leads
+        self._queue: list[_Ticket] = []
+        self._leading = False
+        self._down: StoreError | None = None
+        self._retry_at = 0.0
+        self._heard = 0.0
+
+    def _connection(self):
+        conn = self._conn
+        if conn is not None and not conn.closed and not conn.broken:
+            return conn
+        now = time.monotonic()
+        if self._down is not None and now < self._retry_at:
+            raise self._down
+        try:
+            conn = self.store.connect()
+            if not self.durable:
+                conn.execute("SET synchronous_commit = off")
+        except StoreError as exc:
+            self._down, self._retry_at = exc, now + RETRY_INTERVAL
+            raise
+        if self._down is not None:
+            log.warning("database %s is back; recording resumes", self.store.shown)
+        self._down, self._conn, self._heard = None, conn, time.monotonic()
+        return conn
+
+    def _lost(self, exc: BaseException) -> StoreError:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        err = StoreError(f"database {self.store.shown} unreachable or refusing: {_first_line(exc)}")
+        self._down, self._retry_at = err, time.monotonic() + RETRY_INTERVAL
+        log.error("%s", err)
+        return err
+
+    def check_session(self, session: str) -> None:
+        """Raise when an entry for `session` could not be appended now (bad id, database down)."""
+        _session_ok(session)
+        with self._lock:
+            for fresh in (False, True):
+                conn = self._connection()
+                if time.monotonic() - self._heard <= PING_INTERVAL and not _has_news(conn):
+                    return
+                try:
+                    conn.execute("SELECT 1")
+                except _psycopg().Error as exc:
+                    err = self._lost(exc)
+                    if fresh:
+                        raise err from None
+                    self._down = None  # an idle connection lost to a restart: try a new one at once
+                    continue
+                self._heard = time.monotonic()
+                return
+
+    def head(self, session: str) -> tuple[int, str]:
+        with self._lock:
+            conn = self._connection()
+            try:
+                return _head(conn, session)
+            except _psycopg().Error as exc:
+                raise self._lost(exc) from None
+
+    def append(self, fields: dict, *, dedupe: bool = False) -> dict:
+        """As the file writer's: with `dedupe`, an identical entry among the session's last ones (a
+        recording service that died after its commit, before saying so) is returned instead."""
+        if dedupe:
+            twin = self._recent_twin(fields)
+            if twin is not None:
+                return twin
+        result = self.append_many([fields])[0]
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def _recent_twin(self, fields: dict) -> dict | None:
+        mine = orjson.loads(orjson.dumps(fit_entry(fields, self.blobs, self.line_limit)))
+        with self._lock:
+            try:
+                rows = self._connection().execute(
+                    "SELECT line FROM journal_entries WHERE session = %s ORDER BY seq DESC LIMIT %s",
+                    (fields["session"], DEDUPE_LINES),
+                ).fetchall()
+            except _psycopg().Error as exc:
+                raise self._lost(exc) from None
+        for (line,) in rows:
+            entry = orjson.loads(bytes(line))
+            if {k: v for k, v in entry.items() if k not in CHAINED_KEYS} == mine:
+                return entry
+        return None
+
+    def append_many(self, batch: list[dict]) -> list[dict | JournalError | ContractError]:
+        """One transaction for the whole batch; per item, the durable entry or the error that kept it out."""
+        results: list = [None] * len(batch)
+        groups: dict[str, list[tuple[int, _Pending]]] = {}
+        for i, fields in enumerate(batch):
+            try:
+                validate_fields(fields)
+                _session_ok(fields["session"])
+                fitted = fit_entry(fields, self.blobs, self.line_limit)
+                try:
+                    pending = _Pending(fitted, orjson_matches_jcs(fitted))
+                except CanonicalError as exc:
+                    raise ContractError(f"entry has no canonical form: {exc}") from None
+                groups.setdefault(fields["session"], []).append((i, pending))
+            except (ContractError, JournalError) as exc:
+                results[i] = exc
+        if groups:
+            self._group_commit(_Ticket(groups))
+            for items in groups.values():
+                for i, p in items:
+                    results[i] = p.error if p.error is not None else p.entry
+        return results
+
+    def _group_commit(self, mine: _Ticket) -> None:
+        """Group commit for threads: the first to arrive leads, committing every batch queued meanwhile in
+        one transaction, until none is left; the others wait for theirs (as the file writer does)."""
+        with self._cond:
+            self._queue.append(mine)
+            if self._leading:
+                while not mine.done:
+                    self._cond.wait()
+                return
+            self._leading = True
+        try:
+            while True:
+                with self._cond:
+                    tickets, self._queue = self._queue, []
+                    if not tickets:
+                        break
+                merged: dict[str, list[tuple[int, _Pending]]] = {}
+                for t in tickets:
+                    for session, items in t.groups.items():
+                        merged.setdefault(session, []).extend(items)
+                try:
+                    with self._lock:
+                        self._commit(merged)
+                finally:
+                    with self._cond:
+                        for t in tickets:
+                            t.done = True
+                        self._cond.notify_all()
+        finally:
+            with self._cond:
+                self._leading = False
+                for t in self._queue:  # leaving through an exception: fail what is queued
+                    for items in t.groups.values():
+                        for _, p in items:
+                            p.error = p.error or StoreError("the committing thread failed")
+                    t.done = True
+                self._queue = []
+                self._cond.notify_all()
+
+    def _commit(self, groups: dict[str, list[tuple[int, _Pending]]]) -> None:
+        psycopg = _psycopg()
+        everyone = [p for items in groups.values() for _, p in items]
+        stale_retried = False
+        for attempt in range(RACE_RETRIES + 1):
+            try:
+                conn = self._connection()
+            except StoreError as exc:
+                for p in everyone:
+                    p.entry, p.error = None, exc
+                return
+            rows: list[tuple] = []
+            started = False  # a statement of this transaction reached the server
+            try:
+                with conn.transaction():  # BEGIN reached the server: the connection is live
+                    started = True
+                    for session in sorted(groups):
+                        seq, prev = _lock_head(conn, session)
+                        if seq == 0:
+                            conn.execute(
+                                "INSERT INTO journal_sessions (session) VALUES (%s) ON CONFLICT DO NOTHING", (session,)
+                            )
+                        for _, p in groups[session]:
+                            p.entry, p.error = None, None
+                            try:
+                                entry, line = chain_entry(p.fields, seq + 1, prev, orjson_ok=p.orjson_ok)
+                                if len(line) > self.line_limit:
+                                    raise JournalError(
+                                        f"entry line is {len(line)} bytes, over the {self.line_limit} limit"
+                                    )
+                            except (ValueError, JournalError) as exc:
+                                p.error = exc if isinstance(exc, JournalError) else JournalError(
+                                    f"entry refused: {exc}"
+                                )
+                                continue
+                            seq, prev = entry["seq"], entry["hash"]
+                            p.entry = entry
+                            rows.append((session, seq, entry["prev"], prev, line))
+                    if rows:
+                        _copy(conn, rows)
+                self._heard = time.monotonic()
+                self.commits += 1
+                return  # committed: with synchronous_commit on, durable
+            except psycopg.Error as exc:
+                if _race(exc) and attempt < RACE_RETRIES:
+                    self.retries += 1
+                    log.info("lost a race for the next seq (%s); retrying from the new head", _first_line(exc))
+                    continue
+                if not started and not stale_retried:
+                    # The idle connection was gone (a server restart) before this transaction did
+                    # anything: nothing can have been committed, so a fresh connection may try once.
+                    stale_retried = True
+                    self._lost(exc)
+                    self._down = None
+                    continue
+                if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError) or conn.broken:
+                    err: StoreError = self._lost(exc)
+                else:
+                    err = StoreError(f"database {self.store.shown} refused the batch: {_first_line(exc)}")
+                for p in everyone:
+                    p.entry, p.error = None, err
+                return
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+        self.store.close()
+
+    def __enter__(self) -> PostgresWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _has_news(conn) -> bool:
+    """Bytes (or EOF) waiting on an idle connection: the server said something unasked, which is how a
+    shutdown or a terminated backend shows. One select(), no round trip."""
+    try:
+        return bool(select.select([conn.fileno()], [], [], 0)[0])
+    except (OSError, ValueError):
+        return True
+
+
+def _session_ok(session: str) -> None:
+    """The file vault's session id rule holds here too, so every session can be pulled into a vault."""
+    try:
+        session_filename(session)
+    except SessionIdError as exc:
+        raise JournalError(str(exc)) from None
+
+
+def _head(conn, session: str) -> tuple[int, str]:
+    row = conn.execute(
+        "SELECT seq, hash FROM journal_entries WHERE session = %s ORDER BY seq DESC LIMIT 1", (session,)
+    ).fetchone()
+    return (row[0], row[1]) if row else (0, GENESIS)
+
+
+def _lock_head(conn, session: str) -> tuple[int, str]:
+    """Inside a transaction: serialise this session's appenders (advisory lock), then read its head."""
+    conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 14))", (session,))
+    return _head(conn, session)
+
+
+def _copy(conn, rows: list[tuple]) -> None:
+    with conn.cursor() as cur, cur.copy("COPY journal_entries (session, seq, prev, hash, line) FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row(row)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
