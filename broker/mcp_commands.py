@@ -28,7 +28,7 @@ _CTX = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 @click.option("--upstream", default="", metavar="URL", help="HTTP URL of the real MCP server.")
 @click.option("--gateway", is_flag=True,
               help="--listen as a shared gateway: each agent's calls in its own session (X-Broker-Session / "
-              "X-Broker-Agent headers, /<session>/mcp, else one per MCP session); see docs/postgres.md.")
+              "X-Broker-Agent headers, /<session>/mcp, else one per MCP session).")
 @click.option("--through-broker", is_flag=True,
               help="Run the server's own HTTPS calls through an embedded broker (stdio servers).")
 @click.option("--confdir", default="~/.mitmproxy", show_default=True, help="Broker CA directory (--through-broker).")

@@ -1,6 +1,6 @@
 """Erasure in the file vault: a blob's bytes deleted on purpose, a tombstone left in their place.
 
-SPEC.md, "Erasure": a tombstone names the blob's SHA-256, when, by whom and why. In a vault it is
+docs/contract.md, "Erasure": a tombstone names the blob's SHA-256, when, by whom and why. In a vault it is
 `blobs/erased/<64 hex>.json` (canonical JSON, written atomically). The tombstone is written and
 made durable before the bytes are deleted, so a crash in between leaves a blob with a tombstone
 (erase again), never a blob gone without one. Entries hold the blob's hash, not its bytes, so the

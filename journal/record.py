@@ -205,7 +205,7 @@ class Recorder:
 
     def record(self, **call) -> dict | None:
         """Append one entry (arguments as for `prepare`); returns it once durable, or None when the
-        call is a token exchange (SPEC.md: those leave no entry and no blob)."""
+        call is a token exchange (docs/contract.md: those leave no entry and no blob)."""
         fields = self.prepare(**call)
         return None if fields is None else self.writer.append(fields)
 

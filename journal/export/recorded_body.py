@@ -2,7 +2,7 @@
 playback that hand a body to another tool.
 
 A recorded body is `null`, a string, `{"base64": ...}`, a parsed JSON value (whose large strings may
-be blob references), or a whole-body blob reference (SPEC.md, Bodies). The original wire bytes of a
+be blob references), or a whole-body blob reference (docs/contract.md, Bodies). The original wire bytes of a
 JSON body are not recorded, only its value, so a JSON body comes back in its RFC 8785 canonical form
 (same value, maybe different whitespace). Redacted values stay redacted: nothing here can undo that.
 """

@@ -1,4 +1,4 @@
-"""References in place of prompt text (SPEC.md "Additions of 2026-12", Model calls).
+"""References in place of prompt text (docs/contract.md, "Model calls").
 
 Every message or content-block text of a model call is replaced by `{"sha256", "size"}`: the SHA-256
 and byte length of its UTF-8. In `full` mode the bytes also go to the blob store (content-addressed,

@@ -1,4 +1,4 @@
-"""The file vault (SPEC.md's directory) as a store: a thin wrapper over the existing modules.
+"""The file vault (docs/contract.md, "The vault") as a store: a thin wrapper over the existing modules.
 
 Writing is journal/writer.py (flock, O_APPEND, fdatasync, torn-tail recovery) and
 journal/blobstore.py (temp file, fsync, rename, directory fsync); reading is journal/reader.py;

@@ -1,6 +1,6 @@
 """The store protocol: what every writer and reader of the journal needs from where entries live.
 
-Two implementations: `FileStore` (the vault directory of SPEC.md, the embedded default, wrapping
+Two implementations: `FileStore` (the vault directory of docs/contract.md, the embedded default, wrapping
 journal/writer.py, journal/reader.py and journal/blobstore.py) and `PostgresStore` (one database
 many brokers write to). Whichever holds an entry, its canonical line and hash are the same bytes:
 both chain with journal/chain.py and serialise with journal/canonical.py, and a store never
@@ -36,7 +36,7 @@ class BlobErased(StoreError):
 
 @dataclass(frozen=True)
 class Tombstone:
-    """What is left of an erased blob (SPEC.md, "Erasure")."""
+    """What is left of an erased blob (docs/contract.md, "Erasure")."""
 
     sha256: str
     size: int | None

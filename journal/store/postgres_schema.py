@@ -12,7 +12,7 @@ Version 1:
   tombstones. Blob chunks may be deleted only for a blob that has a tombstone (erasure).
 - Blobs content-addressed (`journal_blobs`, by SHA-256) with their bytes in 1 MiB chunks
   (`journal_blob_chunks`) inserted as they stream in, in one transaction per blob.
-- `journal_tombstones`: sha256, size, when, by whom, why (SPEC.md, "Erasure").
+- `journal_tombstones`: sha256, size, when, by whom, why (docs/contract.md, "Erasure").
 
 `grant_writer(role)` gives a broker's role what it needs and no more: SELECT and INSERT.
 """
