@@ -81,21 +81,30 @@ def wire_field(value: str | bytes) -> tuple[str, bool]:
 
 def text_pairs(fields: Iterable) -> list[tuple[str, str]]:
     """Header fields as text pairs, whether given as text or as raw bytes (decoded by `wire_text`)."""
-    fields = list(fields)
+    return text_pairs_marked(fields)[0]
+
+
+def _all_utf8(fields: list) -> list[tuple[str, str]] | None:
+    """The usual raw case, every field bytes and UTF-8: one decode for the lot (NUL never occurs in a
+    header; if it did, the count check sends the fields the slow way). None otherwise."""
     try:
-        # The usual raw case, all UTF-8: one decode for the lot (NUL never occurs in a header; if it
-        # did, the count check below sends the fields the slow way).
         flat = b"\0".join([b for kv in fields for b in kv]).decode("utf-8").split("\0")
     except (TypeError, UnicodeDecodeError):  # text among them, or not UTF-8
-        flat = []
-    if fields and len(flat) == 2 * len(fields):
-        return list(zip(flat[::2], flat[1::2], strict=True))
-    return text_pairs_marked(fields)[0]
+        return None
+    if len(flat) != 2 * len(fields):
+        return None
+    return list(zip(flat[::2], flat[1::2], strict=True))
 
 
 def text_pairs_marked(fields: Iterable) -> tuple[list[tuple[str, str]], list[str]]:
     """As `text_pairs`, with the JSON pointers (`/headers/I/0` name, `/headers/I/1` value) of the
     fields that were not UTF-8 and are read as Latin-1 (see `wire_field`)."""
+    fields = list(fields)
+    if not fields:
+        return [], []
+    fast = _all_utf8(fields)
+    if fast is not None:
+        return fast, []
     pairs: list[tuple[str, str]] = []
     latin1: list[str] = []
     for i, kv in enumerate(fields):
