@@ -96,21 +96,19 @@ class BlobWriter:
             self.abort()
 
 
-class BlobStore:
-    def __init__(self, vault_root: str | os.PathLike) -> None:
-        self.root = Path(vault_root)
-        self.base = self.root / "blobs" / "sha256"
-        self.tmp_dir = self.root / "blobs" / "tmp"
+class WriterBackedBlobs:
+    """`put_bytes` and `put_stream` for any blob sink that has `open_writer` and `has_blob` (the
+    vault's BlobStore, the PostgreSQL store's blobs): one way to store bytes whatever holds them."""
 
-    def path_for(self, digest: str) -> Path:
-        return self.base / digest[:2] / digest
+    def open_writer(self):  # pragma: no cover - interface
+        raise NotImplementedError
 
-    def open_writer(self) -> BlobWriter:
-        return BlobWriter(self)
+    def has_blob(self, digest: str) -> bool:  # pragma: no cover - interface
+        raise NotImplementedError
 
     def put_bytes(self, data: bytes) -> dict:
         digest = hashlib.sha256(data).hexdigest()
-        if self.path_for(digest).exists():
+        if self.has_blob(digest):
             return ref_object(digest, len(data))
         with self.open_writer() as w:
             w.write(data)
@@ -122,6 +120,22 @@ class BlobStore:
             for chunk in chunks:
                 w.write(chunk)
             return w.commit()
+
+
+class BlobStore(WriterBackedBlobs):
+    def __init__(self, vault_root: str | os.PathLike) -> None:
+        self.root = Path(vault_root)
+        self.base = self.root / "blobs" / "sha256"
+        self.tmp_dir = self.root / "blobs" / "tmp"
+
+    def path_for(self, digest: str) -> Path:
+        return self.base / digest[:2] / digest
+
+    def open_writer(self) -> BlobWriter:
+        return BlobWriter(self)
+
+    def has_blob(self, digest: str) -> bool:
+        return self.path_for(digest).exists()
 
     def _install(self, tmp: Path, digest: str) -> None:
         target = self.path_for(digest)

@@ -26,7 +26,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 
-from journal.blobstore import CHUNK, ref_object
+from journal.blobstore import CHUNK, WriterBackedBlobs, ref_object
 from journal.bodies import LINE_LIMIT, fit_entry
 from journal.canonical import CanonicalError, orjson_matches_jcs
 from journal.chain import GENESIS, chain_entry
@@ -445,7 +445,7 @@ class PostgresBlobWriter:
             self.abort()
 
 
-class PostgresBlobs:
+class PostgresBlobs(WriterBackedBlobs):
     """The blob sink journal/bodies.py spills into (as BlobStore does for a vault)."""
 
     def __init__(self, store: PostgresStore) -> None:
@@ -454,19 +454,8 @@ class PostgresBlobs:
     def open_writer(self) -> PostgresBlobWriter:
         return PostgresBlobWriter(self.store)
 
-    def put_bytes(self, data: bytes) -> dict:
-        digest = hashlib.sha256(data).hexdigest()
-        if self.store.has_blob(digest):
-            return ref_object(digest, len(data))
-        with self.open_writer() as w:
-            w.write(data)
-            return w.commit()
-
-    def put_stream(self, chunks: Iterable[bytes]) -> dict:
-        with self.open_writer() as w:
-            for chunk in chunks:
-                w.write(chunk)
-            return w.commit()
+    def has_blob(self, digest: str) -> bool:
+        return self.store.has_blob(digest)
 
 
 class _Pending:
