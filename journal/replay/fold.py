@@ -450,7 +450,7 @@ def _mcp_parts(entry: dict, request: dict, response: dict) -> tuple[str | None, 
     return params["name"], args if isinstance(args, dict) else {}, payload, error
 
 
-@lru_cache(maxsize=1 << 16)
+@lru_cache(maxsize=1 << 12)
 def _parse_url(raw_url: str) -> tuple[str, str, str, dict[str, list[str]]]:
     """(origin, host, normalised path, query) of an http(s) URL; empty parts for anything else. Cached:
     sessions call the same URLs again and again. The query dict is shared: treat it as read-only."""
