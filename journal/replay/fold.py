@@ -204,11 +204,13 @@ class Resource:
 class _Live:
     """A resource while it is being folded (held in the LRU, written back to the store when evicted)."""
 
-    __slots__ = ("rid", "key", "sk", "handler", "state", "sources", "observed", "parent", "title", "untrusted_from",
-                 "last_life", "grades", "reads", "writes")
+    __slots__ = ("rid", "key", "sk", "name", "stored", "handler", "state", "sources", "observed", "parent", "title",
+                 "untrusted_from", "last_life", "grades", "reads", "writes")
 
-    def __init__(self, rid: int, key: Key, sk: bytes, handler: str) -> None:
+    def __init__(self, rid: int, key: Key, sk: bytes, handler: str, name: str | None = None) -> None:
         self.rid, self.key, self.sk, self.handler = rid, key, sk, handler
+        self.name = name if name is not None else note_name(key)
+        self.stored = name is not None
         self.state: dict = {}
         self.sources: dict[str, int] = {}
         self.observed = False
@@ -226,9 +228,9 @@ class _Live:
                       self.last_life, sorted(self.grades), self.reads, self.writes, description])
 
     @classmethod
-    def load(cls, rid: int, key: Key, sk: bytes, data: bytes) -> _Live:
+    def load(cls, rid: int, key: Key, sk: bytes, name: str, data: bytes) -> _Live:
         d = orjson.loads(data)
-        live = cls(rid, key, sk, d[0])
+        live = cls(rid, key, sk, d[0], name)
         live.state, live.sources, live.observed = d[1], d[2], d[3]
         live.parent = tuple(d[4]) if d[4] is not None else None
         live.title, live.untrusted_from, live.last_life = d[5], d[6], d[7]
@@ -639,7 +641,7 @@ class Folder:
             sk = sort_key(key)
             row = self.store.get_resource(sk)
             if row is not None:
-                res = _Live.load(row[0], key, sk, row[1])
+                res = _Live.load(row[0], key, sk, row[1], row[2])
             else:
                 self.counts.resources += 1
                 res = _Live(self.counts.resources, key, sk, touch.handler)
@@ -653,10 +655,11 @@ class Folder:
         return res
 
     def _save(self, res: _Live) -> None:
-        name = note_name(res.key)
         description = describe(res.handler, res.key, res.state)
         self.store.put_resource(res.rid, res.sk, sort_key(res.parent) if res.parent is not None else None,
-                                dumps(list(res.key)), name, link(res.key, name, description), res.data(description))
+                                dumps(list(res.key)), res.name, link(res.key, res.name, description),
+                                res.data(description), res.stored)
+        res.stored = True
 
     def _apply(self, call: Call, touch: Touch, failure: str | None) -> bool:
         """Fold one touch into its resource; True when it made a plan step."""

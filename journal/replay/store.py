@@ -101,12 +101,16 @@ class Store:
             self._flush(table)
 
     def put_resource(self, rid: int, sk: bytes, parent_sk: bytes | None, key: bytes, name: str, link: str,
-                     data: bytes) -> None:
-        self.db.execute("INSERT OR REPLACE INTO resources VALUES (?,?,?,?,?,?,?)",
-                        (rid, sk, parent_sk, key, name, link, data))
+                     data: bytes, stored: bool) -> None:
+        """Write a resource's row: an UPDATE by rowid when it is already stored (the key index is left alone)."""
+        if stored:
+            self.db.execute("UPDATE resources SET parent_sk=?, link=?, data=? WHERE rid=?",
+                            (parent_sk, link, data, rid))
+        else:
+            self.db.execute("INSERT INTO resources VALUES (?,?,?,?,?,?,?)", (rid, sk, parent_sk, key, name, link, data))
 
-    def get_resource(self, sk: bytes) -> tuple[int, bytes] | None:
-        return self.db.execute("SELECT rid, data FROM resources WHERE sk=?", (sk,)).fetchone()
+    def get_resource(self, sk: bytes) -> tuple[int, str, bytes] | None:
+        return self.db.execute("SELECT rid, name, data FROM resources WHERE sk=?", (sk,)).fetchone()
 
     def finish(self) -> None:
         """Everything appended: build the indexes the views read by."""
