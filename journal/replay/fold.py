@@ -19,6 +19,7 @@ once to check its hash).
 from __future__ import annotations
 
 import gc
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -556,7 +557,7 @@ class Folder:
         self.counts = Counts()
         self.memo: dict = {}
         self.untrusted_from: int | None = None
-        self._live: dict[Key, _Live] = {}
+        self._live: OrderedDict[Key, _Live] = OrderedDict()  # least recently touched first
         self._cache = cache or self.CACHE
         self._grades = bytearray(1)  # pos -> index into _grade_names
         self._grade_names: list[str] = []
@@ -636,8 +637,10 @@ class Folder:
     def _resource(self, touch: Touch) -> _Live:
         live = self._live
         key = touch.key
-        res = live.pop(key, None)
-        if res is None:
+        res = live.get(key)
+        if res is not None:
+            live.move_to_end(key)
+        else:
             sk = sort_key(key)
             row = self.store.get_resource(sk)
             if row is not None:
@@ -646,8 +649,8 @@ class Folder:
                 self.counts.resources += 1
                 res = _Live(self.counts.resources, key, sk, touch.handler)
             if len(live) >= self._cache:
-                self._save(live.pop(next(iter(live))))
-        live[key] = res
+                self._save(live.popitem(last=False)[1])
+            live[key] = res
         if touch.parent is not None:
             res.parent = touch.parent
         if touch.title:

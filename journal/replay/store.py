@@ -80,6 +80,7 @@ class Store:
         self.db.execute("BEGIN")
         self._finalizer = weakref.finalize(self, _remove, self.db, self.dir)
         self._pending: dict[str, list[tuple]] = {name: [] for name in _INSERTS}
+        self._resources: dict[bytes, tuple] = {}  # sk -> (insert?, row...): resource rows not yet written
         self.finished = False
 
     # -- appending ------------------------------------------------------------------------------------
@@ -99,18 +100,30 @@ class Store:
     def flush(self) -> None:
         for table in self._pending:
             self._flush(table)
+        self._flush_resources()
 
     def put_resource(self, rid: int, sk: bytes, parent_sk: bytes | None, key: bytes, name: str, link: str,
                      data: bytes, stored: bool) -> None:
-        """Write a resource's row: an UPDATE by rowid when it is already stored (the key index is left alone)."""
-        if stored:
-            self.db.execute("UPDATE resources SET parent_sk=?, link=?, data=? WHERE rid=?",
-                            (parent_sk, link, data, rid))
-        else:
-            self.db.execute("INSERT INTO resources VALUES (?,?,?,?,?,?,?)", (rid, sk, parent_sk, key, name, link, data))
+        """Queue a resource's row (written in batches: an INSERT the first time, then UPDATEs by rowid)."""
+        queued = self._resources.get(sk)
+        insert = (not stored) if queued is None else queued[0]
+        self._resources[sk] = (insert, rid, sk, parent_sk, key, name, link, data)
+        if len(self._resources) >= 512:
+            self._flush_resources()
 
     def get_resource(self, sk: bytes) -> tuple[int, str, bytes] | None:
+        """(rid, name, data) of a stored resource, or None."""
+        queued = self._resources.get(sk)
+        if queued is not None:
+            return queued[1], queued[5], queued[7]
         return self.db.execute("SELECT rid, name, data FROM resources WHERE sk=?", (sk,)).fetchone()
+
+    def _flush_resources(self) -> None:
+        rows = self._resources.values()
+        self.db.executemany("INSERT INTO resources VALUES (?,?,?,?,?,?,?)", [r[1:] for r in rows if r[0]])
+        self.db.executemany("UPDATE resources SET parent_sk=?, link=?, data=? WHERE rid=?",
+                            [(r[3], r[6], r[7], r[1]) for r in rows if not r[0]])
+        self._resources.clear()
 
     def finish(self) -> None:
         """Everything appended: build the indexes the views read by."""

@@ -18,11 +18,9 @@ from __future__ import annotations
 
 import gc
 import os
-import queue
 import re
 import stat
-import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -461,15 +459,16 @@ class Views:
         """Write every file into `folder`, naming each in the store's `files` table."""
         store = self.store
         resources = store.scratch_path("resources.jsonl")
-        with _Writer(str(folder)) as put, open(resources, "wb") as lines:
+        path = str(folder)
+        with open(resources, "wb") as lines:
             sep = b"\n"
             for res, parent_link, children in self.resources():
-                put(res.name, self.resource_note(res, parent_link, children).encode())
+                _put(path, res.name, self.resource_note(res, parent_link, children).encode())
                 store.add("files", (res.name,))
                 lines.write(sep + _compact(self.resource_dict(res, children)))
                 sep = b",\n"
             for name, text in self.timeline_pages():
-                put(name, text.encode())
+                _put(path, name, text.encode())
                 store.add("files", (name,))
         _put_stream(folder, "index.md", _joined(self.index_note()))
         _put_stream(folder, "revert-plan.md", _joined(self.plan_note()))
@@ -478,41 +477,6 @@ class Views:
             store.add("files", (name,))
         _put_stream(folder, "views.json", self.views_json(resources))
         resources.unlink()
-
-
-class _Writer:
-    """Puts notes on a thread of its own: creating a file costs about as much as rendering it (the kernel's
-    directory and inode work, which releases the GIL), so the two overlap. The queue is bounded, so at
-    most `depth` rendered notes wait in memory; the first error is raised in the caller."""
-
-    def __init__(self, folder: str, depth: int = 64) -> None:
-        self.folder = folder
-        self.queue: queue.Queue[tuple[str, bytes] | None] = queue.Queue(depth)
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, name="replay-writer", daemon=True)
-
-    def __enter__(self) -> Callable[[str, bytes], None]:
-        self.thread.start()
-        return self.put
-
-    def put(self, name: str, data: bytes) -> None:
-        if self.error is not None:
-            raise self.error
-        self.queue.put((name, data))
-
-    def _run(self) -> None:
-        while (item := self.queue.get()) is not None:
-            if self.error is None:
-                try:
-                    _put(self.folder, *item)
-                except BaseException as exc:  # noqa: BLE001 - handed to the caller
-                    self.error = exc
-
-    def __exit__(self, *exc: object) -> None:
-        self.queue.put(None)
-        self.thread.join()
-        if self.error is not None and exc[0] is None:
-            raise self.error
 
 
 def _joined(lines: Iterable[str]) -> Iterator[bytes]:
