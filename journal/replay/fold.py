@@ -549,7 +549,7 @@ class Folder:
     """Feeds entries one at a time; `finish` gives the Replay. Memory stays bounded: entries, touches,
     writes and steps go to the spill store as they are folded; at most `cache` resources are held."""
 
-    CACHE = 4096
+    CACHE = 8192
 
     def __init__(self, session: str, near: Path | None = None, cache: int | None = None) -> None:
         self.session = session

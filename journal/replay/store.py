@@ -45,7 +45,7 @@ CREATE INDEX writes_rid ON writes(rid);
 CREATE INDEX lifecycle_rid ON lifecycle(rid);
 CREATE INDEX resources_parent ON resources(parent_sk, sk);
 """
-_BATCH = 2000
+_BATCH = 1000
 
 
 def sort_key(key: tuple) -> bytes:

@@ -97,10 +97,10 @@ class Views:
         """(resource with its touches, writes and lifecycle; its parent's link; its children as (key, link))."""
         rows = self.store.rows
         touches = _Peek(rows("SELECT t.rid, t.pos, t.role, t.op, t.ok, t.grade, t.ts, t.failure, t.trusted "
-                             "FROM resources r JOIN touches t ON t.rid = r.rid ORDER BY r.sk, t.rowid"))
-        writes = _Peek(rows("SELECT w.rid, w.data FROM resources r JOIN writes w ON w.rid = r.rid "
+                             "FROM resources r CROSS JOIN touches t ON t.rid = r.rid ORDER BY r.sk, t.rowid"))
+        writes = _Peek(rows("SELECT w.rid, w.data FROM resources r CROSS JOIN writes w ON w.rid = r.rid "
                             "ORDER BY r.sk, w.rowid"))
-        lifecycle = _Peek(rows("SELECT l.rid, l.pos, l.what FROM resources r JOIN lifecycle l ON l.rid = r.rid "
+        lifecycle = _Peek(rows("SELECT l.rid, l.pos, l.what FROM resources r CROSS JOIN lifecycle l ON l.rid = r.rid "
                                "ORDER BY r.sk, l.rowid"))
         kids = _Peek(rows("SELECT parent_sk, key, link FROM resources WHERE parent_sk IS NOT NULL "
                           "ORDER BY parent_sk, sk"))
