@@ -14,6 +14,9 @@ the connector for the inverse and turns it into a revert-plan step.
 
 Nothing here opens a blob: spilled values stay as references (the verifier streams each blob
 once to check its hash).
+
+Memory is bounded whatever the session's length: what the views need is appended to the spill store
+(store.py) as it is folded, and only the resources touched most recently are held as objects.
 """
 
 from __future__ import annotations
