@@ -64,14 +64,7 @@ class Store:
     """One replay's scratch database (see the module docstring)."""
 
     def __init__(self, near: Path | None = None) -> None:
-        parent = None
-        if near is not None:
-            try:
-                near.mkdir(parents=True, exist_ok=True)
-                parent = str(near)
-            except OSError:
-                parent = None
-        self.dir = Path(tempfile.mkdtemp(prefix=".replay-", dir=parent))
+        self.dir = _scratch_folder(near)
         self.db = sqlite3.connect(self.dir / "replay.sqlite", isolation_level=None, check_same_thread=False)
         for pragma in ("journal_mode=OFF", "synchronous=OFF", "temp_store=FILE", "cache_size=-8000",
                        "locking_mode=EXCLUSIVE"):
@@ -164,6 +157,17 @@ _INSERTS = {
     "files": "INSERT OR IGNORE INTO files VALUES (?)",
     "previous": "INSERT OR IGNORE INTO previous VALUES (?)",
 }
+
+
+def _scratch_folder(near: Path | None) -> Path:
+    """A private folder in `near` (created if need be), else in the system's temporary folder."""
+    if near is not None:
+        try:
+            near.mkdir(parents=True, exist_ok=True)
+            return Path(tempfile.mkdtemp(prefix=".replay-", dir=near))
+        except OSError:
+            pass
+    return Path(tempfile.mkdtemp(prefix=".replay-"))
 
 
 def _remove(db: sqlite3.Connection, folder: Path) -> None:
