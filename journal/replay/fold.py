@@ -21,7 +21,6 @@ Memory is bounded whatever the session's length: what the views need is appended
 
 from __future__ import annotations
 
-import gc
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -794,8 +793,8 @@ def fold_session(
     def on_entry(entry: dict) -> None:
         folder.feed(entry, entry["seq"], True)
 
-    was = gc.isenabled()
-    gc.disable()  # many objects, no cycles: the collector's rescans of a large heap cost ~20% of the time
+    # The cyclic collector stays on: with the views spilled to the store the heap is small, so its scans
+    # cost nothing measurable, and a reference cycle in some connector's rules cannot pile up.
     try:
         kw = {"seal_key": seal_key} if seal_key is not None else {}
         report = verify_session(vault, session, check_blobs=check_blobs, progress=seen, on_entry=on_entry, **kw)
@@ -813,9 +812,6 @@ def fold_session(
     except BaseException:
         folder.discard()
         raise
-    finally:
-        if was:
-            gc.enable()
     return folder.finish(report)
 
 

@@ -65,7 +65,7 @@ class Store:
 
     def __init__(self, near: Path | None = None) -> None:
         self.dir = _scratch_folder(near)
-        self.db = sqlite3.connect(self.dir / "replay.sqlite", isolation_level=None, check_same_thread=False)
+        self.db = sqlite3.connect(self.dir / "replay.sqlite", isolation_level=None)
         for pragma in ("journal_mode=OFF", "synchronous=OFF", "temp_store=FILE", "cache_size=-8000",
                        "locking_mode=EXCLUSIVE"):
             self.db.execute(f"PRAGMA {pragma}")
