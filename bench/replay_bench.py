@@ -19,6 +19,7 @@ Each measurement runs in a fresh child process (same interpreter, same imports),
 The three run interleaved, K rounds (default 3, --quick 1), best time kept; ratio = replay time /
 verify time of the same run. The replay child writes into a fresh views folder each round (its
 timing includes creating every file). A child that only imports the modules gives the memory floor.
+Replay's peak RSS should not grow with the session: compare `--entries 10000`, `100000`, `300000`.
 Nothing here asserts a timing.
 """
 

@@ -62,7 +62,7 @@ def replay(
     except BrokenChainError as exc:
         click.echo(f"broker: {exc}", err=True)
         return 1
-    writes = sum(1 for e in rp.entries if e.effect == "write")
+    writes = rp.counts.writes
     summary = {
         "session": session, "views": str(folder), "files": len(files), "entries": len(rp.entries),
         "resources": len(rp.resources), "writes": writes, "plan_steps": len(rp.steps), "intact": rp.intact,
@@ -105,7 +105,7 @@ def revert_plan(
     if not rp.intact:
         click.echo(_broken_line(rp))
     steps = ordered_steps(rp)
-    click.echo(f"revert plan for {session}: {len(steps)} steps, newest first (never executed); "
+    click.echo(f"revert plan for {session}: {len(rp.steps)} steps, newest first (never executed); "
                f"{folder / 'revert-plan.md'}")
     for i, s in enumerate(steps, 1):
         d = step_dict(rp, s)

@@ -572,3 +572,46 @@ def test_mcp_tool_calls_without_an_api_mapping_are_listed_not_guessed(tmp_path):
     assert first["capture"] == "gateway" and rp.entries[0].method == "tools/call"
     assert "failed write (the MCP tool reported an error)" in second["reason"]
     assert "seq-1" in (folder / "timeline-0001.md").read_text() and not rp.resources
+
+
+# -- bounded memory: the spill store -----------------------------------------------------------------------------
+
+
+def test_a_one_resource_cache_gives_the_same_bytes(tmp_path, monkeypatch):
+    """Resources evicted from the fold's cache and read back from the spill store fold exactly as if every
+    one had stayed in memory: the views, byte for byte, and the plan."""
+    from journal.replay.fold import Folder
+
+    trees, plans = [], []
+    for cache in (Folder.CACHE, 1):
+        monkeypatch.setattr(Folder, "CACHE", cache)
+        root = copy_example(tmp_path / f"v{cache}")
+        vault = Vault.open_existing(root)
+        rp = replay_session(vault, SESSION)
+        folder, _ = write_outputs(vault, rp)
+        trees.append(_tree(folder))
+        plans.append(plan_dict(rp))
+    assert trees[0] == trees[1] and plans[0] == plans[1]
+    assert len(trees[0]) == 16  # 11 notes, 1 timeline page, index, plan (md, json), views.json
+
+
+def test_the_spill_store_lives_beside_the_views_and_is_removed(tmp_path):
+    import gc
+
+    root = copy_example(tmp_path / "v")
+    vault = Vault.open_existing(root)
+    rp = replay_session(vault, SESSION)
+    scratch = rp.store.dir
+    assert scratch.parent == vault.views_dir and scratch.name.startswith(".replay-")
+    assert (scratch / "replay.sqlite").is_file()
+    assert len(rp.entries) == 17 and rp.entries[-1].pos == 17 and len(rp.steps) == 8
+    assert ("drive", "file", "1OldDraftAgreementV2") in rp.resources and ("drive", "file", "nope") not in rp.resources
+    write_outputs(vault, rp)
+    rp.close()
+    assert not scratch.exists()
+    rp = replay_session(vault, SESSION)  # dropped without close(): collected, the folder goes too
+    scratch = rp.store.dir
+    del rp
+    gc.collect()
+    assert not scratch.exists()
+    assert [p.name for p in vault.views_dir.iterdir()] == [views_dir(vault, SESSION).name]

@@ -17,6 +17,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import FileResponse, Response, StreamingResponse
 
+from journal.replay.labels import resource_id, title
 from journal.replay.plan import plan_dict
 from journal.search import Query, search
 from journal.summary import entry_row
@@ -166,21 +167,19 @@ class Api:
         n = _int(request, "seq", low=1)
         rp, views = self.index.replay(sid)
         out = []
-        for key in views.keys:
-            res = rp.resources[key]
+        for res, _parent, _children in views.resources():  # streamed from replay's spill store
             for w in res.writes:
                 if w.pos == n:
-                    d = views.write_dict(w)
-                    d["resource"] = views.resource_dict(key)["id"]
-                    d["title"] = views.title(key)
-                    out.append(d)
+                    out.append(w.fields | {"plan_step": w.step, "resource": resource_id(res.key),
+                                           "title": title(res.key)})
         return json_response({"session": sid, "seq": n, "chain": rp.chain_summary(), "writes": out})
 
     def views(self, request: Request) -> Response:
         sid = self.session(request)
         rp, views = self.index.replay(sid)
         return json_response({"session": sid, "chain": rp.chain_summary(),
-                              "resources": [views.resource_dict(k) for k in views.keys],
+                              "resources": [views.resource_dict(res, children)
+                                            for res, _parent, children in views.resources()],
                               "unreadable_lines": [{"line": p, "why": why} for p, why in rp.unreadable]})
 
     def revert_plan(self, request: Request) -> Response:

@@ -6,8 +6,10 @@
     plan = plan_dict(rp)                                # {"session", "chain", "steps": [...]}
 
 - `fold.py`: the engine (entries from the verifier; untrusted after a broken seq);
+- `store.py`: the spill store the fold writes to and the views stream from (memory stays bounded
+  whatever the session's length; `rp.close()` removes it, as does collecting `rp`);
 - `connectors/`: one module per connector (resource keys, response -> view, write -> inverse);
-- `views.py` / `markdown.py`: the files under views/<session>/; `plan.py`: the revert plan.
+- `views.py` / `markdown.py` / `labels.py`: the files under views/<session>/; `plan.py`: the revert plan.
 
 docs/replay.md describes the outputs and how to add a connector. This package imports nothing
 from broker/ or addons/ and never executes a call.

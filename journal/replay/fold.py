@@ -14,15 +14,19 @@ the connector for the inverse and turns it into a revert-plan step.
 
 Nothing here opens a blob: spilled values stay as references (the verifier streams each blob
 once to check its hash).
+
+Memory is bounded whatever the session's length: what the views need is appended to the spill store
+(store.py) as it is folded, and only the resources touched most recently are held as objects.
 """
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Callable, Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 import orjson
@@ -33,6 +37,7 @@ from journal.verify import SessionReport, verify_session
 
 from . import connectors
 from .connectors import generic
+from .labels import PAGE, describe, link, note_name, resource_id, step_flags
 from .model import (
     CREATED,
     GONE,
@@ -49,6 +54,7 @@ from .model import (
     diff,
     json_value,
 )
+from .store import Store, dumps, sort_key
 
 _BLOCK = 1 << 20
 GRADES = ("broker", "gateway", "agent")
@@ -105,48 +111,78 @@ class PlanStep:
     before_seqs: list[int]
     before_capture: list[str]
     trusted: bool
+    number: int = 0  # its place in the plan (newest first), set when read back from the store
+
+    def row(self) -> list:
+        return [self.pos, self.seq, self.connector, list(self.key) if self.key is not None else None, self.op,
+                self.revertible, self.blind, self.approximate, self.call.as_dict() if self.call is not None else None,
+                self.reason, self.capture, self.before_seqs, self.before_capture, self.trusted]
+
+    @classmethod
+    def from_row(cls, row: list, number: int) -> PlanStep:
+        key = tuple(row[3]) if row[3] is not None else None
+        call = Request(**row[8]) if row[8] is not None else None
+        return cls(row[0], row[1], row[2], key, row[4], row[5], row[6], row[7], call, *row[9:14], number=number)
+
+
+_WRITE_FIELDS = ("seq", "op", "role", "method", "url", "status", "failure", "capture", "trusted", "created",
+                 "lifecycle", "before", "before_seqs", "intended", "actual", "differences", "request_body",
+                 "response_body")
 
 
 @dataclass
 class WriteRecord:
-    """A write (or side effect) on one resource, with what it takes to judge and undo it."""
+    """A write (or side effect) on one resource, with what it takes to judge and undo it. `fields` is its
+    views.json object without `plan_step`; the step is named by its number and summarised."""
+
+    fields: dict
+    step: int | None  # the plan step's number (newest first), None: no step
+    step_flags: str = ""
+    step_reason: str = ""
+
+    def __getattr__(self, name: str) -> object:  # w.before, w.op ... read the views.json fields
+        if name == "pos":
+            return self.fields["seq"]
+        try:
+            return self.__dict__["fields"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+class Touched(NamedTuple):
+    """One entry that read or changed a resource (with what its note shows of that entry)."""
 
     pos: int
-    seq: int | None
-    op: str
     role: str
-    method: str
-    url: str
-    status: int | None
+    op: str
+    ok: bool
     capture: str
-    trusted: bool
+    ts: str
     failure: str | None
-    before: dict | None
-    before_seqs: list[int]
-    created: bool
-    intended: dict | None
-    actual: dict | None
-    request_body: object
-    response_body: object
-    differences: list[dict]
-    lifecycle: str | None
-    step: PlanStep | None = None
+    trusted: bool
 
 
 @dataclass
 class Resource:
+    """A resource's view as read back from the store."""
+
     key: Key
     handler: str
     state: dict = field(default_factory=dict)
     sources: dict[str, int] = field(default_factory=dict)  # field -> pos of the entry it came from
     observed: bool = False
-    touches: list[tuple[int, str, str, bool]] = field(default_factory=list)  # (pos, role, op, ok)
+    touches: list[Touched] = field(default_factory=list)
     writes: list[WriteRecord] = field(default_factory=list)
     lifecycle: list[tuple[int, str]] = field(default_factory=list)
     parent: Key | None = None
     title: str | None = None
-    captures: dict[str, list[int]] = field(default_factory=dict)
     untrusted_from: int | None = None
+    description: str | None = None
+    name: str = ""
+    reads: int = 0
+    n_writes: int = 0
+    weakest: str | None = None
+    last_lifecycle: tuple[int, str] | None = None
 
     @property
     def connector(self) -> str:
@@ -158,30 +194,124 @@ class Resource:
 
     @property
     def status(self) -> str:
-        return self.lifecycle[-1][1] if self.lifecycle else "exists"
+        return self.last_lifecycle[1] if self.last_lifecycle else "exists"
+
+    @property
+    def captures(self) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for t in self.touches:
+            out.setdefault(t.capture, []).append(t.pos)
+        return out
+
+
+class _Live:
+    """A resource while it is being folded (held in the LRU, written back to the store when evicted)."""
+
+    __slots__ = ("rid", "key", "sk", "name", "stored", "handler", "state", "sources", "observed", "parent", "title",
+                 "untrusted_from", "last_life", "grades", "reads", "writes")
+
+    def __init__(self, rid: int, key: Key, sk: bytes, handler: str, name: str | None = None) -> None:
+        self.rid, self.key, self.sk, self.handler = rid, key, sk, handler
+        self.name = name if name is not None else note_name(key)
+        self.stored = name is not None
+        self.state: dict = {}
+        self.sources: dict[str, int] = {}
+        self.observed = False
+        self.parent: Key | None = None
+        self.title: str | None = None
+        self.untrusted_from: int | None = None
+        self.last_life: list | None = None
+        self.grades: set[str] = set()
+        self.reads = 0
+        self.writes = 0
+
+    def data(self, description: str | None) -> bytes:
+        return dumps([self.handler, self.state, self.sources, self.observed,
+                      list(self.parent) if self.parent is not None else None, self.title, self.untrusted_from,
+                      self.last_life, sorted(self.grades), self.reads, self.writes, description])
+
+    @classmethod
+    def load(cls, rid: int, key: Key, sk: bytes, name: str, data: bytes) -> _Live:
+        d = orjson.loads(data)
+        live = cls(rid, key, sk, d[0], name)
+        live.state, live.sources, live.observed = d[1], d[2], d[3]
+        live.parent = tuple(d[4]) if d[4] is not None else None
+        live.title, live.untrusted_from, live.last_life = d[5], d[6], d[7]
+        live.grades = set(d[8])
+        live.reads, live.writes = d[9], d[10]
+        return live
+
+
+def resource_from_row(key: Key, name: str, data: bytes) -> Resource:
+    """A Resource (without its touches and writes) from its row in the store."""
+    d = orjson.loads(data)
+    return Resource(key, d[0], d[1], d[2], d[3], parent=tuple(d[4]) if d[4] is not None else None, title=d[5],
+                    untrusted_from=d[6], last_lifecycle=tuple(d[7]) if d[7] is not None else None,
+                    weakest=weakest(d[8]), reads=d[9], n_writes=d[10], description=d[11], name=name)
 
 
 @dataclass
-class Replay:
-    """Everything one replay derived from one session."""
+class Counts:
+    """What the index and the CLI summary need, counted while folding."""
 
-    session: str
-    report: SessionReport
-    entries: list[EntryRecord]
-    resources: dict[Key, Resource]
-    steps: list[PlanStep]  # in seq order; the plan lists them newest first
-    untrusted_from: int | None = None
-    unreadable: list[tuple[int, str]] = field(default_factory=list)  # (line, why) after a break
-    _by_pos: dict[int, EntryRecord] | None = field(default=None, repr=False)
+    entries: int = 0
+    writes: int = 0  # entries whose effect is write
+    untrusted: int = 0
+    unmapped: int = 0  # entries that touched no resource
+    resources: int = 0
+    steps: int = 0
+    revertible: int = 0  # steps that are revertible, blind, approximate, without a call
+    blind: int = 0
+    approximate: int = 0
+    no_call: int = 0
+    unreadable: int = 0
+    top: int = 0  # the highest line folded
+    grades: dict[str, int] = field(default_factory=dict)
+    pages: set[int] = field(default_factory=set)  # timeline pages (0-based) that hold an entry
+
+
+class Replay:
+    """Everything one replay derived from one session: counts in memory, the rest in its spill store
+    (`entries`, `resources`, `steps` and `unreadable` read it back lazily). `close()` (or collecting the
+    object) removes the store."""
+
+    def __init__(self, session: str, report: SessionReport, store: Store, counts: Counts, grades: bytearray,
+                 grade_names: list[str], untrusted_from: int | None) -> None:
+        self.session = session
+        self.report = report
+        self.store = store
+        self.counts = counts
+        self._grades = grades
+        self._grade_names = grade_names
+        self.untrusted_from = untrusted_from
 
     @property
     def intact(self) -> bool:
         return self.report.intact
 
-    def entry_at(self, pos: int) -> EntryRecord:
-        if self._by_pos is None:
-            self._by_pos = {e.pos: e for e in self.entries}
-        return self._by_pos[pos]
+    def grade(self, pos: int) -> str:
+        """The capture grade of the entry at line `pos`."""
+        return self._grade_names[self._grades[pos]]
+
+    @property
+    def entries(self) -> _Entries:
+        return _Entries(self)
+
+    @property
+    def resources(self) -> _Resources:
+        return _Resources(self)
+
+    @property
+    def steps(self) -> _Steps:
+        return _Steps(self)
+
+    @property
+    def unreadable(self) -> list[tuple[int, str]]:
+        return [(p, why) for p, why in self.store.rows("SELECT pos, why FROM unreadable ORDER BY rowid")]
+
+    def step_number(self, step_id: int) -> int:
+        """Steps are stored in seq order from 1; the plan numbers them newest first."""
+        return self.counts.steps - step_id + 1
 
     def chain_summary(self) -> dict:
         r = self.report
@@ -194,6 +324,105 @@ class Replay:
             "untrusted_from_seq": self.untrusted_from,
             "notes": list(r.notes),
         }
+
+    def close(self) -> None:
+        self.store.close()
+
+
+class _Entries(Sequence):
+    """The entries in line order, read from the store."""
+
+    def __init__(self, rp: Replay) -> None:
+        self.rp = rp
+
+    def __len__(self) -> int:
+        return self.rp.counts.entries
+
+    def _record(self, row: tuple) -> EntryRecord:
+        seq, trusted, data, keys = row
+        d = orjson.loads(data)
+        return EntryRecord(d["seq"], seq, d["ts"], d["connector"], d["effect"], d["capture"], d["method"], d["url"],
+                           d["status"], d["failure"], bool(trusted), d["ops"],
+                           [tuple(k) for k in orjson.loads(keys)] if keys else [], d["notes"])
+
+    def __iter__(self) -> Iterator[EntryRecord]:
+        for row in self.rp.store.rows("SELECT seq, trusted, json, keys FROM entries ORDER BY pos"):
+            yield self._record(row)
+
+    def __getitem__(self, index: int) -> EntryRecord:  # type: ignore[override]
+        n = len(self)
+        if index < 0:
+            index += n
+        if not 0 <= index < n:
+            raise IndexError(index)
+        row = self.rp.store.one("SELECT seq, trusted, json, keys FROM entries ORDER BY pos LIMIT 1 OFFSET ?", (index,))
+        return self._record(row)  # type: ignore[arg-type]
+
+
+class _Resources(Mapping):
+    """Resource key -> Resource (with its touches, writes and lifecycle), in key order, read from the store."""
+
+    def __init__(self, rp: Replay) -> None:
+        self.rp = rp
+
+    def __len__(self) -> int:
+        return self.rp.counts.resources
+
+    def __iter__(self) -> Iterator[Key]:
+        for (key,) in self.rp.store.rows("SELECT key FROM resources ORDER BY sk"):
+            yield tuple(orjson.loads(key))
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, tuple) and self.rp.store.one(
+            "SELECT 1 FROM resources WHERE sk=?", (sort_key(key),)) is not None
+
+    def __getitem__(self, key: Key) -> Resource:
+        row = self.rp.store.one("SELECT rid, name, data FROM resources WHERE sk=?", (sort_key(key),)) \
+            if isinstance(key, tuple) else None
+        if row is None:
+            raise KeyError(key)
+        rid, name, data = row
+        res = resource_from_row(key, name, data)
+        store = self.rp.store
+        res.touches = [Touched(p, role, op, bool(ok), g, ts, f, bool(t)) for p, role, op, ok, g, ts, f, t in store.rows(
+            "SELECT pos, role, op, ok, grade, ts, failure, trusted FROM touches WHERE rid=? ORDER BY rowid", (rid,))]
+        res.writes = [write_from_row(self.rp, data) for (data,) in store.rows(
+            "SELECT data FROM writes WHERE rid=? ORDER BY rowid", (rid,))]
+        res.lifecycle = [(p, what) for p, what in store.rows(
+            "SELECT pos, what FROM lifecycle WHERE rid=? ORDER BY rowid", (rid,))]
+        return res
+
+
+def write_from_row(rp: Replay, data: bytes) -> WriteRecord:
+    fields, step_id, flags, reason = orjson.loads(data)
+    return WriteRecord(fields, rp.step_number(step_id) if step_id is not None else None, flags, reason)
+
+
+class _Steps(Sequence):
+    """The plan steps in seq order (the plan lists them newest first), read from the store."""
+
+    def __init__(self, rp: Replay) -> None:
+        self.rp = rp
+
+    def __len__(self) -> int:
+        return self.rp.counts.steps
+
+    def __iter__(self) -> Iterator[PlanStep]:
+        for sid, data in self.rp.store.rows("SELECT id, data FROM steps ORDER BY id"):
+            yield PlanStep.from_row(orjson.loads(data), self.rp.step_number(sid))
+
+    def newest_first(self) -> Iterator[PlanStep]:
+        for sid, data in self.rp.store.rows("SELECT id, data FROM steps ORDER BY id DESC"):
+            yield PlanStep.from_row(orjson.loads(data), self.rp.step_number(sid))
+
+    def __getitem__(self, index: int) -> PlanStep:  # type: ignore[override]
+        n = len(self)
+        if index < 0:
+            index += n
+        if not 0 <= index < n:
+            raise IndexError(index)
+        (data,) = self.rp.store.one("SELECT data FROM steps WHERE id=?", (index + 1,))  # type: ignore[misc]
+        return PlanStep.from_row(orjson.loads(data), self.rp.step_number(index + 1))
 
 
 # -- building a Call from an entry -----------------------------------------------------------------
@@ -226,7 +455,7 @@ def _mcp_parts(entry: dict, request: dict, response: dict) -> tuple[str | None, 
     return params["name"], args if isinstance(args, dict) else {}, payload, error
 
 
-@lru_cache(maxsize=1 << 16)
+@lru_cache(maxsize=1 << 12)
 def _parse_url(raw_url: str) -> tuple[str, str, str, dict[str, list[str]]]:
     """(origin, host, normalised path, query) of an http(s) URL; empty parts for anything else. Cached:
     sessions call the same URLs again and again. The query dict is shared: treat it as read-only."""
@@ -319,17 +548,26 @@ def failure_of(call: Call, module: object) -> str | None:
 
 
 class Folder:
-    """Feeds entries one at a time; `finish` gives the Replay."""
+    """Feeds entries one at a time; `finish` gives the Replay. Memory stays bounded: entries, touches,
+    writes and steps go to the spill store as they are folded; at most `cache` resources are held."""
 
-    def __init__(self, session: str) -> None:
+    CACHE = 8192
+
+    def __init__(self, session: str, near: Path | None = None, cache: int | None = None) -> None:
         self.session = session
-        self.entries: list[EntryRecord] = []
-        self.resources: dict[Key, Resource] = {}
-        self.steps: list[PlanStep] = []
+        self.store = Store(near)
+        self.counts = Counts()
         self.memo: dict = {}
         self.untrusted_from: int | None = None
-        self.unreadable: list[tuple[int, str]] = []
-        self._grades: dict[int, str] = {}  # pos -> capture, for the entries that made a state
+        self._live: OrderedDict[Key, _Live] = OrderedDict()  # least recently touched first
+        self._cache = cache or self.CACHE
+        self._grades = bytearray(1)  # pos -> index into _grade_names
+        self._grade_names: list[str] = []
+        self._grade_index: dict[str, int] = {}
+
+    def unreadable(self, pos: int, why: str) -> None:
+        self.counts.unreadable += 1
+        self.store.add("unreadable", (pos, why))
 
     def feed(self, entry: dict, pos: int, trusted: bool = True) -> None:
         if not trusted and self.untrusted_from is None:
@@ -337,10 +575,7 @@ class Folder:
         call = make_call(entry, pos, trusted, self.memo)
         module = connectors.for_connector(call.connector)
         failure = failure_of(call, module)
-        record = EntryRecord(pos, call.seq, call.ts, call.connector, call.effect, call.capture, call.method,
-                             call.url, call.status, failure, trusted)
-        self.entries.append(record)
-        self._grades[pos] = call.capture
+        self._grade(pos, call.capture)
         try:
             found = module.touches(call)
             if found is None:
@@ -349,43 +584,101 @@ class Folder:
         except Exception as exc:  # noqa: BLE001 - one odd entry must not stop replay
             found = []
             call.notes.append(f"replay rules for {call.connector} failed on this entry: {type(exc).__name__}: {exc}")
-        record.notes.extend(call.notes)
+        notes = list(call.notes)
+        ops: list[str] = []
+        ids: list[str | None] = []
+        keys: list[list[str]] = []
         planned = False
         for touch in found:
             if not touch.handler:
                 touch.handler = getattr(module, "NAME", "generic")
             if call.effect == READ or touch.role not in (WRITE, SIDE):
                 touch.role = READ
-            record.ops.append(touch.op)
-            record.resources.append(touch.key)
-            step = self._apply(call, touch, failure)
-            if step is not None:
+            ops.append(touch.op)
+            ids.append(resource_id(touch.key))
+            keys.append(list(touch.key))
+            if self._apply(call, touch, failure):
                 planned = True
-                self.steps.append(step)
         if call.effect == WRITE and not planned:
             reason = "; ".join(call.notes) or "replay found no resource this call changed"
             op = call.op or call.tool or call.method or "?"
-            self.steps.append(self._step(call, None, op, Inverse(None, False, False, reason), None, [], failure,
-                                         blind=True))
+            self._add_step(self._step(call, None, op, Inverse(None, False, False, reason), None, [], failure,
+                                      blind=True), None)
+        c = self.counts
+        c.entries += 1
+        c.writes += call.effect == WRITE
+        c.untrusted += not trusted
+        c.unmapped += not keys
+        c.grades[call.capture] = c.grades.get(call.capture, 0) + 1
+        c.pages.add((pos - 1) // PAGE)
+        c.top = max(c.top, pos)
+        record = {
+            "seq": pos, "claimed_seq": call.seq if call.seq != pos else None, "ts": call.ts,
+            "connector": call.connector, "effect": call.effect, "capture": call.capture, "method": call.method,
+            "url": call.url, "status": call.status, "failure": failure, "trusted": trusted, "ops": ops,
+            "resources": ids, "notes": notes,
+        }
+        self.store.add("entries", (pos, call.seq, len(keys), trusted, orjson.dumps(record, option=orjson.OPT_SORT_KEYS),
+                                   dumps(keys) if keys else None))
 
-    def _resource(self, touch: Touch) -> Resource:
-        res = self.resources.get(touch.key)
-        if res is None:
-            res = self.resources[touch.key] = Resource(touch.key, touch.handler)
+    def _grade(self, pos: int, capture: str) -> None:
+        index = self._grade_index.get(capture)
+        if index is None:
+            index = self._grade_index[capture] = len(self._grade_names)
+            self._grade_names.append(capture)
+            if index > 255:
+                raise ValueError("more than 256 distinct capture grades in one session")
+        grades = self._grades
+        if pos >= len(grades):
+            grades.extend(bytes(pos + 1 - len(grades) + 4096))
+        grades[pos] = index
+
+    def _grade_of(self, pos: int) -> str:
+        return self._grade_names[self._grades[pos]]
+
+    def _resource(self, touch: Touch) -> _Live:
+        live = self._live
+        key = touch.key
+        res = live.get(key)
+        if res is not None:
+            live.move_to_end(key)
+        else:
+            sk = sort_key(key)
+            row = self.store.get_resource(sk)
+            if row is not None:
+                res = _Live.load(row[0], key, sk, row[1], row[2])
+            else:
+                self.counts.resources += 1
+                res = _Live(self.counts.resources, key, sk, touch.handler)
+            if len(live) >= self._cache:
+                self._save(live.popitem(last=False)[1])
+            live[key] = res
         if touch.parent is not None:
             res.parent = touch.parent
         if touch.title:
             res.title = touch.title
         return res
 
-    def _apply(self, call: Call, touch: Touch, failure: str | None) -> PlanStep | None:
+    def _save(self, res: _Live) -> None:
+        description = describe(res.handler, res.key, res.state)
+        self.store.put_resource(res.rid, res.sk, sort_key(res.parent) if res.parent is not None else None,
+                                dumps(list(res.key)), res.name, link(res.key, res.name, description),
+                                res.data(description), res.stored)
+        res.stored = True
+
+    def _apply(self, call: Call, touch: Touch, failure: str | None) -> bool:
+        """Fold one touch into its resource; True when it made a plan step."""
         res = self._resource(touch)
         ok = failure is None
-        res.touches.append((call.pos, touch.role, touch.op, ok))
-        res.captures.setdefault(call.capture, []).append(call.pos)
+        pos = call.pos
+        self.store.add("touches", (res.rid, pos, touch.role, touch.op, ok, call.capture, call.ts, failure,
+                                   call.trusted))
+        res.grades.add(call.capture)
+        if touch.role == READ:
+            res.reads += 1
         if not call.trusted and res.untrusted_from is None:
-            res.untrusted_from = call.pos
-        step = None
+            res.untrusted_from = pos
+        planned = False
         if touch.role in (WRITE, SIDE):
             before = dict(res.state) if res.observed else None
             before_seqs = sorted(set(res.sources.values())) if res.observed else []
@@ -395,21 +688,45 @@ class Folder:
                     diff(touch.intended, touch.state or {}) if touch.intended else [])
             else:
                 diffs = []
-            w = WriteRecord(call.pos, call.seq, touch.op, touch.role, call.method, call.url, call.status,
-                            call.capture, call.trusted, failure, before, before_seqs, created, touch.intended,
-                            touch.state if ok else None, call.request_body, call.response_body, diffs, touch.lifecycle)
-            res.writes.append(w)
+            step_id = None
+            flags = reason = ""
             if touch.role == WRITE:
-                step = w.step = self._invert(call, touch, before, before_seqs, failure)
+                step = self._invert(call, touch, before, before_seqs, failure)
+                step_id = self._add_step(step, res.rid)
+                flags = step_flags(step.revertible, step.blind, step.approximate, step.call is not None)
+                reason = step.reason
+                planned = True
+            fields = {
+                "seq": pos, "op": touch.op, "role": touch.role, "method": call.method, "url": call.url,
+                "status": call.status, "failure": failure, "capture": call.capture, "trusted": call.trusted,
+                "created": created, "lifecycle": touch.lifecycle, "before": before, "before_seqs": before_seqs,
+                "intended": touch.intended, "actual": touch.state if ok else None, "differences": diffs,
+                "request_body": call.request_body, "response_body": call.response_body,
+            }
+            self.store.add("writes", (res.rid, pos, touch.role, touch.op, failure, step_id, flags,
+                                      dumps([fields, step_id, flags, reason])))
+            res.writes += 1
         if ok:
             if touch.state:
+                state, sources = res.state, res.sources
                 for k, v in touch.state.items():
-                    res.state[k] = v
-                    res.sources[k] = call.pos
+                    state[k] = v
+                    sources[k] = pos
                 res.observed = True
             if touch.lifecycle:
-                res.lifecycle.append((call.pos, touch.lifecycle))
-        return step
+                res.last_life = [pos, touch.lifecycle]
+                self.store.add("lifecycle", (res.rid, pos, touch.lifecycle))
+        return planned
+
+    def _add_step(self, step: PlanStep, rid: int | None) -> int:
+        c = self.counts
+        c.steps += 1
+        c.revertible += step.revertible
+        c.blind += step.blind
+        c.approximate += step.approximate
+        c.no_call += step.call is None
+        self.store.add("steps", (self.counts.steps, rid, dumps(step.row())))
+        return self.counts.steps
 
     def _invert(self, call: Call, touch: Touch, before: dict | None, before_seqs: list[int],
                 failure: str | None) -> PlanStep:
@@ -426,7 +743,7 @@ class Folder:
     def _step(self, call: Call, touch: Touch | None, op: str, inv: Inverse, before: dict | None,
               before_seqs: list[int], failure: str | None, blind: bool | None = None) -> PlanStep:
         key = touch.key if touch is not None else None
-        grades = sorted({self._grades[p] for p in before_seqs})
+        grades = sorted({self._grade_of(p) for p in before_seqs})
         if failure is not None:
             if call.status is None:
                 reason = (f"{failure}: whether the write took effect is unknown; no inverse is derived. "
@@ -447,8 +764,15 @@ class Folder:
                         call.trusted)
 
     def finish(self, report: SessionReport) -> Replay:
-        return Replay(self.session, report, self.entries, self.resources, self.steps, self.untrusted_from,
-                      self.unreadable)
+        for res in self._live.values():
+            self._save(res)
+        self._live.clear()
+        self.store.finish()
+        return Replay(self.session, report, self.store, self.counts, self._grades, self._grade_names,
+                      self.untrusted_from)
+
+    def discard(self) -> None:
+        self.store.close()
 
 
 def fold_session(
@@ -457,7 +781,7 @@ def fold_session(
 ) -> Replay:
     """Verify and fold one session in a single pass (see the module docstring). With `seal_key` (a public
     key, see journal/seal.py) the session's seal is checked too."""
-    folder = Folder(session)
+    folder = Folder(session, vault.views_dir)
     cursor = [0, 0]  # [start of the line being verified, bytes seen]
 
     def seen(n: int) -> None:
@@ -469,8 +793,8 @@ def fold_session(
     def on_entry(entry: dict) -> None:
         folder.feed(entry, entry["seq"], True)
 
-    was = gc.isenabled()
-    gc.disable()  # many objects, no cycles: the collector's rescans of a large heap cost ~20% of the time
+    # The cyclic collector stays on: with the views spilled to the store the heap is small, so its scans
+    # cost nothing measurable, and a reference cycle in some connector's rules cannot pile up.
     try:
         kw = {"seal_key": seal_key} if seal_key is not None else {}
         report = verify_session(vault, session, check_blobs=check_blobs, progress=seen, on_entry=on_entry, **kw)
@@ -478,15 +802,16 @@ def fold_session(
         if not report.intact and broken is not None:
             if report.kind != "seal_mismatch":  # the verifier stopped at the broken line
                 _fold_lines(vault, session, folder, broken, cursor[0])
-            elif broken <= len(folder.entries):
+            elif broken <= folder.counts.entries:
                 # A seal that does not match is found after the pass: fold again, marking from there on.
-                folder = Folder(session)
+                folder.discard()
+                folder = Folder(session, vault.views_dir)
                 _fold_lines(vault, session, folder, 1, 0, trusted_before=broken)
             else:  # entries were cut off after the last one: nothing in the file is affected
                 folder.untrusted_from = broken
-    finally:
-        if was:
-            gc.enable()
+    except BaseException:
+        folder.discard()
+        raise
     return folder.finish(report)
 
 
@@ -504,15 +829,15 @@ def _fold_lines(vault: Vault, session: str, folder: Folder, first_line: int, off
         try:
             entry = orjson.loads(data)
         except orjson.JSONDecodeError as exc:
-            folder.unreadable.append((pos, f"not JSON ({exc})"))
+            folder.unreadable(pos, f"not JSON ({exc})")
             continue
         if not isinstance(entry, dict) or not isinstance(entry.get("request"), dict):
-            folder.unreadable.append((pos, "not a journal entry"))
+            folder.unreadable(pos, "not a journal entry")
             continue
         try:
             folder.feed(entry, pos, trusted=False)
         except Exception as exc:  # noqa: BLE001 - tampered content must not stop replay
-            folder.unreadable.append((pos, f"could not be replayed: {type(exc).__name__}: {exc}"))
+            folder.unreadable(pos, f"could not be replayed: {type(exc).__name__}: {exc}")
 
 
 def _lines_from(path: Path, offset: int) -> Iterator[tuple[int, bytes]]:
@@ -533,4 +858,5 @@ def _lines_from(path: Path, offset: int) -> Iterator[tuple[int, bytes]]:
         yield index, rest
 
 
-__all__ = ["GONE", "GRADES", "Folder", "PlanStep", "Replay", "Resource", "WriteRecord", "fold_session", "weakest"]
+__all__ = ["GONE", "GRADES", "Counts", "EntryRecord", "Folder", "PlanStep", "Replay", "Resource", "Touched",
+           "WriteRecord", "fold_session", "weakest"]

@@ -45,7 +45,7 @@ def code(text: str, in_table: bool = True) -> str:
         out = _CODE_CACHE.get(key)
         if out is None:
             out = _CODE_CACHE[key] = _code(text, in_table)
-            if len(_CODE_CACHE) > 100_000:
+            if len(_CODE_CACHE) > 8192:
                 _CODE_CACHE.clear()
         return out
     return _code(text, in_table)

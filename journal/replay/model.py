@@ -274,28 +274,30 @@ def diff(intended: dict, actual: dict) -> list[dict]:
     not hold is reported as unconfirmed: partial responses are common, so absence is not a change.
     """
     out: list[dict] = []
-
-    def walk(path: str, name: str, want: object, holder: dict) -> None:
-        if name not in holder:
-            out.append({"field": path, "kind": "unconfirmed", "intended": want, "actual": None,
-                        "note": "not in the response"})
-            return
-        got = holder[name]
-        if isinstance(want, dict) and isinstance(got, dict) and not is_ref(want):
-            for k in sorted(want):
-                walk(f"{path}.{k}", k, want[k], got)
-            return
-        if want == got:
-            return
-        d = {"field": path, "kind": "differs", "intended": want, "actual": got}
-        if isinstance(want, list) and isinstance(got, list):
-            d["missing"] = [x for x in want if x not in got]
-            d["extra"] = [x for x in got if x not in want]
-        out.append(d)
-
     for k in sorted(intended):
-        walk(k, k, intended[k], actual)
+        _walk(out, k, k, intended[k], actual)
     return out
+
+
+def _walk(out: list[dict], path: str, name: str, want: object, holder: dict) -> None:
+    """One field of `diff` (a module function, not a closure: a recursive closure is a reference cycle,
+    which replay's fold, running with the cyclic collector paused, would never free)."""
+    if name not in holder:
+        out.append({"field": path, "kind": "unconfirmed", "intended": want, "actual": None,
+                    "note": "not in the response"})
+        return
+    got = holder[name]
+    if isinstance(want, dict) and isinstance(got, dict) and not is_ref(want):
+        for k in sorted(want):
+            _walk(out, f"{path}.{k}", k, want[k], got)
+        return
+    if want == got:
+        return
+    d = {"field": path, "kind": "differs", "intended": want, "actual": got}
+    if isinstance(want, list) and isinstance(got, list):
+        d["missing"] = [x for x in want if x not in got]
+        d["extra"] = [x for x in got if x not in want]
+    out.append(d)
 
 
 def first(*values: object) -> object:

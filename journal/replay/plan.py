@@ -17,11 +17,10 @@ Replay never executes a step; the plan is for a human (or a reviewed tool) to ac
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from .fold import PlanStep, Replay, weakest
-
-
-def resource_id(key: tuple | None) -> str | None:
-    return "/".join(key) if key else None
+from .labels import resource_id
 
 
 def untrusted_prefix(rp: Replay) -> str:
@@ -50,9 +49,10 @@ def step_dict(rp: Replay, step: PlanStep) -> dict:
     }
 
 
-def ordered_steps(rp: Replay) -> list[PlanStep]:
-    """Newest write first; several steps of one write in reverse order of their touches."""
-    return list(reversed(rp.steps))
+def ordered_steps(rp: Replay) -> Iterator[PlanStep]:
+    """Newest write first; several steps of one write in reverse order of their touches (streamed from the
+    replay's store; `len(rp.steps)` says how many)."""
+    return rp.steps.newest_first()
 
 
 def plan_dict(rp: Replay) -> dict:
@@ -62,3 +62,6 @@ def plan_dict(rp: Replay) -> dict:
         "executed": False,
         "steps": [step_dict(rp, s) for s in ordered_steps(rp)],
     }
+
+
+__all__ = ["ordered_steps", "plan_dict", "resource_id", "step_dict", "untrusted_prefix"]

@@ -17,10 +17,10 @@ folder, gives the same bytes. Files of an earlier replay that are no longer prod
 from __future__ import annotations
 
 import gc
-import hashlib
 import os
 import re
-from collections.abc import Iterator
+import stat
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -28,28 +28,19 @@ import orjson
 
 from journal.vault import SESSION_SUFFIX, Vault, session_filename
 
-from . import connectors
-from .fold import GRADES, EntryRecord, PlanStep, Replay, Resource, WriteRecord, weakest
+from .fold import GRADES, PlanStep, Replay, Resource, Touched, WriteRecord, resource_from_row, weakest, write_from_row
+from .labels import PAGE, TITLES, note_name, resource_id, step_flags, title, unknown_link
 from .markdown import blob_link, body_block, callout, cell, code, dumps, esc, fence
-from .plan import ordered_steps, plan_dict, resource_id, step_dict
+from .plan import step_dict
 
 FORMAT = "connector-replay/1"
-PAGE = 500
-TITLES = {"gmail": "Gmail", "calendar": "Calendar", "drive": "Drive", "slack": "Slack", "github": "GitHub",
-          "graph": "Microsoft Graph"}
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _WHOLE_MANIFEST_LIMIT = 64 << 20
 _OWN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\.(md|json)\Z")
+_CHUNK = 1 << 18
 
 
 def views_dir(vault: Vault, session: str) -> Path:
     return vault.views_dir / session_filename(session)[: -len(SESSION_SUFFIX)]
-
-
-def note_name(key: tuple) -> str:
-    readable = _UNSAFE.sub("_", "-".join(key)).strip("._-")[:80].rstrip("._-") or "resource"
-    digest = hashlib.sha256(orjson.dumps(list(key))).hexdigest()[:10]
-    return f"{readable}-{digest}.md"
 
 
 def page_of(pos: int) -> str:
@@ -64,49 +55,33 @@ def _clock(ts: str) -> str:
     return ts[11:] if len(ts) > 11 else ts
 
 
+class _Peek:
+    """Rows of a query sorted like the resources, taken group by group."""
+
+    def __init__(self, rows: Iterator[tuple]) -> None:
+        self.rows = rows
+        self.head: tuple | None = next(rows, None)
+
+    def take(self, value: object) -> list[tuple]:
+        """The rows whose first column is `value` (none when the next group is another one's)."""
+        out = []
+        while self.head is not None and self.head[0] == value:
+            out.append(self.head)
+            self.head = next(self.rows, None)
+        return out
+
+    def skip_below(self, value: bytes | int) -> None:
+        while self.head is not None and self.head[0] < value:
+            self.head = next(self.rows, None)
+
+
 class Views:
-    """The derived model of one replay: names, titles, step numbers; renders every file."""
+    """Renders every file of one replay, streaming what it needs from the replay's store, one resource
+    (or one timeline page) at a time."""
 
     def __init__(self, rp: Replay) -> None:
         self.rp = rp
-        self.keys = sorted(rp.resources)
-        self.names = {k: note_name(k) for k in self.keys}
-        self.children: dict[tuple, list[tuple]] = {}
-        for k in self.keys:
-            parent = rp.resources[k].parent
-            if parent is not None and parent in rp.resources:
-                self.children.setdefault(parent, []).append(k)
-        self.steps = ordered_steps(rp)
-        self.step_no = {id(s): i for i, s in enumerate(self.steps, 1)}
-        self.descriptions = {k: self._describe(rp.resources[k]) for k in self.keys}
-        self._links: dict[tuple, str] = {}
-
-    # -- names and titles ---------------------------------------------------------------------------
-
-    def _describe(self, res: Resource) -> str | None:
-        module = connectors.modules().get(res.handler)
-        fn = getattr(module, "describe", None)
-        if fn is None or not res.state:
-            return None
-        try:
-            text = fn(res.kind, res.key, res.state)
-        except Exception:  # noqa: BLE001 - a title is never worth failing a replay
-            return None
-        return " ".join(text.split())[:120] if isinstance(text, str) and text.strip() else None
-
-    def title(self, key: tuple) -> str:
-        return f"{TITLES.get(key[0], key[0])} {key[1]} {'/'.join(key[2:])}"
-
-    def link(self, key: tuple) -> str:
-        out = self._links.get(key)
-        if out is None:
-            if key not in self.names:
-                out = code("/".join(key))
-            else:
-                desc = self.descriptions.get(key)
-                out = f"[{esc(self.title(key))}]({self.names[key]})" + (f" ({esc(desc, 60)})" if desc else "")
-            self._links[key] = out
-        return out
+        self.store = rp.store
 
     def untrusted_banner(self) -> str:
         r = self.rp.report
@@ -116,66 +91,91 @@ class Views:
             "verifies it.",
         ])
 
+    # -- resources, in key order ---------------------------------------------------------------------
+
+    def resources(self) -> Iterator[tuple[Resource, str | None, list[tuple[tuple, str]]]]:
+        """(resource with its touches, writes and lifecycle; its parent's link; its children as (key, link))."""
+        rows = self.store.rows
+        touches = _Peek(rows("SELECT t.rid, t.pos, t.role, t.op, t.ok, t.grade, t.ts, t.failure, t.trusted "
+                             "FROM resources r CROSS JOIN touches t ON t.rid = r.rid ORDER BY r.sk, t.rowid"))
+        writes = _Peek(rows("SELECT w.rid, w.data FROM resources r CROSS JOIN writes w ON w.rid = r.rid "
+                            "ORDER BY r.sk, w.rowid"))
+        lifecycle = _Peek(rows("SELECT l.rid, l.pos, l.what FROM resources r CROSS JOIN lifecycle l ON l.rid = r.rid "
+                               "ORDER BY r.sk, l.rowid"))
+        kids = _Peek(rows("SELECT parent_sk, key, link FROM resources WHERE parent_sk IS NOT NULL "
+                          "ORDER BY parent_sk, sk"))
+        rp = self.rp
+        for rid, sk, key, name, data, parent_link in rows(
+                "SELECT r.rid, r.sk, r.key, r.name, r.data, p.link FROM resources r "
+                "LEFT JOIN resources p ON p.sk = r.parent_sk ORDER BY r.sk"):
+            res = resource_from_row(tuple(orjson.loads(key)), name, data)
+            res.touches = [Touched(p, role, op, bool(ok), g, ts, f, bool(t))
+                           for _, p, role, op, ok, g, ts, f, t in touches.take(rid)]
+            res.writes = [write_from_row(rp, d) for _, d in writes.take(rid)]
+            res.lifecycle = [(p, what) for _, p, what in lifecycle.take(rid)]
+            kids.skip_below(sk)
+            children = [(tuple(orjson.loads(k)), lk) for _, k, lk in kids.take(sk)]
+            yield res, parent_link, children
+
     # -- views.json ---------------------------------------------------------------------------------
 
-    def write_dict(self, w: WriteRecord) -> dict:
-        return {
-            "seq": w.pos, "op": w.op, "role": w.role, "method": w.method, "url": w.url, "status": w.status,
-            "failure": w.failure, "capture": w.capture, "trusted": w.trusted, "created": w.created,
-            "lifecycle": w.lifecycle, "before": w.before, "before_seqs": w.before_seqs,
-            "intended": w.intended, "actual": w.actual, "differences": w.differences,
-            "request_body": w.request_body, "response_body": w.response_body,
-            "plan_step": self.step_no.get(id(w.step)) if w.step is not None else None,
-        }
-
-    def resource_dict(self, key: tuple) -> dict:
-        res = self.rp.resources[key]
+    def resource_dict(self, res: Resource, children: list[tuple[tuple, str]]) -> dict:
+        key = res.key
+        captures = res.captures
         return {
             "id": resource_id(key), "key": list(key), "connector": res.connector, "kind": res.kind,
-            "title": self.title(key), "description": self.descriptions.get(key), "note": self.names[key],
+            "title": title(key), "description": res.description, "note": res.name,
             "status": res.status, "lifecycle": [{"seq": p, "what": what} for p, what in res.lifecycle],
             "state": res.state, "sources": res.sources,
-            "parent": resource_id(res.parent), "children": [resource_id(c) for c in self.children.get(key, [])],
-            "entries": [{"seq": p, "role": role, "op": op, "ok": ok} for p, role, op, ok in res.touches],
-            "writes": [self.write_dict(w) for w in res.writes],
-            "evidence": {"captures": res.captures, "weakest": weakest(res.captures)},
+            "parent": resource_id(res.parent), "children": [resource_id(c) for c, _ in children],
+            "entries": [{"seq": t.pos, "role": t.role, "op": t.op, "ok": t.ok} for t in res.touches],
+            "writes": [w.fields | {"plan_step": w.step} for w in res.writes],
+            "evidence": {"captures": captures, "weakest": weakest(captures)},
             "trusted": res.untrusted_from is None, "untrusted_from_seq": res.untrusted_from,
         }
 
-    def entry_dict(self, e: EntryRecord) -> dict:
-        return {
-            "seq": e.pos, "claimed_seq": e.seq if e.seq != e.pos else None, "ts": e.ts,
-            "connector": e.connector, "effect": e.effect, "capture": e.capture, "method": e.method,
-            "url": e.url, "status": e.status, "failure": e.failure, "trusted": e.trusted, "ops": e.ops,
-            "resources": [resource_id(k) for k in e.resources], "notes": e.notes,
-        }
-
-    def views_json(self, files: list[str]) -> Iterator[bytes]:
+    def views_json(self, resources: Path) -> Iterator[bytes]:
         """views.json, streamed: one JSON object with sorted keys; each entry and each resource on a line
-        of its own, so the whole document is never held in memory."""
-        rp = self.rp
-
-        def items(key: bytes, values: Iterator[dict]) -> Iterator[bytes]:
-            yield b'"' + key + b'":['
-            sep = b"\n"
-            for v in values:
-                yield sep + _compact(v)
-                sep = b",\n"
-            yield b"\n],\n"
-
+        of its own, so the whole document is never held in memory. `resources` holds the resource lines
+        (written while the notes were), each after its separator."""
+        rp, rows = self.rp, self.store.rows
         yield b'{"chain":' + _compact(rp.chain_summary()) + b",\n"
-        yield from items(b"entries", (self.entry_dict(e) for e in rp.entries))
-        yield b'"files":' + _compact(files) + b',\n"format":' + _compact(FORMAT) + b",\n"
-        yield from items(b"resources", (self.resource_dict(k) for k in self.keys))
-        yield b'"session":' + _compact(rp.session) + b',\n"unreadable_lines":' + _compact(
-            [{"line": p, "why": why} for p, why in rp.unreadable]) + b"}\n"
+        yield b'"entries":['
+        sep = b"\n"
+        buf: list[bytes] = []
+        for (data,) in rows("SELECT json FROM entries ORDER BY pos"):
+            buf.append(sep + data)
+            sep = b",\n"
+            if len(buf) >= 1024:
+                yield b"".join(buf)
+                buf.clear()
+        yield b"".join(buf) + b"\n],\n"
+        buf.clear()
+        yield b'"files":['
+        sep = b""
+        for (name,) in rows("SELECT name FROM files ORDER BY name"):
+            buf.append(sep + _compact(name))
+            sep = b","
+        yield b"".join(buf) + b'],\n"format":' + _compact(FORMAT) + b",\n"
+        buf.clear()
+        yield b'"resources":['
+        with open(resources, "rb") as f:
+            while chunk := f.read(_CHUNK):
+                yield chunk
+        yield b"\n],\n"
+        yield b'"session":' + _compact(rp.session) + b',\n"unreadable_lines":['
+        sep = b""
+        for p, why in rows("SELECT pos, why FROM unreadable ORDER BY rowid"):
+            yield sep + _compact({"line": p, "why": why})
+            sep = b","
+        yield b"]}\n"
 
     # -- resource notes -----------------------------------------------------------------------------
 
-    def resource_note(self, key: tuple) -> str:
-        rp, res = self.rp, self.rp.resources[key]
-        out = [f"# {esc(self.title(key), 300)}", ""]
-        desc = self.descriptions.get(key)
+    def resource_note(self, res: Resource, parent_link: str | None, children: list[tuple[tuple, str]]) -> str:
+        rp, key = self.rp, res.key
+        out = [f"# {esc(title(key), 300)}", ""]
+        desc = res.description
         if desc:
             out += [f"_{esc(desc, 120)}_", ""]
         out += ["[Session index](index.md) · [Revert plan](revert-plan.md)", ""]
@@ -188,18 +188,18 @@ class Views:
             else:
                 lines.append("No untrusted entry touched this resource.")
             out += [callout("WARNING", lines), ""]
+        captures = res.captures
         evidence = " · ".join(
             f"{code(g)} {', '.join(str(p) for p in sorted(set(ps)))}"
-            for g, ps in sorted(res.captures.items(), key=lambda kv: _grade_rank(kv[0])))
+            for g, ps in sorted(captures.items(), key=lambda kv: _grade_rank(kv[0])))
         status = esc(res.status) + (f" ({seq_link(res.lifecycle[-1][0])})" if res.lifecycle else "")
         rows = [("connector", code(res.connector)), ("kind", code(res.kind)),
                 ("key", " / ".join(code(p) for p in key[2:]) or "—"), ("status", status),
-                ("evidence", f"{evidence} — weakest {code(weakest(res.captures) or '?')}")]
+                ("evidence", f"{evidence} — weakest {code(weakest(captures) or '?')}")]
         if res.parent is not None:
-            rows.append(("part of", self.link(res.parent)))
-        kids = self.children.get(key, [])
-        if kids:
-            rows.append(("holds", ", ".join(self.link(k) for k in kids[:50]) + (" …" if len(kids) > 50 else "")))
+            rows.append(("part of", parent_link if parent_link is not None else unknown_link(res.parent)))
+        if children:
+            rows.append(("holds", ", ".join(lk for _, lk in children[:50]) + (" …" if len(children) > 50 else "")))
         out += ["| | |", "|---|---|", *(f"| {a} | {b} |" for a, b in rows), ""]
 
         out += ["## State as last seen", ""]
@@ -209,61 +209,60 @@ class Views:
             for field in sorted(res.state):
                 src = res.sources.get(field)
                 mark = "" if src is None or src < (rp.untrusted_from or src + 1) else " **untrusted**"
-                origin = f"{seq_link(src)} {code(self._grade(src))}{mark}" if src is not None else "—"
+                origin = f"{seq_link(src)} {code(rp.grade(src))}{mark}" if src is not None else "—"
                 out.append(f"| {code(field)} | {cell(res.state[field])} | {origin} |")
         else:
             out.append("_No answer showed this resource's fields (only its id, or only writes without a body)._")
         if res.lifecycle:
             out += ["", "Lifecycle: " + "; ".join(f"{esc(what)} ({seq_link(p)})" for p, what in res.lifecycle)]
         out += ["", "## Entries", "", "| seq | time | role | call | capture | result |", "|---|---|---|---|---|---|"]
-        for p, role, op, ok in res.touches:
-            e = rp.entry_at(p)
-            result = "ok" if ok else f"failed: {esc(e.failure or '?')}"
-            trust = "" if e.trusted else " **untrusted**"
-            out.append(f"| {seq_link(p)} | {code(_clock(e.ts))} | {role} | {code(op)} | {code(e.capture)}{trust} | "
-                       f"{result} |")
+        for t in res.touches:
+            result = "ok" if t.ok else f"failed: {esc(t.failure or '?')}"
+            trust = "" if t.trusted else " **untrusted**"
+            out.append(f"| {seq_link(t.pos)} | {code(_clock(t.ts))} | {t.role} | {code(t.op)} | {code(t.capture)}"
+                       f"{trust} | {result} |")
         if res.writes:
             out += ["", "## Writes", ""]
             for w in res.writes:
-                out += self._write_section(res, w)
+                out += self._write_section(w)
         return "\n".join(out) + "\n"
 
-    def _grade(self, pos: int) -> str:
-        return self.rp.entry_at(pos).capture
-
-    def _write_section(self, res: Resource, w: WriteRecord) -> list[str]:
-        out = [f"### seq-{w.pos}", ""]
-        trust = "" if w.trusted else " · **UNTRUSTED**"
-        status = w.status if w.status is not None else "—"
-        out.append(f"{seq_link(w.pos)} · {code(w.op)} · {code(w.method)} · HTTP {status} · capture {code(w.capture)}"
-                   f"{trust}" + (" · side effect of this call" if w.role == "side" else ""))
+    def _write_section(self, w: WriteRecord) -> list[str]:
+        grade = self.rp.grade
+        f = w.fields
+        pos, before, intended, actual, failure = f["seq"], f["before"], f["intended"], f["actual"], f["failure"]
+        out = [f"### seq-{pos}", ""]
+        trust = "" if f["trusted"] else " · **UNTRUSTED**"
+        status = f["status"] if f["status"] is not None else "—"
+        out.append(f"{seq_link(pos)} · {code(f['op'])} · {code(f['method'])} · HTTP {status} · capture "
+                   f"{code(f['capture'])}{trust}" + (" · side effect of this call" if f["role"] == "side" else ""))
         out.append("")
-        if w.created:
+        if f["created"]:
             out.append("- **Before:** did not exist; this write created it.")
-        elif w.before is None:
+        elif before is None:
             out.append("- **Before:** none captured: a **blind write** (no earlier entry of this session read it).")
         else:
             out.append("- **Before:** as seen in " + ", ".join(
-                f"{seq_link(p)} ({code(self._grade(p))})" for p in w.before_seqs) + ".")
-        if w.failure is not None:
-            out.append(f"- **Result:** failed ({esc(w.failure)}); the view is unchanged.")
-        fields = sorted(set(w.intended or {}) | {k for k in (w.actual or {})
-                                                 if w.before is None or (w.before or {}).get(k) != w.actual[k]})
+                f"{seq_link(p)} ({code(grade(p))})" for p in f["before_seqs"]) + ".")
+        if failure is not None:
+            out.append(f"- **Result:** failed ({esc(failure)}); the view is unchanged.")
+        fields = sorted(set(intended or {}) | {k for k in (actual or {})
+                                               if before is None or (before or {}).get(k) != actual[k]})
         if fields:
             out += ["", "| field | before | intended | actual |", "|---|---|---|---|"]
-            for f in fields[:60]:
-                before = cell((w.before or {}).get(f), missing=w.before is None or f not in (w.before or {}))
-                intended = cell((w.intended or {}).get(f), missing=f not in (w.intended or {}))
-                actual = cell((w.actual or {}).get(f), missing=f not in (w.actual or {}))
-                out.append(f"| {code(f)} | {before} | {intended} | {actual} |")
+            for name in fields[:60]:
+                b = cell((before or {}).get(name), missing=before is None or name not in (before or {}))
+                i = cell((intended or {}).get(name), missing=name not in (intended or {}))
+                a = cell((actual or {}).get(name), missing=name not in (actual or {}))
+                out.append(f"| {code(name)} | {b} | {i} | {a} |")
             if len(fields) > 60:
                 out.append(f"| … | {len(fields) - 60} more fields in views.json | | |")
         out.append("")
-        if w.failure is None:
-            if w.differences:
+        if failure is None:
+            if f["differences"]:
                 out.append("**Differences between intended and actual:**")
                 out.append("")
-                for d in w.differences:
+                for d in f["differences"]:
                     line = f"- {code(d['field'], False)} {d['kind']}"
                     if d.get("missing") or d.get("extra"):
                         parts = [f"{label}: {cell(d[k])}" for k, label in (
@@ -278,112 +277,115 @@ class Views:
             else:
                 out.append("**Differences between intended and actual:** none seen.")
             out.append("")
-        out += ["**Intended** (request body):", "", body_block(w.request_body), "",
-                "**Actual** (response body):", "", body_block(w.response_body), ""]
+        out += ["**Intended** (request body):", "", body_block(f["request_body"]), "",
+                "**Actual** (response body):", "", body_block(f["response_body"]), ""]
         if w.step is not None:
-            n = self.step_no[id(w.step)]
-            out += [f"**Revert:** [step-{n}](revert-plan.md#step-{n}): {_step_flags(w.step)}. "
-                    f"{esc(w.step.reason, 400)}", ""]
+            n = w.step
+            out += [f"**Revert:** [step-{n}](revert-plan.md#step-{n}): {w.step_flags}. {esc(w.step_reason, 400)}", ""]
         return out
 
     # -- index and timeline -------------------------------------------------------------------------
 
-    def index_note(self) -> str:
-        rp = self.rp
+    def index_note(self) -> Iterator[str]:
+        """The index note's lines (joined with newlines)."""
+        rp, c, rows = self.rp, self.rp.counts, self.store.rows
         r = rp.report
-        out = [f"# Replay of session {code(rp.session, False)}", ""]
-        total = len(rp.entries) + len(rp.unreadable)
-        out.append(f"Derived from the session's journal ({total} lines) by `broker replay`. Views are built from "
-                   "what the platform answered; they can be deleted and rebuilt byte for byte.")
-        out.append("")
-        out += ["## Chain", ""]
+        yield from [f"# Replay of session {code(rp.session, False)}", ""]
+        total = c.entries + c.unreadable
+        yield (f"Derived from the session's journal ({total} lines) by `broker replay`. Views are built from "
+               "what the platform answered; they can be deleted and rebuilt byte for byte.")
+        yield ""
+        yield from ["## Chain", ""]
         if r.intact:
-            out.append(f"Intact: all {r.entries} entries verified (canonical form, contract, hash chain, blobs).")
+            yield f"Intact: all {r.entries} entries verified (canonical form, contract, hash chain, blobs)."
         else:
-            out += [self.untrusted_banner(), "",
-                    f"Verified before the break: {r.entries} entries. Untrusted from seq {rp.untrusted_from} on: "
-                    f"{sum(1 for e in rp.entries if not e.trusted)} entries folded, {len(rp.unreadable)} unreadable "
-                    "lines."]
-            for p, why in rp.unreadable:
-                out.append(f"- line {p}: {esc(why)}")
+            yield from [self.untrusted_banner(), "",
+                        f"Verified before the break: {r.entries} entries. Untrusted from seq {rp.untrusted_from} on: "
+                        f"{c.untrusted} entries folded, {c.unreadable} unreadable lines."]
+            for p, why in rows("SELECT pos, why FROM unreadable ORDER BY rowid"):
+                yield f"- line {p}: {esc(why)}"
         for note in r.notes:
-            out.append(f"- note: {esc(note)}")
-        grades: dict[str, int] = {}
-        for e in rp.entries:
-            grades[e.capture] = grades.get(e.capture, 0) + 1
-        out += ["", "## Evidence", "",
-                "Capture grade of the entries (strongest first): " + " · ".join(
-                    f"{code(g)} {n}" for g, n in sorted(grades.items(), key=lambda kv: _grade_rank(kv[0]))) + ".",
-                "`broker` saw the upstream exchange; `gateway` saw the MCP tool call and result; `agent` is the "
-                "agent's own report.", ""]
-        out += [f"## Resources ({len(self.keys)})", ""]
-        by_connector: dict[str, list[tuple]] = {}
-        for k in self.keys:
-            by_connector.setdefault(k[0], []).append(k)
-        for conn in sorted(by_connector):
-            out += [f"### {esc(TITLES.get(conn, conn))}", "", "| resource | status | reads | writes | evidence |",
+            yield f"- note: {esc(note)}"
+        yield from ["", "## Evidence", "",
+                    "Capture grade of the entries (strongest first): " + " · ".join(
+                        f"{code(g)} {n}" for g, n in sorted(c.grades.items(), key=lambda kv: _grade_rank(kv[0])))
+                    + ".",
+                    "`broker` saw the upstream exchange; `gateway` saw the MCP tool call and result; `agent` is the "
+                    "agent's own report.", ""]
+        yield from [f"## Resources ({c.resources})", ""]
+        current = None
+        for key, lk, data in rows("SELECT key, link, data FROM resources ORDER BY sk"):
+            k = tuple(orjson.loads(key))
+            res = resource_from_row(k, "", data)
+            if k[0] != current:
+                if current is not None:
+                    yield ""
+                current = k[0]
+                yield from [f"### {esc(TITLES.get(current, current))}", "",
+                            "| resource | status | reads | writes | evidence |", "|---|---|---|---|---|"]
+            trust = "" if res.untrusted_from is None else " **untrusted**"
+            yield (f"| {lk} | {esc(res.status)} | {res.reads} | {res.n_writes} | "
+                   f"{code(res.weakest or '?')}{trust} |")
+        if current is not None:
+            yield ""
+        (n_writes,) = self.store.one("SELECT COUNT(*) FROM writes WHERE role = 'write'")  # type: ignore[misc]
+        yield from [f"## Writes ({n_writes})", "", "| seq | resource | call | result | revert |",
                     "|---|---|---|---|---|"]
-            for k in by_connector[conn]:
-                res = rp.resources[k]
-                reads = sum(1 for _, role, _, _ in res.touches if role == "read")
-                trust = "" if res.untrusted_from is None else " **untrusted**"
-                out.append(f"| {self.link(k)} | {esc(res.status)} | {reads} | {len(res.writes)} | "
-                           f"{code(weakest(res.captures) or '?')}{trust} |")
-            out.append("")
-        writes = [w for k in self.keys for w in rp.resources[k].writes if w.role == "write"]
-        out += [f"## Writes ({len(writes)})", "", "| seq | resource | call | result | revert |",
-                "|---|---|---|---|---|"]
-        owner = {id(w): k for k in self.keys for w in rp.resources[k].writes}
-        for w in sorted(writes, key=lambda w: w.pos):
-            n = self.step_no.get(id(w.step)) if w.step is not None else None
-            revert = f"[step-{n}](revert-plan.md#step-{n}): {_step_flags(w.step)}" if n else "—"
-            result = "ok" if w.failure is None else f"failed: {esc(w.failure)}"
-            out.append(f"| {seq_link(w.pos)} | {self.link(owner[id(w)])} | {code(w.op)} | {result} | {revert} |")
-        unmapped = [e for e in rp.entries if not e.resources]
-        if unmapped:
-            out += ["", f"## Entries without a resource view ({len(unmapped)})", ""]
-            for e in unmapped[:200]:
-                why = f": {esc('; '.join(e.notes), 200)}" if e.notes else ""
-                out.append(f"- {seq_link(e.pos)} {code(e.connector)} {e.effect} {code(e.method)} "
-                           f"{code(_short_url(e.url))}{why}")
-            if len(unmapped) > 200:
-                out.append(f"- … {len(unmapped) - 200} more in views.json")
-        pages = sorted({page_of(e.pos) for e in rp.entries})
-        top = max((e.pos for e in rp.entries), default=0)
-        out += ["", "## Timeline", ""]
-        for page in pages:
-            first = (int(page[9:13]) - 1) * PAGE + 1
-            out.append(f"- [seq {first}–{min(first + PAGE - 1, top)}]({page})")
-        out += ["", "## Files", "", "- [Revert plan](revert-plan.md) (also `revert-plan.json`)",
-                "- `views.json`: everything here, machine-readable", ""]
-        return "\n".join(out)
+        for pos, lk, op, failure, step, flags in rows(
+                "SELECT w.pos, r.link, w.op, w.failure, w.step, w.flags FROM writes w JOIN resources r "
+                "ON r.rid = w.rid WHERE w.role = 'write' ORDER BY w.pos, r.sk, w.rowid"):
+            n = rp.step_number(step) if step is not None else None
+            revert = f"[step-{n}](revert-plan.md#step-{n}): {flags}" if n else "—"
+            result = "ok" if failure is None else f"failed: {esc(failure)}"
+            yield f"| {seq_link(pos)} | {lk} | {code(op)} | {result} | {revert} |"
+        if c.unmapped:
+            yield from ["", f"## Entries without a resource view ({c.unmapped})", ""]
+            for (data,) in rows("SELECT json FROM entries WHERE nres = 0 ORDER BY pos LIMIT 200"):
+                e = orjson.loads(data)
+                why = f": {esc('; '.join(e['notes']), 200)}" if e["notes"] else ""
+                yield (f"- {seq_link(e['seq'])} {code(e['connector'])} {e['effect']} {code(e['method'])} "
+                       f"{code(_short_url(e['url']))}{why}")
+            if c.unmapped > 200:
+                yield f"- … {c.unmapped - 200} more in views.json"
+        yield from ["", "## Timeline", ""]
+        for page in sorted(f"timeline-{i + 1:04d}.md" for i in c.pages):
+            first = (int(page[9:-3]) - 1) * PAGE + 1
+            yield f"- [seq {first}–{min(first + PAGE - 1, c.top)}]({page})"
+        yield from ["", "## Files", "", "- [Revert plan](revert-plan.md) (also `revert-plan.json`)",
+                    "- `views.json`: everything here, machine-readable", ""]
 
     def timeline_pages(self) -> Iterator[tuple[str, str]]:
         rp = self.rp
+        touched = _Peek(self.store.rows("SELECT t.pos, r.link, t.op FROM touches t JOIN resources r "
+                                        "ON r.rid = t.rid ORDER BY t.rowid"))
         page: list[str] = []
         current = None
-        for e in rp.entries:
-            name = page_of(e.pos)
+        banner = None if rp.report.intact else self.untrusted_banner()
+        for pos, seq, data in self.store.rows("SELECT pos, seq, json FROM entries ORDER BY pos"):
+            e = orjson.loads(data)
+            name = page_of(pos)
             if name != current:
                 if current is not None:
                     yield current, "\n".join(page) + "\n"
                 current = name
                 page = [f"# Timeline of {code(rp.session, False)}: {name[:-3]}", "", "[Session index](index.md)", ""]
-                if not rp.report.intact:
-                    page += [self.untrusted_banner(), ""]
-            page += [f"### seq-{e.pos}", ""]
-            status = e.status if e.status is not None else "—"
-            result = "ok" if e.failure is None else f"failed: {esc(e.failure)}"
-            trust = "" if e.trusted else " · **UNTRUSTED**" + (
-                f" (the entry claims seq {e.seq})" if e.seq != e.pos else "")
-            page.append(f"{code(e.ts, False)} · {code(e.connector, False)} · {e.effect} · capture "
-                        f"{code(e.capture, False)} · {code(e.method, False)} {status} {result}{trust}")
+                if banner is not None:
+                    page += [banner, ""]
+            page += [f"### seq-{pos}", ""]
+            status = e["status"] if e["status"] is not None else "—"
+            failure = e["failure"]
+            result = "ok" if failure is None else f"failed: {esc(failure)}"
+            trust = "" if e["trusted"] else " · **UNTRUSTED**" + (
+                f" (the entry claims seq {seq})" if seq != pos else "")
+            page.append(f"{code(e['ts'], False)} · {code(e['connector'], False)} · {e['effect']} · capture "
+                        f"{code(e['capture'], False)} · {code(e['method'], False)} {status} {result}{trust}")
             page.append("")
-            page.append(f"URL: {code(e.url, False)}")
-            if e.resources:
-                page += ["", "Touched: " + ", ".join(
-                    f"{self.link(k)} ({code(op, False)})" for k, op in zip(e.resources, e.ops, strict=True))]
-            for note in e.notes:
+            page.append(f"URL: {code(e['url'], False)}")
+            touched.skip_below(pos)
+            links = touched.take(pos)
+            if e["resources"]:
+                page += ["", "Touched: " + ", ".join(f"{lk} ({code(op, False)})" for _, lk, op in links)]
+            for note in e["notes"]:
                 page += ["", f"Note: {esc(note, 400)}"]
             page.append("")
         if current is not None:
@@ -391,31 +393,29 @@ class Views:
 
     # -- revert plan --------------------------------------------------------------------------------
 
-    def plan_note(self) -> str:
-        rp = self.rp
-        out = [f"# Revert plan: session {code(rp.session, False)}", "",
-               "Derived from the journal by replay and **never executed**. Newest write first. Each step is the "
-               "inverse call built from the captured before-state and the response, or why there is none.", "",
-               "- **revertible**: the call restores the captured before-state (within what the API allows).",
-               "- **blind**: no earlier entry of the session captured the state the inverse needs.",
-               "- **approximate**: the call is a best-effort compensation, not an exact inverse.",
-               "- **evidence**: the capture grade of the write and of the entries its before-state came from.", "",
-               "[Session index](index.md)", ""]
+    def plan_note(self) -> Iterator[str]:
+        """The plan note's lines (joined with newlines)."""
+        rp, c = self.rp, self.rp.counts
+        yield from [f"# Revert plan: session {code(rp.session, False)}", "",
+                    "Derived from the journal by replay and **never executed**. Newest write first. Each step is the "
+                    "inverse call built from the captured before-state and the response, or why there is none.", "",
+                    "- **revertible**: the call restores the captured before-state (within what the API allows).",
+                    "- **blind**: no earlier entry of the session captured the state the inverse needs.",
+                    "- **approximate**: the call is a best-effort compensation, not an exact inverse.",
+                    "- **evidence**: the capture grade of the write and of the entries its before-state came from.",
+                    "", "[Session index](index.md)", ""]
         if not rp.report.intact:
-            out += [self.untrusted_banner(), ""]
-        n_rev = sum(s.revertible for s in self.steps)
-        n_blind = sum(s.blind for s in self.steps)
-        n_approx = sum(s.approximate for s in self.steps)
-        n_none = sum(s.call is None for s in self.steps)
-        out += [f"{len(self.steps)} steps: {n_rev} revertible, {n_approx} approximate compensations, {n_blind} blind, "
-                f"{n_none} without a call.", ""]
-        for i, s in enumerate(self.steps, 1):
-            out += self._plan_step(i, s)
-        return "\n".join(out)
+            yield from [self.untrusted_banner(), ""]
+        yield from [f"{c.steps} steps: {c.revertible} revertible, {c.approximate} approximate compensations, "
+                    f"{c.blind} blind, {c.no_call} without a call.", ""]
+        for sid, data, lk in self.store.rows("SELECT s.id, s.data, r.link FROM steps s LEFT JOIN resources r "
+                                             "ON r.rid = s.rid ORDER BY s.id DESC"):
+            n = rp.step_number(sid)
+            yield from self._plan_step(n, PlanStep.from_row(orjson.loads(data), n), lk)
 
-    def _plan_step(self, i: int, s: PlanStep) -> list[str]:
+    def _plan_step(self, i: int, s: PlanStep, lk: str | None) -> list[str]:
         d = step_dict(self.rp, s)
-        target = self.link(s.key) if s.key is not None else "no resource identified"
+        target = (lk if lk is not None else unknown_link(s.key)) if s.key is not None else "no resource identified"
         out = [f"## step-{i}", "",
                f"For {seq_link(s.pos)} · {code(s.connector, False)} · {code(s.op, False)} · {target}", "",
                f"- {_step_flags(s)}",
@@ -437,21 +437,66 @@ class Views:
                     f"{code(p, False)} → {blob_link(r)}" for p, r in refs), ""]
         return out
 
+    def plan_json(self) -> Iterator[bytes]:
+        """revert-plan.json (the plan object, indented, sorted keys), streamed step by step."""
+        rp = self.rp
+        head = _json_bytes({"chain": rp.chain_summary(), "executed": False, "session": rp.session, "steps": []})
+        cut = head.rindex(b"[]")
+        if not rp.counts.steps:
+            yield head
+            return
+        yield head[:cut] + b"["
+        sep = b"\n"
+        for s in rp.steps.newest_first():
+            step = orjson.dumps(step_dict(rp, s), option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2)
+            yield sep + b"    " + step.replace(b"\n", b"\n    ")
+            sep = b",\n"
+        yield b"\n  ]" + head[cut + 2 :]
+
     # -- all files ----------------------------------------------------------------------------------
 
-    def files(self) -> Iterator[tuple[str, bytes | Iterator[bytes]]]:
-        names: list[str] = []
-        for k in self.keys:
-            names.append(self.names[k])
-            yield self.names[k], self.resource_note(k).encode()
-        for name, text in self.timeline_pages():
-            names.append(name)
-            yield name, text.encode()
-        yield "index.md", self.index_note().encode()
-        yield "revert-plan.md", self.plan_note().encode()
-        yield "revert-plan.json", _json_bytes(plan_dict(self.rp))
-        names += ["index.md", "revert-plan.md", "revert-plan.json", "views.json"]
-        yield "views.json", self.views_json(sorted(names))
+    def write_all(self, folder: Path) -> None:
+        """Write every file into `folder`, naming each in the store's `files` table."""
+        store = self.store
+        resources = store.scratch_path("resources.jsonl")
+        path = str(folder)
+        with open(resources, "wb") as lines:
+            sep = b"\n"
+            for res, parent_link, children in self.resources():
+                _put(path, res.name, self.resource_note(res, parent_link, children).encode())
+                store.add("files", (res.name,))
+                lines.write(sep + _compact(self.resource_dict(res, children)))
+                sep = b",\n"
+            for name, text in self.timeline_pages():
+                _put(path, name, text.encode())
+                store.add("files", (name,))
+        _put_stream(folder, "index.md", _joined(self.index_note()))
+        _put_stream(folder, "revert-plan.md", _joined(self.plan_note()))
+        _put_stream(folder, "revert-plan.json", self.plan_json())
+        for name in ("index.md", "revert-plan.md", "revert-plan.json", "views.json"):
+            store.add("files", (name,))
+        _put_stream(folder, "views.json", self.views_json(resources))
+        resources.unlink()
+
+
+def _joined(lines: Iterable[str]) -> Iterator[bytes]:
+    """"\n".join(lines), encoded, in chunks."""
+    buf: list[str] = []
+    size = 0
+    first = True
+    for line in lines:
+        if first:
+            buf.append(line)
+            first = False
+        else:
+            buf.append("\n" + line)
+        size += len(line) + 1
+        if size >= _CHUNK:
+            yield "".join(buf).encode()
+            buf.clear()
+            size = 0
+    if buf:
+        yield "".join(buf).encode()
 
 
 def _json_bytes(value: object) -> bytes:
@@ -467,14 +512,7 @@ def _grade_rank(g: str) -> tuple[int, str]:
 
 
 def _step_flags(s: PlanStep) -> str:
-    flags = ["revertible" if s.revertible else "**not revertible**"]
-    if s.blind:
-        flags.append("**blind**")
-    if s.approximate:
-        flags.append("approximate")
-    if s.call is None:
-        flags.append("no call")
-    return ", ".join(flags)
+    return step_flags(s.revertible, s.blind, s.approximate, s.call is not None)
 
 
 def _short_url(u: str) -> str:
@@ -485,22 +523,17 @@ def write_views(vault: Vault, rp: Replay) -> tuple[Path, list[str]]:
     """Write every view file of `rp` under views/<session>/; return the folder and the file names."""
     out = views_dir(vault, rp.session)
     out.mkdir(parents=True, exist_ok=True)
-    previous = _previous_files(out / "views.json")
-    with os.scandir(out) as it:
-        sizes = {e.name: e.stat().st_size for e in it if e.is_file(follow_symlinks=False)}
-    written: list[str] = []
-    folder = str(out)
+    store = rp.store
+    store.db.execute("DELETE FROM files")
+    store.db.execute("DELETE FROM previous")
+    for name in _previous_files(out / "views.json"):
+        store.add("previous", (name,))
     with _no_gc():
-        for name, data in Views(rp).files():
-            if isinstance(data, bytes):
-                _put(folder, name, data, sizes.get(name))
-            else:
-                _put_stream(out, name, data)
-            written.append(name)
-    for stale in sorted(previous - set(written)):
+        Views(rp).write_all(out)
+    for (stale,) in store.rows("SELECT name FROM previous WHERE name NOT IN (SELECT name FROM files) ORDER BY name"):
         if _OWN_NAME.match(stale):
             (out / stale).unlink(missing_ok=True)
-    return out, sorted(written)
+    return out, [name for (name,) in store.rows("SELECT name FROM files ORDER BY name")]
 
 
 def _previous_files(path: Path) -> set[str]:
@@ -521,10 +554,15 @@ def _previous_files(path: Path) -> set[str]:
     return {f for f in files if isinstance(f, str) and "/" not in f} if isinstance(files, list) else set()
 
 
-def _put(folder: str, name: str, data: bytes, old_size: int | None) -> None:
+def _put(folder: str, name: str, data: bytes) -> None:
     """Write a note unless it already holds `data` (unchanged notes keep their mtime). Notes are derived
     and rewritten in place; views.json, written last, is what says an output is complete."""
     path = os.path.join(folder, name)
+    try:
+        st = os.lstat(path)
+        old_size = st.st_size if stat.S_ISREG(st.st_mode) else None
+    except OSError:
+        old_size = None
     if old_size == len(data):
         try:
             with open(path, "rb") as f:
@@ -582,4 +620,4 @@ def _no_gc() -> Iterator[None]:
             gc.enable()
 
 
-__all__ = ["FORMAT", "Views", "blob_link", "body_block", "note_name", "views_dir", "write_views"]
+__all__ = ["FORMAT", "PAGE", "Views", "blob_link", "body_block", "note_name", "views_dir", "write_views"]

@@ -26,7 +26,7 @@ def route(call: Call, routes: RouteTable, prefixes: tuple[str, ...]) -> tuple[st
     return _route(routes, prefixes, method(call), call.path)
 
 
-@lru_cache(maxsize=1 << 16)
+@lru_cache(maxsize=1 << 12)
 def _route(routes: RouteTable, prefixes: tuple[str, ...], m: str, path: str) -> tuple[str, dict[str, str], str] | None:
     for prefix in prefixes:
         if path.startswith(prefix):

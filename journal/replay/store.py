@@ -1,0 +1,182 @@
+"""Replay's spill store: what the views need, kept on disk (SQLite) instead of in memory.
+
+A session of any length folds in bounded memory: per entry the engine appends a row (its
+views.json line), per touch a row, per write its whole record (before-state, intended, actual,
+bodies) and per plan step its fields; resources live in a small in-memory LRU of the ones being
+folded and are written back to the store when evicted. The views are then streamed from the
+store in sorted resource order (views.py), one resource at a time.
+
+The database lives in a private temporary folder (`.replay-*` beside the session's views folder,
+so it is on the vault's file system, not in a RAM-backed /tmp), written without a journal or
+fsync (it is scratch), and removed when the Replay is closed or collected.
+
+Resource keys are stored as a sort key that orders like Python tuples of strings: each part's
+UTF-8 with NUL escaped as NUL 1, followed by NUL NUL (so `ORDER BY sk` is `sorted(keys)`).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import tempfile
+import weakref
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+
+_SCHEMA = """
+CREATE TABLE entries(pos INTEGER PRIMARY KEY, seq INTEGER, nres INTEGER, trusted INTEGER, json BLOB, keys BLOB);
+CREATE TABLE touches(rid INTEGER, pos INTEGER, role TEXT, op TEXT, ok INTEGER, grade TEXT, ts TEXT,
+                     failure TEXT, trusted INTEGER);
+CREATE TABLE writes(rid INTEGER, pos INTEGER, role TEXT, op TEXT, failure TEXT, step INTEGER, flags TEXT,
+                    data BLOB);
+CREATE TABLE steps(id INTEGER PRIMARY KEY, rid INTEGER, data BLOB);
+CREATE TABLE lifecycle(rid INTEGER, pos INTEGER, what TEXT);
+CREATE TABLE resources(rid INTEGER PRIMARY KEY, sk BLOB UNIQUE, parent_sk BLOB, key BLOB, name TEXT,
+                       link TEXT, data BLOB);
+CREATE TABLE unreadable(pos INTEGER, why TEXT);
+CREATE TABLE files(name TEXT PRIMARY KEY);
+CREATE TABLE previous(name TEXT PRIMARY KEY);
+"""
+_INDEXES = """
+CREATE INDEX touches_rid ON touches(rid);
+CREATE INDEX writes_rid ON writes(rid);
+CREATE INDEX lifecycle_rid ON lifecycle(rid);
+CREATE INDEX resources_parent ON resources(parent_sk, sk);
+"""
+_BATCH = 1000
+
+
+def sort_key(key: tuple) -> bytes:
+    """Bytes that order like the tuple of strings `key` (see the module docstring)."""
+    return b"".join(str(p).encode("utf-8", "surrogatepass").replace(b"\x00", b"\x00\x01") + b"\x00\x00"
+                    for p in key)
+
+
+def dumps(value: object) -> bytes:
+    """JSON for the store: insertion order kept (replay's state merges are order-sensitive nowhere, but
+    a round trip must give back what went in)."""
+    return orjson.dumps(value)
+
+
+class Store:
+    """One replay's scratch database (see the module docstring)."""
+
+    def __init__(self, near: Path | None = None) -> None:
+        self.dir = _scratch_folder(near)
+        # Any thread may read a finished replay (the inspector serves it from a thread pool); SQLite
+        # is built serialized here (sqlite3.threadsafety == 3), so one connection is safe to share.
+        self.db = sqlite3.connect(self.dir / "replay.sqlite", isolation_level=None, check_same_thread=False)
+        for pragma in ("journal_mode=OFF", "synchronous=OFF", "temp_store=FILE", "cache_size=-8000",
+                       "locking_mode=EXCLUSIVE"):
+            self.db.execute(f"PRAGMA {pragma}")
+        self.db.executescript(_SCHEMA)
+        self.db.execute("BEGIN")
+        self._finalizer = weakref.finalize(self, _remove, self.db, self.dir)
+        self._pending: dict[str, list[tuple]] = {name: [] for name in _INSERTS}
+        self._resources: dict[bytes, tuple] = {}  # sk -> (insert?, row...): resource rows not yet written
+        self.finished = False
+
+    # -- appending ------------------------------------------------------------------------------------
+
+    def add(self, table: str, row: tuple) -> None:
+        rows = self._pending[table]
+        rows.append(row)
+        if len(rows) >= _BATCH:
+            self._flush(table)
+
+    def _flush(self, table: str) -> None:
+        rows = self._pending[table]
+        if rows:
+            self.db.executemany(_INSERTS[table], rows)
+            rows.clear()
+
+    def flush(self) -> None:
+        for table in self._pending:
+            self._flush(table)
+        self._flush_resources()
+
+    def put_resource(self, rid: int, sk: bytes, parent_sk: bytes | None, key: bytes, name: str, link: str,
+                     data: bytes, stored: bool) -> None:
+        """Queue a resource's row (written in batches: an INSERT the first time, then UPDATEs by rowid)."""
+        queued = self._resources.get(sk)
+        insert = (not stored) if queued is None else queued[0]
+        self._resources[sk] = (insert, rid, sk, parent_sk, key, name, link, data)
+        if len(self._resources) >= 512:
+            self._flush_resources()
+
+    def get_resource(self, sk: bytes) -> tuple[int, str, bytes] | None:
+        """(rid, name, data) of a stored resource, or None."""
+        queued = self._resources.get(sk)
+        if queued is not None:
+            return queued[1], queued[5], queued[7]
+        return self.db.execute("SELECT rid, name, data FROM resources WHERE sk=?", (sk,)).fetchone()
+
+    def _flush_resources(self) -> None:
+        rows = self._resources.values()
+        self.db.executemany("INSERT INTO resources VALUES (?,?,?,?,?,?,?)", [r[1:] for r in rows if r[0]])
+        self.db.executemany("UPDATE resources SET parent_sk=?, link=?, data=? WHERE rid=?",
+                            [(r[3], r[6], r[7], r[1]) for r in rows if not r[0]])
+        self._resources.clear()
+
+    def finish(self) -> None:
+        """Everything appended: build the indexes the views read by."""
+        self.flush()
+        if not self.finished:
+            self.db.executescript(_INDEXES)
+            self.finished = True
+
+    # -- reading --------------------------------------------------------------------------------------
+
+    def rows(self, sql: str, params: tuple = ()) -> Iterator[tuple]:
+        """Rows of a query, streamed (a cursor of its own, so queries can be read side by side)."""
+        self.flush()
+        cur = self.db.cursor()
+        cur.arraysize = 512
+        cur.execute(sql, params)
+        while batch := cur.fetchmany():
+            yield from batch
+
+    def one(self, sql: str, params: tuple = ()) -> tuple | None:
+        self.flush()
+        return self.db.execute(sql, params).fetchone()
+
+    def scratch_path(self, name: str) -> Path:
+        return self.dir / name
+
+    def close(self) -> None:
+        self._finalizer()
+
+
+_INSERTS = {
+    "entries": "INSERT INTO entries VALUES (?,?,?,?,?,?)",
+    "touches": "INSERT INTO touches VALUES (?,?,?,?,?,?,?,?,?)",
+    "writes": "INSERT INTO writes VALUES (?,?,?,?,?,?,?,?)",
+    "steps": "INSERT INTO steps VALUES (?,?,?)",
+    "lifecycle": "INSERT INTO lifecycle VALUES (?,?,?)",
+    "unreadable": "INSERT INTO unreadable VALUES (?,?)",
+    "files": "INSERT OR IGNORE INTO files VALUES (?)",
+    "previous": "INSERT OR IGNORE INTO previous VALUES (?)",
+}
+
+
+def _scratch_folder(near: Path | None) -> Path:
+    """A private folder in `near` (created if need be), else in the system's temporary folder."""
+    if near is not None:
+        try:
+            near.mkdir(parents=True, exist_ok=True)
+            return Path(tempfile.mkdtemp(prefix=".replay-", dir=near))
+        except OSError:
+            pass
+    return Path(tempfile.mkdtemp(prefix=".replay-"))
+
+
+def _remove(db: sqlite3.Connection, folder: Path) -> None:
+    try:
+        db.close()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+__all__ = ["Store", "dumps", "sort_key"]
