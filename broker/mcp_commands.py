@@ -46,8 +46,8 @@ _CTX = {"ignore_unknown_options": True, "allow_interspersed_args": False}
               "recorded from the blob store.")
 @click.option("--spill-threshold", type=int, default=None, help="Spill values larger than this many bytes.")
 @seal_options
-@click.option("--record-tools-list", is_flag=True,
-              help="Also record each tools/list answer (effect read): the tool definitions the model reads.")
+@click.option("--record-tools-list/--no-record-tools-list", default=True, show_default=True,
+              help="Record each tools/list answer (effect read): the tool definitions the model reads.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def mcp(
     vault_dir: str, store: str | None,

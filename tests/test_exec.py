@@ -55,9 +55,10 @@ def run_exec(tmp: Path, up: Upstream, command: list[str], *options: str, session
 
 
 def entries(tmp: Path, session: str) -> list[dict]:
+    """The session's entries, without the MCP shim's records of tools/list answers."""
     vault = Vault(tmp / "vault")
     assert verify_session(vault, session).intact
-    return list(iter_entries(vault, session))
+    return [e for e in iter_entries(vault, session) if e["request"]["method"] != "tools/list"]
 
 
 def vault_bytes(tmp: Path) -> bytes:

@@ -131,7 +131,10 @@ def test_sdk_client_through_shim_records_every_call(tmp_path: Path, mode: str) -
             assert len(asks) == 2 and "inputRequests" in asks[0]["response"]["body"]["result"]
             assert asks[1]["mcp"]["params"]["inputResponses"]
     assert len(got) == 9 + 3 * (1 if mode == "legacy" else 2)
-    assert [e["seq"] for e in got] == list(range(1, len(got) + 1))
+    every = entries(vault, tool_lists=True)  # the client's tools/list answers are entries too (effect read)
+    assert [e["seq"] for e in every] == list(range(1, len(every) + 1))
+    assert all(e["effect"] == "read" for e in every if e["request"]["method"] == "tools/list")
+    assert len(every) > len(got)
 
 
 def img_b64(size: int) -> str:

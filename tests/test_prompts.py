@@ -329,7 +329,7 @@ def test_tools_list_recorded_and_a_changed_description_reported(tmp_path: Path):
              {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
               "params": {"name": "read_note", "arguments": {"id": "a"}}},
              {"jsonrpc": "2.0", "id": 4, "method": "tools/list"}]
-    _drive_shim(vault, [PY, "-m", "tests.mcp_servers.shifty_server"], lines, "--record-tools-list")
+    _drive_shim(vault, [PY, "-m", "tests.mcp_servers.shifty_server"], lines)  # recorded by default
     e = list(iter_entries(Vault(vault), "s1"))
     assert [(x["request"]["method"], x["effect"]) for x in e] == [
         ("tools/list", "read"), ("tools/call", "read"), ("tools/list", "read")]
@@ -340,8 +340,8 @@ def test_tools_list_recorded_and_a_changed_description_reported(tmp_path: Path):
 
     verified = verify_session(Vault(vault), "s1")
     assert verified.intact and any(n.startswith("tools_changed at seq 3") for n in verified.notes)
-    # without the option, tools/list stays unrecorded (as before)
-    _drive_shim(tmp_path / "v2", [PY, "-m", "tests.mcp_servers.shifty_server"], lines)
+    # --no-record-tools-list: tools/list stays unrecorded
+    _drive_shim(tmp_path / "v2", [PY, "-m", "tests.mcp_servers.shifty_server"], lines, "--no-record-tools-list")
     assert [x["request"]["method"] for x in iter_entries(Vault(tmp_path / "v2"), "s1")] == ["tools/call"]
 
 

@@ -156,7 +156,8 @@ def test_mcp_shim_records_into_postgres(pg_url, tmp_path):
 
     asyncio.run(scenario())
     got = list(PostgresStore(pg_url).iter_entries("s-mcp"))
-    assert [(e["seq"], e["capture"], e["effect"]) for e in got] == [(1, "gateway", "read"), (2, "gateway", "write")]
+    assert [(e["seq"], e["request"]["method"], e["effect"]) for e in got] == [
+        (1, "tools/list", "read"), (2, "tools/call", "read"), (3, "tools/call", "write")]
     assert not (tmp_path / "vault").exists()
 
 

@@ -157,8 +157,9 @@ class CallJournal:
     """Builds and writes the entries of one relay (one upstream)."""
 
     record_tool_lists = False
-    """`broker mcp --record-tools-list`: `tools/list` answers (the tool definitions the model will read)
-    are entries too, effect read, so `broker trajectory` can report definitions that change (docs/prompts.md)."""
+    """Whether the client's `tools/list` answers (the tool definitions the model will read) are entries
+    too, effect read, so `broker trajectory` can report definitions that change (docs/prompts.md).
+    `broker mcp` turns it on unless --no-record-tools-list; embedders choose."""
 
     def records(self, method: str | None) -> bool:
         """Whether a client request of this method becomes an entry."""

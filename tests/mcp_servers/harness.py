@@ -27,11 +27,14 @@ def shim_argv(vault: Path, *options: str, session: str = "s1", agent: str = "age
     return [PY, "-m", "broker.cli", "mcp", "--vault", str(vault), "--session", session, "--agent", agent, *options]
 
 
-def entries(vault: Path, session: str = "s1") -> list[dict]:
+def entries(vault: Path, session: str = "s1", *, tool_lists: bool = False) -> list[dict]:
+    """The session's entries; without `tool_lists`, not the `tools/list` answers the shim records
+    (tests about calls count the calls)."""
     path = Vault(vault).session_path(session)
     if not path.exists():
         return []
-    return [orjson.loads(line) for line in path.read_bytes().splitlines()]
+    got = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+    return got if tool_lists else [e for e in got if e["request"]["method"] != "tools/list"]
 
 
 def assert_intact(vault: Path, session: str = "s1") -> None:
