@@ -13,6 +13,7 @@ import os
 import platform
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
@@ -55,3 +56,27 @@ def write_json(path: str | os.PathLike, name: str, figures: dict) -> None:
     tmp = p.with_name(p.name + ".tmp")
     tmp.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
     os.replace(tmp, p)
+
+
+def write_chained(path: Path, fields: Iterator[dict], max_bytes: int | None = None) -> tuple[int, int]:
+    """Chain synthetic entry fields (seq 1, 2, ...) into a new session file with the real chain code,
+    in large writes, until `fields` ends or the file holds `max_bytes`; return (entries, bytes).
+    Benchmarks that need a big session build it this way rather than through the Recorder, which
+    would dominate their run."""
+    from journal.canonical import orjson_matches_jcs
+    from journal.chain import GENESIS, chain_entry
+
+    prev, seq, size, buf = GENESIS, 0, 0, []
+    with open(path, "wb") as f:
+        for seq, item in enumerate(fields, 1):
+            entry, line = chain_entry(item, seq, prev, orjson_ok=orjson_matches_jcs(item))
+            prev = entry["hash"]
+            buf.append(line)
+            size += len(line)
+            if len(buf) >= 4096:
+                f.write(b"".join(buf))
+                buf.clear()
+            if max_bytes is not None and size >= max_bytes:
+                break
+        f.write(b"".join(buf))
+    return seq, size

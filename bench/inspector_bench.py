@@ -26,10 +26,8 @@ import shutil
 import time
 from pathlib import Path
 
-from bench import machine, scratch_dir, write_json
+from bench import machine, scratch_dir, write_chained, write_json
 from bench.replay_bench import make_call
-from journal.canonical import orjson_matches_jcs
-from journal.chain import GENESIS, chain_entry
 from journal.vault import Vault
 from journal.verify import verify_session
 
@@ -42,22 +40,14 @@ SESSION = "inspector-bench"
 def generate(root: Path, entries: int) -> int:
     vault = Vault.create(root)
     rng = random.Random(11)
-    prev = GENESIS
-    size = 0
-    with open(vault.session_path(SESSION), "wb") as f:
-        buf = []
+
+    def calls():
         for seq in range(1, entries + 1):
             fields = make_call(seq, rng, 5000)
             fields["session"] = SESSION
-            entry, line = chain_entry(fields, seq, prev, orjson_ok=orjson_matches_jcs(fields))
-            prev = entry["hash"]
-            buf.append(line)
-            size += len(line)
-            if len(buf) >= 4096:
-                f.write(b"".join(buf))
-                buf.clear()
-        f.write(b"".join(buf))
-    return size
+            yield fields
+
+    return write_chained(vault.session_path(SESSION), calls())[1]
 
 
 def main() -> None:

@@ -36,8 +36,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench import machine, scratch_dir, write_json
-from journal.chain import GENESIS, chain_entry
+from bench import machine, scratch_dir, write_chained, write_json
 from journal.vault import Vault
 
 SESSION = "replay-bench"
@@ -145,12 +144,7 @@ def build_session(root: Path, entries: int, resources: int) -> tuple[Path, int]:
     vault = Vault.create(root)
     path = vault.session_path(SESSION)
     rng = random.Random(2026)
-    prev = GENESIS
-    with open(path, "wb") as f:
-        for n in range(1, entries + 1):
-            entry, line = chain_entry(make_call(n, rng, resources), n, prev)
-            prev = entry["hash"]
-            f.write(line)
+    write_chained(path, (make_call(n, rng, resources) for n in range(1, entries + 1)))
     return path, path.stat().st_size
 
 

@@ -17,15 +17,14 @@ ratio = query time / baseline time of the same run. Nothing here asserts a timin
 from __future__ import annotations
 
 import argparse
+import itertools
 import random
 import shutil
 import time
 from pathlib import Path
 
-from bench import machine, scratch_dir, write_json
+from bench import machine, scratch_dir, write_chained, write_json
 from bench.replay_bench import make_call
-from journal.canonical import orjson_matches_jcs
-from journal.chain import GENESIS, chain_entry
 from journal.search import Query, search
 from journal.vault import Vault
 
@@ -47,16 +46,13 @@ def generate(root: Path, total_bytes: int, sessions: int, seed: int = 7) -> tupl
     """Write `sessions` session files totalling about `total_bytes`; return (entries, bytes)."""
     vault = Vault.create(root)
     rng = random.Random(seed)
-    per = total_bytes // sessions
     entries = written = 0
     for k in range(sessions):
         sid = f"bench-{k:02d}"
-        new_keys = k % 2 == 0
-        prev, seq, size = GENESIS, 0, 0
-        with open(vault.session_path(sid), "wb") as f:
-            buf = []
-            while size < per:
-                seq += 1
+        new_keys = k % 2 == 0  # half the sessions carry the 2026-12 keys
+
+        def calls(sid: str = sid, new_keys: bool = new_keys):
+            for seq in itertools.count(1):
                 fields = make_call(seq, rng, 5000)
                 fields["session"] = sid
                 if seq % 500 == 0:
@@ -66,15 +62,10 @@ def generate(root: Path, total_bytes: int, sessions: int, seed: int = 7) -> tupl
                 if new_keys:
                     fields["request"]["effect_basis"] = "rule"
                     fields["response"]["answered_by"] = "none" if fields["response"]["status"] is None else "upstream"
-                entry, line = chain_entry(fields, seq, prev, orjson_ok=orjson_matches_jcs(fields))
-                prev = entry["hash"]
-                buf.append(line)
-                size += len(line)
-                if len(buf) >= 4096:
-                    f.write(b"".join(buf))
-                    buf.clear()
-            f.write(b"".join(buf))
-        entries += seq
+                yield fields
+
+        n, size = write_chained(vault.session_path(sid), calls(), max_bytes=total_bytes // sessions)
+        entries += n
         written += size
     return entries, written
 
