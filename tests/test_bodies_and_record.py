@@ -270,3 +270,31 @@ def test_recorder_takes_header_fields_as_raw_bytes_or_text(tmp_path):
                     status=200, response_headers=[("Content-Type", "text/plain")], response_body=b"ok")
     assert f["request"]["headers"] == [["Content-Type", "application/json"], ["X-Odd", "café"]]
     rec.close()
+
+
+def test_a_blob_that_cannot_be_stored_fails_the_capture_not_the_stream(tmp_path, monkeypatch):
+    """A full disk while a body streams: feeding never raises into the proxy, the partial blob is
+    removed, and finish() says why (the capture point then fails that call cleanly)."""
+    import errno
+
+    from journal.blobstore import BlobError, BlobStore, BlobWriter
+    from journal.bodies import BodyCapture
+
+    store = BlobStore(tmp_path)
+    real_write = BlobWriter.write
+    calls = []
+
+    def full(self, chunk):
+        calls.append(len(chunk))
+        if len(calls) > 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_write(self, chunk)
+
+    monkeypatch.setattr(BlobWriter, "write", full)
+    cap = BodyCapture(store, "application/octet-stream", None, threshold=1024)
+    for _ in range(8):
+        cap.feed(b"x" * 4096)  # never raises
+    assert cap.failure and "No space left" in cap.failure
+    with pytest.raises(BlobError, match="No space left"):
+        cap.finish()
+    assert not [p for p in (tmp_path / "blobs").rglob("*") if p.is_file()]  # nothing half-written kept

@@ -308,3 +308,16 @@ def test_threads_share_commits_and_keep_one_chain(pg_url):
     shared = list(pg.iter_entries("shared"))
     assert [e["seq"] for e in shared] == list(range(1, 33))
     assert all(b["prev"] == a["hash"] for a, b in zip(shared, shared[1:], strict=False))
+
+
+def test_dedupe_in_the_database_as_in_the_file_vault(pg_url):
+    """The proxy's fallback after its recording service died appends with dedupe: an identical entry
+    already committed by the dead service is returned, not written again."""
+    pg = open_store(pg_url)
+    with pg.writer() as dead:
+        first = dead.append(fields("s-dd", n=1))
+    with pg.writer() as w:
+        w.append(fields("s-dd", n=2))
+        assert w.append(fields("s-dd", n=1), dedupe=True) == first
+        assert w.append(fields("s-dd", n=3), dedupe=True)["seq"] == 3
+    assert [e["seq"] for e in pg.iter_entries("s-dd")] == [1, 2, 3]

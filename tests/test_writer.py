@@ -321,3 +321,22 @@ def test_append_many_on_a_stopped_session_fails_only_that_session(tmp_path, monk
     out = w.append_many([fields(session="bad", n=3)])
     assert isinstance(out[0], JournalStopped)  # stays stopped: no retry after a failed fsync
     w.close()
+
+
+def test_dedupe_returns_the_entry_a_dead_process_already_wrote(tmp_path):
+    """The proxy records a call its recording service may have appended before dying: with dedupe,
+    an identical entry among the session's last ones is returned and nothing is appended; a call that
+    differs (here by its time) is appended as usual."""
+    other = JournalWriter(tmp_path)  # the service that died after its fsync, before its ack
+    written = other.append(fields(n=1))
+    other.close()
+    w = JournalWriter(tmp_path)
+    w.append(fields(n=2))
+    again = w.append(fields(n=1), dedupe=True)
+    assert again == written
+    assert w.append(fields(n=3), dedupe=True)["seq"] == 3
+    assert w.append(fields(n=1))["seq"] == 4  # without dedupe the same fields are a new entry
+    w.close()
+    path = Vault(tmp_path).session_path("s1")
+    assert len(path.read_bytes().splitlines()) == 4
+    assert verify_session(Vault(tmp_path), "s1").intact
