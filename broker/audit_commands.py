@@ -133,7 +133,8 @@ def sessions(vault_dir: str, store: str | None, as_json: bool) -> int:
     """List sessions: entries, first and last time, connectors, writes, and whether each verifies."""
     vault = reading_vault(store, vault_dir)
     names = vault.sessions()
-    keys = ("session", "entries", "first_ts", "last_ts", "connectors", "writes", "verifies", "broken_at_seq", "kind")
+    keys = ("session", "entries", "first_ts", "last_ts", "connectors", "writes", "verifies", "broken_at_seq", "kind",
+            "sealed", "checkpoint")
     with _progress(_total_bytes(vault, names), "reading") as advance:
         rows = [{k: row[k] for k in keys} for row in (summarize_session(vault, s, progress=advance) for s in names)]
     if as_json:

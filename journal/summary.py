@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from journal.checkpoint.checkpoint import Checkpoint, read_checkpoint_note
+from journal.checkpoint.note import NoteError, parse_note
 from journal.seal import read_seal
 from journal.vault import Vault
 from journal.verify import verify_session
@@ -23,7 +25,9 @@ def count_lines(vault: Vault, session: str) -> int:
 def summarize_session(vault: Vault, session: str, *, progress: Callable[[int], None] | None = None) -> dict:
     """The session's row: `session`, `entries`, `first_ts`, `last_ts`, `connectors`, `writes`,
     `captures` (entries per evidence grade), `verifies`, `broken_at_seq`, `kind`, `detail`, `notes`,
-    `bytes` and `sealed` (entries covered by a seal file, or null; the seal is not checked here)."""
+    `bytes`, `sealed` (entries covered by a legacy seal file, or null) and `checkpoint` (see
+    `checkpoint_status`). Neither seal nor checkpoint is checked here: that takes the log's public
+    key (`broker verify --seal-key`)."""
     connectors: set[str] = set()
     captures: dict[str, int] = {}
     writes = 0
@@ -42,7 +46,23 @@ def summarize_session(vault: Vault, session: str, *, progress: Callable[[int], N
         "writes": writes, "captures": dict(sorted(captures.items())), "verifies": r.intact,
         "broken_at_seq": r.broken_at_seq, "kind": r.kind, "detail": r.detail, "notes": r.notes,
         "bytes": r.bytes, "sealed": seal.entries if seal is not None else None,
+        "checkpoint": checkpoint_status(vault, session),
     }
+
+
+def checkpoint_status(vault: Vault, session: str) -> dict | None:
+    """What the session's checkpoint file claims, read for display and not verified: `size` (entries
+    covered), `signers` (the key names on its signature lines: the log's, then any witnesses'), or
+    `error` when the file cannot be read as a checkpoint note. None when there is no checkpoint."""
+    note = read_checkpoint_note(vault, session)
+    if note is None:
+        return None
+    try:
+        parsed = parse_note(note)
+        body = Checkpoint.parse(parsed.text)
+    except NoteError as exc:
+        return {"size": None, "signers": [], "error": str(exc)}
+    return {"size": body.size, "signers": [sig.name for sig in parsed.sigs], "error": None}
 
 
 def entry_row(entry: dict, line: int) -> dict:

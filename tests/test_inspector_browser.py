@@ -428,3 +428,16 @@ def test_answered_by_and_effect_basis_are_shown_when_present(page, tmp_path):
         page.wait_for_selector("#entry h2:text('Seq 1')")
         assert page.query_selector('#entry-meta dd[data-field="answered by"]') is None
         assert page.query_selector('#entry-meta dd[data-field="effect basis"]') is None
+
+
+def test_the_seal_column_shows_what_the_checkpoint_claims(page, example):
+    from journal.checkpoint.note import Signer
+    from tests.checkpoint_harness import seal_all
+
+    seal_all(Vault(example), Signer.generate("vault.example/log"))
+    with served(example) as base:
+        page.goto(base + "/")
+        page.wait_for_selector("#sessions[data-loaded=true]")
+        row = page.inner_text(f'#sessions tr[data-session="{S}"]')
+        assert "checkpoint claims 17" in row and "cosigned" not in row
+    assert page.errors == []

@@ -112,8 +112,22 @@
     ["writes", "Writes", (r) => r.writes, "num"],
     ["captures", "Evidence", (r) => Object.entries(r.captures).map(([g, n]) => `${g} ${n}`).join(", ")],
     ["verifies", "Chain", (r) => (r.verifies ? "intact" : `broken at seq ${r.broken_at_seq}`)],
-    ["sealed", "Seal", (r) => (r.sealed === null ? "none" : `sealed at ${r.sealed}`)],
+    ["sealed", "Seal", sealText],
   ];
+
+  // What the session's checkpoint (or legacy seal) file claims; checking its signatures takes the
+  // log's public key, so the inspector says "claims" and `broker verify --seal-key` checks it.
+  function sealText(r) {
+    const cp = r.checkpoint;
+    const parts = [];
+    if (cp && cp.error) parts.push(`checkpoint unreadable: ${cp.error}`);
+    else if (cp) {
+      const witnesses = cp.signers.slice(1);
+      parts.push(`checkpoint claims ${cp.size}` + (witnesses.length ? `, cosigned by ${witnesses.join(", ")}` : ""));
+    }
+    if (r.sealed !== null && r.sealed !== undefined) parts.push(`sealed at ${r.sealed}`);
+    return parts.length ? parts.join("; ") : "none";
+  }
 
   async function sessionsPage(q) {
     clear(main, el("h1", {}, "Sessions"), el("p", { class: "loading" }, "Reading the vault…"));
@@ -121,7 +135,7 @@
     // The names come at once; each session's summary (one verifying pass over its file) follows.
     try { rows = await api("sessions", { names: 1 }); } catch (err) { clear(main, el("h1", {}, "Sessions"), failure(err)); return; }
     rows = rows.map((r) => ({ ...r, pending: true, entries: null, first_ts: null, last_ts: null, connectors: [], writes: null,
-      captures: {}, verifies: null, sealed: null }));
+      captures: {}, verifies: null, sealed: null, checkpoint: null }));
     if (!rows.length) {
       clear(main, el("h1", {}, "Sessions"), el("p", { id: "empty" }, "This vault has no sessions yet."));
       return;
