@@ -178,3 +178,34 @@ def _wait_until(cond, timeout: float = 30.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("condition not reached")
         time.sleep(0.005)
+
+
+def _threaded_process_appender(root: str, tag: int) -> None:
+    w = JournalWriter(root)
+
+    def worker(t: int) -> None:
+        for i in range(20):
+            w.append(fields(n=tag * 10000 + t * 100 + i))
+
+    ts = [threading.Thread(target=worker, args=(t,)) for t in range(6)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    w.close()
+
+
+def test_processes_with_many_threads_each_keep_one_chain(tmp_path):
+    """Groups of different processes interleave under the flock; each continues the other's chain."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_threaded_process_appender, args=(str(tmp_path), k)) for k in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    r = verify_session(Vault(tmp_path), "s1")
+    assert r.intact, r
+    assert r.entries == 3 * 6 * 20
