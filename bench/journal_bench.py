@@ -9,7 +9,9 @@
    each thread on its own session. Baseline, same run, same directory: a plain loop doing one
    `os.write` of a pre-built 2 KB line and one `os.fdatasync` per line, run before and after every
    case. Ratio = broker entries/s / baseline lines/s around that case (geometric mean of the two),
-   median over rounds.
+   median over rounds. For reference, the largest thread count once more without fdatasync
+   (durable=False): the rate the CPU work alone allows under the GIL, so a ratio the durable cases
+   cannot reach shows as such.
 2. verify: `verify_session(check_blobs=True)` of a session file of such entries (~100 MB), against
    `sha256sum` of the same file (warm page cache; each timed twice, best kept). Also shown for
    reference: hashlib.sha256 over the file in this process (OpenSSL; may be faster than coreutils).
@@ -30,6 +32,7 @@ import math
 import os
 import pstats
 import random
+import resource
 import shutil
 import statistics
 import subprocess
@@ -45,7 +48,7 @@ from bench import machine, scratch_dir, write_json
 from journal.blobstore import BlobStore
 from journal.bodies import fit_entry
 from journal.canonical import canonical_bytes
-from journal.chain import GENESIS, chain_entry
+from journal.chain import GENESIS, chain_entry, link, link_pieces
 from journal.entry import validate_entry, validate_fields
 from journal.vault import Vault
 from journal.verify import verify_session
@@ -131,6 +134,7 @@ def bench_baseline(root: Path, n: int, line: bytes) -> dict:
     lat: list[int] = []
     clock = time.perf_counter_ns
     try:
+        r0 = resource.getrusage(resource.RUSAGE_SELF)
         c0, t0 = time.process_time(), clock()
         for _ in range(n):
             a = clock()
@@ -138,6 +142,7 @@ def bench_baseline(root: Path, n: int, line: bytes) -> dict:
             os.fdatasync(fd)
             lat.append(clock() - a)
         wall, cpu = (clock() - t0) / 1e9, time.process_time() - c0
+        r1 = resource.getrusage(resource.RUSAGE_SELF)
     finally:
         os.close(fd)
         path.unlink(missing_ok=True)
@@ -145,19 +150,21 @@ def bench_baseline(root: Path, n: int, line: bytes) -> dict:
     return {
         "case": "baseline write+fdatasync", "threads": 1, "sessions": 1, "entries": n,
         "seconds": wall, "per_s": n / wall, "p50_ms": _pct(lat, 0.50), "p99_ms": _pct(lat, 0.99),
-        "entries_per_fsync": 1.0, "cpu_us": cpu / n * 1e6,
+        "entries_per_fsync": 1.0, "cpu_us": cpu / n * 1e6, "cores": cpu / wall,
+        "switches_per_entry": (r1.ru_nvcsw - r0.ru_nvcsw + r1.ru_nivcsw - r0.ru_nivcsw) / n,
     }
 
 
-def bench_append(root: Path, n: int, threads: int, shared: bool, pad: str) -> dict:
-    """n appends in total, split over `threads` threads, into one session (shared) or one each."""
+def bench_append(root: Path, n: int, threads: int, shared: bool, pad: str, durable: bool = True) -> dict:
+    """n appends in total, split over `threads` threads, into one session (shared) or one each.
+    durable=False (no fdatasync) is a reference only: the rate the CPU work alone allows."""
     vault_dir = Path(tempfile.mkdtemp(prefix=f"append-{threads}-", dir=root))
     sessions = [SESSION if shared else f"{SESSION}-{t}" for t in range(threads)]
     # Fields are built before the clock starts: building them is the capture point's work.
     work = [[_padded_fields(sessions[t], k, pad) for k in range(t, n, threads)] for t in range(threads)]
     lats: list[list[int]] = [[] for _ in range(threads)]
     errors: list[BaseException] = []
-    writer = JournalWriter(vault_dir)
+    writer = JournalWriter(vault_dir, durable=durable)
     for s in set(sessions):
         writer.head(s)  # open the files before timing
     start = threading.Barrier(threads + 1)
@@ -181,10 +188,12 @@ def bench_append(root: Path, n: int, threads: int, shared: bool, pad: str) -> di
     try:
         with _FsyncCounter() as fsyncs:
             start.wait()
-            c0, t0 = time.process_time(), time.perf_counter_ns()
+            r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter_ns()
+            c0 = time.process_time()
             for th in pool:
                 th.join()
             wall, cpu = (time.perf_counter_ns() - t0) / 1e9, time.process_time() - c0
+            r1 = resource.getrusage(resource.RUSAGE_SELF)
         if errors:
             raise RuntimeError(f"append failed: {errors[0]!r}") from errors[0]
         written = sum(writer.head(s)[0] for s in set(sessions))
@@ -194,11 +203,14 @@ def bench_append(root: Path, n: int, threads: int, shared: bool, pad: str) -> di
         writer.close()
         shutil.rmtree(vault_dir, ignore_errors=True)
     lat = sorted(itertools.chain.from_iterable(lats))
+    case = "broker, one session" if shared else "broker, session per thread"
     return {
-        "case": "broker, one session" if shared else "broker, session per thread",
+        "case": case if durable else f"{case}, no fsync", "durable": durable,
         "threads": threads, "sessions": len(set(sessions)), "entries": n, "seconds": wall,
         "per_s": n / wall, "p50_ms": _pct(lat, 0.50), "p99_ms": _pct(lat, 0.99),
         "entries_per_fsync": n / fsyncs.calls if fsyncs.calls else float("nan"), "cpu_us": cpu / n * 1e6,
+        "cores": cpu / wall,
+        "switches_per_entry": (r1.ru_nvcsw - r0.ru_nvcsw + r1.ru_nivcsw - r0.ru_nivcsw) / n,
     }
 
 
@@ -220,8 +232,9 @@ def run_append(root: Path, n: int, thread_counts: list[int], repeat: int, pad: s
     of the ratio; the median over rounds is reported.
     """
     line = prebuilt_line(pad)
-    cases: list[tuple[int, bool]] = [(t, True) for t in thread_counts]
-    cases += [(t, False) for t in thread_counts if t > 1]
+    cases: list[tuple[int, bool, bool]] = [(t, True, True) for t in thread_counts]
+    cases += [(t, False, True) for t in thread_counts if t > 1]
+    cases.append((max(thread_counts), True, False))  # reference: the same work without fdatasync
     bench_baseline(root, min(n, 200), line)  # warm-up: first fsyncs on a new file are slower
     base_runs: list[dict] = []
     case_runs: list[list[dict]] = [[] for _ in cases]
@@ -229,8 +242,8 @@ def run_append(root: Path, n: int, thread_counts: list[int], repeat: int, pad: s
     for _ in range(repeat):
         before = bench_baseline(root, n, line)
         base_runs.append(before)
-        for i, (threads, shared) in enumerate(cases):
-            run = bench_append(root, n, threads, shared, pad)
+        for i, (threads, shared, durable) in enumerate(cases):
+            run = bench_append(root, n, threads, shared, pad, durable)
             after = bench_baseline(root, n, line)
             base_runs.append(after)
             case_runs[i].append(run)
@@ -388,10 +401,23 @@ def stage_breakdown(root: Path, pad: str, n: int) -> str:
             w.head(SESSION)
             writers[durable] = _per_item_us(w.append, items, rounds=1)
         shutil.rmtree(wdir, ignore_errors=True)
+    pieces = [(f, link_pieces(f)) for f in items]
+    wdir = Path(tempfile.mkdtemp(prefix="stages-many-", dir=root))
+    with JournalWriter(wdir, durable=False) as w:
+        batches = [items[i : i + 64] for i in range(0, len(items), 64)]
+        t0 = time.perf_counter()
+        for b in batches:
+            w.append_many(b)
+        many_us = (time.perf_counter() - t0) / len(items) * 1e6
+    shutil.rmtree(wdir, ignore_errors=True)
     append_rows = [
-        ("validate_fields(fields)", _per_item_us(validate_fields, items)),
+        ("validate_fields(fields)  [caller's thread]", _per_item_us(validate_fields, items)),
         ("fit_entry(fields) (size check, no spill)", _per_item_us(lambda f: fit_entry(f, store), items)),
-        ("chain_entry(fields, seq, prev)", _per_item_us(lambda f: chain_entry(f, 7, GENESIS), items)),
+        ("link_pieces(fields) (canonical form)", _per_item_us(link_pieces, items)),
+        ("  of which canonical_bytes(fields)", _per_item_us(canonical_bytes, items)),
+        ("link(fields, pieces, seq, prev)  [leader]", _per_item_us(lambda fp: link(fp[0], fp[1], 7, GENESIS), pieces)),
+        ("chain_entry(fields, seq, prev) (reference)", _per_item_us(lambda f: chain_entry(f, 7, GENESIS), items)),
+        ("append_many, 64 per call, durable=False", many_us),
         ("append, durable=False (all CPU work)", writers[False]),
         ("append, durable=True, 1 thread (wall)", writers[True]),
     ]
@@ -418,13 +444,17 @@ def format_tables(append_rows: list[dict], verify_rows: list[dict], params: dict
             f"{n} entries per case, median of {params['repeat']} rounds"
         )
         out.append(
-            f"{'case':<28} {'threads':>7} {'entries/s':>10} {'p50 ms':>8} {'p99 ms':>8} "
-            f"{'entries/fsync':>13} {'CPU us/entry':>12} {'ratio':>7}"
+            f"{'case':<38} {'threads':>7} {'entries/s':>10} {'p50 ms':>8} {'p99 ms':>8} "
+            f"{'entries/fsync':>13} {'CPU us/entry':>12} {'cores':>5} {'cs/entry':>8} {'ratio':>7}"
         )
         for r in append_rows:
+            durable = r.get("durable", True)
+            fsyncs = f"{r['entries_per_fsync']:>13.1f}" if durable else f"{'-':>13}"
+            ratio = f"{r['ratio']:>7.2f}" if durable else f"{'(' + format(r['ratio'], '.2f') + ')':>7}"
             out.append(
-                f"{r['case']:<28} {r['threads']:>7} {r['per_s']:>10.0f} {r['p50_ms']:>8.3f} "
-                f"{r['p99_ms']:>8.3f} {r['entries_per_fsync']:>13.1f} {r['cpu_us']:>12.1f} {r['ratio']:>7.2f}"
+                f"{r['case']:<38} {r['threads']:>7} {r['per_s']:>10.0f} {r['p50_ms']:>8.3f} "
+                f"{r['p99_ms']:>8.3f} {fsyncs} {r['cpu_us']:>12.1f} {r['cores']:>5.2f} "
+                f"{r['switches_per_entry']:>8.2f} {ratio}"
             )
         base = append_rows[0]["runs_per_s"]
         spread = max(base) / min(base)
@@ -434,7 +464,10 @@ def format_tables(append_rows: list[dict], verify_rows: list[dict], params: dict
             f"baseline lines/s over {len(base)} runs: {min(base):.0f} .. {max(base):.0f}"
             + (f"  (spread {spread:.1f}x: the disk or CPUs were busy; figures are noisy)" if spread > 1.5 else "")
         )
-        out.append("CPU us/entry = process CPU time (all threads, user + system) / entries")
+        out.append("CPU us/entry = process CPU time (all threads, user + system) / entries; cores = CPU time /")
+        out.append("        wall time (1.0: one CPU busy all along); cs/entry = context switches (voluntary +")
+        out.append("        involuntary) / entries; `no fsync` (durable=False) is a reference, not a mode the")
+        out.append("        broker runs: the rate the CPU work alone allows (its ratio in parentheses)")
     if verify_rows:
         if out:
             out.append("")

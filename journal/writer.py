@@ -3,8 +3,10 @@
 - The writer assigns `seq` and `prev` and computes `hash`; `append` returns only when the line
   is written and fdatasync'ed.
 - Group commit: concurrent appends to one session are written together and share one fsync.
-  The first thread to arrive leads: it takes everything queued, writes it, syncs, and wakes the
-  others; appends that arrive meanwhile form the next batch.
+  Each caller does its entry's own work (contract check, canonical form) in its own thread; the
+  first to arrive in a group leads it: once the previous group is synced it takes the group, links
+  the entries (seq, prev, SHA-256), writes them with one write, syncs, and wakes the group's
+  followers one after another. Appends that arrive meanwhile form the next group.
 - Several processes may append to the same session: every batch is written under an exclusive
   `flock` on the file, and if the file grew since this writer last wrote, it re-reads the last
   line and continues the chain from there.
@@ -35,12 +37,13 @@ import orjson
 
 from journal.blobstore import BlobStore
 from journal.bodies import LINE_LIMIT, fit_entry
-from journal.canonical import CanonicalError, orjson_matches_jcs
-from journal.chain import GENESIS, chain_entry
+from journal.canonical import CanonicalError
+from journal.chain import GENESIS, LinkPieces, chain_entry, link, link_pieces
 from journal.entry import CHAINED_KEYS, ContractError, validate_fields
 from journal.vault import Vault, fsync_dir
 
 log = logging.getLogger(__name__)
+_allocate_lock = threading.Lock
 _TAIL_BLOCK = 1 << 16
 DEDUPE_LINES = 512
 DEDUPE_BYTES = 64 << 20
@@ -66,14 +69,19 @@ class Recovery:
     torn_bytes: int
 
 
-@dataclass
 class _Pending:
-    fields: dict
-    orjson_ok: bool = False
-    dedupe: bool = False
-    entry: dict | None = None
-    error: BaseException | None = None
-    done: bool = False
+    """One entry on its way: prepared in the caller's thread, chained and written by a leader."""
+
+    __slots__ = ("fields", "pieces", "dedupe", "entry", "error", "wake", "after")
+
+    def __init__(self, fields: dict, pieces: LinkPieces | None) -> None:
+        self.fields = fields
+        self.pieces = pieces
+        self.dedupe = False
+        self.entry: dict | None = None
+        self.error: BaseException | None = None
+        self.wake: threading.Lock | None = None  # held while a follower waits; its leader releases it
+        self.after: threading.Lock | None = None  # the next follower's lock, released once woken
 
 
 @dataclass
@@ -81,9 +89,10 @@ class _SessionLog:
     session: str
     path: Path
     fd: int
-    cond: threading.Condition = field(default_factory=threading.Condition)
-    pending: list[_Pending] = field(default_factory=list)
-    leading: bool = False
+    mutex: threading.Lock = field(default_factory=threading.Lock)  # guards pending, forming, failed
+    io: threading.Lock = field(default_factory=threading.Lock)  # held by the group being written and synced
+    pending: list[_Pending] = field(default_factory=list)  # the group forming
+    forming: bool = False  # the forming group has a leader (its first entry's thread)
     seq: int = -1  # -1: tail not read yet
     prev: str = GENESIS
     end: int = -1
@@ -164,54 +173,58 @@ class JournalWriter:
         return results
 
     def _pending(self, fields: dict) -> _Pending:
+        """Everything about an entry that does not depend on its place in the chain, done in the
+        caller's thread (in parallel with the group being synced): the contract check, the line
+        limit and the canonical form with seq/prev/hash left open. The leader then only links."""
         validate_fields(fields)
         fields = fit_entry(fields, self.blobs, self.line_limit)
-        # The walk that proves the fast path is done here, in the caller's thread, while another
-        # batch may be syncing; the leader then only serialises and hashes.
         try:
-            return _Pending(fields, orjson_matches_jcs(fields))
+            return _Pending(fields, link_pieces(fields))
         except CanonicalError as exc:
             raise ContractError(f"entry has no canonical form: {exc}") from None
 
     def _append(self, slog: _SessionLog, mine: list[_Pending]) -> None:
-        """Queue `mine` and wait until they are committed: lead the commits if nobody is leading."""
-        with slog.cond:
+        """Queue `mine` and return once they are committed (or failed).
+
+        Group commit, one leader per group: the thread whose entry opens a group leads it. It waits
+        for the previous group's sync (`io`), takes the whole group, writes it with one write and
+        one fdatasync, then wakes exactly its group's followers, each on its own lock (no broadcast
+        that wakes every waiting thread to find most still waiting). While a group syncs (the GIL
+        is released), the next one forms and its leader waits at `io`.
+        """
+        with slog.mutex:
             if slog.failed:
                 raise slog.failed
             slog.pending.extend(mine)
-            if slog.leading:
-                while not all(p.done for p in mine):
-                    slog.cond.wait()
-                return
-            slog.leading = True
+            leader = not slog.forming
+            if leader:
+                slog.forming = True
+            else:
+                wake = mine[-1].wake = _allocate_lock()
+                wake.acquire()
+        if not leader:
+            _wait_turn(wake, mine[-1])
+            return
+        interrupted = _acquire_fully(slog.io)  # the previous group's sync
         try:
-            while True:
-                with slog.cond:
-                    batch, slog.pending = slog.pending, []
-                    if not batch:
-                        slog.leading = False
-                        break
-                try:
-                    self._commit(slog, batch)
-                except BaseException as exc:  # never leave followers waiting
-                    for p in batch:
-                        if p.entry is None and p.error is None:
-                            p.error = exc
-                    raise
-                finally:
-                    with slog.cond:
-                        for p in batch:
-                            p.done = True
-                        slog.cond.notify_all()
+            with slog.mutex:
+                batch, slog.pending = slog.pending, []
+                slog.forming = False
+            try:
+                self._commit(slog, batch)
+            except BaseException as exc:  # never leave followers waiting
+                for p in batch:
+                    if p.entry is None and p.error is None:
+                        p.error = exc
+                raise
+            finally:
+                first = _link_followers(batch)
+                if first is not None:
+                    first.release()
         finally:
-            with slog.cond:
-                if slog.leading:  # leaving through an exception: fail what is queued
-                    for p in slog.pending:
-                        p.error = slog.failed or JournalError("writer failed")
-                        p.done = True
-                    slog.pending = []
-                    slog.leading = False
-                    slog.cond.notify_all()
+            slog.io.release()
+        if interrupted is not None:
+            raise interrupted
 
     def check_session(self, session: str) -> None:
         """Raise JournalError if an entry for `session` could not be appended now (the file cannot be
@@ -227,7 +240,7 @@ class JournalWriter:
         """(last seq, last hash) of a session as this writer knows it after syncing with the file."""
         slog = self._acquire(session)
         try:
-            with slog.cond:
+            with slog.io:
                 fcntl.flock(slog.fd, fcntl.LOCK_EX)
                 try:
                     self._sync_tail(slog)
@@ -296,7 +309,7 @@ class JournalWriter:
             if excess <= 0:
                 break
             slog = self._logs[session]
-            if slog.users or slog.leading or slog.pending:
+            if slog.users or slog.forming or slog.pending:
                 continue
             if slog.failed is not None:
                 self._stopped[session] = slog.failed
@@ -317,7 +330,7 @@ class JournalWriter:
         try:
             self._sync_tail(slog)
             seq, prev = slog.seq, slog.prev
-            lines: list[bytes] = []
+            parts: list[bytes] = []
             chained: list[_Pending] = []
             recent = self._recent_fields(slog) if any(p.dedupe for p in batch) else []
             for p in batch:
@@ -328,19 +341,24 @@ class JournalWriter:
                         p.entry = twin
                         continue
                 try:
-                    entry, line = chain_entry(p.fields, seq + 1, prev, orjson_ok=p.orjson_ok)
-                    if len(line) > self.line_limit:
-                        raise JournalError(f"entry line is {len(line)} bytes, over the {self.line_limit} limit")
+                    if p.pieces is not None:
+                        entry, line_parts = link(p.fields, p.pieces, seq + 1, prev)
+                    else:
+                        entry, line = chain_entry(p.fields, seq + 1, prev)
+                        line_parts = [line]
+                    size = sum(map(len, line_parts))
+                    if size > self.line_limit:
+                        raise JournalError(f"entry line is {size} bytes, over the {self.line_limit} limit")
                 except Exception as exc:  # noqa: BLE001 - one entry that cannot be chained fails alone
                     p.error = exc if isinstance(exc, JournalError) else JournalError(f"entry refused: {exc}")
                     continue
                 seq, prev = entry["seq"], entry["hash"]
                 p.entry = entry
-                lines.append(line)
+                parts += line_parts
                 chained.append(p)
-            if not lines:
+            if not parts:
                 return
-            data = b"".join(lines)
+            data = b"".join(parts)
             try:
                 view = memoryview(data)
                 while view:
@@ -454,6 +472,48 @@ class JournalWriter:
             "session %r: torn last line (%d bytes) moved to %s and the file truncated to its last "
             "complete entry", slog.session, len(torn), qpath,
         )
+
+
+def _link_followers(batch: list[_Pending]) -> threading.Lock | None:
+    """Chain the followers of a committed group, each to wake the next; the first one's lock."""
+    first = last = None
+    for p in batch:
+        if p.wake is not None:
+            if last is None:
+                first = p.wake
+            else:
+                last.after = p.wake
+            last = p
+    return first
+
+
+def _wait_turn(wake: threading.Lock, mine: _Pending) -> None:
+    """Wait until our group is committed, then wake the next follower of the group.
+
+    Followers are woken one after another rather than all at once: a woken thread first needs the
+    GIL, so waking 60 threads at once makes 60 threads fight for it (and preempt the thread that
+    holds it) to run one at a time anyway. Woken by its predecessor as that one starts to run, each
+    is ready by the time the GIL is free.
+    """
+    interrupted = _acquire_fully(wake)
+    if mine.after is not None:
+        mine.after.release()
+    if interrupted is not None:
+        raise interrupted
+
+
+def _acquire_fully(lock: threading.Lock) -> BaseException | None:
+    """Acquire `lock` even through interrupts (KeyboardInterrupt in the main thread); return the
+    interrupt, for the caller to raise once its part is done: a leader that left or a follower that
+    did not pass the turn on would leave the other threads of its session waiting for ever, and a
+    follower returning early would report an entry that may not be durable yet."""
+    interrupted: BaseException | None = None
+    while True:
+        try:
+            lock.acquire()
+            return interrupted
+        except BaseException as exc:  # noqa: BLE001 - handed back to be raised
+            interrupted = exc
 
 
 def _rfind_byte(fd: int, end: int, byte: int) -> int:
