@@ -69,6 +69,7 @@ class LineClient:
         self.argv = argv
         self.proc: asyncio.subprocess.Process | None = None
         self.next_id = 0
+        self.spans: list[tuple[int, int]] = []  # (t0, t1) perf_counter_ns of each call (--profile)
 
     async def start(self) -> None:
         self.proc = await asyncio.create_subprocess_exec(
@@ -100,12 +101,13 @@ class LineClient:
                 return msg
 
     async def call(self, text: str) -> float:
-        t0 = time.perf_counter()
+        t0 = time.perf_counter_ns()
         msg = await self.request("tools/call", {"name": "echo", "arguments": {"text": text}})
-        dt = time.perf_counter() - t0
+        t1 = time.perf_counter_ns()
         if "result" not in msg:
             raise RuntimeError(f"tools/call failed: {msg}")
-        return dt
+        self.spans.append((t0, t1))
+        return (t1 - t0) / 1e9
 
     async def stop(self) -> None:
         if self.proc is None:
@@ -119,24 +121,34 @@ class LineClient:
             await self.proc.wait()
 
 
-async def bench_stdio(vault: Path, calls: int) -> dict:
+async def bench_stdio(vault: Path, calls: int, trace: Path | None = None) -> dict:
+    """`trace`: run the shim under `bench.mcp_stages`, and add its per-stage medians to the figures."""
+    argv = [*shim_argv(vault, session="bench-stdio", agent="bench"), "--", *NOTES_SERVER]
+    if trace is not None:
+        argv = [sys.executable, "-m", "bench.mcp_stages", str(trace), *argv[argv.index("mcp") + 1 :]]
     direct = LineClient(NOTES_SERVER)
-    shim = LineClient([*shim_argv(vault, session="bench-stdio", agent="bench"), "--", *NOTES_SERVER])
+    shim = LineClient(argv)
     await direct.start()
     await shim.start()
     try:
         for i in range(WARMUP):
             await direct.call(f"warm {i}")
             await shim.call(f"warm {i}")
+        shim.spans.clear()
         d, s = [], []
         for i in range(calls):
             pair = (direct, shim) if i % 2 == 0 else (shim, direct)
             for client in pair:
                 (d if client is direct else s).append(await client.call(f"call {i}"))
-        return summary(d, s)
     finally:
         await direct.stop()
         await shim.stop()
+    figures = summary(d, s)
+    if trace is not None:
+        from bench.mcp_stages import stage_table
+
+        figures["stages_us"] = dict(stage_table(orjson.loads(trace.read_bytes()), shim.spans))
+    return figures
 
 
 # -- streamable HTTP ------------------------------------------------------------------------------
@@ -193,6 +205,8 @@ def _print(name: str, f: dict) -> None:
     print(f"  direct  p50 {f['direct_p50_ms']:7.2f} ms   p99 {f['direct_p99_ms']:7.2f} ms")
     print(f"  shim    p50 {f['shim_p50_ms']:7.2f} ms   p99 {f['shim_p99_ms']:7.2f} ms")
     print(f"  added   p50 {f['added_p50_ms']:+7.2f} ms   p99 {f['added_p99_ms']:+7.2f} ms")
+    for stage, us in f.get("stages_us", {}).items():
+        print(f"    {stage:<42} {us:9.1f} µs (median)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -200,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="small run (100 calls per path)")
     ap.add_argument("--calls", type=int, help="measured round trips per path and transport (default 1000)")
     ap.add_argument("--only", choices=("stdio", "http"), help="run only one transport")
+    ap.add_argument("--profile", action="store_true",
+                    help="stdio: run the shim under bench.mcp_stages and print the median time of each stage")
     ap.add_argument("--json", metavar="FILE", help="also write the figures to FILE (key 'mcp')")
     args = ap.parse_args(argv)
     calls = args.calls or (100 if args.quick else 1000)
@@ -207,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     figures: dict = {"machine": machine()}
     try:
         if args.only in (None, "stdio"):
-            figures["stdio"] = asyncio.run(bench_stdio(work / "vault", calls))
+            trace = work / "stages.json" if args.profile else None
+            figures["stdio"] = asyncio.run(bench_stdio(work / "vault", calls, trace))
             _print("stdio", figures["stdio"])
         if args.only in (None, "http"):
             figures["streamable_http"] = bench_http(work / "vault", calls)
