@@ -88,22 +88,19 @@ def _dump(path: str) -> None:
 
 STAGES: list[tuple[str, str, str]] = [
     ("client -> shim (pipe, loop wake-up)", "t0", "client_line>"),
-    ("shim: request read + forwarded", "client_line>", "client_line<"),
-    ("  parse (request)", "parse>", "parse<"),
-    ("  CallJournal.start", "start>", "start<"),
-    ("  write to the server", "to_child>", "to_child<"),
-    ("server (shim -> server -> shim)", "client_line<", "server_line>"),
-    ("shim: answer parsed, matched", "server_line>", "server_line<"),
-    ("  task start -> finish()", "server_line<", "finish>"),
-    ("  finish() -> worker thread", "finish>", "thread_write>"),
-    ("  prompt_ref", "prompt_ref>", "prompt_ref<"),
-    ("  prepare (redact, canonical check)", "prepare>", "prepare<"),
-    ("  append before fdatasync", "append>", "fdatasync>"),
-    ("  fdatasync", "fdatasync>", "fdatasync<"),
-    ("  append after fdatasync", "fdatasync<", "append<"),
-    ("  worker thread -> loop", "thread_write<", "finish<"),
-    ("  finish -> client write", "finish<", "client_write>"),
-    ("shim: answer written to client", "client_write>", "client_write<"),
+    ("request parsed, tracked, written upstream", "client_line>", "to_child<"),
+    ("  request's share of the entry (overlaps)", "to_child<", "client_line<"),
+    ("server (from the write to the answer read)", "to_child<", "server_line>"),
+    ("answer parsed, matched", "server_line>", "server_line<"),
+    ("-> finish()", "server_line<", "finish>"),
+    ("answer's share of the entry (Recorder.prepare)", "prepare>", "prepare<"),
+    ("-> worker thread, append", "prepare<", "append>"),
+    ("append before fdatasync", "append>", "fdatasync>"),
+    ("fdatasync", "fdatasync>", "fdatasync<"),
+    ("append after fdatasync", "fdatasync<", "append<"),
+    ("worker thread -> loop", "append<", "finish<"),
+    ("finish -> client write", "finish<", "client_write>"),
+    ("answer written to the client", "client_write>", "client_write<"),
     ("shim -> client (pipe, loop wake-up)", "client_write<", "t1"),
     ("round trip", "t0", "t1"),
 ]
@@ -112,8 +109,8 @@ STAGES: list[tuple[str, str, str]] = [
 def stage_table(trace: list[tuple[str, int]], calls: list[tuple[int, int]]) -> list[tuple[str, float]]:
     """Median µs per stage over `calls` ((t0, t1) ns of each measured shim round trip, client clock).
 
-    Each call's shim events are those between its t0 and t1 (the bench makes one call at a time); a
-    stage runs from its first `start` event to the first `end` event after it."""
+    Each call's shim events are those between its t0 and t1 from its request on (the bench makes one
+    call at a time); a stage runs from its first `start` event to the first `end` event after it."""
     import bisect
     import statistics
 
@@ -122,7 +119,9 @@ def stage_table(trace: list[tuple[str, int]], calls: list[tuple[int, int]]) -> l
     per: dict[str, list[float]] = {name: [] for name, _, _ in STAGES}
     for t0, t1 in calls:
         lo, hi = bisect.bisect_left(times, t0), bisect.bisect_right(times, t1)
-        events = [("t0", t0), *trace[lo:hi], ("t1", t1)]
+        inside = trace[lo:hi]
+        first = next((i for i, (n, _) in enumerate(inside) if n == "client_line>"), 0)
+        events = [("t0", t0), *inside[first:], ("t1", t1)]  # before the request: the previous call's end
         for stage, a, b in STAGES:
             start = next((t for n, t in events if n == a), None)
             if start is None:
