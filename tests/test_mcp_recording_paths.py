@@ -33,6 +33,7 @@ REQUESTS = [
     {"name": "big", "arguments": {"blob": "x" * 20000}},  # spilled to a blob (threshold below)
     {"name": "nested", "arguments": {"a": [{"b": [1, 2.5, None, True, {"c": "é\u2028"}]}]}},
     None,  # a request without params
+    "Bearer abcdefghijklmnopqrstuvwxyz0123456789",  # params that are not an object: made on their own
 ]
 RESPONSE = {"content": [{"type": "text", "text": "ok token=abc"}], "isError": False,
             "structuredContent": {"access_token": "s3cret", "n": 1}}
@@ -66,7 +67,7 @@ def test_early_request_share_makes_the_same_fields(tmp_path: Path, params: objec
     got = journal._fields(early, *args, as_text=False)
     assert got == want
     assert orjson.dumps(got) == orjson.dumps(want)  # the same key order too
-    if params and params["name"] == "login":
+    if isinstance(params, dict) and params["name"] == "login":
         text = json.dumps(got)
         assert "hunter2" not in text and "ghp_" not in text and "s3cret" not in text
 
@@ -89,12 +90,17 @@ def test_early_share_is_skipped_where_the_end_must_decide(tmp_path: Path) -> Non
     assert call.early is None  # --through-broker may leave no entry: no blob ahead of it
 
 
-async def _finish_together(journal: CallJournal, pairs: list[tuple[bytes, bytes]]) -> list:
+def _start(journal: CallJournal, pairs: list[tuple[bytes, bytes]]) -> list:
     calls = []
     for req, _ in pairs:
         call = journal.start(parse_line(req).messages[0], req)
         journal.prepare_early(call)
         calls.append(call)
+    return calls
+
+
+async def _finish_together(journal: CallJournal, pairs: list[tuple[bytes, bytes]], calls: list | None = None) -> list:
+    calls = calls or _start(journal, pairs)
     return await asyncio.gather(*(
         journal.finish(call, status=200, response=parse_line(resp).messages[0], size=len(resp))
         for call, (_, resp) in zip(calls, pairs, strict=True)
@@ -133,9 +139,10 @@ def test_entries_queued_together_are_written_together(tmp_path: Path) -> None:
     pairs.insert(3, (deep, _lines(99, None)[1]))
 
     async def run() -> list:
-        first = asyncio.ensure_future(_finish_together(journal, pairs[:1]))
+        calls = _start(journal, pairs)  # all open: no entry is appended on the loop
+        first = asyncio.ensure_future(_finish_together(journal, pairs[:1], calls[:1]))
         await asyncio.to_thread(gated.entered.wait, 30)  # the worker is inside the first append
-        rest = asyncio.ensure_future(_finish_together(journal, pairs[1:]))
+        rest = asyncio.ensure_future(_finish_together(journal, pairs[1:], calls[1:]))
         await asyncio.sleep(0.05)  # every other entry is queued behind it
         gated.release.set()
         return await first + await rest
@@ -143,6 +150,7 @@ def test_entries_queued_together_are_written_together(tmp_path: Path) -> None:
     results = asyncio.run(run())
     assert all(isinstance(r, dict) for r in results), results
     assert gated.many == [len(pairs) - 1] and journal.entries.batches == 1  # one append_many for the rest
+    assert journal.entries.inline == 0 and journal.open_calls == 0
     text = [r for r in results if "unparsed" in r["mcp"]]
     assert len(text) == 1 and "body_error" in text[0]["request"]  # refused in the batch: text, as alone
     assert sorted(r["seq"] for r in results) == list(range(1, len(pairs) + 1))
@@ -181,3 +189,23 @@ def test_a_journal_that_cannot_write_fails_every_waiting_call(tmp_path: Path) ->
     results = asyncio.run(_finish_together(journal, pairs))
     assert all(isinstance(r, JournalError) for r in results), results
     assert journal.failures == 3 and journal.recorded == 0
+
+
+def test_one_call_at_a_time_is_appended_on_the_loop_and_a_slow_disk_moves_it_off(tmp_path: Path) -> None:
+    journal = _journal(tmp_path)
+    pairs = [_lines(i, REQUESTS[0]) for i in range(1, 5)]
+
+    async def run() -> list:
+        out = []
+        for pair in pairs[:2]:
+            out += await _finish_together(journal, [pair])
+        journal.entries.append_seconds = 1.0  # as if appends had become slow
+        for pair in pairs[2:]:
+            out += await _finish_together(journal, [pair])
+        return out
+
+    results = asyncio.run(run())
+    assert [r["seq"] for r in results] == [1, 2, 3, 4]
+    assert journal.entries.inline == 2  # the first two on the loop, the slow ones in the worker thread
+    assert journal.entries.append_seconds < 1.0  # the worker's quick appends bring the average down again
+    assert verify_session(Vault(tmp_path / "vault"), "s1").intact

@@ -132,6 +132,23 @@ class Identity:
     principal: str
 
 
+_NOT_A_PART = object()
+
+
+def _part(made: object, key: str, value: object) -> object:
+    """`Recorder._json(value)` read off `made = Recorder._json(whole)`, where `value = whole[key]`.
+
+    Redaction maps an object's values one by one (a key that is not a credential name keeps the
+    redaction of its value), and the canonical-form check and spilling hold for every part of a
+    value, so the part of the whole's result is the part's result. When the key did not come through
+    as itself with a value of the same JSON type (it was a credential name), `_NOT_A_PART`: the caller
+    makes the part on its own."""
+    got = made.get(key, _NOT_A_PART) if isinstance(made, dict) else _NOT_A_PART
+    if type(got) is not type(value) or not isinstance(value, dict | list):
+        return _NOT_A_PART
+    return got
+
+
 @dataclass
 class EarlyRequest:
     """The request's share of an entry, made while the call is upstream (`CallJournal.prepare_early`):
@@ -209,6 +226,7 @@ class CallJournal:
         self.ask_tools: Callable[[Message], asyncio.Future] | None = None
         self.lookup_wait = LOOKUP_WAIT
         self.entries = EntryWriter(recorder.writer)
+        self.open_calls = 0  # started and not yet finished: with none, an entry may be appended on the loop
 
     @property
     def connector(self) -> str:
@@ -248,6 +266,7 @@ class CallJournal:
             call.lookup = ask(message)
         if self.tracker is not None:
             self.tracker.started(call)
+        self.open_calls += 1
         return call
 
     def prepare_early(self, call: PendingCall) -> None:
@@ -260,8 +279,10 @@ class CallJournal:
             return
         try:
             params = msg.value.get("params")
-            body = None if params is None else self.recorder._json(params)  # noqa: SLF001 - the one implementation
-            mcp = self.recorder._json(msg.value)  # noqa: SLF001
+            mcp = self.recorder._json(msg.value)  # noqa: SLF001 - the one implementation, as `prepare` calls it
+            body = None if params is None else _part(mcp, "params", params)
+            if body is _NOT_A_PART:
+                body = self.recorder._json(params)  # noqa: SLF001
             prompt_ref = self._prompt_ref(call)
         except Exception:  # noqa: BLE001 - the entry is made at the end instead, with its fallbacks
             return
@@ -281,6 +302,7 @@ class CallJournal:
         if call.closed:
             return None
         call.closed = True
+        self.open_calls -= 1
         received = datetime.now(UTC)
         if self.tracker is not None:
             self.tracker.finished(call)
@@ -298,8 +320,12 @@ class CallJournal:
                 fields = self._fields(*args, as_text=False)
             except (ValueError, TypeError, RecursionError):
                 fields = None  # the worker's `_write` makes them, with its fallback to text
+        write = functools.partial(self._write, *args)
         try:
-            entry = await self.entries.submit(fields, functools.partial(self._write, *args))
+            if fields is not None and self.open_calls == 0 and self.entries.can_write_now():
+                entry = self.entries.write_now(fields, write)  # one call at a time: no hand-off
+            else:
+                entry = await self.entries.submit(fields, write)
         except (JournalError, ContractError, OSError, ValueError):
             self.failures += 1
             raise
