@@ -229,10 +229,15 @@ def bench_http(vault: Path, calls: int, other: Path | None = None) -> dict:
             for i in range(WARMUP):
                 for name in urls:
                     call(name, i, False)
+            pids = {"direct": upstream.pid, **{name: proc.pid for name, (proc, _) in shims.items()}}
+            cpu = {name: -_cpu_seconds(pid) for name, pid in pids.items()}
             for i, order in _rotations(list(urls), calls):
                 for name in order:
                     call(name, i, True)
-        return _with_other(summary(times["direct"], times["shim"]), times)
+            cpu = {name: (cpu[name] + _cpu_seconds(pid)) / calls * 1e6 for name, pid in pids.items()}
+        figures = _with_other(summary(times["direct"], times["shim"]), times)
+        figures["cpu_us_per_call"] = cpu  # direct: the upstream server, over all its calls (direct and relayed)
+        return figures
     finally:
         for proc in [*(p for p, _ in shims.values()), upstream]:
             if proc is not None:
