@@ -164,10 +164,11 @@ class _Connection(asyncio.Protocol):
         sock = self.transport.get_extra_info("socket")
         if sock is not None:
             try:
-                readable, _, _ = select.select([sock.fileno()], [], [], 0)
+                poller = select.poll()  # not select(): any fd number
+                poller.register(sock.fileno(), select.POLLIN)
+                if poller.poll(0):
+                    return False
             except (OSError, ValueError):
-                return False
-            if readable:
                 return False
         return True
 
