@@ -68,6 +68,7 @@ def install() -> None:
     _wrap_sync(recording.CallJournal, "_write", "thread_write")
     _wrap_sync(journal.record.Recorder, "prepare", "prepare")
     _wrap_sync(recording.CallJournal, "start", "start")
+    _wrap_sync(recording.CallJournal, "prepare_early", "prepare_early")
     _wrap_sync(recording, "tool_call_prompt_ref", "prompt_ref")
     _wrap_async(stdio_relay.StdioRelay, "_to_child", "to_child")
     _wrap_sync(journal.writer.JournalWriter, "append", "append")
@@ -89,7 +90,7 @@ def _dump(path: str) -> None:
 STAGES: list[tuple[str, str, str]] = [
     ("client -> shim (pipe, loop wake-up)", "t0", "client_line>"),
     ("request parsed, tracked, written upstream", "client_line>", "to_child<"),
-    ("  request's share of the entry (overlaps)", "to_child<", "client_line<"),
+    ("  request's share of the entry (overlaps)", "prepare_early>", "prepare_early<"),
     ("server (from the write to the answer read)", "to_child<", "server_line>"),
     ("answer parsed, matched", "server_line>", "server_line<"),
     ("-> finish()", "server_line<", "finish>"),

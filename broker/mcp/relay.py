@@ -303,9 +303,16 @@ class LineRelay:
                 asyncio.get_running_loop().call_later(self.cancel_grace, self._cancel_expired, key, call)
 
     def _prepare_fresh(self) -> None:
-        """The request's share of each new call's entry, made while the server works on it."""
+        """The request's share of each new call's entry, made while the server works on it: on the
+        loop's next turn, after a transport that sends from a task of its own (the HTTP front's POST)
+        has sent the request."""
+        if not self._fresh:
+            return
         fresh, self._fresh = self._fresh, []
-        for call in fresh:
+        asyncio.get_running_loop().call_soon(self._prepare_calls, fresh)
+
+    def _prepare_calls(self, calls: list[PendingCall]) -> None:
+        for call in calls:
             self._guarded(self.journal.prepare_early, call)
 
     def call_info(self) -> dict:
