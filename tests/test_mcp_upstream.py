@@ -312,3 +312,21 @@ def test_malformed_answers_are_upstream_errors() -> None:
             await pool.aclose()
 
     run(main())
+
+
+@pytest.mark.parametrize(("method", "target", "headers"), [
+    ("POST", b"/mcp", [(b"mcp-protocol-version", b"2026-07-28\r\nX-Injected: 1")]),
+    ("POST", b"/mcp", [(b"bad name", b"x")]),
+    ("POST", b"/mcp HTTP/1.1\r\nX: y", []),
+    ("GET /x", b"/", []),
+])
+def test_a_request_that_would_not_stay_one_request_is_refused(method, target, headers) -> None:
+    async def main() -> None:
+        async with RawServer(keep_alive) as srv:
+            pool = UpstreamPool(srv.url)
+            with pytest.raises(UpstreamError, match="refused to send"):
+                await pool.request(method, target, headers, b"{}")
+            await pool.aclose()
+        assert srv.heads == []  # nothing reached the server
+
+    run(main())

@@ -17,6 +17,8 @@ against the same server in one run (docs/mcp.md, "The upstream HTTP client").
 - TLS verified against the system roots or `SSL_CERT_FILE` (`ssl.create_default_context()`);
 - responses streamed: no content decoding; chunked framing removed; an event stream passes chunk by
   chunk as it arrives; reading pauses while more than `BUFFER_LIMIT` bytes wait for the relay;
+- a method, target or header that would not stay one request line or one header line (a CR or LF
+  in a value taken from a client's JSON, say) is refused before anything is sent;
 - transport and protocol failures raised as `UpstreamError`, an `OSError`, which is what the relays
   catch. One request per connection at a time (no pipelining); a response not read to its end
   closes its connection.
@@ -25,6 +27,7 @@ against the same server in one run (docs/mcp.md, "The upstream HTTP client").
 from __future__ import annotations
 
 import asyncio
+import re
 import select
 import ssl
 import time
@@ -40,6 +43,9 @@ CONNECT_TIMEOUT = 30.0
 BUFFER_LIMIT = 1 << 20
 """Body bytes received and not yet taken by the relay above which the socket is not read."""
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})  # an empty body is sent as Content-Length: 0
+_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 token: a method, a header name
+_BAD_VALUE = re.compile(rb"[\x00\r\n]")  # what would end a header line early (h11 refuses the same)
+_BAD_TARGET = re.compile(rb"[\x00-\x20\x7f]")
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
@@ -290,6 +296,16 @@ class UpstreamResponse:
             conn.close()
 
 
+def _check_request(method: str, target: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+    if not _TOKEN.fullmatch(method.encode("latin-1", "replace")):
+        raise UpstreamError(f"refused to send the request: {method!r} is not an HTTP method")
+    if not target.startswith(b"/") or _BAD_TARGET.search(target):
+        raise UpstreamError(f"refused to send the request: {target[:200]!r} is not a request target")
+    for name, value in headers:
+        if not _TOKEN.fullmatch(name) or _BAD_VALUE.search(value):
+            raise UpstreamError(f"refused to send the request: header {name[:100]!r} would not stay one line")
+
+
 class UpstreamPool:
     """Keep-alive connections to one upstream origin."""
 
@@ -312,6 +328,7 @@ class UpstreamPool:
         self, method: str, target: bytes, headers: list[tuple[bytes, bytes]], body: bytes | None,
     ) -> UpstreamResponse:
         """Send one request; returns once the response head is in. `target` is the path and query."""
+        _check_request(method, target, headers)
         conn = self._take() or await self._connect()
         response = UpstreamResponse(self, conn, method)
         conn.response = response
