@@ -1,6 +1,7 @@
 """MCP shim benchmark: `tools/call` round trips through `broker mcp` against the same server direct.
 
-    python -m bench.mcp_bench [--quick] [--calls N] [--json FILE]
+    python -m bench.mcp_bench [--quick] [--calls N] [--only stdio|http] [--compare CHECKOUT] [--profile]
+                              [--json FILE]
 
 Two transports, each measured in the same run against its own baseline:
 
@@ -13,8 +14,11 @@ Two transports, each measured in the same run against its own baseline:
    `tools/call` requests (application/json answers), alternating direct and shim.
 
 Every shim round trip includes writing its journal entry durably (fdatasync) before the answer is
-released. Reported: p50 and p99 per path, and the added p50/p99 (shim minus direct). Nothing here
-asserts a timing.
+released. Reported: p50 and p99 per path, the added p50/p99 (shim minus direct), and each process's
+CPU per call (the steadier figure on a loaded machine). `--compare CHECKOUT` adds the shim of another
+checkout (run from there with this interpreter) to the same rotation, so two versions meet the same
+noise; `--profile` runs the stdio shim under `bench.mcp_stages` and prints the median time of each
+stage of its round trip. Nothing here asserts a timing.
 """
 
 from __future__ import annotations
