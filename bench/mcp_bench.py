@@ -1,6 +1,7 @@
 """MCP shim benchmark: `tools/call` round trips through `broker mcp` against the same server direct.
 
-    python -m bench.mcp_bench [--quick] [--calls N] [--json FILE]
+    python -m bench.mcp_bench [--quick] [--calls N] [--only stdio|http] [--compare CHECKOUT] [--profile]
+                              [--json FILE]
 
 Two transports, each measured in the same run against its own baseline:
 
@@ -13,14 +14,18 @@ Two transports, each measured in the same run against its own baseline:
    `tools/call` requests (application/json answers), alternating direct and shim.
 
 Every shim round trip includes writing its journal entry durably (fdatasync) before the answer is
-released. Reported: p50 and p99 per path, and the added p50/p99 (shim minus direct). Nothing here
-asserts a timing.
+released. Reported: p50 and p99 per path, the added p50/p99 (shim minus direct), and each process's
+CPU per call (the steadier figure on a loaded machine). `--compare CHECKOUT` adds the shim of another
+checkout (run from there with this interpreter) to the same rotation, so two versions meet the same
+noise; `--profile` runs the stdio shim under `bench.mcp_stages` and prints the median time of each
+stage of its round trip. Nothing here asserts a timing.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shutil
 import statistics
 import subprocess
@@ -65,20 +70,27 @@ def summary(direct: list[float], shim: list[float]) -> dict:
 
 
 class LineClient:
-    def __init__(self, argv: list[str]) -> None:
+    def __init__(self, argv: list[str], cwd: Path = REPO) -> None:
         self.argv = argv
+        self.cwd = cwd
         self.proc: asyncio.subprocess.Process | None = None
         self.next_id = 0
+        self.spans: list[tuple[int, int]] = []  # (t0, t1) perf_counter_ns of each call (--profile)
 
     async def start(self) -> None:
         self.proc = await asyncio.create_subprocess_exec(
             *self.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL, cwd=REPO, limit=1 << 24,
+            stderr=asyncio.subprocess.DEVNULL, cwd=self.cwd, limit=1 << 24,
         )
         await self.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
                                           "clientInfo": {"name": "mcp-bench", "version": "1"}})
         await self.notify("notifications/initialized")
         await self.request("tools/list", {})
+
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system, all its threads) of the process this client started (a shim without
+        its server child, or the direct server); Linux only, NaN elsewhere."""
+        return _cpu_seconds(self.proc.pid if self.proc else None)
 
     async def notify(self, method: str) -> None:
         assert self.proc and self.proc.stdin
@@ -100,12 +112,13 @@ class LineClient:
                 return msg
 
     async def call(self, text: str) -> float:
-        t0 = time.perf_counter()
+        t0 = time.perf_counter_ns()
         msg = await self.request("tools/call", {"name": "echo", "arguments": {"text": text}})
-        dt = time.perf_counter() - t0
+        t1 = time.perf_counter_ns()
         if "result" not in msg:
             raise RuntimeError(f"tools/call failed: {msg}")
-        return dt
+        self.spans.append((t0, t1))
+        return (t1 - t0) / 1e9
 
     async def stop(self) -> None:
         if self.proc is None:
@@ -119,46 +132,92 @@ class LineClient:
             await self.proc.wait()
 
 
-async def bench_stdio(vault: Path, calls: int) -> dict:
-    direct = LineClient(NOTES_SERVER)
-    shim = LineClient([*shim_argv(vault, session="bench-stdio", agent="bench"), "--", *NOTES_SERVER])
-    await direct.start()
-    await shim.start()
+def _cpu_seconds(pid: int | None) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError, TypeError):
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def _rotations(names: list[str], calls: int):
+    """Call i visits every path, starting one further along each time, so drift hits them all alike."""
+    for i in range(calls):
+        k = i % len(names)
+        yield i, names[k:] + names[:k]
+
+
+def _with_other(figures: dict, times: dict[str, list[float]]) -> dict:
+    """--compare: the other checkout's shim against the same direct baseline, and this one's against it."""
+    if "other" in times:
+        other = summary(times["direct"], times["other"])
+        figures["other"] = other
+        figures["vs_other_p50_ms"] = figures["shim_p50_ms"] - other["shim_p50_ms"]
+    return figures
+
+
+async def bench_stdio(vault: Path, calls: int, trace: Path | None = None, other: Path | None = None) -> dict:
+    """`trace`: run the shim under `bench.mcp_stages`, and add its per-stage medians to the figures.
+    `other`: a second shim from another checkout (its own code, same interpreter), in the same rotation."""
+    argv = [*shim_argv(vault, session="bench-stdio", agent="bench"), "--", *NOTES_SERVER]
+    if trace is not None:
+        argv = [sys.executable, "-m", "bench.mcp_stages", str(trace), *argv[argv.index("mcp") + 1 :]]
+    clients = {"direct": LineClient(NOTES_SERVER), "shim": LineClient(argv)}
+    if other is not None:
+        clients["other"] = LineClient([*shim_argv(vault, session="bench-stdio-other", agent="bench"), "--",
+                                       *NOTES_SERVER], cwd=other)
+    for client in clients.values():
+        await client.start()
+    times: dict[str, list[float]] = {name: [] for name in clients}
+    cpu: dict[str, float] = {}
     try:
         for i in range(WARMUP):
-            await direct.call(f"warm {i}")
-            await shim.call(f"warm {i}")
-        d, s = [], []
-        for i in range(calls):
-            pair = (direct, shim) if i % 2 == 0 else (shim, direct)
-            for client in pair:
-                (d if client is direct else s).append(await client.call(f"call {i}"))
-        return summary(d, s)
+            for client in clients.values():
+                await client.call(f"warm {i}")
+        clients["shim"].spans.clear()
+        cpu = {name: -client.cpu_seconds() for name, client in clients.items()}
+        for i, order in _rotations(list(clients), calls):
+            for name in order:
+                times[name].append(await clients[name].call(f"call {i}"))
+        cpu = {name: (cpu[name] + client.cpu_seconds()) / calls * 1e6 for name, client in clients.items()}
     finally:
-        await direct.stop()
-        await shim.stop()
+        for client in clients.values():
+            await client.stop()
+    figures = _with_other(summary(times["direct"], times["shim"]), times)
+    figures["cpu_us_per_call"] = cpu  # the shim process alone (not its server); direct: the server
+    if trace is not None:
+        from bench.mcp_stages import stage_table
+
+        figures["stages_us"] = dict(stage_table(orjson.loads(trace.read_bytes()), clients["shim"].spans))
+    return figures
 
 
 # -- streamable HTTP ------------------------------------------------------------------------------
 
 
-def bench_http(vault: Path, calls: int) -> dict:
-    up_port, shim_port = free_port(), free_port()
+def bench_http(vault: Path, calls: int, other: Path | None = None) -> dict:
+    up_port = free_port()
     upstream = subprocess.Popen([*NOTES_SERVER, "http", str(up_port)], cwd=REPO, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
-    shim = None
+    shims: dict[str, tuple[subprocess.Popen, int]] = {}
     try:
         wait_for_port(up_port, upstream)
-        shim = subprocess.Popen(
-            [*shim_argv(vault, session="bench-http", agent="bench"), "--listen", f"127.0.0.1:{shim_port}",
-             "--upstream", f"http://127.0.0.1:{up_port}/mcp"], cwd=REPO, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        wait_for_port(shim_port, shim)
+        for name, cwd in (("shim", REPO), ("other", other)):
+            if cwd is None:
+                continue
+            port = free_port()
+            shims[name] = (subprocess.Popen(
+                [*shim_argv(vault, session=f"bench-http-{name}", agent="bench"), "--listen", f"127.0.0.1:{port}",
+                 "--upstream", f"http://127.0.0.1:{up_port}/mcp"], cwd=cwd, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            ), port)
+        for proc, port in shims.values():
+            wait_for_port(port, proc)
         headers = {"accept": "application/json, text/event-stream", "content-type": "application/json",
                    "mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call", "mcp-name": "echo"}
-        urls = {"direct": f"http://127.0.0.1:{up_port}/mcp", "shim": f"http://127.0.0.1:{shim_port}/mcp"}
-        times: dict[str, list[float]] = {"direct": [], "shim": []}
+        urls = {"direct": f"http://127.0.0.1:{up_port}/mcp"}
+        urls.update({name: f"http://127.0.0.1:{port}/mcp" for name, (_, port) in shims.items()})
+        times: dict[str, list[float]] = {name: [] for name in urls}
         with httpx.Client(timeout=30) as client:
             def call(which: str, i: int, keep: bool) -> None:
                 body = orjson.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/call",
@@ -172,14 +231,19 @@ def bench_http(vault: Path, calls: int) -> dict:
                     times[which].append(dt)
 
             for i in range(WARMUP):
-                call("direct", i, False)
-                call("shim", i, False)
-            for i in range(calls):
-                for which in (("direct", "shim") if i % 2 == 0 else ("shim", "direct")):
-                    call(which, i, True)
-        return summary(times["direct"], times["shim"])
+                for name in urls:
+                    call(name, i, False)
+            pids = {"direct": upstream.pid, **{name: proc.pid for name, (proc, _) in shims.items()}}
+            cpu = {name: -_cpu_seconds(pid) for name, pid in pids.items()}
+            for i, order in _rotations(list(urls), calls):
+                for name in order:
+                    call(name, i, True)
+            cpu = {name: (cpu[name] + _cpu_seconds(pid)) / calls * 1e6 for name, pid in pids.items()}
+        figures = _with_other(summary(times["direct"], times["shim"]), times)
+        figures["cpu_us_per_call"] = cpu  # direct: the upstream server, over all its calls (direct and relayed)
+        return figures
     finally:
-        for proc in (shim, upstream):
+        for proc in [*(p for p, _ in shims.values()), upstream]:
             if proc is not None:
                 proc.terminate()
                 try:
@@ -193,6 +257,15 @@ def _print(name: str, f: dict) -> None:
     print(f"  direct  p50 {f['direct_p50_ms']:7.2f} ms   p99 {f['direct_p99_ms']:7.2f} ms")
     print(f"  shim    p50 {f['shim_p50_ms']:7.2f} ms   p99 {f['shim_p99_ms']:7.2f} ms")
     print(f"  added   p50 {f['added_p50_ms']:+7.2f} ms   p99 {f['added_p99_ms']:+7.2f} ms")
+    if "other" in f:
+        o = f["other"]
+        print(f"  --compare checkout's shim p50 {o['shim_p50_ms']:7.2f} ms (added {o['added_p50_ms']:+.2f} ms); "
+              f"this one {f['vs_other_p50_ms']:+.2f} ms against it")
+    if "cpu_us_per_call" in f:
+        print("  CPU per call: " + ", ".join(f"{name} {us:.0f} µs" for name, us in f["cpu_us_per_call"].items())
+              + " (shims without their server)")
+    for stage, us in f.get("stages_us", {}).items():
+        print(f"    {stage:<42} {us:9.1f} µs (median)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -200,6 +273,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="small run (100 calls per path)")
     ap.add_argument("--calls", type=int, help="measured round trips per path and transport (default 1000)")
     ap.add_argument("--only", choices=("stdio", "http"), help="run only one transport")
+    ap.add_argument("--profile", action="store_true",
+                    help="stdio: run the shim under bench.mcp_stages and print the median time of each stage")
+    ap.add_argument("--compare", metavar="CHECKOUT", type=Path,
+                    help="also run the shim of another checkout (e.g. the main branch) in the same rotation")
     ap.add_argument("--json", metavar="FILE", help="also write the figures to FILE (key 'mcp')")
     args = ap.parse_args(argv)
     calls = args.calls or (100 if args.quick else 1000)
@@ -207,10 +284,11 @@ def main(argv: list[str] | None = None) -> int:
     figures: dict = {"machine": machine()}
     try:
         if args.only in (None, "stdio"):
-            figures["stdio"] = asyncio.run(bench_stdio(work / "vault", calls))
+            trace = work / "stages.json" if args.profile else None
+            figures["stdio"] = asyncio.run(bench_stdio(work / "vault", calls, trace, args.compare))
             _print("stdio", figures["stdio"])
         if args.only in (None, "http"):
-            figures["streamable_http"] = bench_http(work / "vault", calls)
+            figures["streamable_http"] = bench_http(work / "vault", calls, args.compare)
             _print("streamable HTTP", figures["streamable_http"])
     finally:
         shutil.rmtree(work, ignore_errors=True)

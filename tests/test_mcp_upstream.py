@@ -1,4 +1,4 @@
-"""The HTTP relay's upstream client (`broker.mcp.upstream`, httpx2) against a raw socket server that
+"""The HTTP relay's upstream client (`broker.mcp.upstream`, asyncio + httptools) against a raw socket server that
 records the exact bytes it receives: requests pass as given, connections are kept alive, bodies
 stream as they arrive, and failures are `UpstreamError` (an `OSError`)."""
 
@@ -239,5 +239,94 @@ def test_tls_verified_against_ssl_cert_file(tmp_path: Path, monkeypatch: pytest.
             await pool.aclose()
         assert srv.heads[-1].startswith(b"POST /mcp HTTP/1.1\r\n")
         assert b"Content-Length: 0\r\n" in srv.heads[-1]
+
+    run(main())
+
+
+def test_framing_edges_head_interim_until_close_and_unread_bodies() -> None:
+    async def edges(reader, writer, srv: RawServer) -> None:
+        while True:
+            head = await srv.read_request(reader)
+            path = head.split(b" ", 2)[1]
+            if path == b"/head":  # a HEAD answer announces a length it does not send
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 1234\r\n\r\n")
+            elif path == b"/continue":
+                writer.write(b"HTTP/1.1 100 Continue\r\n\r\n" + ok(b'{"after":"100"}'))
+            elif path == b"/big":
+                writer.write(ok(b"x" * (3 << 20)))
+            elif path == b"/close":  # no length, not chunked: the body ends with the connection
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil the end")
+                await writer.drain()
+                return
+            else:
+                writer.write(ok())
+            await writer.drain()
+
+    async def main() -> None:
+        async with RawServer(edges) as srv:
+            pool = UpstreamPool(srv.url)
+            try:
+                resp = await pool.request("HEAD", b"/head", [], None)
+                assert resp.status == 200 and resp.header("content-length") == "1234"
+                assert await resp.read() == b""
+                await resp.aclose()
+                resp = await pool.request("POST", b"/continue", [], b"{}")
+                assert resp.status == 200 and await resp.read() == b'{"after":"100"}'
+                await resp.aclose()
+                resp = await pool.request("GET", b"/big", [], None)
+                got = 0
+                async for chunk in resp.iter_raw():  # read slowly: the socket is paused meanwhile
+                    got += len(chunk)
+                    await asyncio.sleep(0)
+                assert got == 3 << 20
+                await resp.aclose()
+                resp = await pool.request("GET", b"/big", [], None)
+                await resp.aclose()  # not read to its end: that connection is closed
+                resp = await pool.request("GET", b"/ok", [], None)
+                assert await resp.read() == b'{"ok":true}'
+                await resp.aclose()
+                resp = await pool.request("GET", b"/close", [], None)
+                assert await resp.read() == b"until the end"
+                await resp.aclose()
+            finally:
+                await pool.aclose()
+        # one connection for HEAD (never reused: its parser waited for a body), one for /continue and
+        # both /big, one after the unread body, for /ok and /close
+        assert srv.connections == 3
+
+    run(main())
+
+
+def test_malformed_answers_are_upstream_errors() -> None:
+    async def garbage(reader, writer, srv: RawServer) -> None:
+        await srv.read_request(reader)
+        writer.write(b"NOT HTTP AT ALL\r\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(5)
+
+    async def main() -> None:
+        async with RawServer(garbage) as srv:
+            pool = UpstreamPool(srv.url)
+            with pytest.raises(UpstreamError, match="malformed HTTP"):
+                await pool.request("GET", b"/", [], None)
+            await pool.aclose()
+
+    run(main())
+
+
+@pytest.mark.parametrize(("method", "target", "headers"), [
+    ("POST", b"/mcp", [(b"mcp-protocol-version", b"2026-07-28\r\nX-Injected: 1")]),
+    ("POST", b"/mcp", [(b"bad name", b"x")]),
+    ("POST", b"/mcp HTTP/1.1\r\nX: y", []),
+    ("GET /x", b"/", []),
+])
+def test_a_request_that_would_not_stay_one_request_is_refused(method, target, headers) -> None:
+    async def main() -> None:
+        async with RawServer(keep_alive) as srv:
+            pool = UpstreamPool(srv.url)
+            with pytest.raises(UpstreamError, match="refused to send"):
+                await pool.request(method, target, headers, b"{}")
+            await pool.aclose()
+        assert srv.heads == []  # nothing reached the server
 
     run(main())

@@ -191,8 +191,9 @@ class HttpRelay:
         forward = [(k, v) for k, v in scope["headers"]
                    if k.decode("latin-1").lower() not in HOP_BY_HOP | GATEWAY_HEADERS]
         forward.append((b"accept-encoding", b"identity"))
+        fresh: list[PendingCall] = []
         if method == "POST" and body:
-            self._track_request(body, exchange, target, headers, principal, (path_query, forward), who)
+            fresh = self._track_request(body, exchange, target, headers, principal, (path_query, forward), who)
         state: dict = {"started": False, "response": None}
 
         async def tracked_send(message: dict) -> None:
@@ -207,6 +208,8 @@ class HttpRelay:
         # from the start, so the call's entry says so at once and the upstream request is closed.
         watcher = asyncio.create_task(_wait_disconnect(receive))
         work = asyncio.create_task(forward_and_relay())
+        if fresh:  # after the request is on its way: the entries' request share, while the upstream works
+            asyncio.get_running_loop().call_soon(_prepare_early, self.journal, fresh)
         try:
             done, _ = await asyncio.wait({watcher, work}, return_when=asyncio.FIRST_COMPLETED)
             response: UpstreamResponse | None = state["response"]
@@ -242,7 +245,9 @@ class HttpRelay:
         self, body: bytes, exchange: _Exchange, url: str, headers: list[tuple[str, str]], principal: str,
         upstream_request: tuple[bytes, list[tuple[bytes, bytes]]] = (b"/", []),
         who: tuple[str, str] | None = None,
-    ) -> None:
+    ) -> list[PendingCall]:
+        """Track the body's requests; the recorded calls it starts."""
+        fresh: list[PendingCall] = []
         oversize = None
         if len(body) > self.max_line:
             say(f"a client request body over {self.max_line} bytes ({len(body)} bytes): recorded from the blob store")
@@ -267,7 +272,7 @@ class HttpRelay:
                 task = asyncio.create_task(self._record_unanswered(call, why))
                 self._bg.add(task)
                 task.add_done_callback(self._bg.discard)
-            return
+            return fresh
         for msg in line.messages:
             if msg.kind != "request":
                 continue
@@ -280,10 +285,12 @@ class HttpRelay:
                                           ask_tools=lambda m: self.ask_tools(m, *upstream_request))
                 if who is not None:
                     call.session, call.agent = who
+                fresh.append(call)
             tracked = _Tracked(msg.method or "?", call, msg.id)
             key = id_key(msg.id)
             exchange.local[key] = tracked
             self.tracked.setdefault((exchange.scope, key), tracked)
+        return fresh
 
     # -- the shim's own tools/list ---------------------------------------------------------------
 
@@ -560,6 +567,14 @@ def _session_scope(headers: list[tuple[str, str]], query: bytes) -> str:
             return "http:" + v
     sid = parse_qs(wire_text(query)).get("session_id", [""])[0]
     return f"sse:{sid}" if sid else ""
+
+
+def _prepare_early(journal: CallJournal, calls: list[PendingCall]) -> None:
+    for call in calls:
+        try:
+            journal.prepare_early(call)
+        except Exception as exc:  # noqa: BLE001 - bookkeeping must not stop the relay; the entry is made later
+            say(f"internal error while preparing an entry ({exc.__class__.__name__}: {exc})")
 
 
 def _forward_headers(response: UpstreamResponse) -> list[tuple[bytes, bytes]]:

@@ -17,13 +17,18 @@ One entry per `tools/call` and per `resources/read` the client sends:
   the client instead (its timeout), "none" when no answer came (server gone, client gone, cancelled).
 - `request.effect_basis`: how the effect was decided (effects.py).
 
-Entries are written in a worker thread (`asyncio.to_thread`): the event loop keeps relaying other
-traffic while one response waits for its entry.
+Where the time goes (bench.mcp_bench --profile): the request's share of the entry (its redacted
+`mcp` value and body, `prompt_ref`) is worked out as soon as the request has gone upstream
+(`prepare_early`), while the server works; when the answer comes, only its own share is left (on the
+event loop for answers up to `INLINE_LIMIT`), and the durable append runs in the journal's worker
+thread (`entry_writer.EntryWriter`): the event loop keeps relaying other traffic while one response
+waits for its entry.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import re
 import shlex
@@ -34,6 +39,7 @@ from datetime import UTC, datetime
 from pathlib import PurePath
 
 from broker.mcp.effects import EffectRules, ToolCatalog
+from broker.mcp.entry_writer import EntryWriter
 from broker.mcp.messages import RECORDED_METHODS, Message, server_name
 from broker.mcp.oversize import OversizeLine
 from journal.bodies import encode_body
@@ -49,6 +55,10 @@ JOURNAL_ERROR_CODE = -32603
 STDIO_STATUS = 200
 LOOKUP_WAIT = 10.0
 """How long an entry waits for the shim's own `tools/list` (asked for a tool it had no listing for)."""
+INLINE_LIMIT = 64 << 10
+"""Calls whose request and answer are at most this many bytes have their entry's fields made on the
+event loop (no thread hand-off before the write); larger ones in the worker thread, so redacting a
+10 MiB result does not hold the loop."""
 _CONNECTOR_BAD = re.compile(r"[^a-z0-9_.-]+")
 _INTERPRETERS = frozenset({
     "python", "python3", "node", "npx", "uv", "uvx", "deno", "bun", "bunx", "sh", "bash", "pipx", "docker",
@@ -122,6 +132,35 @@ class Identity:
     principal: str
 
 
+_NOT_A_PART = object()
+
+
+def _part(made: object, key: str, value: object) -> object:
+    """`Recorder._json(value)` read off `made = Recorder._json(whole)`, where `value = whole[key]`.
+
+    Redaction maps an object's values one by one (a key that is not a credential name keeps the
+    redaction of its value), and the canonical-form check and spilling hold for every part of a
+    value, so the part of the whole's result is the part's result. When the key did not come through
+    as itself with a value of the same JSON type (it was a credential name), `_NOT_A_PART`: the caller
+    makes the part on its own."""
+    got = made.get(key, _NOT_A_PART) if isinstance(made, dict) else _NOT_A_PART
+    if type(got) is not type(value) or not isinstance(value, dict | list):
+        return _NOT_A_PART
+    return got
+
+
+@dataclass
+class EarlyRequest:
+    """The request's share of an entry, made while the call is upstream (`CallJournal.prepare_early`):
+    exactly what `Recorder.prepare` makes of the same request at the end (`Recorder._json`: redacted,
+    checked for the canonical form, large strings spilled), only sooner."""
+
+    mcp: object  # the entry's `mcp`: the JSON-RPC request
+    body: object  # `request.body`: its params (None when it has none)
+    has_params: bool
+    prompt_ref: str | None
+
+
 @dataclass
 class PendingCall:
     """A recorded-kind request that has been forwarded and not yet answered."""
@@ -145,6 +184,7 @@ class PendingCall:
     lookup: asyncio.Future | None = None  # the shim's own tools/list, asked because the tool was unknown
     session: str | None = None  # a shared gateway's per-agent session and agent (else the journal's identity)
     agent: str | None = None
+    early: EarlyRequest | None = None  # the request's share of the entry, made while the call was upstream
 
     @property
     def tool(self) -> str | None:
@@ -185,6 +225,8 @@ class CallJournal:
         # The relay's way to ask the server for its tools (its own tools/list); a future done when answered.
         self.ask_tools: Callable[[Message], asyncio.Future] | None = None
         self.lookup_wait = LOOKUP_WAIT
+        self.entries = EntryWriter(recorder.writer)
+        self.open_calls = 0  # started and not yet finished: with none, an entry may be appended on the loop
 
     @property
     def connector(self) -> str:
@@ -224,21 +266,43 @@ class CallJournal:
             call.lookup = ask(message)
         if self.tracker is not None:
             self.tracker.started(call)
+        self.open_calls += 1
         return call
+
+    def prepare_early(self, call: PendingCall) -> None:
+        """Make the request's share of the entry now (a relay calls this once the request has gone
+        upstream, so the work overlaps the server's). Best effort: when it cannot be made here (a
+        value the canonical form cannot hold, say), `finish` makes the entry as it always did."""
+        msg = call.message
+        if (call.early is not None or call.closed or call.oversize is not None or self.skip_when_broker_recorded
+                or not msg.strict or not isinstance(msg.value, dict) or len(call.raw) > INLINE_LIMIT):
+            return
+        try:
+            params = msg.value.get("params")
+            mcp = self.recorder._json(msg.value)  # noqa: SLF001 - the one implementation, as `prepare` calls it
+            body = None if params is None else _part(mcp, "params", params)
+            if body is _NOT_A_PART:
+                body = self.recorder._json(params)  # noqa: SLF001
+            prompt_ref = self._prompt_ref(call)
+        except Exception:  # noqa: BLE001 - the entry is made at the end instead, with its fallbacks
+            return
+        call.early = EarlyRequest(mcp, body, params is not None, prompt_ref)
 
     async def finish(
         self, call: PendingCall, *, status: int | None, response: Message | None = None,
         response_raw: bytes | None = None, response_line: OversizeLine | None = None,
         response_headers: list[tuple[str, str]] | None = None, error: str | None = None,
-        answered_by: str | None = None,
+        answered_by: str | None = None, size: int = 0,
     ) -> dict | None:
         """Write the call's entry (once). Raises JournalError/ContractError/OSError when it cannot.
 
         `response_raw` is the answer's line as received (kept as text when it is not strict JSON);
-        `response_line` an answer over the limit, already in the blob store."""
+        `response_line` an answer over the limit, already in the blob store; `size` the answer's
+        bytes (where the entry's fields are made: `INLINE_LIMIT`)."""
         if call.closed:
             return None
         call.closed = True
+        self.open_calls -= 1
         received = datetime.now(UTC)
         if self.tracker is not None:
             self.tracker.finished(call)
@@ -247,11 +311,21 @@ class CallJournal:
             return None
         if call.lookup is not None:
             await self._settle_effect(call)
+        args = (call, status, response, response_raw, response_line, response_headers or [], error, answered_by,
+                received)
+        fields = None
+        if (size <= INLINE_LIMIT and len(call.raw) <= INLINE_LIMIT and call.oversize is None
+                and response_line is None):
+            try:  # on the loop: the worker thread only appends
+                fields = self._fields(*args, as_text=False)
+            except (ValueError, TypeError, RecursionError):
+                fields = None  # the worker's `_write` makes them, with its fallback to text
+        write = functools.partial(self._write, *args)
         try:
-            entry = await asyncio.to_thread(
-                self._write, call, status, response, response_raw, response_line, response_headers or [], error,
-                answered_by, received,
-            )
+            if fields is not None and self.open_calls == 0 and self.entries.can_write_now():
+                entry = self.entries.write_now(fields, write)  # one call at a time: no hand-off
+            else:
+                entry = await self.entries.submit(fields, write)
         except (JournalError, ContractError, OSError, ValueError):
             self.failures += 1
             raise
@@ -277,11 +351,13 @@ class CallJournal:
     def _write(
         self, call: PendingCall, status: int | None, response: Message | None, response_raw: bytes | None,
         response_line: OversizeLine | None, response_headers: list[tuple[str, str]], error: str | None,
-        answered_by: str | None, received: datetime,
+        answered_by: str | None, received: datetime, fields: dict | None = None,
     ) -> dict | None:
+        """Append the entry (in the worker thread); `fields` when `finish` made them already."""
         try:
-            fields = self._fields(call, status, response, response_raw, response_line, response_headers, error,
-                                  answered_by, received, as_text=False)
+            if fields is None:
+                fields = self._fields(call, status, response, response_raw, response_line, response_headers, error,
+                                      answered_by, received, as_text=False)
             return None if fields is None else self.recorder.writer.append(fields)
         except (ValueError, TypeError, RecursionError) as exc:
             # The parsed values cannot go into an entry (nested too deeply for the canonical form or the
@@ -298,6 +374,8 @@ class CallJournal:
     ) -> dict | None:
         msg = call.message
         request_extra = None
+        early = call.early if not as_text else None
+        mcp_made = None
         if call.oversize is not None:
             ref = call.oversize.commit()
             mcp: dict = {"unparsed": ref}
@@ -305,6 +383,9 @@ class CallJournal:
             request_extra = {"body_error": f"the request line ({call.oversize.size} bytes) is over the shim's "
                                            "--max-message-mib: body and mcp.unparsed are the whole line, redacted, "
                                            "in the blob store"}
+        elif early is not None:
+            mcp, mcp_made = None, early.mcp  # `prepare` would make exactly this of msg.value
+            req_body = Prepared(early.body) if early.has_params else None
         elif msg.strict and isinstance(msg.value, dict) and not as_text:
             mcp = msg.value
             params = msg.value.get("params")
@@ -328,12 +409,8 @@ class CallJournal:
                                             "the line as received"}
         else:
             resp_body = None
-        vault = getattr(self.recorder.writer, "vault", None)  # the exact tie reads a file vault's session
-        prompt_ref = None if vault is None else tool_call_prompt_ref(  # docs/prompts.md: asked for, exactly
-            vault, call.session or self.identity.session, call.method,
-            msg.value.get("params") if msg.strict and isinstance(msg.value, dict) else None,
-        )
-        return self.recorder.prepare(
+        prompt_ref = call.early.prompt_ref if call.early is not None else self._prompt_ref(call)
+        fields = self.recorder.prepare(
             session=call.session or self.identity.session, agent=call.agent or self.identity.agent,
             prompt_ref=prompt_ref,
             principal=call.principal or self.identity.principal, connector=self.connector, capture="gateway",
@@ -341,4 +418,15 @@ class CallJournal:
             request_body=req_body, status=status, response_headers=response_headers, response_body=resp_body,
             error=error, mcp=mcp, ts=received, request_extra=request_extra, response_extra=response_extra,
             effect_basis=call.basis, answered_by=answered_by,
+        )
+        if fields is not None and mcp_made is not None:
+            fields["mcp"] = mcp_made
+        return fields
+
+    def _prompt_ref(self, call: PendingCall) -> str | None:
+        msg = call.message
+        vault = getattr(self.recorder.writer, "vault", None)  # the exact tie reads a file vault's session
+        return None if vault is None else tool_call_prompt_ref(  # docs/prompts.md: asked for, exactly
+            vault, call.session or self.identity.session, call.method,
+            msg.value.get("params") if msg.strict and isinstance(msg.value, dict) else None,
         )

@@ -199,6 +199,7 @@ class LineRelay:
         self._listing: asyncio.Future | None = None
         self.own_lists_sent = 0
         self.client_meta: dict = {}  # the last 2026-era client _meta seen (for a call read from its skeleton)
+        self._fresh: list[PendingCall] = []  # calls of the line just sent upstream: their entries get a head start
         journal.ask_tools = self.ask_tools
 
     def _spawn(self, coro: Awaitable, tasks: set[asyncio.Task] | None = None) -> None:
@@ -215,6 +216,7 @@ class LineRelay:
             async with self._upstream_lock:
                 self._guarded(self.track_client, raw)
                 await self.send_upstream(raw)
+            self._prepare_fresh()
             return
         if self._client_big is None:
             await self._upstream_lock.acquire()
@@ -287,7 +289,8 @@ class LineRelay:
                         "recorded without an answer")
                     self._no_answer(self.pending.pop(key), "the client reused this request id before an answer came")
                 own = raw if not line.batch or oversize is not None else _one(msg, raw)
-                self.pending[key] = self.journal.start(msg, own, oversize=oversize, **self.call_info())
+                self.pending[key] = call = self.journal.start(msg, own, oversize=oversize, **self.call_info())
+                self._fresh.append(call)
                 if self.call_timeout:
                     loop = asyncio.get_running_loop()
                     self._timers[key] = loop.call_later(self.call_timeout, self._timed_out, key)
@@ -298,6 +301,19 @@ class LineRelay:
             if call is not None and not call.cancelled:
                 call.cancelled = True
                 asyncio.get_running_loop().call_later(self.cancel_grace, self._cancel_expired, key, call)
+
+    def _prepare_fresh(self) -> None:
+        """The request's share of each new call's entry, made while the server works on it: on the
+        loop's next turn, after a transport that sends from a task of its own (the HTTP front's POST)
+        has sent the request."""
+        if not self._fresh:
+            return
+        fresh, self._fresh = self._fresh, []
+        asyncio.get_running_loop().call_soon(self._prepare_calls, fresh)
+
+    def _prepare_calls(self, calls: list[PendingCall]) -> None:
+        for call in calls:
+            self._guarded(self.journal.prepare_early, call)
 
     def call_info(self) -> dict:
         """Per-call extras a transport adds (HTTP: url, headers, principal)."""
@@ -570,9 +586,17 @@ async def finish_answers(
 ) -> dict[str, BaseException]:
     """Record the answers of `finished` at once; the failures by id key. `raw` is the answer's line
     (or HTTP body), kept for a response that is not strict JSON-RPC."""
+    if len(finished) == 1:  # the common case, without gather's task
+        msg, call = finished[0]
+        try:
+            await journal.finish(call, status=status, response=msg, response_headers=headers,
+                                 response_raw=None if msg.strict else raw, size=len(raw))
+        except Exception as exc:  # noqa: BLE001 - the caller withholds the answer
+            return {id_key(call.request_id): exc}
+        return {}
     results = await asyncio.gather(
         *(journal.finish(call, status=status, response=msg, response_headers=headers,
-                         response_raw=None if msg.strict else (raw if len(finished) == 1 else dumps(msg.value)))
+                         response_raw=None if msg.strict else dumps(msg.value), size=len(raw))
           for msg, call in finished),
         return_exceptions=True,
     )
