@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -96,9 +96,29 @@ def _all_utf8(fields: list) -> list[tuple[str, str]] | None:
     return list(zip(flat[::2], flat[1::2], strict=True))
 
 
+@dataclass(frozen=True)
+class HeaderText:
+    """Header fields already decoded by `decode_headers`: a caller that needs them as text before
+    `Recorder.prepare_request` does (the recording service, to classify the call) passes this in
+    their place, so they are decoded once per call, not twice."""
+
+    pairs: list[tuple[str, str]]
+    latin1: list[str]
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return iter(self.pairs)
+
+
+def decode_headers(fields: Iterable) -> HeaderText:
+    """`text_pairs_marked` of `fields`, kept for a later `prepare_request` (see `HeaderText`)."""
+    return HeaderText(*text_pairs_marked(fields))
+
+
 def text_pairs_marked(fields: Iterable) -> tuple[list[tuple[str, str]], list[str]]:
     """As `text_pairs`, with the JSON pointers (`/headers/I/0` name, `/headers/I/1` value) of the
     fields that were not UTF-8 and are read as Latin-1 (see `wire_field`)."""
+    if isinstance(fields, HeaderText):
+        return fields.pairs, fields.latin1
     fields = list(fields)
     if not fields:
         return [], []

@@ -578,8 +578,26 @@ def redact_body(body: bytes, content_type: str | None) -> bytes:
       rules inside every part).
     - every body: credential value patterns (see ``contains_credential``).
     """
+    if _nothing_to_redact(body, content_type):
+        return bytes(body)  # the same object for bytes: no copy
     r = StreamingRedactor(content_type)
     return r.feed(body) + r.close()
+
+
+def _nothing_to_redact(body: bytes, content_type: str | None) -> bool:
+    """True only when the scan of `StreamingRedactor` would find no rule to apply anywhere in `body`.
+
+    The scan tries its rules at the start of the body and at its triggers, nowhere else (the tests
+    compare it with a trigger-less scan). The triggers are those the scan itself would pick: the set
+    for escaped JSON keys wherever the body holds a name-character escape (each buffer the scan sees is
+    a slice of the body, so with no escape in the body none of them has one). No trigger and no match
+    at the start: nothing can change, and the body is returned as it is, without building a redactor
+    or copying the bytes.
+    """
+    kind = _kind(content_type)[0]
+    plain, esc = _TRIGGERS_BY_KIND[kind]
+    triggers = esc if _NAME_ESCAPE.search(body) is not None else plain
+    return triggers.search(body) is None and _REGEX_BY_KIND[kind].match(body, 0) is None
 
 
 def contains_credential(data: bytes | str) -> bool:
@@ -589,6 +607,10 @@ def contains_credential(data: bytes | str) -> bool:
     """
     if isinstance(data, str):
         data = data.encode("utf-8", "surrogatepass")
+    # Every value rule starts at one of its triggers: with none in `data` (the usual case, decided in
+    # one C-level search) `_search` could not match either.
+    if _VALUE_TRIGGER_RE.search(data) is None:
+        return False
     return _search(_VALUE_RE, _VALUE_TRIGGER_RE, data, 0, len(data)) is not None
 
 
@@ -695,27 +717,59 @@ def _redact_params(params: str) -> str:
     return "&".join(parts)
 
 
+def _forms(s: str) -> tuple[str, ...]:
+    """A URL component as `_has_credential_text` reads it: as written, percent-decoded, and with `+`
+    as a space (the decoded forms only where they can differ)."""
+    if "%" in s:
+        return s, unquote(s), unquote_plus(s)
+    return (s, s.replace("+", " ")) if "+" in s else (s,)
+
+
+def _params_clean(params: str, texts: list[str]) -> bool:
+    """As `_redact_params` reads `params`: False when a parameter has a credential name (its value
+    would be replaced); else every text it scans for value patterns is added to `texts`."""
+    for part in params.split("&"):
+        name, eq, value = part.partition("=")
+        if eq:
+            if _URL_NAME_RE.fullmatch(unquote_plus(name) if "%" in name or "+" in name else name):
+                return False
+            texts += _forms(value)
+            texts += _forms(name)
+        else:
+            texts += _forms(part)
+    return True
+
+
 def _plainly_clean(url: str) -> bool:
-    """Fast path for the common URL: nothing encoded, no userinfo, no webhook host, no credential-named
-    parameter, and no credential value pattern in any component redact_url would check (path segments,
-    parameter values, a bare fragment), scanned in one pass. Then redact_url would change nothing."""
-    if "%" in url or "+" in url or "@" in url or _WEBHOOK_MARK.search(url):
+    """True only when `_redact_url_full` would return `url` unchanged; decided with one value-pattern scan.
+
+    It reads the URL as the full path does (no userinfo, no webhook host, no credential-named query or
+    fragment parameter) and collects every text the full path scans (path segments, parameter names
+    and values, parts without `=`, a bare fragment; each as written and decoded). Those texts joined by
+    newlines hold a value pattern whenever one of them does: no value rule needs the start or the end
+    of its text (a lookbehind at a text's start sees a newline, which no rule accepts where a start of
+    text would fail, and lookaheads only widen). So no hit in the join means no hit in any of them.
+    (The test suite compares this with the full path on random URLs with credentials in every part.)
+    """
+    if _WEBHOOK_MARK.search(url):
         return False
     rest, _, fragment = url.partition("#")
     rest, _, query = rest.partition("?")
     m = _AUTHORITY_RE.match(rest)
-    components = (rest[m.end() :] if m else rest).split("/")
-    for params in (query, fragment):
-        if params is fragment and "=" not in fragment:
-            components.append(fragment)
-            continue
-        for part in params.split("&"):
-            name, eq, value = part.partition("=")
-            if eq:
-                if _URL_NAME_RE.fullmatch(name):
-                    return False
-                components.append(value)
-    return not contains_credential("\n".join(components))
+    if m and "@" in m["auth"]:
+        return False
+    texts: list[str] = []
+    for segment in (rest[m.end() :] if m else rest).split("/"):
+        texts += _forms(segment)
+    if query and not _params_clean(query, texts):
+        return False
+    if fragment:
+        if "=" in fragment:
+            if not _params_clean(fragment, texts):
+                return False
+        else:
+            texts += _forms(fragment)
+    return not contains_credential("\n".join(texts))
 
 
 def redact_url(url: str) -> str:
@@ -733,8 +787,11 @@ def redact_url(url: str) -> str:
       ``hooks.zapier.com/hooks/...``, Telegram ``api.telegram.org/bot<token>/...``.
     Pagination cursors (pageToken, nextPageToken, syncToken) are not credentials and stay.
     """
-    if _plainly_clean(url):
-        return url
+    return url if _plainly_clean(url) else _redact_url_full(url)
+
+
+def _redact_url_full(url: str) -> str:
+    """`redact_url` without its fast path: every component checked and rewritten one by one."""
     rest, hash_, fragment = url.partition("#")
     rest, qmark, query = rest.partition("?")
     m = _AUTHORITY_RE.match(rest)
