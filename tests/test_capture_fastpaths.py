@@ -1,0 +1,244 @@
+"""The capture path's fast paths give exactly what the full paths give (bench/capture_bench.py times them).
+
+Each fast path decides, with one cheap scan, that the full path would change nothing (or does the same
+work with fewer copies). These tests run both on random inputs with credentials sprinkled in and
+compare the results byte for byte.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+from urllib.parse import quote
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+import journal.redact as redact
+from journal.blobstore import BlobStore
+from journal.bodies import BodyCapture, record_body
+from journal.record import Recorder, decode_headers, text_pairs_marked
+from journal.redact import (
+    REDACTED,
+    StreamingRedactor,
+    contains_credential,
+    redact_body,
+    redact_headers,
+    redact_url,
+)
+from journal.service import material_fields
+from tests.test_redact import CONTENT_TYPES, TOKENS
+
+SECRETS = [*TOKENS, quote(TOKENS[0], safe=""), TOKENS[3].replace("-", "+"), "s3cr3t", "hunter2"]
+_tokens = st.sampled_from(SECRETS)
+_word = st.from_regex(r"[A-Za-z0-9._~\-]{0,12}", fullmatch=True)
+_encoded = st.from_regex(r"(?:[A-Za-z0-9._~\-]|%[0-9A-Fa-f]{2}|\+){0,12}", fullmatch=True)
+_names = st.sampled_from(["q", "pageToken", "alt", "key", "access_token", "Token", "sig", "x-amz-signature",
+                          "upload_id", "pass%77ord", "access%5Ftoken", "token+", "client_secret", "code"])  # fmt: skip
+
+
+@st.composite
+def _component(draw: st.DrawFn, names: bool = False) -> str:
+    if names:
+        return draw(st.one_of(_names, _word, _encoded, _tokens))
+    return draw(st.one_of(_word, _word, _encoded, _tokens, _tokens.map(lambda t: quote(t, safe=""))))
+
+
+@st.composite
+def _params(draw: st.DrawFn) -> str:
+    parts = []
+    for _ in range(draw(st.integers(0, 5))):
+        if draw(st.booleans()):
+            parts.append(draw(_component(names=True)) + "=" + draw(_component()))
+        else:
+            parts.append(draw(_component()))  # a part without '='
+    return "&".join(parts)
+
+
+@st.composite
+def urls(draw: st.DrawFn) -> str:
+    host = draw(st.sampled_from(["gmail.googleapis.com", "slack.com", "hooks.slack.com", "discord.com",
+                                 "api.telegram.org", "x.webhook.office.com", "example.com:8443"]))  # fmt: skip
+    userinfo = draw(st.sampled_from(["", "", "", "user:pa55@", "@"]))
+    authority = draw(st.sampled_from([f"https://{userinfo}{host}", "", "//" + host]))
+    path = "".join("/" + draw(_component()) for _ in range(draw(st.integers(0, 4))))
+    url = authority + path
+    if draw(st.booleans()):
+        url += "?" + draw(_params())
+    if draw(st.booleans()):
+        url += "#" + (draw(_params()) if draw(st.booleans()) else draw(_component()))
+    return url
+
+
+# What the fast path of redact_url used to let through (query parts without '=', parameter names).
+@example(url="https://x.com/a?" + TOKENS[0])
+@example(url="https://x.com/a?" + TOKENS[3] + "=1")
+@example(url="https://x.com/a?b=1&" + TOKENS[3])
+@example(url="https://x.com/a?q=in%3Ainbox&" + quote(TOKENS[0], safe=""))
+@example(url="https://x.com/a?pass%77ord=1&q=%2B")
+@settings(max_examples=1500, deadline=None)
+@given(url=urls())
+def test_redact_url_fast_path_equals_full_path(url: str) -> None:
+    assert redact_url(url) == redact._redact_url_full(url)
+
+
+@settings(max_examples=500, deadline=None)
+@given(parts=st.lists(st.one_of(_word, _tokens, st.text(max_size=20)), max_size=8),
+       sep=st.sampled_from(["", " ", "\n", "/", "\t"]))  # fmt: skip
+def test_contains_credential_early_out_equals_the_scan(parts: list[str], sep: str) -> None:
+    text = sep.join(parts)
+    data = text.encode("utf-8", "surrogatepass")
+    full = redact._search(redact._VALUE_RE, None, data, 0, len(data)) is not None
+    assert contains_credential(text) is full
+
+
+# -- bodies ---------------------------------------------------------------------------------------
+
+_KEYS = st.sampled_from(["id", "name", "token", "accessToken", "access-token", "PASSWORD", "pass\\u0077ord",
+                         "client_secret", "nextPageToken", "code", "key", "authorization", "refresh_token"])
+_scalars = st.one_of(st.none(), st.booleans(), st.integers(-(10**6), 10**6), st.floats(allow_nan=False,
+                     allow_infinity=False), _word, _tokens, _tokens.map(lambda t: f"see {t} here"),
+                     _tokens.map(lambda t: f"https://ex.com/cb?a=1&access_token={t}"))  # fmt: skip
+_json = st.recursive(_scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                                       st.dictionaries(_KEYS, inner, max_size=4)), max_leaves=12)
+
+
+def _dumps(value: object, style: int) -> bytes:
+    text = json.dumps(value, indent=2 if style == 1 else None, ensure_ascii=style != 2,
+                      separators=(",", ":") if style == 3 else None)  # fmt: skip
+    # keys written as "pass\\u0077ord" by the strategy are escapes in the JSON text, not backslashes
+    text = text.replace("\\\\u0077", "\\u0077")
+    return text.encode("utf-8", "surrogatepass")
+
+
+def _full_redact(body: bytes, content_type: str | None) -> bytes:
+    r = StreamingRedactor(content_type)
+    return r.feed(body) + r.close()
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(value=_json, style=st.integers(0, 3), nested=st.booleans(), content_type=st.sampled_from(CONTENT_TYPES),
+       noise=st.binary(max_size=40))  # fmt: skip
+def test_redact_body_fast_path_equals_full_scan(value: object, style: int, nested: bool, content_type: str | None,
+                                                noise: bytes) -> None:  # fmt: skip
+    body = _dumps(value, style)
+    if nested:  # JSON inside a JSON string (MCP results, webhook payloads)
+        body = json.dumps({"result": body.decode("utf-8", "surrogatepass")}).encode()
+    for data in (body, noise + body, body + noise):
+        full = _full_redact(data, content_type)
+        assert redact_body(data, content_type) == full
+        if redact._nothing_to_redact(data, content_type):
+            assert full == data
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=300), content_type=st.sampled_from(CONTENT_TYPES))
+def test_redact_body_fast_path_on_random_bytes(data: bytes, content_type: str | None) -> None:
+    assert redact_body(data, content_type) == _full_redact(data, content_type)
+
+
+def test_clean_body_is_returned_without_a_copy() -> None:
+    body = b'{"messages": [{"id": "18c2f0a1b2c3d4e5"}], "resultSizeEstimate": 1}' * 100
+    assert redact_body(body, "application/json") is body
+
+
+# -- record_body's fast path against BodyCapture ----------------------------------------------------
+
+
+def _capture(data: bytes, content_type: str | None, encoding: str | None, store, threshold: int):
+    """record_body as it was: no body is null, anything else goes through a BodyCapture."""
+    if not data:
+        return None, {}
+    cap = BodyCapture(store, content_type, encoding, threshold)
+    cap.feed(data)
+    return cap.finish()
+
+
+_ENCODINGS = [None, "identity", "gzip", "deflate", "br", "gzip, identity", "x-unknown"]
+
+
+def _encode(data: bytes, encoding: str | None) -> bytes:
+    if encoding in ("gzip", "gzip, identity"):
+        return gzip.compress(data)
+    if encoding == "deflate":
+        return zlib.compress(data)
+    if encoding == "br":
+        import brotli
+
+        return brotli.compress(data)
+    return data
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(value=_json, style=st.integers(0, 3), content_type=st.sampled_from([*CONTENT_TYPES, "application/json"]),
+       encoding=st.sampled_from(_ENCODINGS), threshold=st.sampled_from([16, 64, 200, 1 << 20]),
+       truncate=st.booleans())  # fmt: skip
+def test_record_body_equals_body_capture(tmp_path_factory, value: object, style: int, content_type: str | None,
+                                         encoding: str | None, threshold: int, truncate: bool) -> None:  # fmt: skip
+    store = BlobStore(tmp_path_factory.mktemp("blobs"))
+    data = _encode(_dumps(value, style), encoding)
+    if truncate and encoding not in (None, "identity"):
+        data = data[: len(data) // 2]  # does not decode: recorded as received, with the error
+    assert record_body(data, content_type, encoding, store, threshold) == _capture(
+        data, content_type, encoding, store, threshold
+    )
+
+
+# -- headers --------------------------------------------------------------------------------------
+
+_header_names = st.sampled_from(["Authorization", "Cookie", "X-Api-Key", "Content-Type", "Location", "Link", "Referer",
+                                 "X-Request-Id", "Sec-WebSocket-Key", "X-Note", "User-Agent", "x-goog-upload-url"])
+_header_values = st.one_of(_word, _tokens, _tokens.map(lambda t: f"Bearer {t}"), st.text(max_size=20),
+                           urls(), urls().map(lambda u: f"<{u}>; rel=next"))  # fmt: skip
+
+
+def _headers_one_by_one(headers: list[tuple[str, str]]) -> list[list[str]]:
+    """redact_headers without its joined pre-scan: each value checked on its own."""
+    out = []
+    for name, value in headers:
+        kind = redact._header_kind(name)
+        if kind == redact._H_CREDENTIAL:
+            new = REDACTED
+        elif kind == redact._H_PLAIN:
+            new = REDACTED if contains_credential(value) else value
+        else:
+            new = redact._redact_url_full(value) if kind == redact._H_URL else redact._LINK_URL_RE.sub(
+                lambda m: "<" + redact._redact_url_full(m.group(1)) + ">", value
+            )
+            if new != REDACTED and contains_credential(new):
+                new = REDACTED
+        out.append([name, new])
+    return out
+
+
+@settings(max_examples=500, deadline=None)
+@given(headers=st.lists(st.tuples(_header_names, _header_values), max_size=8))
+def test_redact_headers_equals_one_by_one(headers: list[tuple[str, str]]) -> None:
+    assert redact_headers(headers) == _headers_one_by_one(headers)
+
+
+# -- request headers decoded once --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fields", [
+    ((b"Host", b"gmail.googleapis.com"), (b"Authorization", b"Bearer " + TOKENS[0].encode()), (b"X-Odd", b"caf\xe9")),
+    (("Host", "slack.com"), ("X-Note", "plain")),
+    (),
+])  # fmt: skip
+def test_decoded_headers_are_read_as_the_raw_fields(tmp_path, fields) -> None:
+    assert text_pairs_marked(decode_headers(fields)) == text_pairs_marked(fields)
+    rec = Recorder(tmp_path, durable=False)
+    m = {"session": "s", "agent": "a", "principal": None, "connector": "gmail", "method": "GET",
+         "url": "https://gmail.googleapis.com/gmail/v1/users/me/labels", "request_headers": fields,
+         "request_body": None, "status": 200, "response_headers": (), "response_body": None, "error": None,
+         "ts": 1796000000.0, "mcp": None}  # fmt: skip
+    half = rec.prepare_request(session="s", agent="a", principal="p", connector="gmail", capture="broker",
+                               effect="read", method="GET", url=m["url"], request_headers=decode_headers(fields),
+                               request_body=None)  # fmt: skip
+    raw = rec.prepare_request(session="s", agent="a", principal="p", connector="gmail", capture="broker",
+                              effect="read", method="GET", url=m["url"], request_headers=fields, request_body=None)
+    assert half == raw
+    assert material_fields(rec, m)["request"]["headers"] == raw.fields["request"]["headers"]
+    rec.close()
