@@ -447,12 +447,58 @@ _TRIGGERS_BY_KIND = {
 _TRIGGER_BACK = 6  # longest trigger ('\\u0026'): a trigger may start this far before the scan position
 
 
+# Long runs of base64url characters (attachment and message data in Gmail JSON, `raw` mail) hold
+# triggers at about one byte in six, and a rule can start at almost none of them. Inside a run
+# [a, b) of these bytes, at any position p with a + 8 <= p < b - _RUN_TAIL, no rule can match
+# except one starting with GOCSPX-, xapp- or github_pat_ (whose heads are all base64url characters):
+# - the rules guarded by _LB (1//0, AIza, xox?-, xoxd-, gh?_) need fewer than 8 token characters
+#   before them, and there are 8;
+# - every other value rule needs a byte that is not base64url within 2052 bytes of its start: the
+#   JWT's '.' (its first segment is at most 2048 characters, matched possessively), the '.' of ya29.,
+#   the space, '+' or '%' after Bearer, the '.' or '/' of the webhook URLs, the space of the PEM armour;
+# - the JSON key rules start at '"' or '\\', the multipart rule needs its ':' within 27 bytes, and
+#   the URL parameter and form rules need '?', '&', ';', '\\' or the start of the body just before
+#   them.
+# Each needs no byte past b - 1 + 2052 - _RUN_TAIL < b, so it reads the same whether the run ends there
+# or the buffer does (a run cut by a chunk boundary). Such interiors are skipped by the trigger scan;
+# the tests compare it with a scan that tries every rule at every byte.
+_RUN_TABLE = bytes(0x61 if chr(c).isascii() and (chr(c).isalnum() or chr(c) in "_-") else 0x2E for c in range(256))
+_RUN_MIN = 4096  # runs shorter than this are scanned as they are
+_RUN_HEAD = 8
+_RUN_TAIL = 2112
+_RUN_LITERALS = (b"GOCSPX-", b"xapp-", b"github_pat_")
+# Bytes a trigger's lookahead reads past its start at most (the longest: a key of the body name list
+# written with \\uXXXX escapes, about 250): a window of the trigger scan may end inside a run this
+# far early without losing a trigger.
+_TRIGGER_REACH = 1024
+
+
+def _run_interiors(buf: bytes, start: int) -> list[tuple[int, int]]:
+    """The [from, to) spans after `start` where no rule can match (interiors of long base64url runs)."""
+    if len(buf) - start < _RUN_MIN:
+        return []
+    marks = buf.translate(_RUN_TABLE)  # 'a' for a base64url byte, '.' for any other
+    needle = b"a" * _RUN_MIN
+    out: list[tuple[int, int]] = []
+    i = marks.find(needle, start)
+    while i >= 0:
+        end = marks.find(b".", i + _RUN_MIN)
+        end = len(buf) if end < 0 else end
+        lo, hi = i + _RUN_HEAD, end - _RUN_TAIL
+        if hi - lo > _TRIGGER_REACH and not any(buf.find(lit, lo, end) >= 0 for lit in _RUN_LITERALS):
+            out.append((lo, hi))
+        i = marks.find(needle, end)
+    return out
+
+
 def _search(
-    regex: re.Pattern[bytes], triggers: re.Pattern[bytes] | None, buf: bytes, pos: int, safe: int
+    regex: re.Pattern[bytes], triggers: re.Pattern[bytes] | None, buf: bytes, pos: int, safe: int,
+    skips: list[tuple[int, int]] | tuple = (),
 ) -> re.Match[bytes] | None:
     """Leftmost match of `regex` starting in [pos, safe], or None; same result as a plain search.
 
-    With `triggers`, only positions where some rule can start are tried.
+    With `triggers`, only positions where some rule can start are tried, and none inside `skips`
+    (from `_run_interiors` of the same buffer).
     """
     if triggers is None:
         m = regex.search(buf, pos)
@@ -461,17 +507,36 @@ def _search(
         m = regex.match(buf, 0)
         if m is not None:
             return m
-    for t in triggers.finditer(buf, max(0, pos - _TRIGGER_BACK)):
-        first = buf[t.start()]
-        start = t.end() if first in b"?&" or t.end() - t.start() == _TRIGGER_BACK else t.start()
-        if start < pos:
-            continue
-        if start > safe:
+    lo = max(0, pos - _TRIGGER_BACK)
+    for w_start, w_end in _windows(lo, skips, len(buf)):
+        if w_start > safe:
             return None
-        m = regex.match(buf, start)
-        if m is not None:
-            return m
+        for t in triggers.finditer(buf, w_start, min(len(buf), w_end + _TRIGGER_REACH)):
+            if t.start() >= w_end:
+                break
+            first = buf[t.start()]
+            start = t.end() if first in b"?&" or t.end() - t.start() == _TRIGGER_BACK else t.start()
+            if start < pos:
+                continue
+            if start > safe:
+                return None
+            m = regex.match(buf, start)
+            if m is not None:
+                return m
     return None
+
+
+def _windows(lo: int, skips: list[tuple[int, int]] | tuple, n: int) -> list[tuple[int, int]]:
+    """[lo, n) without the spans of `skips`, as (start, end) windows."""
+    out, at = [], lo
+    for s, e in skips:
+        if e <= at:
+            continue
+        if s > at:
+            out.append((at, s))
+        at = e
+    out.append((at, n))
+    return out
 
 
 class StreamingRedactor:
@@ -500,6 +565,7 @@ class StreamingRedactor:
         self._pos = 0
         self._tail: _Elements | _Until | _JsonValue | None = None
         self._closed = False
+        self._first_skips: list[tuple[int, int]] | None = None  # see redact_body
 
     def feed(self, chunk: bytes) -> bytes:
         """Add a chunk; return the redacted bytes that are safe to emit now (possibly empty)."""
@@ -527,6 +593,7 @@ class StreamingRedactor:
         # Escaped keys can only match where a name-character escape occurs in what is scanned now.
         esc = _NAME_ESCAPE.search(buf, max(0, pos - _TRIGGER_BACK)) is not None
         triggers = self._esc_triggers if esc else self._plain_triggers
+        skips, self._first_skips = self._first_skips, None
         out: list[bytes] = []
         while True:
             if self._tail is not None:
@@ -536,7 +603,9 @@ class StreamingRedactor:
                 self._tail = None
             if pos >= n or pos > safe:
                 break
-            m = _search(self._regex, triggers if self._use_triggers else None, buf, pos, safe)
+            if skips is None:  # once per buffer, when a scan reaches this far
+                skips = _run_interiors(buf, pos) if self._use_triggers else []
+            m = _search(self._regex, triggers if self._use_triggers else None, buf, pos, safe, skips)
             if m is None:
                 end = max(pos, min(n, safe + (0 if final else 1)))
                 out.append(buf[pos:end])
@@ -578,26 +647,30 @@ def redact_body(body: bytes, content_type: str | None) -> bytes:
       rules inside every part).
     - every body: credential value patterns (see ``contains_credential``).
     """
-    if _nothing_to_redact(body, content_type):
-        return bytes(body)  # the same object for bytes: no copy
+    body = bytes(body)  # the same object for bytes: no copy
+    skips = _skips_if_any_match(body, content_type)
+    if skips is None:
+        return body
     r = StreamingRedactor(content_type)
+    r._first_skips = skips  # the first scan sees exactly `body`: no need to find its runs again
     return r.feed(body) + r.close()
 
 
-def _nothing_to_redact(body: bytes, content_type: str | None) -> bool:
-    """True only when the scan of `StreamingRedactor` would find no rule to apply anywhere in `body`.
+def _skips_if_any_match(body: bytes, content_type: str | None) -> list[tuple[int, int]] | None:
+    """None when the scan of `StreamingRedactor` would find no rule to apply anywhere in `body`;
+    otherwise the `_run_interiors` of `body`, for that scan's first buffer.
 
-    The scan tries its rules at the start of the body and at its triggers, nowhere else (the tests
-    compare it with a trigger-less scan). The triggers are those the scan itself would pick: the set
-    for escaped JSON keys wherever the body holds a name-character escape (each buffer the scan sees is
-    a slice of the body, so with no escape in the body none of them has one). No trigger and no match
-    at the start: nothing can change, and the body is returned as it is, without building a redactor
-    or copying the bytes.
+    It is that scan's own search (`_search`: rules tried at the start of the body and at the triggers
+    outside the interiors of long base64url runs) over the whole body at once, with the triggers the
+    scan would pick: the set for escaped JSON keys wherever the body holds a name-character escape
+    (each buffer the scan sees is a slice of the body, so with no escape in the body none of them has
+    one). Finding nothing, the body is returned as it is, without building a redactor or copying it.
     """
     kind = _kind(content_type)[0]
     plain, esc = _TRIGGERS_BY_KIND[kind]
     triggers = esc if _NAME_ESCAPE.search(body) is not None else plain
-    return triggers.search(body) is None and _REGEX_BY_KIND[kind].match(body, 0) is None
+    skips = _run_interiors(body, 0)
+    return None if _search(_REGEX_BY_KIND[kind], triggers, body, 0, len(body), skips) is None else skips
 
 
 def contains_credential(data: bytes | str) -> bool:

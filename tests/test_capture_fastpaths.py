@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import random
 import zlib
 from urllib.parse import quote
 
@@ -129,7 +130,7 @@ def test_redact_body_fast_path_equals_full_scan(value: object, style: int, neste
     for data in (body, noise + body, body + noise):
         full = _full_redact(data, content_type)
         assert redact_body(data, content_type) == full
-        if redact._nothing_to_redact(data, content_type):
+        if redact._skips_if_any_match(data, content_type) is None:
             assert full == data
 
 
@@ -242,3 +243,52 @@ def test_decoded_headers_are_read_as_the_raw_fields(tmp_path, fields) -> None:
     assert half == raw
     assert material_fields(rec, m)["request"]["headers"] == raw.fields["request"]["headers"]
     rec.close()
+
+
+# -- long base64url runs: interiors skipped by the trigger scan ---------------------------------------
+
+_B64URL = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+_IN_RUN = [*TOKENS, "GOCSPX-" + "a1" * 14, "xapp-1-" + "A0123456789b", "github_pat_" + "x" * 30, "AIza" + "B" * 35,
+           "ghp_" + "c" * 36, "xoxb-12345-" + "d" * 20, "eyJhbGciOi." + "eyJzdWIiOi" + "e" * 20, "ya29.a0" + "f" * 30,
+           "Bearer " + "g1" * 20, "hooks.slack.com/services/T1/B2/" + "h" * 24, "-----BEGIN PRIVATE KEY-----\nMIIE",
+           '", "token": "', "&access_token=", "?code=1&key="]  # fmt: skip
+
+
+@st.composite
+def run_bodies(draw: st.DrawFn) -> bytes:
+    rnd = random.Random(draw(st.integers(0, 2**32)))
+    n = draw(st.integers(4200, 7000))
+    run = [rnd.choice(_B64URL) for _ in range(n)]
+    for _ in range(draw(st.integers(0, 3))):
+        token = draw(st.sampled_from(_IN_RUN))
+        where = draw(st.one_of(st.integers(0, 20), st.integers(0, n), st.integers(max(0, n - 2300), n)))
+        run[where:where] = token
+    if draw(st.booleans()):  # a JWT whose first segment runs from inside the run to its end
+        k = draw(st.integers(5, 2100))
+        run[n - k : n - k] = "eyJ"
+        run.append("." + "eyJzdWIiOiIxMjM0In0" + "." + "sig")
+    data = "".join(run)
+    wrap = draw(st.sampled_from(['{"data": "%s"}', '{"raw": "%s", "token": "x"}', "%s", "a=%s&b=1", "--%s--"]))
+    return (wrap % data).encode()
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example])
+@given(body=run_bodies(), content_type=st.sampled_from(CONTENT_TYPES), cuts=st.lists(st.integers(0, 20000), max_size=4))
+def test_run_interiors_skip_nothing_a_full_scan_finds(body: bytes, content_type: str | None, cuts: list[int]) -> None:
+    from tests.test_redact import _stream
+
+    full = _stream(body, content_type, [], triggers=False)  # every rule tried at every byte
+    assert redact_body(body, content_type) == full
+    assert _stream(body, content_type, cuts) == full  # chunked: runs cut at chunk boundaries
+
+
+def test_run_interiors_are_found_and_skipped() -> None:
+    data = ("".join(_B64URL[(i * 7919) % 64] for i in range(20000))).encode()
+    body = b'{"data": "' + data + b'"}'
+    skips = redact._run_interiors(body, 0)
+    assert skips == [(10 + redact._RUN_HEAD, 10 + len(data) - redact._RUN_TAIL)]
+    assert redact_body(body, "application/json") is body
+    with_literal = body.replace(data[9000:9007], b"GOCSPX-")  # a head made of base64url characters
+    assert redact._run_interiors(with_literal, 0) == []
+    assert b"GOCSPX-" in with_literal and redact_body(with_literal, "application/json") != with_literal
