@@ -130,8 +130,6 @@ def test_redact_body_fast_path_equals_full_scan(value: object, style: int, neste
     for data in (body, noise + body, body + noise):
         full = _full_redact(data, content_type)
         assert redact_body(data, content_type) == full
-        if redact._skips_if_any_match(data, content_type) is None:
-            assert full == data
 
 
 @settings(max_examples=300, deadline=None)
