@@ -957,12 +957,16 @@ _AWS_STS_HOST = re.compile(r"^sts(?:[.-][a-z0-9-]+)*\.amazonaws\.com(?:\.cn)?$")
 _GRANT_TYPE = re.compile(rb'(?:^|&)grant_type=|"grant_type"\s*:')
 
 
+_SLASHES = re.compile(r"/{2,}")
+_PORT = re.compile(r":\d*$")
+
+
 def _host_of(authority: str) -> str:
     """Lowercase host of an authority without userinfo: port and IPv6 brackets removed."""
     authority = authority.rpartition("@")[2].lower()
     if authority.startswith("["):
         return authority[1:].partition("]")[0]
-    return re.sub(r":\d*$", "", authority).rstrip(".")
+    return _PORT.sub("", authority).rstrip(".")
 
 
 def header_value(headers: Iterable[tuple[str, str]] | Iterable[list[str]], name: str) -> str | None:
@@ -989,7 +993,8 @@ def is_token_exchange(method: str, url: str, headers: Iterable[tuple[str, str]],
     if not auth:
         auth = (header_value(headers, "host") or "").strip()
     host = _host_of(auth)
-    path = re.sub(r"/{2,}", "/", unquote(raw_path or "/")).lower()
+    path = raw_path or "/"
+    path = _SLASHES.sub("/", unquote(path) if "%" in path else path).lower()
     if len(path) > 1:
         path = path.rstrip("/") or "/"
 

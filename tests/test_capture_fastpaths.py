@@ -290,3 +290,16 @@ def test_run_interiors_are_found_and_skipped() -> None:
     with_literal = body.replace(data[9000:9007], b"GOCSPX-")  # a head made of base64url characters
     assert redact._run_interiors(with_literal, 0) == []
     assert b"GOCSPX-" in with_literal and redact_body(with_literal, "application/json") != with_literal
+
+
+_CONTENT_NAMES = ["Content-Type", "content-type", "CONTENT-ENCODING", "Content-Encoding", "Content-Length",
+                  "X-Content-Type", "content-typ"]
+
+
+@given(headers=st.lists(st.tuples(st.sampled_from(_CONTENT_NAMES), _word), max_size=6))
+def test_content_headers_in_one_pass_equal_header_value(headers: list[tuple[str, str]]) -> None:
+    from journal.record import _content_headers
+    from journal.redact import header_value
+
+    both = (header_value(headers, "content-type"), header_value(headers, "content-encoding"))
+    assert _content_headers(headers) == both
