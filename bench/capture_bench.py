@@ -22,7 +22,10 @@ Stages, each timed on its own (thread CPU time, per call; median of R rounds of 
 - fields: `material_fields`, the service's whole mapping from material to entry fields (redaction,
   decoding, parsing, classification included);
 - entry: what the writer does per entry before its write: `validate_fields`, `fit_entry`,
-  `orjson_matches_jcs` and `chain_entry` (canonical form and SHA-256).
+  `orjson_matches_jcs` and `chain_entry` (canonical form and SHA-256);
+- service, whole: the recording service's handling of the call's two frames (`Service.handle`,
+  `prepare_pending`, the writer's append to a vault opened without fsync, the acknowledgement frame):
+  all of the above but the proxy's `frame`, plus the write itself.
 
 Baselines, same run, same calls: mitmproxy's own HTTP/1 work for the same request and response
 (`assemble_request`/`assemble_response` and parsing both heads back), and an orjson round trip of the
@@ -188,7 +191,7 @@ def stages(rec, m: dict) -> dict[str, Callable[[], object]]:
     from journal.entry import validate_fields
     from journal.record import text_pairs
     from journal.redact import header_value, redact_body, redact_headers, redact_url
-    from journal.service import frame, material_fields, split_frames
+    from journal.service import Service, frame, material_fields, split_frames
 
     req_half, resp_half = halves(m)
     wire = bytearray(frame(("request", 1, req_half)) + frame(("response", 1, resp_half)))
@@ -219,6 +222,20 @@ def stages(rec, m: dict) -> dict[str, Callable[[], object]]:
         f = fit_entry(fields, rec.blobs)
         chain_entry(f, 2, GENESIS, orjson_ok=orjson_matches_jcs(f))
 
+    service = Service(rec)
+    ids = iter(range(1, 1 << 62))
+
+    def whole_service() -> None:
+        """What the recording service does per call, as `serve` does it: the request frame (its half
+        prepared while the call is upstream), then the response frame, recorded and acknowledged."""
+        call_id = next(ids)
+        frames, _ = split_frames(bytearray(frame(("request", call_id, req_half))))
+        service.handle(frames)
+        service.prepare_pending()
+        frames, _ = split_frames(bytearray(frame(("response", call_id, resp_half))))
+        acks = service.handle(frames)
+        frame(acks)
+
     def mitmproxy_http1() -> None:
         head_q = assemble.assemble_request_head(req)
         head_s = assemble.assemble_response_head(resp)
@@ -233,6 +250,7 @@ def stages(rec, m: dict) -> dict[str, Callable[[], object]]:
         "redaction (url, headers, bodies)": redaction,
         "fields (material_fields, whole)": lambda: material_fields(rec, m),
         "entry (validate, fit, canonical, hash)": entry,
+        "service, whole (frames, fields, append, no fsync)": whole_service,
         "baseline: mitmproxy HTTP/1 assemble + parse": mitmproxy_http1,
         "baseline: orjson round trip of the fields": lambda: orjson.loads(orjson.dumps(fields)),
     }

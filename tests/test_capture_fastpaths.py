@@ -303,3 +303,14 @@ def test_content_headers_in_one_pass_equal_header_value(headers: list[tuple[str,
 
     both = (header_value(headers, "content-type"), header_value(headers, "content-encoding"))
     assert _content_headers(headers) == both
+
+
+@given(query=_params())
+def test_lazy_query_reads_as_the_parsed_query(query: str) -> None:
+    from journal.connectors._http import LazyQuery, parse_query
+
+    parsed, lazy = parse_query(query), LazyQuery(query)
+    assert dict(lazy) == parsed and len(lazy) == len(parsed)
+    for name in ("upload_id", "query", "operationName", *parsed):
+        assert (name in lazy) is (name in parsed)
+        assert lazy.get(name) == parsed.get(name)
