@@ -474,9 +474,30 @@ _RUN_LITERALS = (b"GOCSPX-", b"xapp-", b"github_pat_")
 _TRIGGER_REACH = 1024
 
 
+_RUN_FLAG = bytes(1 if mark == 0x61 else 0 for mark in _RUN_TABLE)
+_WINDOW = 16
+
+
+def _may_hold_run(buf: bytes) -> bool:
+    """False only when `buf` has no _RUN_MIN base64url bytes in a row (then finding its runs, a copy of
+    the whole buffer, is saved: random binary data never has one).
+
+    Such a run [a, b) holds the 16 bytes from k * _RUN_MIN / 2 on, for k the first multiple at or after
+    a: they start before a + _RUN_MIN / 2 and end within b. So it is enough to look at those windows:
+    the byte j of every window is one strided slice, and the windows made only of base64url bytes are
+    the bits set in all 16 slices' flags ANDed together.
+    """
+    view, step, acc = memoryview(buf), _RUN_MIN // 2, -1
+    for j in range(_WINDOW):
+        acc &= int.from_bytes(view[j::step].tobytes().translate(_RUN_FLAG), "little")
+        if not acc:
+            return False
+    return True
+
+
 def _run_interiors(buf: bytes, start: int) -> list[tuple[int, int]]:
     """The [from, to) spans after `start` where no rule can match (interiors of long base64url runs)."""
-    if len(buf) - start < _RUN_MIN:
+    if len(buf) - start < _RUN_MIN or not _may_hold_run(buf):
         return []
     marks = buf.translate(_RUN_TABLE)  # 'a' for a base64url byte, '.' for any other
     needle = b"a" * _RUN_MIN

@@ -314,3 +314,10 @@ def test_lazy_query_reads_as_the_parsed_query(query: str) -> None:
     for name in ("upload_id", "query", "operationName", *parsed):
         assert (name in lazy) is (name in parsed)
         assert lazy.get(name) == parsed.get(name)
+
+
+@settings(max_examples=200, deadline=None)
+@given(before=st.binary(max_size=9000), after=st.binary(max_size=100), extra=st.integers(0, 50))
+def test_a_long_run_is_never_missed_by_the_window_check(before: bytes, after: bytes, extra: int) -> None:
+    run = (_B64URL * 100)[: redact._RUN_MIN + extra].encode()
+    assert redact._may_hold_run(before + run + after)
