@@ -28,7 +28,7 @@ import orjson
 
 from journal.blobstore import BlobError, BlobStore, BlobWriter, is_ref_object
 from journal.canonical import MAX_SAFE_INTEGER, canonical_bytes, float_reads_back
-from journal.redact import StreamingRedactor
+from journal.redact import StreamingRedactor, redact_body
 
 SPILL_THRESHOLD = 1 << 20
 """Bodies and JSON string values larger than this go to the blob store (configurable)."""
@@ -371,9 +371,31 @@ def record_body(
     """Body value (and extra keys) for raw wire bytes already held in memory."""
     if not data:
         return None, {}
+    hold = JSON_PARSE_LIMIT if is_json_type(content_type) else threshold
+    held = _decoded_within(data, content_encoding, hold)
+    if held is not None:
+        if redact:
+            held = redact_body(held, content_type)
+        if len(held) <= hold:
+            return encode_body(held, content_type, store, threshold), {}
     cap = BodyCapture(store, content_type, content_encoding, threshold, redact)
     cap.feed(data)
     return cap.finish()
+
+
+def _decoded_within(data: bytes, content_encoding: str | None, hold: int) -> bytes | None:
+    """The decoded body when it decodes and is at most `hold` bytes, else None: `record_body`'s fast path.
+
+    When the decoding succeeds and the redacted result is within `hold` (JSON_PARSE_LIMIT for JSON,
+    else the threshold), `BodyCapture` fed the body would do no more than decode it, redact it (one
+    redactor fed the decoded bytes, which gives what `redact_body` gives, whatever the chunking) and
+    `encode_body` what it held, with no extra keys and no blob opened. `record_body` then does just
+    that, without the capture's buffer copies. Anything else (a body that does not decode, or is too
+    big to hold) goes through `BodyCapture`, which records the decoding error or streams to a blob.
+    """
+    if not content_encoding or content_encoding.strip().lower() == "identity":
+        return data if len(data) <= hold else None
+    return decoded_prefix(data, content_encoding, hold)
 
 
 # -- the 5 MiB line rule ------------------------------------------------------------------------

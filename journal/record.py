@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -25,7 +25,6 @@ from journal.canonical import CanonicalError, canonical_bytes, check_reads_back
 from journal.connectors import Registry
 from journal.entry import ContractError, format_ts
 from journal.redact import (
-    header_value,
     is_token_exchange,
     redact_headers,
     redact_json_value,
@@ -96,9 +95,29 @@ def _all_utf8(fields: list) -> list[tuple[str, str]] | None:
     return list(zip(flat[::2], flat[1::2], strict=True))
 
 
+@dataclass(frozen=True)
+class HeaderText:
+    """Header fields already decoded by `decode_headers`: a caller that needs them as text before
+    `Recorder.prepare_request` does (the recording service, to classify the call) passes this in
+    their place, so they are decoded once per call, not twice."""
+
+    pairs: list[tuple[str, str]]
+    latin1: list[str]
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return iter(self.pairs)
+
+
+def decode_headers(fields: Iterable) -> HeaderText:
+    """`text_pairs_marked` of `fields`, kept for a later `prepare_request` (see `HeaderText`)."""
+    return HeaderText(*text_pairs_marked(fields))
+
+
 def text_pairs_marked(fields: Iterable) -> tuple[list[tuple[str, str]], list[str]]:
     """As `text_pairs`, with the JSON pointers (`/headers/I/0` name, `/headers/I/1` value) of the
     fields that were not UTF-8 and are read as Latin-1 (see `wire_field`)."""
+    if isinstance(fields, HeaderText):
+        return fields.pairs, fields.latin1
     fields = list(fields)
     if not fields:
         return [], []
@@ -131,8 +150,9 @@ def principal_fingerprint(headers: list[tuple[str, str]], url: str) -> str:
     """
     cred = None
     for k, v in headers:
-        if k.lower() in _CRED_HEADERS and v:
-            cred = v.split(" ", 1)[-1] if k.lower() == "authorization" else v
+        lk = k.lower()
+        if lk in _CRED_HEADERS and v:
+            cred = v.split(" ", 1)[-1] if lk == "authorization" else v
             break
     if cred is None and "token=" in url:
         from urllib.parse import parse_qsl, urlsplit
@@ -144,6 +164,17 @@ def principal_fingerprint(headers: list[tuple[str, str]], url: str) -> str:
     if cred is None:
         return "anonymous"
     return "fp:" + hashlib.sha256(b"connector-broker principal\0" + cred.encode()).hexdigest()[:16]
+
+
+def _content_headers(headers: list[tuple[str, str]]) -> tuple[str | None, str | None]:
+    """(Content-Type, Content-Encoding) as `header_value` finds them (the first of each), in one pass."""
+    ctype = coding = None
+    for k, v in headers:
+        if len(k) == 12 and ctype is None and k.lower() == "content-type":
+            ctype = v
+        elif len(k) == 16 and coding is None and k.lower() == "content-encoding":
+            coding = v
+    return ctype, coding
 
 
 @dataclass(frozen=True)
@@ -322,10 +353,10 @@ class Recorder:
 
     def _body(self, body: Body, headers: list[tuple[str, str]]) -> tuple[object, dict]:
         if body is None or isinstance(body, bytes):
-            return record_body(
-                body, header_value(headers, "content-type"), header_value(headers, "content-encoding"),
-                self.blobs, self.spill_threshold,
-            )
+            if not body:
+                return None, {}  # what record_body gives, without looking up the headers
+            ctype, coding = _content_headers(headers)
+            return record_body(body, ctype, coding, self.blobs, self.spill_threshold)
         if isinstance(body, Prepared):
             return body.value, dict(body.extra)
         if isinstance(body, JsonValue):

@@ -13,7 +13,8 @@ Replacement forms (fixed, part of the journal's look):
   application/x-www-form-urlencoded body.
 
 Body rules run as one left-to-right scan (see ``StreamingRedactor``); ``redact_body`` is that scan
-fed the whole body at once, so the streaming and the one-shot results are equal by construction.
+over the whole body as one final buffer, which gives what feeding it in chunks gives (the tests compare
+the two for any chunking).
 """
 
 from __future__ import annotations
@@ -447,12 +448,79 @@ _TRIGGERS_BY_KIND = {
 _TRIGGER_BACK = 6  # longest trigger ('\\u0026'): a trigger may start this far before the scan position
 
 
+# Long runs of base64url characters (attachment and message data in Gmail JSON, `raw` mail) hold
+# triggers at about one byte in six, and a rule can start at almost none of them. Inside a run
+# [a, b) of these bytes, at any position p with a + 8 <= p < b - _RUN_TAIL, no rule can match
+# except one starting with GOCSPX-, xapp- or github_pat_ (whose heads are all base64url characters):
+# - the rules guarded by _LB (1//0, AIza, xox?-, xoxd-, gh?_) need fewer than 8 token characters
+#   before them, and there are 8;
+# - every other value rule needs a byte that is not base64url within 2052 bytes of its start: the
+#   JWT's '.' (its first segment is at most 2048 characters, matched possessively), the '.' of ya29.,
+#   the space, '+' or '%' after Bearer, the '.' or '/' of the webhook URLs, the space of the PEM armour;
+# - the JSON key rules start at '"' or '\\', the multipart rule needs its ':' within 27 bytes, and
+#   the URL parameter and form rules need '?', '&', ';', '\\' or the start of the body just before
+#   them.
+# Each needs no byte past b - 1 + 2052 - _RUN_TAIL < b, so it reads the same whether the run ends there
+# or the buffer does (a run cut by a chunk boundary). Such interiors are skipped by the trigger scan;
+# the tests compare it with a scan that tries every rule at every byte.
+_RUN_TABLE = bytes(0x61 if chr(c).isascii() and (chr(c).isalnum() or chr(c) in "_-") else 0x2E for c in range(256))
+_RUN_MIN = 4096  # runs shorter than this are scanned as they are
+_RUN_HEAD = 8
+_RUN_TAIL = 2112
+_RUN_LITERALS = (b"GOCSPX-", b"xapp-", b"github_pat_")
+# Bytes a trigger's lookahead reads past its start at most (the longest: a key of the body name list
+# written with \\uXXXX escapes, about 250): a window of the trigger scan may end inside a run this
+# far early without losing a trigger.
+_TRIGGER_REACH = 1024
+
+
+_RUN_FLAG = bytes(1 if mark == 0x61 else 0 for mark in _RUN_TABLE)
+_WINDOW = 16
+
+
+def _may_hold_run(buf: bytes) -> bool:
+    """False only when `buf` has no _RUN_MIN base64url bytes in a row (then finding its runs, a copy of
+    the whole buffer, is saved: random binary data never has one).
+
+    Such a run [a, b) holds the 16 bytes from k * _RUN_MIN / 2 on, for k the first multiple at or after
+    a: they start before a + _RUN_MIN / 2 and end within b. So it is enough to look at those windows:
+    the byte j of every window is one strided slice, and the windows made only of base64url bytes are
+    the bits set in all 16 slices' flags ANDed together.
+    """
+    view, step, acc = memoryview(buf), _RUN_MIN // 2, -1
+    for j in range(_WINDOW):
+        acc &= int.from_bytes(view[j::step].tobytes().translate(_RUN_FLAG), "little")
+        if not acc:
+            return False
+    return True
+
+
+def _run_interiors(buf: bytes, start: int) -> list[tuple[int, int]]:
+    """The [from, to) spans after `start` where no rule can match (interiors of long base64url runs)."""
+    if len(buf) - start < _RUN_MIN or not _may_hold_run(buf):
+        return []
+    marks = buf.translate(_RUN_TABLE)  # 'a' for a base64url byte, '.' for any other
+    needle = b"a" * _RUN_MIN
+    out: list[tuple[int, int]] = []
+    i = marks.find(needle, start)
+    while i >= 0:
+        end = marks.find(b".", i + _RUN_MIN)
+        end = len(buf) if end < 0 else end
+        lo, hi = i + _RUN_HEAD, end - _RUN_TAIL
+        if hi - lo > _TRIGGER_REACH and not any(buf.find(lit, lo, end) >= 0 for lit in _RUN_LITERALS):
+            out.append((lo, hi))
+        i = marks.find(needle, end)
+    return out
+
+
 def _search(
-    regex: re.Pattern[bytes], triggers: re.Pattern[bytes] | None, buf: bytes, pos: int, safe: int
+    regex: re.Pattern[bytes], triggers: re.Pattern[bytes] | None, buf: bytes, pos: int, safe: int,
+    skips: list[tuple[int, int]] | tuple = (),
 ) -> re.Match[bytes] | None:
     """Leftmost match of `regex` starting in [pos, safe], or None; same result as a plain search.
 
-    With `triggers`, only positions where some rule can start are tried.
+    With `triggers`, only positions where some rule can start are tried, and none inside `skips`
+    (from `_run_interiors` of the same buffer).
     """
     if triggers is None:
         m = regex.search(buf, pos)
@@ -461,17 +529,36 @@ def _search(
         m = regex.match(buf, 0)
         if m is not None:
             return m
-    for t in triggers.finditer(buf, max(0, pos - _TRIGGER_BACK)):
-        first = buf[t.start()]
-        start = t.end() if first in b"?&" or t.end() - t.start() == _TRIGGER_BACK else t.start()
-        if start < pos:
-            continue
-        if start > safe:
+    lo = max(0, pos - _TRIGGER_BACK)
+    for w_start, w_end in _windows(lo, skips, len(buf)):
+        if w_start > safe:
             return None
-        m = regex.match(buf, start)
-        if m is not None:
-            return m
+        for t in triggers.finditer(buf, w_start, min(len(buf), w_end + _TRIGGER_REACH)):
+            if t.start() >= w_end:
+                break
+            first = buf[t.start()]
+            start = t.end() if first in b"?&" or t.end() - t.start() == _TRIGGER_BACK else t.start()
+            if start < pos:
+                continue
+            if start > safe:
+                return None
+            m = regex.match(buf, start)
+            if m is not None:
+                return m
     return None
+
+
+def _windows(lo: int, skips: list[tuple[int, int]] | tuple, n: int) -> list[tuple[int, int]]:
+    """[lo, n) without the spans of `skips`, as (start, end) windows."""
+    out, at = [], lo
+    for s, e in skips:
+        if e <= at:
+            continue
+        if s > at:
+            out.append((at, s))
+        at = e
+    out.append((at, n))
+    return out
 
 
 class StreamingRedactor:
@@ -520,6 +607,16 @@ class StreamingRedactor:
         self._pos = 0
         return out
 
+    def _whole(self, body: bytes) -> bytes:
+        """`redact_body`: the whole body scanned as one final buffer, which is what `feed(body)` and
+        `close()` give (the streaming tests compare the two for any chunking). A body with nothing to
+        redact comes back as the same object: its one slice is the whole buffer, and neither slicing
+        nor joining copies that."""
+        self._buf, self._closed = body, True
+        out = self._run(final=True)
+        self._buf, self._pos = b"", 0
+        return out
+
     def _run(self, final: bool) -> bytes:
         """Scan from the current position; emit what is decided; keep the rest (and some context)."""
         buf, pos, n = self._buf, self._pos, len(self._buf)
@@ -527,6 +624,7 @@ class StreamingRedactor:
         # Escaped keys can only match where a name-character escape occurs in what is scanned now.
         esc = _NAME_ESCAPE.search(buf, max(0, pos - _TRIGGER_BACK)) is not None
         triggers = self._esc_triggers if esc else self._plain_triggers
+        skips: list[tuple[int, int]] | None = None
         out: list[bytes] = []
         while True:
             if self._tail is not None:
@@ -536,7 +634,9 @@ class StreamingRedactor:
                 self._tail = None
             if pos >= n or pos > safe:
                 break
-            m = _search(self._regex, triggers if self._use_triggers else None, buf, pos, safe)
+            if skips is None:  # once per buffer, when a scan reaches this far
+                skips = _run_interiors(buf, pos) if self._use_triggers else []
+            m = _search(self._regex, triggers if self._use_triggers else None, buf, pos, safe, skips)
             if m is None:
                 end = max(pos, min(n, safe + (0 if final else 1)))
                 out.append(buf[pos:end])
@@ -578,8 +678,7 @@ def redact_body(body: bytes, content_type: str | None) -> bytes:
       rules inside every part).
     - every body: credential value patterns (see ``contains_credential``).
     """
-    r = StreamingRedactor(content_type)
-    return r.feed(body) + r.close()
+    return StreamingRedactor(content_type)._whole(bytes(body))
 
 
 def contains_credential(data: bytes | str) -> bool:
@@ -589,6 +688,10 @@ def contains_credential(data: bytes | str) -> bool:
     """
     if isinstance(data, str):
         data = data.encode("utf-8", "surrogatepass")
+    # Every value rule starts at one of its triggers: with none in `data` (the usual case, decided in
+    # one C-level search) `_search` could not match either.
+    if _VALUE_TRIGGER_RE.search(data) is None:
+        return False
     return _search(_VALUE_RE, _VALUE_TRIGGER_RE, data, 0, len(data)) is not None
 
 
@@ -695,27 +798,59 @@ def _redact_params(params: str) -> str:
     return "&".join(parts)
 
 
+def _forms(s: str) -> tuple[str, ...]:
+    """A URL component as `_has_credential_text` reads it: as written, percent-decoded, and with `+`
+    as a space (the decoded forms only where they can differ)."""
+    if "%" in s:
+        return s, unquote(s), unquote_plus(s)
+    return (s, s.replace("+", " ")) if "+" in s else (s,)
+
+
+def _params_clean(params: str, texts: list[str]) -> bool:
+    """As `_redact_params` reads `params`: False when a parameter has a credential name (its value
+    would be replaced); else every text it scans for value patterns is added to `texts`."""
+    for part in params.split("&"):
+        name, eq, value = part.partition("=")
+        if eq:
+            if _URL_NAME_RE.fullmatch(unquote_plus(name) if "%" in name or "+" in name else name):
+                return False
+            texts += _forms(value)
+            texts += _forms(name)
+        else:
+            texts += _forms(part)
+    return True
+
+
 def _plainly_clean(url: str) -> bool:
-    """Fast path for the common URL: nothing encoded, no userinfo, no webhook host, no credential-named
-    parameter, and no credential value pattern in any component redact_url would check (path segments,
-    parameter values, a bare fragment), scanned in one pass. Then redact_url would change nothing."""
-    if "%" in url or "+" in url or "@" in url or _WEBHOOK_MARK.search(url):
+    """True only when `_redact_url_full` would return `url` unchanged; decided with one value-pattern scan.
+
+    It reads the URL as the full path does (no userinfo, no webhook host, no credential-named query or
+    fragment parameter) and collects every text the full path scans (path segments, parameter names
+    and values, parts without `=`, a bare fragment; each as written and decoded). Those texts joined by
+    newlines hold a value pattern whenever one of them does: no value rule needs the start or the end
+    of its text (a lookbehind at a text's start sees a newline, which no rule accepts where a start of
+    text would fail, and lookaheads only widen). So no hit in the join means no hit in any of them.
+    (The test suite compares this with the full path on random URLs with credentials in every part.)
+    """
+    if _WEBHOOK_MARK.search(url):
         return False
     rest, _, fragment = url.partition("#")
     rest, _, query = rest.partition("?")
     m = _AUTHORITY_RE.match(rest)
-    components = (rest[m.end() :] if m else rest).split("/")
-    for params in (query, fragment):
-        if params is fragment and "=" not in fragment:
-            components.append(fragment)
-            continue
-        for part in params.split("&"):
-            name, eq, value = part.partition("=")
-            if eq:
-                if _URL_NAME_RE.fullmatch(name):
-                    return False
-                components.append(value)
-    return not contains_credential("\n".join(components))
+    if m and "@" in m["auth"]:
+        return False
+    texts: list[str] = []
+    for segment in (rest[m.end() :] if m else rest).split("/"):
+        texts += _forms(segment)
+    if query and not _params_clean(query, texts):
+        return False
+    if fragment:
+        if "=" in fragment:
+            if not _params_clean(fragment, texts):
+                return False
+        else:
+            texts += _forms(fragment)
+    return not contains_credential("\n".join(texts))
 
 
 def redact_url(url: str) -> str:
@@ -733,8 +868,11 @@ def redact_url(url: str) -> str:
       ``hooks.zapier.com/hooks/...``, Telegram ``api.telegram.org/bot<token>/...``.
     Pagination cursors (pageToken, nextPageToken, syncToken) are not credentials and stay.
     """
-    if _plainly_clean(url):
-        return url
+    return url if _plainly_clean(url) else _redact_url_full(url)
+
+
+def _redact_url_full(url: str) -> str:
+    """`redact_url` without its fast path: every component checked and rewritten one by one."""
     rest, hash_, fragment = url.partition("#")
     rest, qmark, query = rest.partition("?")
     m = _AUTHORITY_RE.match(rest)
@@ -840,12 +978,16 @@ _AWS_STS_HOST = re.compile(r"^sts(?:[.-][a-z0-9-]+)*\.amazonaws\.com(?:\.cn)?$")
 _GRANT_TYPE = re.compile(rb'(?:^|&)grant_type=|"grant_type"\s*:')
 
 
+_SLASHES = re.compile(r"/{2,}")
+_PORT = re.compile(r":\d*$")
+
+
 def _host_of(authority: str) -> str:
     """Lowercase host of an authority without userinfo: port and IPv6 brackets removed."""
     authority = authority.rpartition("@")[2].lower()
     if authority.startswith("["):
         return authority[1:].partition("]")[0]
-    return re.sub(r":\d*$", "", authority).rstrip(".")
+    return _PORT.sub("", authority).rstrip(".")
 
 
 def header_value(headers: Iterable[tuple[str, str]] | Iterable[list[str]], name: str) -> str | None:
@@ -872,7 +1014,8 @@ def is_token_exchange(method: str, url: str, headers: Iterable[tuple[str, str]],
     if not auth:
         auth = (header_value(headers, "host") or "").strip()
     host = _host_of(auth)
-    path = re.sub(r"/{2,}", "/", unquote(raw_path or "/")).lower()
+    path = raw_path or "/"
+    path = _SLASHES.sub("/", unquote(path) if "%" in path else path).lower()
     if len(path) > 1:
         path = path.rstrip("/") or "/"
 

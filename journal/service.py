@@ -52,7 +52,7 @@ from journal.checkpoint.autoseal import AutosealConfig
 from journal.connectors import Registry
 from journal.models.capture import complete as complete_prompt_capture
 from journal.models.linking import links_for
-from journal.record import Recorder, RequestHalf, principal_fingerprint, text_pairs, wire_field
+from journal.record import Recorder, RequestHalf, decode_headers, principal_fingerprint, text_pairs, wire_field
 from journal.redact import header_value
 from journal.vault import VaultError
 from journal.writer import JournalError, JournalStopped
@@ -90,7 +90,7 @@ def request_half(recorder: Recorder, m: dict) -> RequestHalf | None:
         links_for(recorder).on_request(m)
         m = complete_prompt_capture(recorder, m, request=True)
     method, url = wire_field(m["method"])[0], wire_field(m["url"])[0]
-    req_headers = text_pairs(m["request_headers"])
+    req_headers = decode_headers(m["request_headers"])  # once: prepare_request takes them as they are
     connector, effect = m["connector"], m.get("effect")
     basis = m.get("effect_basis", "rule")
     body = m.get("request_body")
@@ -109,7 +109,7 @@ def request_half(recorder: Recorder, m: dict) -> RequestHalf | None:
     return recorder.prepare_request(
         session=m["session"], agent=m["agent"], principal=m.get("principal") or principal_fingerprint(req_headers, url),
         connector=connector, capture=m.get("capture", "broker"), effect=effect, method=m["method"], url=m["url"],
-        request_headers=m["request_headers"], request_body=body, effect_basis=basis,
+        request_headers=req_headers, request_body=body, effect_basis=basis,
         request_extra=m.get("request_extra"), prompt_ref=m.get("prompt_ref"),
     )
 

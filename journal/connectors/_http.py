@@ -16,7 +16,7 @@ Google connectors use (literal segments win over ``{placeholders}``).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from urllib.parse import parse_qs, unquote
 
@@ -78,6 +78,34 @@ def _remove_dot_segments(path: str) -> str:
 def parse_query(query: str) -> dict[str, list[str]]:
     """Query string as a dict of value lists (blank values kept)."""
     return parse_qs(query, keep_blank_values=True) if query else {}
+
+
+class LazyQuery(Mapping[str, list[str]]):
+    """`parse_query` of a query string, parsed only when a connector rule first reads it: most rules
+    decide on the method and path alone, and parsing costs more than the rest of the decision."""
+
+    __slots__ = ("_parsed", "_query")
+
+    def __init__(self, query: str) -> None:
+        self._query = query
+        self._parsed: dict[str, list[str]] | None = None
+
+    def _dict(self) -> dict[str, list[str]]:
+        if self._parsed is None:
+            self._parsed = parse_query(self._query)
+        return self._parsed
+
+    def __getitem__(self, key: str) -> list[str]:
+        return self._dict()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._dict())
+
+    def __len__(self) -> int:
+        return len(self._dict())
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._dict()
 
 
 def lower_headers(headers: Iterable[tuple[str, str]]) -> dict[str, str]:

@@ -34,12 +34,12 @@ from ._http import (
     OVERRIDE_HEADERS,
     READ,
     WRITE,
+    LazyQuery,
     effect_of_method,
     lower_headers,
     method_token,
     normalise_host,
     normalise_path,
-    parse_query,
 )
 
 # The one place that lists the built-in connectors. Order is match order.
@@ -153,7 +153,7 @@ class Registry:
         else:
             try:
                 effect, text = connector.module.classify_effect(
-                    method, path, parse_query(split.query), hdrs, body
+                    method, path, LazyQuery(split.query), hdrs, body
                 )
             except Exception as exc:  # a connector bug must not crash capture or under-state a write
                 effect, text = WRITE, f"{connector.name} rules failed ({type(exc).__name__}), fail closed"
