@@ -902,9 +902,24 @@ def _redact_url_full(url: str) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
+_TEXT_REGEX = _REGEX_BY_KIND[_TEXT]
+_TEXT_PLAIN_TRIGGERS, _TEXT_ESC_TRIGGERS = _TRIGGERS_BY_KIND[_TEXT]
+
+
+def _text_plainly_clean(raw: bytes) -> bool:
+    """True when the text rules cannot change `raw`: no rule matches at its start (a form field needs
+    nothing before it there) and no trigger occurs anywhere, so `_search`, which only tries trigger
+    positions, finds nothing either. Saves building a StreamingRedactor for each of the many short
+    strings of a parsed JSON value (MCP params and results)."""
+    triggers = _TEXT_ESC_TRIGGERS if _NAME_ESCAPE.search(raw) else _TEXT_PLAIN_TRIGGERS
+    return triggers.search(raw) is None and _TEXT_REGEX.match(raw, 0) is None
+
+
 def _redact_text(s: str) -> str:
     """Text rules on a Python string; cuts fall on ASCII bytes only, so the result is valid again."""
     raw = s.encode("utf-8", "surrogatepass")
+    if _text_plainly_clean(raw):
+        return s
     red = redact_body(raw, "text/plain")
     return s if red == raw else red.decode("utf-8", "surrogatepass")
 

@@ -321,3 +321,17 @@ def test_lazy_query_reads_as_the_parsed_query(query: str) -> None:
 def test_a_long_run_is_never_missed_by_the_window_check(before: bytes, after: bytes, extra: int) -> None:
     run = (_B64URL * 100)[: redact._RUN_MIN + extra].encode()
     assert redact._may_hold_run(before + run + after)
+
+
+@settings(max_examples=800, deadline=None)
+@example(text="token=abc")
+@example(text="pass\\u0077ord=x")
+@example(text='{"pass\\u0077ord": "x"}')
+@given(text=st.one_of(_word, _tokens.map(lambda t: f"see {t} here"), st.text(max_size=30),
+                      st.builds(lambda k, v: f"{k}={v}", _names, _word),
+                      st.builds(lambda k, v: json.dumps({k: v}), _KEYS, _word)))  # fmt: skip
+def test_redact_text_fast_path_equals_the_redactor(text: str) -> None:
+    from journal.redact import _redact_text
+
+    raw = text.encode("utf-8", "surrogatepass")
+    assert _redact_text(text).encode("utf-8", "surrogatepass") == _full_redact(raw, "text/plain")
