@@ -141,7 +141,7 @@ _LINE_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER
 
 def canonical_value(data: bytes, *, keys_checked: bool = False) -> object | None:
     """The value `data` is the canonical form of, or None when this quick test cannot tell (then
-    is_canonical_line decides, and may still say yes).
+    is_canonical_line decides, and may still say yes; a line holding just `null` always gets None).
 
     Why a yes is right: msgspec parses `data` and stops at any float literal (its float_hook), so the
     value holds only objects, arrays, strings, integers, booleans and null; orjson writes that value

@@ -50,6 +50,11 @@ def validate_fields(fields: dict) -> None:
     """Check the eleven fields a capture point supplies (everything but seq, prev and hash)."""
     if type(fields) is dict and len(fields) == len(_FIELD_KEYS) and _fields_ok(fields):
         return  # the one-pass check found nothing: the checks below would raise nothing either
+    _check_fields(fields)
+
+
+def _check_fields(fields: dict) -> None:
+    """validate_fields step by step, naming the first thing wrong."""
     expected = set(KEYS) - CHAINED_KEYS
     got = set(fields)
     if got != expected:
@@ -69,6 +74,11 @@ def validate_entry(entry: object) -> None:
     """Check a complete entry: exactly the fourteen keys with the contract's types."""
     if is_valid_entry(entry):
         return
+    _check_entry(entry)
+
+
+def _check_entry(entry: object) -> None:
+    """validate_entry step by step, naming the first thing wrong."""
     if not isinstance(entry, dict):
         raise ContractError(f"entry is a {type(entry).__name__}, not an object")
     got = set(entry)

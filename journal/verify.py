@@ -139,8 +139,10 @@ class _Walk:
         self.listings: list[dict] | None = None  # a range worker collects tools/list entries here instead
         self.broken = False
 
-    def run(self, blocks: Iterator[LineBlock]) -> bool:
-        """Check the lines of `blocks` after the k lines already checked; False once a break is recorded."""
+    def run(self, blocks: Iterator[LineBlock], after: Callable[[], Iterator[LineBlock]] | None = None) -> bool:
+        """Check the lines of `blocks` after the k lines already checked; False once a break is recorded.
+        `after`: the blocks that follow when `blocks` stops short of the end of the file (a chain break is
+        classified by the lines after it, all of them)."""
         report, session, blobs, progress, on_entry = self.report, self.session, self.blobs, self.progress, self.on_entry
         k, expected_prev, before, sealed_at = self.k, self.expected_prev, self.before, self.seal_entries
         first_ts, nbytes = report.first_ts, 0
@@ -168,7 +170,8 @@ class _Walk:
                     try:
                         entry = quick(data, session, keys_ok) or _check_line(data + b"\n", session)
                         if entry["seq"] != k or entry["prev"] != expected_prev:
-                            raise _classify_chain_break(entry, k, before, _rest(lines, k - k0 - 1, blocks))
+                            rest = _rest(lines, k - k0 - 1, itertools.chain(blocks, after() if after else ()))
+                            raise _classify_chain_break(entry, k, before, rest)
                         if blobs is not None and _REF_MARK in data:
                             _check_blobs(entry, blobs, self.blob_ok, self.erased)
                     except _Break as brk:
@@ -296,7 +299,7 @@ def _verify_file(walk: _Walk, path: Path, workers: int | None) -> None:
         for a, b in zip(bounds[1:-1], bounds[2:], strict=True)
     ]
     try:
-        if not walk.run(iter_line_blocks(path, 0, bounds[1])):
+        if not walk.run(iter_line_blocks(path, 0, bounds[1]), lambda: iter_line_blocks(path, bounds[1])):
             return
         for child, start in zip(children, bounds[1:-1], strict=True):
             part = child.result()
