@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,6 +22,22 @@ class LineBlock:
     lines: list[bytes]  # each without its newline
     raw: bytes  # the bytes read; every line of `lines` lies inside it (scans of the block hold for each line)
     torn: bytes = b""  # the file's (or range's) last line when it has no final newline; `lines` is then empty
+
+    def lines_holding(self, mark: bytes) -> set[int]:
+        """Indexes of the lines that contain `mark` (which holds no newline), from searches of the whole
+        block: one pass when no line has it, rather than a search per line."""
+        pos = self.raw.find(mark)
+        if pos < 0:
+            return set()
+        ends = list(itertools.accumulate(len(line) + 1 for line in self.lines))  # offset after each newline
+        found = set()
+        while pos >= 0:
+            i = bisect.bisect_right(ends, pos)
+            if i >= len(ends):
+                break  # in the bytes after the last newline (read again with the next block)
+            found.add(i)
+            pos = self.raw.find(mark, ends[i])
+        return found
 
 
 def iter_line_blocks(path: str | os.PathLike, start: int = 0, stop: int | None = None) -> Iterator[LineBlock]:

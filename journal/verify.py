@@ -162,6 +162,7 @@ class _Walk:
                     raise AssertionError("a line without a newline passed the checks")
                 lines = block.lines
                 keys_ok = not keys_may_sort_differently(block.raw)
+                refs = block.lines_holding(_REF_MARK) if blobs is not None else None
                 k0 = k
                 for data in lines:
                     k += 1
@@ -172,8 +173,8 @@ class _Walk:
                         if entry["seq"] != k or entry["prev"] != expected_prev:
                             rest = _rest(lines, k - k0 - 1, itertools.chain(blocks, after() if after else ()))
                             raise _classify_chain_break(entry, k, before, rest)
-                        if blobs is not None and _REF_MARK in data:
-                            _check_blobs(entry, blobs, self.blob_ok, self.erased)
+                        if refs and k - k0 - 1 in refs:
+                            _check_blobs(entry, blobs, self.blob_ok, self.erased)  # type: ignore[arg-type]
                     except _Break as brk:
                         nbytes += sum(map(len, lines[: k - k0])) + k - k0
                         self._broken(brk, k)

@@ -41,6 +41,14 @@ def test_blocks_hold_the_lines_of_iter_lines(tmp_path, monkeypatch, content, rea
     assert _flat(iter_line_blocks(path, starts[i], starts[j])) == lines[k:m]
 
 
+@settings(max_examples=300, deadline=None)
+@given(lines=st.lists(st.sampled_from([b"", b"ab", b"abab", b"xaby", b"zzzz" * 9, b"b", b"a"]), max_size=20),
+       tail=st.sampled_from([b"", b"ab", b"a"]))
+def test_lines_holding_a_mark_are_the_lines_that_contain_it(lines, tail):
+    block = reader.LineBlock(lines, b"\n".join(lines) + (b"\n" if lines else b"") + tail)
+    assert block.lines_holding(b"ab") == {i for i, line in enumerate(lines) if b"ab" in line}
+
+
 def test_a_line_longer_than_many_reads(tmp_path, monkeypatch):
     monkeypatch.setattr(reader, "_READ", 4)
     path = tmp_path / "s.jsonl"
