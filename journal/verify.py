@@ -32,6 +32,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import itertools
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -276,43 +277,71 @@ class _RangeResult:
     listings: list[dict]
 
 
-def _verify_file(walk: _Walk, path: Path, workers: int | None) -> None:
-    """Verify the whole file: in this process alone, or with the file cut at line starts into one range
-    per worker, the first checked here, the others in forked children at the same time.
+RANGES_PER_WORKER = 4
+"""Ranges per process, taken one at a time from a shared queue: a process slowed by other load takes fewer."""
+MIN_RANGE_BYTES = 2 << 20
 
-    A child checks its range as if the chain before it were intact, taking its first line's seq and prev
-    as given; this process then checks they are where the chain stands (k + 1, the expected prev) and
-    takes over the child's state. The first range a child could not pass (any finding, or a first line
-    that does not link) is checked again here, from its first line to the end of the file, by the same
-    walk: so findings and their classification are exactly those of one process reading alone.
+
+def _verify_file(walk: _Walk, path: Path, workers: int | None) -> None:
+    """Verify the whole file: in this process alone, or cut at line starts into ranges that this process
+    and `workers - 1` forked children take from a shared queue and check at the same time.
+
+    A range is checked as if the chain before it were intact, taking its first line's seq and prev as
+    given (`_verify_range`); this process then goes through the ranges in file order, checks that each
+    starts where the chain stands (seq k + 1, the expected prev) and takes over its state. The first
+    range that did not pass (any finding, a first line that does not link, a worker that failed) is
+    checked again here by the one walk, from its first line to the end of the file: so findings and
+    their classification are exactly those of one process reading alone.
     """
     size = path.stat().st_size
     if workers is None:
         auto = walk.on_entry is None and size >= PARALLEL_MIN_BYTES
         workers = usable_cpus() if auto else 1
-    cuts = _line_starts(path, size, workers) if workers > 1 and can_fork() else []
+    wanted = max(workers, min(workers * RANGES_PER_WORKER, size // MIN_RANGE_BYTES, 255))
+    cuts = _line_starts(path, size, wanted) if workers > 1 and can_fork() else []
     if not cuts:
         walk.run(iter_line_blocks(path))
         return
     bounds = [0, *cuts, size]
-    children = [
-        ForkedCall(functools.partial(_verify_range, walk.session, path, a, b, walk.blobs, walk.seal_entries))
-        for a, b in zip(bounds[1:-1], bounds[2:], strict=True)
-    ]
+    ranges = list(zip(bounds, bounds[1:], strict=False))
+    queue, fill = os.pipe()
+    os.write(fill, bytes(range(len(ranges))))  # one byte per range: each read(1) takes one
+    os.close(fill)
+    take = functools.partial(_verify_ranges, queue, walk.session, path, ranges, walk.blobs, walk.seal_entries)
+    parts: dict[int, _RangeResult | None] = {}
     try:
-        if not walk.run(iter_line_blocks(path, 0, bounds[1]), lambda: iter_line_blocks(path, bounds[1])):
-            return
-        for child, start in zip(children, bounds[1:-1], strict=True):
-            part = child.result()
-            if not (isinstance(part, _RangeResult) and part.first_seq == walk.k + 1
-                    and part.first_prev == walk.expected_prev):
-                walk.run(iter_line_blocks(path, start))
-                return
-            walk.absorb(part)
-        walk.run(iter_line_blocks(path, size))  # lines appended since the size was taken
+        children = [ForkedCall(take) for _ in range(workers - 1)]
+        try:
+            try:
+                parts.update(take())
+            except Exception:  # noqa: BLE001 - the walk below checks these ranges again and raises it
+                pass
+            for child in children:
+                parts.update(child.result() or {})  # type: ignore[arg-type]
+        finally:
+            for child in children:
+                child.close()
     finally:
-        for child in children:
-            child.close()
+        os.close(queue)
+    for i, (start, _) in enumerate(ranges):
+        part = parts.get(i)
+        if part is None or part.first_seq != walk.k + 1 or part.first_prev != walk.expected_prev:
+            walk.run(iter_line_blocks(path, start))
+            return
+        walk.absorb(part)
+    walk.run(iter_line_blocks(path, size))  # lines appended since the size was taken
+
+
+def _verify_ranges(
+    queue: int, session: str, path: Path, ranges: list[tuple[int, int]], blobs: BlobStore | None,
+    seal_entries: int | None,
+) -> dict[int, _RangeResult | None]:
+    """Take ranges from the queue until it is empty; the result of each, by its index."""
+    done: dict[int, _RangeResult | None] = {}
+    while taken := os.read(queue, 1):
+        start, stop = ranges[taken[0]]
+        done[taken[0]] = _verify_range(session, path, start, stop, blobs, seal_entries)
+    return done
 
 
 def _line_starts(path: Path, size: int, workers: int) -> list[int]:
