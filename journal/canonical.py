@@ -4,7 +4,7 @@ Everything that hashes or writes an entry calls `canonical_bytes`. orjson is use
 fast path only where its `OPT_SORT_KEYS` output is proven byte-identical to JCS: no float
 anywhere, and no mix of characters outside the Basic Multilingual Plane with characters in
 U+E000..U+FFFF (orjson sorts keys by code point, JCS by UTF-16 code unit; they differ only
-there). See `_fast`.
+there). See `_fast`; the verifier's test of a line read from a file is `canonical_value`.
 `tests/test_canonical.py` holds the proof (vectors plus a differential property test
 against the `rfc8785` package).
 """

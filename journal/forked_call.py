@@ -33,7 +33,12 @@ class ForkedCall:
 
     def __init__(self, fn: Callable[[], object]) -> None:
         read_fd, write_fd = os.pipe()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except BaseException:
+            os.close(read_fd)
+            os.close(write_fd)
+            raise
         if pid == 0:  # the child: never return into the caller's code, never run its exit handlers
             status = 1
             try:

@@ -309,19 +309,22 @@ def _verify_file(walk: _Walk, path: Path, workers: int | None) -> None:
     os.close(fill)
     take = functools.partial(_verify_ranges, queue, walk.session, path, ranges, walk.blobs, walk.seal_entries)
     parts: dict[int, _RangeResult | None] = {}
+    children: list[ForkedCall] = []
     try:
-        children = [ForkedCall(take) for _ in range(workers - 1)]
+        for _ in range(workers - 1):
+            children.append(ForkedCall(take))
+    except OSError:  # no more processes to be had: share among those started
+        pass
+    try:
         try:
-            try:
-                parts.update(take())
-            except Exception:  # noqa: BLE001 - the walk below checks these ranges again and raises it
-                pass
-            for child in children:
-                parts.update(child.result() or {})  # type: ignore[arg-type]
-        finally:
-            for child in children:
-                child.close()
+            parts.update(take())
+        except Exception:  # noqa: BLE001 - the walk below checks these ranges again and raises it
+            pass
+        for child in children:
+            parts.update(child.result() or {})  # type: ignore[arg-type]
     finally:
+        for child in children:
+            child.close()
         os.close(queue)
     for i, (start, _) in enumerate(ranges):
         part = parts.get(i)
