@@ -161,15 +161,12 @@ def _common_ok(e: dict) -> bool:
             return False
     elif type(status) is not int or not 100 <= status <= 999:
         return False
-    return _headers_ok(req.get("headers")) and _headers_ok(resp.get("headers"))
-
-
-def _headers_ok(headers: object) -> bool:
-    if type(headers) is not list:
-        return False
-    for h in headers:
-        if type(h) is not list or len(h) != 2 or type(h[0]) is not str or type(h[1]) is not str:
+    for headers in (req.get("headers"), resp.get("headers")):
+        if type(headers) is not list:
             return False
+        for h in headers:
+            if type(h) is not list or len(h) != 2 or type(h[0]) is not str or type(h[1]) is not str:
+                return False
     return True
 
 

@@ -13,11 +13,12 @@ import orjson
 from journal.vault import Vault
 
 _READ = 1 << 20
+_BLOCK = 1 << 18  # iter_line_blocks: a block and its lines stay in the CPU caches (faster than 1 MiB here)
 
 
 @dataclass(frozen=True, slots=True)
 class LineBlock:
-    """Whole lines read together (the verifier's unit of reading: one split per megabyte, not a read per line)."""
+    """Whole lines read together (the verifier's unit of reading: one split per block, not a read per line)."""
 
     lines: list[bytes]  # each without its newline
     raw: bytes  # the bytes read; every line of `lines` lies inside it (scans of the block hold for each line)
@@ -42,7 +43,7 @@ class LineBlock:
 
 def iter_line_blocks(path: str | os.PathLike, start: int = 0, stop: int | None = None) -> Iterator[LineBlock]:
     """Yield the lines from byte `start` (a line start) to `stop` (default: the end of the file as it
-    grows while being read), about a megabyte at a time; lines are split on b"\\n" only, as iter_lines does.
+    grows while being read), a quarter megabyte at a time; lines are split on b"\\n" only, as iter_lines does.
     A last line without a newline before `stop` or the end comes alone, as `torn`."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
@@ -75,7 +76,7 @@ def iter_line_blocks(path: str | os.PathLike, start: int = 0, stop: int | None =
 
 
 def _pread(fd: int, pos: int, stop: int | None) -> bytes:
-    return os.pread(fd, _READ if stop is None else min(_READ, stop - pos), pos)
+    return os.pread(fd, _BLOCK if stop is None else min(_BLOCK, stop - pos), pos)
 
 
 @dataclass(frozen=True)

@@ -238,9 +238,11 @@ def _quick_entry(data: bytes, session: str, keys_ok: bool) -> dict | None:
     entry = canonical_value(data, keys_checked=keys_ok)
     if type(entry) is not dict or not is_valid_entry(entry) or entry["session"] != session:
         return None
-    digest = entry["hash"]
-    at = data.find(_HASH_KEY + digest.encode() + b'"')
-    if at < 0 or hashlib.sha256(data[:at] + data[at + 74 :]).hexdigest() != digest:
+    # `_check_line` splices out the first `,"hash":"<hash>"`. In a canonical line of a valid entry the first
+    # `,"hash":"` is that one: the keys sorted before it (agent, capture, connector, effect) hold strings,
+    # in which `,"` cannot appear unescaped. So the same bytes are hashed.
+    at = data.find(_HASH_KEY)
+    if hashlib.sha256(data[:at] + data[at + 74 :]).hexdigest() != entry["hash"]:
         return None
     return entry
 

@@ -29,6 +29,7 @@ def _flat(blocks) -> list[bytes]:
 @given(content=_bytes, read=st.integers(1, 9), data=st.data())
 def test_blocks_hold_the_lines_of_iter_lines(tmp_path, monkeypatch, content, read, data):
     monkeypatch.setattr(reader, "_READ", read)
+    monkeypatch.setattr(reader, "_BLOCK", read)
     path = tmp_path / "s.jsonl"
     path.write_bytes(content)
     lines = [ln.data for ln in iter_lines(path)]
@@ -50,7 +51,7 @@ def test_lines_holding_a_mark_are_the_lines_that_contain_it(lines, tail):
 
 
 def test_a_line_longer_than_many_reads(tmp_path, monkeypatch):
-    monkeypatch.setattr(reader, "_READ", 4)
+    monkeypatch.setattr(reader, "_BLOCK", 4)
     path = tmp_path / "s.jsonl"
     path.write_bytes(b"a" * 50 + b"\nbb\n" + b"c" * 30)
     blocks = list(iter_line_blocks(path))
