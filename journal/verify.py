@@ -279,6 +279,8 @@ class _RangeResult:
     listings: list[dict]
 
 
+MIN_WORKER_BYTES = 4 << 20
+"""Bytes per process at least, in the default sharing (a fork costs a few milliseconds)."""
 RANGES_PER_WORKER = 4
 """Ranges per process, taken one at a time from a shared queue: a process slowed by other load takes fewer."""
 MIN_RANGE_BYTES = 2 << 20
@@ -296,9 +298,9 @@ def _verify_file(walk: _Walk, path: Path, workers: int | None) -> None:
     their classification are exactly those of one process reading alone.
     """
     size = path.stat().st_size
-    if workers is None:
+    if workers is None:  # a process per CPU, each with MIN_WORKER_BYTES at least, 16 at most
         auto = walk.on_entry is None and size >= PARALLEL_MIN_BYTES
-        workers = usable_cpus() if auto else 1
+        workers = min(usable_cpus(), size // MIN_WORKER_BYTES, 16) if auto else 1
     wanted = max(workers, min(workers * RANGES_PER_WORKER, size // MIN_RANGE_BYTES, 255))
     cuts = _line_starts(path, size, wanted) if workers > 1 and can_fork() else []
     if not cuts:

@@ -287,6 +287,7 @@ def test_auto_mode_forks_only_for_big_files_without_on_entry_or_threads(tmp_path
     monkeypatch.setattr(verify, "usable_cpus", lambda: 2)
     assert verify_session(vault, SESSION).intact and count_forks.started == 0  # below PARALLEL_MIN_BYTES
     monkeypatch.setattr(verify, "PARALLEL_MIN_BYTES", 1000)
+    monkeypatch.setattr(verify, "MIN_WORKER_BYTES", 1000)
     assert verify_session(vault, SESSION).intact and count_forks.started == 1
     seen: list[int] = []
     assert verify_session(vault, SESSION, on_entry=lambda e: seen.append(e["seq"])).intact
