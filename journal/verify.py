@@ -94,8 +94,8 @@ def verify_session(
 ) -> SessionReport:
     """Verify one session file. `progress` gets byte counts as lines are read; `on_entry` each good entry;
     `seal_key` (a public key held outside the vault) checks the session's seal. `workers`: processes to
-    share the file among (default: one per CPU for files of PARALLEL_MIN_BYTES and more, when there is no
-    `on_entry` and the process has no other thread; 1 keeps to this process). The report is the same
+    share the file among (default: one per CPU, and per 4 MB, for files of PARALLEL_MIN_BYTES and more, when
+    there is no `on_entry` and the process has no other thread; 1 keeps to this process). The report is the same
     whichever way the lines were shared."""
     path = vault.require_session(session)
     seal = read_seal(vault, session)
