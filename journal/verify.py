@@ -347,7 +347,10 @@ def _verify_ranges(
     done: dict[int, _RangeResult | None] = {}
     while taken := os.read(queue, 1):
         start, stop = ranges[taken[0]]
-        done[taken[0]] = _verify_range(session, path, start, stop, blobs, seal_entries)
+        done[taken[0]] = part = _verify_range(session, path, start, stop, blobs, seal_entries)
+        if part is None:  # the parent reads on from this range itself: the ranges not yet taken are not needed
+            os.read(queue, len(ranges))
+            break
     return done
 
 
