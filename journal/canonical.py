@@ -4,7 +4,7 @@ Everything that hashes or writes an entry calls `canonical_bytes`. orjson is use
 fast path only where its `OPT_SORT_KEYS` output is proven byte-identical to JCS: no float
 anywhere, and no mix of characters outside the Basic Multilingual Plane with characters in
 U+E000..U+FFFF (orjson sorts keys by code point, JCS by UTF-16 code unit; they differ only
-there). See `_fast`.
+there). See `_fast`; the verifier's test of a line read from a file is `canonical_value`.
 `tests/test_canonical.py` holds the proof (vectors plus a differential property test
 against the `rfc8785` package).
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import re
 
+import msgspec
 import orjson
 
 MAX_SAFE_INTEGER = 2**53 - 1
@@ -110,13 +111,55 @@ def _may_differ_from_orjson(data: bytes) -> bool:
     """True when `data` may hold a float token, or keys whose code-point order may differ from their
     UTF-16 order (orjson != JCS there). The orders differ only between a character outside the BMP
     and one in U+E000..U+FFFF, so text with emoji alone keeps the fast path."""
-    if (
-        not data.isascii()
-        and any(lead in data for lead in _NON_BMP_LEAD)
-        and any(lead in data for lead in _HIGH_BMP_LEAD)
-    ):
+    if keys_may_sort_differently(data):
         return True
     return _FLOAT_TOKEN.search(b"D" + data.translate(_FLOAT_SHAPES) + b"y") is not None
+
+
+def keys_may_sort_differently(data: bytes) -> bool:
+    """True when `data` holds both a character outside the BMP and one in U+E000..U+FFFF, the only
+    mix whose code-point order (orjson's) differs from UTF-16 order (JCS's). A False for a whole
+    block of lines holds for each line in it."""
+    return (
+        not data.isascii()
+        and (b"\xee" in data or b"\xef" in data)
+        and any(lead in data for lead in _NON_BMP_LEAD)
+    )
+
+
+class _FloatLiteral(Exception):
+    """Raised by the decoder of canonical_value at the first float literal."""
+
+
+def _refuse_float(text: str) -> object:
+    raise _FloatLiteral(text)
+
+
+_decode_without_floats = msgspec.json.Decoder(float_hook=_refuse_float).decode
+_LINE_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER
+
+
+def canonical_value(data: bytes, *, keys_checked: bool = False) -> object | None:
+    """The value `data` is the canonical form of, or None when this quick test cannot tell (then
+    is_canonical_line decides, and may still say yes; a line holding just `null` always gets None).
+
+    Why a yes is right: msgspec parses `data` and stops at any float literal (its float_hook), so the
+    value holds only objects, arrays, strings, integers, booleans and null; orjson writes that value
+    back as exactly `data` (sorted keys, integers within +-(2^53-1)); for such values orjson's output is
+    JCS unless keys mix characters outside the BMP with U+E000..U+FFFF (`keys_may_sort_differently`,
+    skipped when the caller checked a block holding `data`). orjson reads its own output back as the
+    same value, so this is also what `orjson.loads(data)` gives. tests/test_canonical.py holds the
+    differential tests.
+    """
+    try:
+        value = _decode_without_floats(data)
+        if orjson.dumps(value, option=_LINE_OPTIONS) != data:
+            return None
+    except (msgspec.DecodeError, _FloatLiteral, orjson.JSONEncodeError):
+        return None
+    if not keys_checked and keys_may_sort_differently(data):
+        return None
+    return value
 
 
 def is_canonical_line(data: bytes, value: object) -> bool:

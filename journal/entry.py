@@ -43,8 +43,18 @@ def parse_ts(ts: str) -> datetime:
     return datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
 
 
+_FIELD_KEYS = frozenset(KEYS) - CHAINED_KEYS
+
+
 def validate_fields(fields: dict) -> None:
     """Check the eleven fields a capture point supplies (everything but seq, prev and hash)."""
+    if type(fields) is dict and len(fields) == len(_FIELD_KEYS) and _fields_ok(fields):
+        return  # the one-pass check found nothing: the checks below would raise nothing either
+    _check_fields(fields)
+
+
+def _check_fields(fields: dict) -> None:
+    """validate_fields step by step, naming the first thing wrong."""
     expected = set(KEYS) - CHAINED_KEYS
     got = set(fields)
     if got != expected:
@@ -53,8 +63,22 @@ def validate_fields(fields: dict) -> None:
     _check_common(fields)
 
 
+def _fields_ok(fields: dict) -> bool:
+    try:  # _common_ok reads each of the eleven names: with eleven keys, exactly those
+        return _common_ok(fields)
+    except KeyError:
+        return False
+
+
 def validate_entry(entry: object) -> None:
     """Check a complete entry: exactly the fourteen keys with the contract's types."""
+    if is_valid_entry(entry):
+        return
+    _check_entry(entry)
+
+
+def _check_entry(entry: object) -> None:
+    """validate_entry step by step, naming the first thing wrong."""
     if not isinstance(entry, dict):
         raise ContractError(f"entry is a {type(entry).__name__}, not an object")
     got = set(entry)
@@ -68,6 +92,82 @@ def validate_entry(entry: object) -> None:
         if not isinstance(entry[key], str) or not _HEX64_RE.match(entry[key]):
             raise ContractError(f"{key} must be 64 lowercase hex characters")
     _check_common(entry)
+
+
+def is_valid_entry(entry: object) -> bool:
+    """True when validate_entry would accept `entry`: the same rules, decided in one pass.
+
+    The verifier asks this of every line, so it is written for speed (exact types, one lookup per
+    field, byte translations for the fixed shapes, no error text); validate_entry runs the
+    step-by-step checks only to name what is wrong. tests/test_entry_fast.py checks that both agree
+    on mutated entries.
+    """
+    if type(entry) is not dict or len(entry) != len(KEYS):
+        return False
+    try:  # with fourteen keys, finding each of the fourteen names means exactly those keys
+        seq, prev, digest = entry["seq"], entry["prev"], entry["hash"]
+        return (
+            type(seq) is int and seq >= 1
+            and type(prev) is str and type(digest) is str and len(prev) == 64 and len(digest) == 64
+            and _is_lower_hex(prev + digest)
+            and _common_ok(entry)
+        )
+    except KeyError:
+        return False
+
+
+_HEX_DIGITS = b"0123456789abcdef"
+_TS_SHAPE = b"0000-00-00T00:00:00.000Z"
+_DIGITS_TO_ZERO = bytes(ord("0") if 48 <= c <= 57 else c for c in range(256))  # ASCII digits to "0"
+_connector_ok = _CONNECTOR_RE.match
+_GOOD_CONNECTORS: set[str] = set()  # connector names that matched _CONNECTOR_RE (a vault has a few)
+
+
+def _is_lower_hex(s: str) -> bool:
+    """What _HEX64_RE checks (digits and a-f only), for any length: deleting those characters leaves nothing."""
+    return s.isascii() and not s.encode().translate(None, _HEX_DIGITS)
+
+
+def _common_ok(e: dict) -> bool:
+    """True when _check_common(e) would raise nothing; KeyError when e lacks a key it reads.
+
+    Exact `type(...) is str` here against isinstance there, and ASCII digits for the regex's `\\d`: a
+    str subclass or another script's digits takes the slow path, which decides (JSON parsers make neither).
+    """
+    ts, connector, session, agent, principal = e["ts"], e["connector"], e["session"], e["agent"], e["principal"]
+    prompt_ref, mcp, req, resp = e["prompt_ref"], e["mcp"], e["request"], e["response"]
+    if not (
+        type(ts) is str and ts.isascii() and ts.encode().translate(_DIGITS_TO_ZERO) == _TS_SHAPE
+        and type(session) is str and session and type(agent) is str and agent
+        and type(principal) is str and principal
+        and e["capture"] in CAPTURES and e["effect"] in EFFECTS
+        and (prompt_ref is None or type(prompt_ref) is str)
+        and (mcp is None or type(mcp) is dict)
+        and type(req) is dict and type(resp) is dict
+        and "method" in req and "url" in req and "body" in req and "body" in resp and "status" in resp
+        and type(connector) is str
+    ):
+        return False
+    if connector not in _GOOD_CONNECTORS:
+        if _connector_ok(connector) is None:
+            return False
+        if len(_GOOD_CONNECTORS) < 1024:
+            _GOOD_CONNECTORS.add(connector)
+    method, status = req["method"], resp["status"]
+    if not (type(method) is str and method and type(req["url"]) is str):
+        return False
+    if status is None:
+        if "error" not in resp:
+            return False
+    elif type(status) is not int or not 100 <= status <= 999:
+        return False
+    for headers in (req.get("headers"), resp.get("headers")):
+        if type(headers) is not list:
+            return False
+        for h in headers:
+            if type(h) is not list or len(h) != 2 or type(h[0]) is not str or type(h[1]) is not str:
+                return False
+    return True
 
 
 def _check_common(e: dict) -> None:

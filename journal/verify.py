@@ -29,19 +29,24 @@ the entries it covers.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import itertools
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import orjson
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from journal.blobstore import BlobStore, is_ref_object
-from journal.canonical import CanonicalError, is_canonical_line
+from journal.canonical import CanonicalError, canonical_value, is_canonical_line, keys_may_sort_differently
 from journal.chain import GENESIS
-from journal.entry import ContractError, validate_entry
+from journal.entry import ContractError, is_valid_entry, validate_entry
 from journal.erasure import read_tombstone
-from journal.reader import Line, iter_lines
+from journal.forked_call import ForkedCall, can_fork, usable_cpus
+from journal.reader import LineBlock, iter_line_blocks
 from journal.seal import Seal, check_signature, read_seal
 from journal.trajectory import ToolListWatch
 from journal.vault import Vault
@@ -85,57 +90,313 @@ class _Break(Exception):
 def verify_session(
     vault: Vault, session: str, *, check_blobs: bool = True, progress: Callable[[int], None] | None = None,
     on_entry: Callable[[dict], None] | None = None, seal_key: Ed25519PublicKey | None = None,
+    workers: int | None = None,
 ) -> SessionReport:
     """Verify one session file. `progress` gets byte counts as lines are read; `on_entry` each good entry;
-    `seal_key` (a public key held outside the vault) checks the session's seal."""
+    `seal_key` (a public key held outside the vault) checks the session's seal. `workers`: processes to
+    share the file among (default: one per CPU, and per 4 MB, for files of PARALLEL_MIN_BYTES and more, when
+    there is no `on_entry` and the process has no other thread; 1 keeps to this process). The report is the same
+    whichever way the lines were shared."""
     path = vault.require_session(session)
     seal = read_seal(vault, session)
-    sealed_hash: str | None = None
     report = SessionReport(session)
-    blobs = BlobStore(vault.root)
-    blob_ok: dict[str, str | None] = {}
-    expected_prev = GENESIS
-    tool_lists = ToolListWatch()
-    before: dict | None = None  # the entry of the line before, for the chain-break classification
-    lines = iter_lines(path)
-    for line in lines:
-        k = line.index + 1
-        report.bytes += len(line.data)
-        if progress is not None:
-            progress(len(line.data))
-        try:
-            entry = _check_line(line, session)
-            if entry["seq"] != k or entry["prev"] != expected_prev:
-                raise _classify_chain_break(entry, k, before, lines)
-            if check_blobs and _REF_MARK in line.data:
-                _check_blobs(entry, blobs, blob_ok, report.erased)
-        except _Break as brk:
-            report.intact = False
-            report.broken_at_seq = brk.seq or k
-            report.entries = report.broken_at_seq - 1
-            report.kind = brk.kind
-            report.detail = f"line {k}: {brk.detail}"
-            break
-        report.entries = k
-        expected_prev = entry["hash"]
-        before = entry
-        if seal is not None and k == seal.entries:
-            sealed_hash = entry["hash"]
-        if report.first_ts is None:
-            report.first_ts = entry["ts"]
-        report.last_ts = entry["ts"]
-        if on_entry is not None:
-            on_entry(entry)
-        tool_lists.observe(entry)
-    report.notes += tool_lists.notes()  # docs/prompts.md: tool definitions changed within the session
+    walk = _Walk(session, report, BlobStore(vault.root) if check_blobs else None,
+                 seal.entries if seal is not None else None, on_entry, progress)
+    _verify_file(walk, path, workers)
+    report.erased = [tombstone for _, tombstone in walk.erased]
+    report.notes += walk.tool_lists.notes()  # docs/prompts.md: tool definitions changed within the session
     for t in report.erased:
         report.notes.append(
             f"blob {t['sha256']} erased on {t.get('erased_at')} by {t.get('erased_by')}: {t.get('reason')}"
         )
     for q in sorted(path.parent.glob(path.name + ".torn-*")):
         report.notes.append(f"torn tail quarantined by the writer: {q.name} ({q.stat().st_size} bytes)")
-    _check_seal(report, seal, seal_key, sealed_hash)
+    _check_seal(report, seal, seal_key, walk.sealed_hash)
     return report
+
+
+class _Walk:
+    """One pass over a session's lines in file order: the checks of the module docstring, and what they
+    carry from line to line (the line count, the expected prev, the entry before, blob results).
+
+    Each line first takes `_quick_entry`, which accepts a line only when `_check_line` would return the
+    same entry; any other line goes through `_check_line`, which names the finding. So the fast path
+    changes the speed, never a finding.
+    """
+
+    def __init__(
+        self, session: str, report: SessionReport, blobs: BlobStore | None, seal_entries: int | None,
+        on_entry: Callable[[dict], None] | None = None, progress: Callable[[int], None] | None = None,
+    ) -> None:
+        self.session, self.report, self.blobs = session, report, blobs
+        self.seal_entries, self.on_entry, self.progress = seal_entries, on_entry, progress
+        self.k = 0  # lines verified so far
+        self.expected_prev = GENESIS
+        self.before: dict | None = None  # the entry of line k, for the chain-break classification
+        self.sealed_hash: str | None = None
+        self.blob_ok: dict[str, str | None] = {}
+        self.erased: list[tuple[str, dict]] = []  # (sha256, tombstone) of erased blobs, first seen first
+        self.tool_lists = ToolListWatch()
+        self.listings: list[dict] | None = None  # a range worker collects tools/list entries here instead
+        self.broken = False
+
+    def run(self, blocks: Iterator[LineBlock], after: Callable[[], Iterator[LineBlock]] | None = None) -> bool:
+        """Check the lines of `blocks` after the k lines already checked; False once a break is recorded.
+        `after`: the blocks that follow when `blocks` stops short of the end of the file (a chain break is
+        classified by the lines after it, all of them)."""
+        report, session, blobs, progress, on_entry = self.report, self.session, self.blobs, self.progress, self.on_entry
+        k, expected_prev, before, sealed_at = self.k, self.expected_prev, self.before, self.seal_entries
+        first_ts, nbytes = report.first_ts, 0
+        quick = _quick_entry
+        try:
+            for block in blocks:
+                if block.torn:  # no newline: _check_line names it (torn_tail)
+                    k += 1
+                    nbytes += len(block.torn)
+                    if progress is not None:
+                        progress(len(block.torn))
+                    try:
+                        _check_line(block.torn, session)
+                    except _Break as brk:
+                        self._broken(brk, k)
+                        return False
+                    raise AssertionError("a line without a newline passed the checks")
+                lines = block.lines
+                keys_ok = not keys_may_sort_differently(block.raw)
+                refs = block.lines_holding(_REF_MARK) if blobs is not None else None
+                k0 = k
+                for data in lines:
+                    k += 1
+                    if progress is not None:
+                        progress(len(data) + 1)
+                    try:
+                        entry = quick(data, session, keys_ok) or _check_line(data + b"\n", session)
+                        if entry["seq"] != k or entry["prev"] != expected_prev:
+                            rest = _rest(lines, k - k0 - 1, itertools.chain(blocks, after() if after else ()))
+                            raise _classify_chain_break(entry, k, before, rest)
+                        if refs and k - k0 - 1 in refs:
+                            _check_blobs(entry, blobs, self.blob_ok, self.erased)  # type: ignore[arg-type]
+                    except _Break as brk:
+                        nbytes += sum(map(len, lines[: k - k0])) + k - k0
+                        self._broken(brk, k)
+                        return False
+                    expected_prev = entry["hash"]
+                    before = entry
+                    if k == sealed_at:
+                        self.sealed_hash = expected_prev
+                    if first_ts is None:
+                        first_ts = entry["ts"]
+                    if on_entry is not None:
+                        on_entry(entry)
+                    if entry["capture"] == "gateway":  # ToolListWatch.is_listing looks at nothing else
+                        if self.listings is None:
+                            self.tool_lists.observe(entry)
+                        elif ToolListWatch.is_listing(entry):
+                            self.listings.append(entry)
+                nbytes += sum(map(len, lines)) + len(lines)
+            return True
+        finally:
+            report.bytes += nbytes
+            report.first_ts = first_ts
+            report.last_ts = before["ts"] if before is not None else None
+            if not self.broken:
+                self.k, self.expected_prev, self.before = k, expected_prev, before
+                report.entries = k
+
+    def _broken(self, brk: _Break, k: int) -> None:
+        report = self.report
+        self.broken, report.intact = True, False
+        report.broken_at_seq = brk.seq or k
+        report.entries = report.broken_at_seq - 1
+        report.kind = brk.kind
+        report.detail = f"line {k}: {brk.detail}"
+
+    def absorb(self, part: _RangeResult) -> None:
+        """Take over what a range worker verified right after the lines checked so far (part.first_seq is
+        k + 1 and part.first_prev the expected prev: the caller checked), as if checked here."""
+        report = self.report
+        self.k, self.expected_prev, self.before = part.last_seq, part.last_hash, part.last_entry
+        report.entries = part.last_seq
+        report.bytes += part.bytes
+        report.first_ts = report.first_ts or part.first_ts
+        report.last_ts = part.last_entry["ts"]
+        if part.sealed_hash is not None:
+            self.sealed_hash = part.sealed_hash
+        self.erased += [(d, t) for d, t in part.erased if d not in self.blob_ok]
+        for digest, problem in part.blob_ok.items():
+            self.blob_ok.setdefault(digest, problem)
+        for entry in part.listings:
+            self.tool_lists.observe(entry)
+        if self.progress is not None:
+            self.progress(part.bytes)
+
+
+def _quick_entry(data: bytes, session: str, keys_ok: bool) -> dict | None:
+    """The entry of line `data` (its newline stripped) when it passes every check of `_check_line`, else
+    None (then `_check_line` decides). The same checks in one pass: canonical_value for the canonical form,
+    is_valid_entry for the contract, and the hash spliced out exactly as `_check_line` does."""
+    entry = canonical_value(data, keys_checked=keys_ok)
+    if type(entry) is not dict or not is_valid_entry(entry) or entry["session"] != session:
+        return None
+    # `_check_line` splices out the first `,"hash":"<hash>"`. In a canonical line of a valid entry the first
+    # `,"hash":"` is that one: the keys sorted before it (agent, capture, connector, effect) hold strings,
+    # in which `,"` cannot appear unescaped. So the same bytes are hashed.
+    at = data.find(_HASH_KEY)
+    if hashlib.sha256(data[:at] + data[at + 74 :]).hexdigest() != entry["hash"]:
+        return None
+    return entry
+
+
+def _rest(lines: list[bytes], i: int, blocks: Iterator[LineBlock]) -> Iterator[bytes]:
+    """The lines after line i of `lines`, then those of the blocks not read yet."""
+    yield from lines[i + 1 :]
+    for block in blocks:
+        yield from block.lines
+        if block.torn:
+            yield block.torn
+
+
+# -- sharing one file among processes ---------------------------------------------------------------
+
+PARALLEL_MIN_BYTES = 8 << 20
+"""Below this a file is verified in the calling process alone (a fork costs a few milliseconds)."""
+
+
+@dataclass
+class _RangeResult:
+    """What a range worker found intact, for `_Walk.absorb`."""
+
+    first_seq: int
+    first_prev: str
+    last_seq: int
+    last_hash: str
+    last_entry: dict
+    bytes: int
+    first_ts: str
+    sealed_hash: str | None
+    blob_ok: dict[str, str | None]
+    erased: list[tuple[str, dict]]
+    listings: list[dict]
+
+
+MIN_WORKER_BYTES = 4 << 20
+"""Bytes per process at least, in the default sharing (a fork costs a few milliseconds)."""
+RANGES_PER_WORKER = 4
+"""Ranges per process, taken one at a time from a shared queue: a process slowed by other load takes fewer."""
+MIN_RANGE_BYTES = 2 << 20
+
+
+def _verify_file(walk: _Walk, path: Path, workers: int | None) -> None:
+    """Verify the whole file: in this process alone, or cut at line starts into ranges that this process
+    and `workers - 1` forked children take from a shared queue and check at the same time.
+
+    A range is checked as if the chain before it were intact, taking its first line's seq and prev as
+    given (`_verify_range`); this process then goes through the ranges in file order, checks that each
+    starts where the chain stands (seq k + 1, the expected prev) and takes over its state. The first
+    range that did not pass (any finding, a first line that does not link, a worker that failed) is
+    checked again here by the one walk, from its first line to the end of the file: so findings and
+    their classification are exactly those of one process reading alone.
+    """
+    size = path.stat().st_size
+    if workers is None:  # a process per CPU, each with MIN_WORKER_BYTES at least, 16 at most
+        auto = walk.on_entry is None and size >= PARALLEL_MIN_BYTES
+        workers = min(usable_cpus(), size // MIN_WORKER_BYTES, 16) if auto else 1
+    wanted = max(workers, min(workers * RANGES_PER_WORKER, size // MIN_RANGE_BYTES, 255))
+    cuts = _line_starts(path, size, wanted) if workers > 1 and can_fork() else []
+    if not cuts:
+        walk.run(iter_line_blocks(path))
+        return
+    bounds = [0, *cuts, size]
+    ranges = list(zip(bounds, bounds[1:], strict=False))
+    queue, fill = os.pipe()
+    os.write(fill, bytes(range(len(ranges))))  # one byte per range: each read(1) takes one
+    os.close(fill)
+    take = functools.partial(_verify_ranges, queue, walk.session, path, ranges, walk.blobs, walk.seal_entries)
+    parts: dict[int, _RangeResult | None] = {}
+    children: list[ForkedCall] = []
+    try:
+        for _ in range(workers - 1):
+            children.append(ForkedCall(take))
+    except OSError:  # no more processes to be had: share among those started
+        pass
+    try:
+        try:
+            parts.update(take())
+        except Exception:  # noqa: BLE001 - the walk below checks these ranges again and raises it
+            pass
+        for child in children:
+            parts.update(child.result() or {})  # type: ignore[arg-type]
+    finally:
+        for child in children:
+            child.close()
+        os.close(queue)
+    for i, (start, _) in enumerate(ranges):
+        part = parts.get(i)
+        if part is None or part.first_seq != walk.k + 1 or part.first_prev != walk.expected_prev:
+            walk.run(iter_line_blocks(path, start))
+            return
+        walk.absorb(part)
+    walk.run(iter_line_blocks(path, size))  # lines appended since the size was taken
+
+
+def _verify_ranges(
+    queue: int, session: str, path: Path, ranges: list[tuple[int, int]], blobs: BlobStore | None,
+    seal_entries: int | None,
+) -> dict[int, _RangeResult | None]:
+    """Take ranges from the queue until it is empty; the result of each, by its index."""
+    done: dict[int, _RangeResult | None] = {}
+    while taken := os.read(queue, 1):
+        start, stop = ranges[taken[0]]
+        done[taken[0]] = part = _verify_range(session, path, start, stop, blobs, seal_entries)
+        if part is None:  # the parent reads on from this range itself: the ranges not yet taken are not needed
+            os.read(queue, len(ranges))
+            break
+    return done
+
+
+def _line_starts(path: Path, size: int, workers: int) -> list[int]:
+    """Offsets cutting the file into up to `workers` ranges of about equal size, each at a line start."""
+    cuts: list[int] = []
+    with open(path, "rb") as f:
+        for i in range(1, workers):
+            pos = max(size * i // workers, cuts[-1] if cuts else 1)
+            f.seek(pos - 1)
+            while chunk := f.read(1 << 16):
+                nl = chunk.find(b"\n")
+                if nl >= 0:
+                    pos = f.tell() - len(chunk) + nl + 1
+                    break
+            else:
+                break
+            if pos >= size:
+                break
+            if not cuts or pos > cuts[-1]:
+                cuts.append(pos)
+    return cuts
+
+
+def _verify_range(
+    session: str, path: Path, start: int, stop: int, blobs: BlobStore | None, seal_entries: int | None
+) -> _RangeResult | None:
+    """In a worker: the lines of [start, stop) checked as if the chain before them were intact (the first
+    line's seq and prev taken as given); None at any finding (the parent reads the range again itself)."""
+    blocks = iter_line_blocks(path, start, stop)
+    first = next(blocks, None)
+    if first is None or not first.lines:
+        return None
+    try:
+        head = _quick_entry(first.lines[0], session, False) or _check_line(first.lines[0] + b"\n", session)
+    except _Break:
+        return None
+    report = SessionReport(session)
+    walk = _Walk(session, report, blobs, seal_entries)
+    walk.k, walk.expected_prev, walk.listings = head["seq"] - 1, head["prev"], []
+    if not walk.run(itertools.chain([first], blocks)) or walk.before is None:
+        return None
+    return _RangeResult(
+        head["seq"], head["prev"], walk.k, walk.expected_prev, walk.before, report.bytes,
+        report.first_ts or "", walk.sealed_hash, walk.blob_ok, walk.erased, walk.listings,
+    )
 
 
 def _check_seal(
@@ -166,8 +427,8 @@ def _check_seal(
         report.notes.append(f"seal: {problem}")
 
 
-def _check_line(line: Line, session: str) -> dict:
-    data = line.data
+def _check_line(data: bytes, session: str) -> dict:
+    """The entry of one line (`data` with its newline, if it has one), or the _Break that names what is wrong."""
     if not data.endswith(b"\n"):
         raise _Break("torn_tail", f"last line has no final newline ({len(data)} bytes)")
     try:
@@ -196,7 +457,7 @@ def _check_line(line: Line, session: str) -> dict:
     return entry
 
 
-def _classify_chain_break(entry: dict, k: int, before: dict | None, rest: Iterator[Line]) -> _Break:
+def _classify_chain_break(entry: dict, k: int, before: dict | None, rest: Iterator[bytes]) -> _Break:
     """Name the kind and the first seq of a chain break found at line k (`before`: the entry of line k-1).
 
     The reported seq is the trust boundary: every entry before it is genuine, so when an earlier entry
@@ -239,19 +500,21 @@ def _classify_chain_break(entry: dict, k: int, before: dict | None, rest: Iterat
     return _Break("removed", f"found seq {seq} where seq {k} belongs: {n} entr{'y' if n == 1 else 'ies'} missing")
 
 
-def _later_links(rest: Iterator[Line]) -> list[tuple[int, str, str]]:
+def _later_links(rest: Iterator[bytes]) -> list[tuple[int, str, str]]:
     """(seq, prev, hash) of the lines after the break that parse, in file order."""
     out = []
     for line in rest:
         try:
-            e = orjson.loads(line.data)
+            e = orjson.loads(line)
             out.append((e["seq"], e["prev"], e["hash"]))
         except (orjson.JSONDecodeError, KeyError, TypeError):
             continue
     return out
 
 
-def _check_blobs(entry: dict, blobs: BlobStore, cache: dict[str, str | None], erased: list[dict]) -> None:
+def _check_blobs(
+    entry: dict, blobs: BlobStore, cache: dict[str, str | None], erased: list[tuple[str, dict]]
+) -> None:
     for ref in _refs(entry):
         digest = ref["sha256"]
         if digest not in cache:
@@ -263,7 +526,7 @@ def _check_blobs(entry: dict, blobs: BlobStore, cache: dict[str, str | None], er
                     tombstone = read_tombstone(blobs.root, digest)
                     if tombstone is not None:
                         cache[digest] = None
-                        erased.append(tombstone)
+                        erased.append((digest, tombstone))
         problem = cache[digest]
         if problem is not None:
             kind = "blob_missing" if "missing" in problem else "blob_corrupt"
