@@ -20,7 +20,7 @@ EFFECTS = ("read", "write")
 REQUEST_KEYS = ("method", "url", "headers", "body")
 RESPONSE_KEYS = ("status", "headers", "body")
 
-_TS_RE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z\Z")
+_TS_RE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z\Z", re.ASCII)  # ASCII digits only
 _HEX64_RE = re.compile(r"[0-9a-f]{64}\Z")
 _CONNECTOR_RE = re.compile(r"[a-z0-9][a-z0-9_.-]*\Z")
 
@@ -131,8 +131,8 @@ def _is_lower_hex(s: str) -> bool:
 def _common_ok(e: dict) -> bool:
     """True when _check_common(e) would raise nothing; KeyError when e lacks a key it reads.
 
-    Exact `type(...) is str` here against isinstance there, and ASCII digits for the regex's `\\d`: a
-    str subclass or another script's digits takes the slow path, which decides (JSON parsers make neither).
+    Exact `type(...) is str` here against isinstance there: a str subclass takes the slow path, which
+    decides (JSON parsers make none). Both read only ASCII digits in `ts`.
     """
     ts, connector, session, agent, principal = e["ts"], e["connector"], e["session"], e["agent"], e["principal"]
     prompt_ref, mcp, req, resp = e["prompt_ref"], e["mcp"], e["request"], e["response"]

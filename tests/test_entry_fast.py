@@ -134,3 +134,9 @@ def test_a_real_entry_and_fields_pass_and_each_kind_of_fault_fails():
     assert not is_valid_entry({k: v for k, v in e.items() if k != "ts"} | {"tss": e["ts"]})
     with pytest.raises(ContractError, match="keys wrong"):
         validate_entry({k: v for k, v in e.items() if k != "ts"} | {"tss": e["ts"]})
+
+
+def test_a_timestamp_with_another_scripts_digits_is_refused():
+    entry = _entry()
+    entry["ts"] = "\u0662026-09-22T10:00:01.001Z"  # ARABIC-INDIC DIGIT TWO: `\d` without re.ASCII took it
+    assert not _accepted(validate_entry, entry) and not is_valid_entry(entry)
