@@ -71,20 +71,35 @@ def test_frames_of_one_turn_leave_in_one_write_in_order_after_the_turn():
         link.forget((1, 99))
         assert link.send_coverage([("svc", "https://x.test", "passed", 2)])
         assert t.writes == []  # nothing written inside the hook
-        answer = asyncio.ensure_future(link.finish(sent, req, resp))
         for _ in range(3):
             await asyncio.sleep(0)
         assert order == ["continuation, 0 writes"]
         assert len(t.writes) == 1  # one write for the whole turn
         kinds = [(m[0], m[1]) for m in _frames(t.writes[0])]
-        assert kinds == [("request", sent[1]), ("forget", 99), ("coverage", 0), ("response", sent[1])]
+        assert kinds == [("request", sent[1]), ("forget", 99), ("coverage", 0)]
         link._acknowledged([(sent[1], "ok", 7, False)])
-        assert await answer == 7
 
     asyncio.run(main())
 
 
-def test_each_turn_gets_its_own_write():
+def test_a_frame_a_call_waits_on_leaves_at_once_after_what_is_queued():
+    async def main():
+        t = _Transport()
+        link = _linked(t)
+        req, resp = _halves(material(0))
+        other = link.send_request(_halves(material(1))[0])  # queued, of another flow
+        sent = (1, 50)
+        answer = asyncio.ensure_future(link.finish(sent, req, resp))
+        await asyncio.sleep(0)  # the response half's task has run once: written, not held for the turn
+        assert [[(m[0], m[1]) for m in _frames(w)] for w in t.writes] == [[("request", other[1]),
+                                                                           ("response", 50)]]
+        link._acknowledged([(50, "ok", 3, False)])
+        assert await answer == 3
+
+    asyncio.run(main())
+
+
+def test_request_halves_of_each_turn_get_their_own_write():
     async def main():
         t = _Transport()
         link = _linked(t)
@@ -112,13 +127,14 @@ def test_the_end_follows_what_is_queued_and_a_lost_service_drops_the_queue():
         req, resp = _halves(material(1))
         sent = link.send_request(req)
         answer = asyncio.ensure_future(link.finish(sent, req, resp))
-        await asyncio.sleep(0)  # queued, not yet written
+        await asyncio.sleep(0)  # the response half is written (with the request half before it)
+        link.send_request(_halves(material(2))[0])  # queued for the next turn
         link._lost(t2)  # the service hung up meanwhile
         with pytest.raises(ServiceLost):
             await answer
         for _ in range(3):
             await asyncio.sleep(0)
-        assert t2.writes == []  # nothing for a service that is gone
+        assert len(t2.writes) == 1  # nothing more for a service that is gone
 
     asyncio.run(main())
 
