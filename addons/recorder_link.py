@@ -9,8 +9,9 @@ the addon then records those calls itself (see the addon), so a dead service nev
 through unrecorded. The next call starts a new service, which continues each chain from its file.
 
 Runs on the proxy's event loop: acknowledgements arrive through a protocol's `data_received`, so
-the loop never blocks and no thread is involved. Frames go through an outbox (`_Outbox`): the
-frames of one turn of the event loop leave in one write, just after that turn (see there why).
+the loop never blocks and no thread is involved. Frames go through an outbox (`_Outbox`): request
+halves queued in one turn of the event loop leave in one write just after that turn, a frame a
+call waits on leaves at once (see there why).
 """
 
 from __future__ import annotations
@@ -137,9 +138,7 @@ class RecorderLink:
         outbox = self._outbox
         if outbox is None or outbox.transport is not transport:  # (not through connect: tests, a race)
             outbox = self._outbox = _Outbox(transport)
-        outbox.put(data)
-        if now:
-            outbox.flush()
+        outbox.put(data, now)
 
     async def connect(self) -> asyncio.Transport:
         """The connection to the service, starting the service if it is not running."""
@@ -291,9 +290,12 @@ class _Outbox:
         self.frames: list[bytes] = []
         self.timer: asyncio.TimerHandle | None = None
 
-    def put(self, data: bytes) -> None:
+    def put(self, data: bytes, now: bool = False) -> None:
+        """Queue a frame; with `now`, write it (after what is queued) at once."""
         self.frames.append(data)
-        if self.timer is None:
+        if now:
+            self.flush()
+        elif self.timer is None:
             self.timer = asyncio.get_running_loop().call_later(0, self.flush)
 
     def flush(self) -> None:
