@@ -192,6 +192,25 @@ def children_cpu_seconds(pid: int) -> float:
     return total
 
 
+def service_cpu_seconds(pid: int) -> float:
+    """CPU seconds of the recording services (`python -m journal.service`) among a process's
+    descendants: the broker's child, or with --workers each worker's child."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return 0.0
+    total = 0.0
+    for child in children:
+        try:
+            if b"journal.service" in Path(f"/proc/{child}/cmdline").read_bytes():
+                total += _own_cpu(int(child))
+            else:
+                total += service_cpu_seconds(int(child))
+        except OSError:
+            pass  # exited meanwhile
+    return total
+
+
 def cpu_seconds(pid: int) -> float:
     """utime + stime of a process (all its threads) and of its running child processes, in seconds."""
     return _own_cpu(pid) + children_cpu_seconds(pid)
@@ -257,7 +276,7 @@ class _Slice:
     def _read(self) -> dict[str, float]:
         out = {k: cpu_seconds(p) for k, p in self.pids.items() if p is not None}
         if self.pids["proxy"] is not None:
-            out["service"] = children_cpu_seconds(self.pids["proxy"])
+            out["service"] = service_cpu_seconds(self.pids["proxy"])
         return out
 
     def __enter__(self) -> _Slice:
@@ -384,7 +403,7 @@ def _curl_slice(curl: str, target: Target, upstream: UpstreamProcess, scen: dict
     assert target.proxy is not None
     pids = {"proxy": target.pid, "upstream": upstream.pid}
     before = {k: cpu_seconds(p) for k, p in pids.items() if p is not None}
-    svc0 = children_cpu_seconds(pids["proxy"]) if pids["proxy"] else 0.0
+    svc0 = service_cpu_seconds(pids["proxy"]) if pids["proxy"] else 0.0
     ru0 = os.times()
     t0 = time.perf_counter_ns()
     out = subprocess.run([curl, "--parallel", "--parallel-immediate", "--parallel-max", str(scen["clients"]),
@@ -402,7 +421,7 @@ def _curl_slice(curl: str, target: Target, upstream: UpstreamProcess, scen: dict
         "target": target.name, "requests": len(lat), "seconds": seconds, "req_s": len(lat) / seconds,
         "client_cpu": (ru1.children_user + ru1.children_system) - (ru0.children_user + ru0.children_system),
         "upstream_cpu": cpu["upstream"], "proxy_cpu": cpu.get("proxy"),
-        "service_cpu": children_cpu_seconds(pids["proxy"]) - svc0 if pids["proxy"] else None, "lat_ns": lat,
+        "service_cpu": service_cpu_seconds(pids["proxy"]) - svc0 if pids["proxy"] else None, "lat_ns": lat,
     }
 
 
@@ -480,9 +499,10 @@ def format_curl(table: list[dict], ratios: list[dict]) -> str:
             f"{r['total_cpu_us']:>8.0f} {r['calls_per_cpu_s']:>12.0f} {r['proxy_calls_per_cpu_s']:>18.0f}"
         )
     out.append("CPU columns: microseconds per call (proxy with its child processes: for broker2 both workers and")
-    out.append("their recording services); calls/CPU-s: calls per second of CPU of all processes (proxy, fake,")
-    out.append("curl); proxy calls/CPU-s: of the proxy's processes alone. On 2 cores shared with the fake and the")
-    out.append("client, N workers cannot exceed (2 cores / all CPU per call) calls per second.")
+    out.append("their recording services; `of it svc`: the recording services); calls/CPU-s: calls per second")
+    out.append("of CPU of all processes (proxy, fake, curl); proxy calls/CPU-s: of the proxy's processes alone.")
+    out.append("On 2 cores shared with the fake and the client, N workers cannot exceed (2 cores / all CPU per")
+    out.append("call) calls per second.")
     for s in ratios:
         parts = [f"{k} {s[k]:.2f} ({_quartiles(s[k + ' runs'])})" for k in ("broker/lean", "broker2/broker") if k in s]
         out.append(f"{s['scenario']:<24} " + "   ".join(parts))
@@ -609,7 +629,7 @@ def format_tables(table: list[dict], ratios: list[dict], params: dict, check: di
         )
     out.append("req/s: calls / time over all rounds; p50/p99: over all calls; CPU columns: microseconds of process")
     out.append("CPU (user + system, all threads) per call; proxy CPU includes its child processes, `of it svc`")
-    out.append("is theirs (the recording service)")
+    out.append("is the recording services' (broker2: both workers' services)")
     out.append("")
     out.append(
         f"{'scenario':<9} {'broker/mitmdump':>15} {'(IQR)':>11} {'addon/':>9} {'broker/':>8} {'mitmdump/':>9}   "
