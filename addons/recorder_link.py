@@ -8,8 +8,10 @@ or may not have been written) and a call that finds no live service gets `Servic
 the addon then records those calls itself (see the addon), so a dead service never lets a call
 through unrecorded. The next call starts a new service, which continues each chain from its file.
 
-Runs on the proxy's event loop: sending is one `transport.write`, acknowledgements arrive through
-a protocol's `data_received`, so the loop never blocks and no thread is involved.
+Runs on the proxy's event loop: acknowledgements arrive through a protocol's `data_received`, so
+the loop never blocks and no thread is involved. Frames go through an outbox (`_Outbox`): request
+halves queued in one turn of the event loop leave in one write just after that turn, a frame a
+call waits on leaves at once (see there why).
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ class RecorderLink:
         self._start_error: JournalError | None = None
         self.stopped: dict[str, str] = {}
         """Sessions the service reported stopped (a failed write or fsync), with the reason."""
+        self._outbox: _Outbox | None = None  # for the connected service
 
     @property
     def live(self) -> bool:
@@ -89,7 +92,7 @@ class RecorderLink:
         if transport is None or transport.is_closing():
             return None
         self._next_id += 1
-        transport.write(frame(("request", self._next_id, material)))
+        self._send(transport, frame(("request", self._next_id, material)))
         return self._generation, self._next_id
 
     async def finish(self, sent: tuple[int, int] | None, request: dict, response: dict) -> bool | int:
@@ -105,20 +108,20 @@ class RecorderLink:
         transport = self._transport
         if transport is None or transport.is_closing():
             return False
-        transport.write(frame(("coverage", 0, gaps)))
+        self._send(transport, frame(("coverage", 0, gaps)))
         return True
 
     def forget(self, sent: tuple[int, int] | None) -> None:
         """The call of a request half sent ahead will not be recorded (blocked, dropped)."""
         transport = self._transport
         if sent is not None and sent[0] == self._generation and transport is not None and not transport.is_closing():
-            transport.write(frame(("forget", sent[1])))
+            self._send(transport, frame(("forget", sent[1])))
 
     async def _answer(self, transport: asyncio.Transport, message: tuple, session: str) -> bool | int:
         call_id = message[1]
         fut = asyncio.get_running_loop().create_future()
         self._waiting[call_id] = fut
-        transport.write(frame(message))
+        self._send(transport, frame(message), now=True)
         outcome, detail, stopped = await fut
         if outcome == "ok":  # the service names the entry's seq: the caller may log it
             return detail if isinstance(detail, int) and not isinstance(detail, bool) and detail > 0 else True
@@ -130,6 +133,12 @@ class RecorderLink:
             self.stopped[session] = detail
             raise JournalStopped(detail)
         raise JournalError(detail)
+
+    def _send(self, transport: asyncio.Transport, data: bytes, now: bool = False) -> None:
+        outbox = self._outbox
+        if outbox is None or outbox.transport is not transport:  # (not through connect: tests, a race)
+            outbox = self._outbox = _Outbox(transport)
+        outbox.put(data, now)
 
     async def connect(self) -> asyncio.Transport:
         """The connection to the service, starting the service if it is not running."""
@@ -175,6 +184,7 @@ class RecorderLink:
         loop = asyncio.get_running_loop()
         transport, _ = await loop.create_connection(lambda: _Acks(self), sock=ours)
         self._transport = transport
+        self._outbox = _Outbox(transport)
         self._generation += 1
         return transport
 
@@ -187,6 +197,9 @@ class RecorderLink:
     def _lost(self, transport: asyncio.BaseTransport) -> None:
         if self._transport is transport:
             self._transport = None
+        if self._outbox is not None and self._outbox.transport is transport:
+            self._outbox.drop()  # its calls are failed below (ServiceLost) and recorded by the proxy
+            self._outbox = None
         code = None
         if self.proc is not None:
             try:  # the service closes its end only as it exits: its exit code is at most moments away
@@ -212,7 +225,7 @@ class RecorderLink:
 
     async def aclose(self, timeout: float = 30.0) -> None:
         """Let the service record what it has received (acknowledging it), then wait for it to exit."""
-        transport = self._shut_write()
+        transport = self._shut_write(drain=True)
         if self.proc is not None:
             await asyncio.to_thread(self._wait, timeout)
         if transport is not None:
@@ -225,9 +238,15 @@ class RecorderLink:
         if transport is not None:
             transport.abort()
 
-    def _shut_write(self) -> asyncio.Transport | None:
+    def _shut_write(self, drain: bool = False) -> asyncio.Transport | None:
+        """Send the end after what is queued; with `drain` (the event loop runs on meanwhile) after
+        what the transport still buffers too."""
         transport = self._transport
-        if transport is not None:
+        if self._outbox is not None:
+            self._outbox.flush()  # what was queued goes before the end
+        if transport is not None and drain and not transport.is_closing() and transport.can_write_eof():
+            transport.write_eof()  # the service sees the end once it has read every call
+        elif transport is not None:
             sock = transport.get_extra_info("socket")
             try:
                 if sock is not None:
@@ -246,6 +265,54 @@ class RecorderLink:
             self.proc.kill()
             self.proc.wait()
         self.proc = None
+
+
+class _Outbox:
+    """Frames for the service, written together once per turn of the event loop.
+
+    Why not one `transport.write` per frame: each write wakes the service, and on a busy machine the
+    kernel often runs the woken service on the proxy's own CPU at once, preempting the proxy in the
+    middle of its turn. A request half is queued in the `request` hook, before mitmproxy writes that
+    request upstream in the same turn; written at once it delayed the request itself by the
+    service's work on it. So the outbox is flushed by a zero-delay timer: asyncio runs expired
+    timers after the callbacks already queued, i.e. after mitmproxy's continuation of the hook that
+    writes the request upstream. Request halves of several flows in one turn (under load) leave in one
+    write and reach the service as one batch. A frame that a call waits on (a response half, a whole
+    call) is not held: it leaves at once, with whatever is queued before it (waiting for the next
+    turn cost 40 us at p50 and 170 us at p90 of sequential latency). Order is kept: frames leave in
+    the order queued.
+    """
+
+    __slots__ = ("transport", "frames", "timer")
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
+        self.frames: list[bytes] = []
+        self.timer: asyncio.TimerHandle | None = None
+
+    def put(self, data: bytes, now: bool = False) -> None:
+        """Queue a frame; with `now`, write it (after what is queued) at once."""
+        self.frames.append(data)
+        if now:
+            self.flush()
+        elif self.timer is None:
+            self.timer = asyncio.get_running_loop().call_later(0, self.flush)
+
+    def flush(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if self.frames:
+            data = self.frames[0] if len(self.frames) == 1 else b"".join(self.frames)
+            self.frames.clear()
+            if not self.transport.is_closing():
+                self.transport.write(data)
+
+    def drop(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        self.frames.clear()
 
 
 class _Acks(asyncio.Protocol):

@@ -33,6 +33,12 @@ reported for the proxy (with its child processes), the fake and the client: it m
 clock on a busy machine. At the end the broker and the addon target are stopped and each vault must hold
 exactly one entry per call sent through it (warm-ups included) and verify intact.
 
+Then two scenarios with curl --parallel as the client (when curl is installed; --no-curl skips them) for
+`lean`, `broker` and `broker2`: a C client costs a fraction of the Python client's CPU per call, which
+leaves more of the two cores to the proxies; CPU per call of every process (curl from its rusage) and
+calls per CPU-second say how `--workers 2` scales when the cores are the limit. `16 sess.` spreads the
+calls over 16 sessions (X-Broker-Session), so the two workers do not take turns on one session file.
+
 The client runs in this process, alone: one thread for the sequential scenarios (sync httpx.Client), one
 asyncio event loop for the concurrent ones, so it never competes with itself for the GIL (16 threads of
 sync clients would, and would add GIL hand-off delays to the latencies). More client processes would not
@@ -186,6 +192,25 @@ def children_cpu_seconds(pid: int) -> float:
     return total
 
 
+def service_cpu_seconds(pid: int) -> float:
+    """CPU seconds of the recording services (`python -m journal.service`) among a process's
+    descendants: the broker's child, or with --workers each worker's child."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return 0.0
+    total = 0.0
+    for child in children:
+        try:
+            if b"journal.service" in Path(f"/proc/{child}/cmdline").read_bytes():
+                total += _own_cpu(int(child))
+            else:
+                total += service_cpu_seconds(int(child))
+        except OSError:
+            pass  # exited meanwhile
+    return total
+
+
 def cpu_seconds(pid: int) -> float:
     """utime + stime of a process (all its threads) and of its running child processes, in seconds."""
     return _own_cpu(pid) + children_cpu_seconds(pid)
@@ -203,7 +228,8 @@ class Target:
         self.proxy = proxy
         ca = proxy.ca if proxy is not None else upstream.info.ca_pem
         self.ssl = ssl.create_default_context(cafile=ca)
-        self.sent = 0  # calls answered through this target (warm-ups included)
+        self.sent = 0  # calls answered through this target (warm-ups included), in session SESSION
+        self.sent_other: dict[str, int] = {}  # and in other sessions (the curl scenario with several)
 
     @property
     def pid(self) -> int | None:
@@ -250,7 +276,7 @@ class _Slice:
     def _read(self) -> dict[str, float]:
         out = {k: cpu_seconds(p) for k, p in self.pids.items() if p is not None}
         if self.pids["proxy"] is not None:
-            out["service"] = children_cpu_seconds(self.pids["proxy"])
+            out["service"] = service_cpu_seconds(self.pids["proxy"])
         return out
 
     def __enter__(self) -> _Slice:
@@ -350,6 +376,137 @@ async def _run_concurrent(targets: dict[str, Target], upstream: UpstreamProcess,
     finally:
         await asyncio.gather(*(c.aclose() for pool in pools.values() for c in pool), return_exceptions=True)
     return rows
+
+
+# -- a C load generator (curl) -------------------------------------------------------------------
+
+CURL_TARGETS = ("lean", "broker", "broker2")
+"""The targets of the curl scenarios: what `--workers 2` scales, against one worker and the lean baseline."""
+
+
+def _curl_config(path: Path, proxy: BrokerProcess, n: int, sessions: int) -> None:
+    """A curl config: n GETs through `proxy`, in `sessions` sections (each its own X-Broker-Session
+    and connections, so with several sessions the workers do not share one session file)."""
+    common = (f'proxy = "{proxy.proxy_url()}"\ncacert = "{proxy.ca}"\nhttp1.1\nsilent\n'
+              f'header = "Authorization: {GET_HEADERS["Authorization"]}"\n'
+              'write-out = "%{http_code} %{time_total}\\n"\n')
+    sections = []
+    for j in range(sessions):
+        head = common + (f'header = "X-Broker-Session: {SESSION}-{j}"\n' if sessions > 1 else "")
+        count = n // sessions + (1 if j < n % sessions else 0)
+        sections.append(head + "".join(f'url = "{GET_URL}"\noutput = "/dev/null"\n' for _ in range(count)))
+    path.write_text("next\n".join(sections))
+
+
+def _curl_slice(curl: str, target: Target, upstream: UpstreamProcess, scen: dict, cfg: Path) -> dict:
+    """One `curl --parallel` run of scen["n"] calls; curl's CPU from its rusage (a child of this process)."""
+    assert target.proxy is not None
+    pids = {"proxy": target.pid, "upstream": upstream.pid}
+    before = {k: cpu_seconds(p) for k, p in pids.items() if p is not None}
+    svc0 = service_cpu_seconds(pids["proxy"]) if pids["proxy"] else 0.0
+    ru0 = os.times()
+    t0 = time.perf_counter_ns()
+    out = subprocess.run([curl, "--parallel", "--parallel-immediate", "--parallel-max", str(scen["clients"]),
+                          "-K", str(cfg)], capture_output=True, text=True, timeout=600)
+    seconds = (time.perf_counter_ns() - t0) / 1e9
+    ru1 = os.times()
+    lines = [ln.split() for ln in out.stdout.splitlines() if ln.strip()]
+    bad = [ln for ln in lines if ln[0] != "200"]
+    if len(lines) != scen["n"] or bad:
+        raise RuntimeError(f"curl through {target.name}: {len(lines)} answers, {len(bad)} not 200: "
+                           f"{bad[:3]} {out.stderr[-300:]}")
+    lat = [int(float(ln[1]) * 1e9) for ln in lines]
+    cpu = {k: cpu_seconds(p) - before[k] for k, p in pids.items() if p is not None}
+    return {
+        "target": target.name, "requests": len(lat), "seconds": seconds, "req_s": len(lat) / seconds,
+        "client_cpu": (ru1.children_user + ru1.children_system) - (ru0.children_user + ru0.children_system),
+        "upstream_cpu": cpu["upstream"], "proxy_cpu": cpu.get("proxy"),
+        "service_cpu": service_cpu_seconds(pids["proxy"]) - svc0 if pids["proxy"] else None, "lat_ns": lat,
+    }
+
+
+def run_curl(curl: str, targets: dict[str, Target], upstream: UpstreamProcess, scen: dict, rounds: int,
+             root: Path, log: Callable[[str], None]) -> list[dict]:
+    """curl --parallel (C, HTTP/1.1 keep-alive, scen["clients"] connections) as the load generator: it
+    costs a fraction of the Python client's CPU per call, so more of the two cores is left to the proxies."""
+    rows: list[dict] = []
+    names = [t for t in CURL_TARGETS if t in targets]
+    cfgs = {}
+    for name in names:
+        cfgs[name] = root / f"curl-{name}-{scen['sessions']}.cfg"
+        _curl_config(cfgs[name], targets[name].proxy, scen["n"], scen["sessions"])
+
+    def sent(t: Target) -> None:
+        if scen["sessions"] == 1:
+            t.sent += scen["n"]
+            return
+        for j in range(scen["sessions"]):
+            key = f"{SESSION}-{j}"
+            t.sent_other[key] = t.sent_other.get(key, 0) + scen["n"] // scen["sessions"] + (
+                1 if j < scen["n"] % scen["sessions"] else 0)
+
+    for name in names:  # warm-up: connections, certificates
+        _curl_slice(curl, targets[name], upstream, scen, cfgs[name])
+        sent(targets[name])
+    order = list(names)
+    for r in range(rounds):
+        for name in order:
+            row = _curl_slice(curl, targets[name], upstream, scen, cfgs[name])
+            sent(targets[name])
+            rows.append(row | {"scenario": scen["name"], "round": r + 1})
+        order = order[1:] + order[:1]
+        _log_round(log, scen, r, rows[-len(order):])
+    return rows
+
+
+def summarise_curl(rows: list[dict], scens: list[dict]) -> tuple[list[dict], list[dict]]:
+    """Per (scenario, target): pooled figures, with the CPU of every process per call (proxy with its
+    recording services, fake upstream, curl) and calls per CPU-second; per scenario: medians of the
+    within-round ratios."""
+    table, ratios = [], []
+    for scen in scens:
+        mine = [r for r in rows if r["scenario"] == scen["name"]]
+        names = [t for t in CURL_TARGETS if any(r["target"] == t for r in mine)]
+        for t in names:
+            p = pooled([r for r in mine if r["target"] == t])
+            total = p["proxy_cpu_us"] + p["upstream_cpu_us"] + p["client_cpu_us"]
+            table.append(p | {"scenario": scen["name"], "target": t, "total_cpu_us": total,
+                              "calls_per_cpu_s": 1e6 / total, "proxy_calls_per_cpu_s": 1e6 / p["proxy_cpu_us"]})
+        by_round: dict[int, dict[str, dict]] = {}
+        for r in mine:
+            by_round.setdefault(r["round"], {})[r["target"]] = r
+        summary: dict = {"scenario": scen["name"]}
+        for num, den in (("broker", "lean"), ("broker2", "broker")):
+            if num in names and den in names:
+                summary[f"{num}/{den}"] = statistics.median(
+                    rr[num]["req_s"] / rr[den]["req_s"] for rr in by_round.values())
+                summary[f"{num}/{den} runs"] = sorted(
+                    round(rr[num]["req_s"] / rr[den]["req_s"], 3) for rr in by_round.values())
+        ratios.append(summary)
+    return table, ratios
+
+
+def format_curl(table: list[dict], ratios: list[dict]) -> str:
+    out = [
+        "\ncurl --parallel as the load generator (C client, HTTP/1.1 keep-alive), GET; broker2 = --workers 2",
+        f"{'scenario':<24} {'target':<8} {'req/s':>6} {'p50 ms':>7} {'proxy CPU':>10} {'of it svc':>10} "
+        f"{'upstr CPU':>10} {'curl CPU':>9} {'all CPU':>8} {'calls/CPU-s':>12} {'proxy calls/CPU-s':>18}",
+    ]
+    for r in table:
+        out.append(
+            f"{r['scenario']:<24} {r['target']:<8} {r['req_s']:>6.0f} {r['p50_ms']:>7.2f} {r['proxy_cpu_us']:>10.0f} "
+            f"{r['service_cpu_us']:>10.0f} {r['upstream_cpu_us']:>10.0f} {r['client_cpu_us']:>9.0f} "
+            f"{r['total_cpu_us']:>8.0f} {r['calls_per_cpu_s']:>12.0f} {r['proxy_calls_per_cpu_s']:>18.0f}"
+        )
+    out.append("CPU columns: microseconds per call (proxy with its child processes: for broker2 both workers and")
+    out.append("their recording services; `of it svc`: the recording services); calls/CPU-s: calls per second")
+    out.append("of CPU of all processes (proxy, fake, curl); proxy calls/CPU-s: of the proxy's processes alone.")
+    out.append("On 2 cores shared with the fake and the client, N workers cannot exceed (2 cores / all CPU per")
+    out.append("call) calls per second.")
+    for s in ratios:
+        parts = [f"{k} {s[k]:.2f} ({_quartiles(s[k + ' runs'])})" for k in ("broker/lean", "broker2/broker") if k in s]
+        out.append(f"{s['scenario']:<24} " + "   ".join(parts))
+    return "\n".join(out)
 
 
 def _log_round(log: Callable[[str], None], scen: dict, r: int, rows: list[dict]) -> None:
@@ -472,7 +629,7 @@ def format_tables(table: list[dict], ratios: list[dict], params: dict, check: di
         )
     out.append("req/s: calls / time over all rounds; p50/p99: over all calls; CPU columns: microseconds of process")
     out.append("CPU (user + system, all threads) per call; proxy CPU includes its child processes, `of it svc`")
-    out.append("is theirs (the recording service)")
+    out.append("is the recording services' (broker2: both workers' services)")
     out.append("")
     out.append(
         f"{'scenario':<9} {'broker/mitmdump':>15} {'(IQR)':>11} {'addon/':>9} {'broker/':>8} {'mitmdump/':>9}   "
@@ -503,19 +660,31 @@ def format_tables(table: list[dict], ratios: list[dict], params: dict, check: di
     for name, c in check.items():
         out.append(
             f"vault check ({name}): {c['entries']} entries in session {SESSION!r} (expected {c['expected']}), "
-            f"verify_session intact={c['intact']}" + ("" if c["ok"] else "  <-- MISMATCH")
+            f"verify_session intact={c['intact']}"
+            + (f"; {c['other_entries']} in {c['other_sessions']} other sessions" if c.get("other_sessions") else "")
+            + ("" if c["ok"] else f"  <-- MISMATCH {c['detail']}")
         )
     return "\n".join(out)
 
 
-def verify_vault(vault_dir: Path, expected: int) -> dict:
+def verify_vault(vault_dir: Path, expected: int, others: dict[str, int] | None = None) -> dict:
+    """Session SESSION holds `expected` entries and every session of `others` its count, all intact."""
     from journal.vault import Vault
     from journal.verify import verify_session
 
     report = verify_session(Vault(vault_dir), SESSION, check_blobs=True)
     ok = report.intact and report.entries == expected
-    return {"entries": report.entries, "expected": expected, "intact": report.intact, "ok": ok,
-            "detail": report.detail}
+    out = {"entries": report.entries, "expected": expected, "intact": report.intact, "ok": ok,
+           "detail": report.detail}
+    for session, n in (others or {}).items():
+        r = verify_session(Vault(vault_dir), session, check_blobs=True)
+        if not (r.intact and r.entries == n):
+            out["ok"] = False
+            out["detail"] = f"session {session}: {r.entries} entries (expected {n}), intact={r.intact}: {r.detail}"
+    if others:
+        out["other_sessions"] = len(others)
+        out["other_entries"] = sum(others.values())
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -525,6 +694,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seq", type=int, help="calls per target per round, sequential (default 60, --quick 40)")
     ap.add_argument("--conc", type=int, help="calls per target per round, concurrent (default 160, --quick 96)")
     ap.add_argument("--clients", type=int, default=16, help="concurrent clients (default 16)")
+    ap.add_argument("--no-curl", action="store_true",
+                    help="skip the curl scenarios (lean, broker, --workers 2 with curl --parallel as the client)")
     ap.add_argument("--json", metavar="FILE", help="also write the figures to FILE (key 'broker')")
     ap.add_argument("--profile", action="store_true",
                     help="also run broker what-if variants, py-spy (if installed) and an addon stage breakdown")
@@ -535,6 +706,15 @@ def main(argv: list[str] | None = None) -> int:
     if min(rounds, seq, conc, args.clients) < 1:
         ap.error("--rounds, --seq, --conc and --clients must be positive")
     scens = scenarios(seq, conc, args.clients)
+    curl = None if args.no_curl else shutil.which("curl")
+    # each slice is one curl process, so its connections (and TLS handshakes) are new: slices of 5x
+    # the concurrent slice keep that a small part of the CPU per call
+    curl_scens = [{"name": f"curl {args.clients}x GET, 1 session", "clients": args.clients, "n": conc * 5,
+                   "sessions": 1},
+                  {"name": f"curl {args.clients}x GET, {args.clients} sess.", "clients": args.clients,
+                   "n": conc * 5, "sessions": args.clients}]
+    curl_rounds = max(3, rounds // 3)
+    load_start = os.getloadavg()
     params = {"rounds": rounds, "seq": seq, "conc": conc, "clients": args.clients, "write_every": WRITE_EVERY,
               "quick": args.quick, "get_url": GET_URL, "post_url": POST_URL}
 
@@ -568,12 +748,14 @@ def main(argv: list[str] | None = None) -> int:
             measure(t, upstream, {"name": "warm-up", "clients": args.clients, "n": args.clients * 5, "warm": 0,
                                   "mix": True})
         rows = [row for scen in scens for row in run_scenario(targets, upstream, scen, rounds, log)]
+        curl_rows = [row for scen in curl_scens
+                     for row in run_curl(curl, targets, upstream, scen, curl_rounds, root, log)] if curl else []
         check = {}
         for name, proc in (("broker", broker), ("broker2", broker2), ("addon", addon)):
             code = proc.stop()
             if code != 0:
                 raise RuntimeError(f"{name} exited with {code}:\n{proc.output.decode(errors='replace')[-2000:]}")
-            check[name] = verify_vault(proc.vault, targets[name].sent)
+            check[name] = verify_vault(proc.vault, targets[name].sent, targets[name].sent_other)
         bench_seconds = time.perf_counter() - t0
         profile, profile_figures = run_profile(root, args.quick, upstream, mitm, args.clients, log) if args.profile \
             else ("", {})
@@ -585,9 +767,15 @@ def main(argv: list[str] | None = None) -> int:
     total = time.perf_counter() - t0
     table, ratios = summarise(rows, scens)
     print(format_tables(table, ratios, params, check))
+    curl_table, curl_ratios = summarise_curl(curl_rows, curl_scens) if curl_rows else ([], [])
+    if curl_rows:
+        print(format_curl(curl_table, curl_ratios))
+    elif not args.no_curl:
+        print("\n(curl not found: the curl scenarios were skipped)")
+    load = (load_start, os.getloadavg())
     print(f"\n(benchmark {bench_seconds:.1f} s, total {total:.1f} s, on {os.cpu_count()} CPUs, "
           f"Python {sys.version.split()[0]}, httpx {httpx.__version__}, mitmproxy {_mitmproxy_version()}, "
-          f"revision {revision})")
+          f"revision {revision}; load average {load[0][0]:.1f} at the start, {load[1][0]:.1f} at the end)")
     if profile:
         print(profile)
     if args.json:
@@ -595,6 +783,8 @@ def main(argv: list[str] | None = None) -> int:
             "machine": machine() | {"mitmproxy": _mitmproxy_version(), "httpx": httpx.__version__},
             "revision": revision,
             "params": params, "table": table, "ratios": ratios, "runs": _without_latencies(rows),
+            "curl_table": curl_table, "curl_ratios": curl_ratios, "curl_runs": _without_latencies(curl_rows),
+            "load_average": load,
             "vault_check": check,
             "bench_seconds": bench_seconds, "total_seconds": total, "profile": profile_figures,
         })
