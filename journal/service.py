@@ -344,10 +344,13 @@ def serve(sock: socket.socket, recorder: Recorder) -> None:
     """Record calls from `sock` until the other end closes it; answer each batch in one frame."""
     service = Service(recorder)
     buf = bytearray()
+    # One receive buffer for the connection: `sock.recv(RECV_SIZE)` would allocate (mmap) 1 MiB on
+    # every call and shrink it again, about 8 us a receive against 1 us for recv_into.
+    incoming = memoryview(bytearray(RECV_SIZE))
     while True:
-        chunk = sock.recv(RECV_SIZE)
-        if chunk:
-            buf += chunk
+        received = sock.recv_into(incoming)
+        if received:
+            buf += incoming[:received]
         frames, used = split_frames(buf)
         if used:
             del buf[:used]
@@ -356,7 +359,7 @@ def serve(sock: socket.socket, recorder: Recorder) -> None:
             if acks:
                 sock.sendall(frame(acks))
             service.prepare_pending()  # while those calls are upstream
-        if not chunk:
+        if not received:
             if buf:
                 log.error("the proxy closed the connection in the middle of a call (%d bytes dropped)", len(buf))
             return
