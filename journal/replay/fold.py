@@ -551,9 +551,11 @@ class Folder:
     """Feeds entries one at a time; `finish` gives the Replay. Memory stays bounded: entries, touches,
     writes and steps go to the spill store as they are folded; at most `cache` resources are held."""
 
-    CACHE = 8192
+    CACHE = 4096
+    COLD_BYTES = 24 << 20
 
-    def __init__(self, session: str, near: Path | None = None, cache: int | None = None) -> None:
+    def __init__(self, session: str, near: Path | None = None, cache: int | None = None,
+                 cold_bytes: int | None = None) -> None:
         self.session = session
         self.store = Store(near)
         self.counts = Counts()
@@ -561,6 +563,11 @@ class Folder:
         self.untrusted_from: int | None = None
         self._live: OrderedDict[Key, _Live] = OrderedDict()  # least recently touched first
         self._cache = cache or self.CACHE
+        # Resources evicted from _live, serialized (a fifth of an object's size), before they go to the
+        # store: a miss here costs one orjson.loads, not a query plus a description, a link and an UPDATE.
+        self._cold: OrderedDict[Key, tuple[int, bytes, str, bool, bytes]] = OrderedDict()
+        self._cold_bytes = 0
+        self._cold_limit = self.COLD_BYTES if cold_bytes is None else cold_bytes
         self._grades = bytearray(1)  # pos -> index into _grade_names
         self._grade_names: list[str] = []
         self._grade_index: dict[str, int] = {}
@@ -643,20 +650,42 @@ class Folder:
         if res is not None:
             live.move_to_end(key)
         else:
-            sk = sort_key(key)
-            row = self.store.get_resource(sk)
-            if row is not None:
-                res = _Live.load(row[0], key, sk, row[1], row[2])
+            cold = self._cold.pop(key, None)
+            if cold is not None:
+                self._cold_bytes -= len(cold[4])
+                res = self._thaw(key, cold)
             else:
-                self.counts.resources += 1
-                res = _Live(self.counts.resources, key, sk, touch.handler)
+                sk = sort_key(key)
+                row = self.store.get_resource(sk)
+                if row is not None:
+                    res = _Live.load(row[0], key, sk, row[1], row[2])
+                else:
+                    self.counts.resources += 1
+                    res = _Live(self.counts.resources, key, sk, touch.handler)
             if len(live) >= self._cache:
-                self._save(live.popitem(last=False)[1])
+                self._freeze(live.popitem(last=False)[1])
             live[key] = res
         if touch.parent is not None:
             res.parent = touch.parent
         if touch.title:
             res.title = touch.title
+        return res
+
+    def _freeze(self, res: _Live) -> None:
+        """Move an evicted resource to the serialized cache (the oldest there go to the store)."""
+        data = memoryview(res.data(None)).tobytes()  # orjson's bytes keep a 4 KB buffer; a copy is exact
+        self._cold[res.key] = (res.rid, res.sk, res.name, res.stored, data)
+        self._cold_bytes += len(data)
+        while self._cold_bytes > self._cold_limit and self._cold:
+            key, cold = self._cold.popitem(last=False)
+            self._cold_bytes -= len(cold[4])
+            self._save(self._thaw(key, cold))
+
+    @staticmethod
+    def _thaw(key: Key, cold: tuple[int, bytes, str, bool, bytes]) -> _Live:
+        rid, sk, name, stored, data = cold
+        res = _Live.load(rid, key, sk, name, data)
+        res.stored = stored
         return res
 
     def _save(self, res: _Live) -> None:
@@ -764,6 +793,9 @@ class Folder:
                         call.trusted)
 
     def finish(self, report: SessionReport) -> Replay:
+        for key, cold in self._cold.items():
+            self._save(self._thaw(key, cold))
+        self._cold.clear()
         for res in self._live.values():
             self._save(res)
         self._live.clear()

@@ -28,6 +28,7 @@ import orjson
 
 from journal.vault import SESSION_SUFFIX, Vault, session_filename
 
+from . import forked
 from .fold import GRADES, PlanStep, Replay, Resource, Touched, WriteRecord, resource_from_row, weakest, write_from_row
 from .labels import PAGE, TITLES, note_name, resource_id, step_flags, title, unknown_link
 from .markdown import blob_link, body_block, callout, cell, code, dumps, esc, fence
@@ -456,27 +457,38 @@ class Views:
     # -- all files ----------------------------------------------------------------------------------
 
     def write_all(self, folder: Path) -> None:
-        """Write every file into `folder`, naming each in the store's `files` table."""
+        """Write every file into `folder`, naming each in the store's `files` table. The timeline, the
+        index and the plan are written by a forked child (forked.py) while this process writes the
+        resource notes, when a fork is possible; views.json comes last either way."""
         store = self.store
         resources = store.scratch_path("resources.jsonl")
         path = str(folder)
+        child = forked.start(store, lambda: self.write_summaries(folder))
         with open(resources, "wb") as lines:
             sep = b"\n"
             for res, parent_link, children in self.resources():
                 _put(path, res.name, self.resource_note(res, parent_link, children).encode())
-                store.add("files", (res.name,))
                 lines.write(sep + _compact(self.resource_dict(res, children)))
                 sep = b",\n"
-            for name, text in self.timeline_pages():
-                _put(path, name, text.encode())
-                store.add("files", (name,))
-        _put_stream(folder, "index.md", _joined(self.index_note()))
-        _put_stream(folder, "revert-plan.md", _joined(self.plan_note()))
-        _put_stream(folder, "revert-plan.json", self.plan_json())
+        if child is None or child.join() is not None:
+            self.write_summaries(folder)  # no child, or it failed: the same files, written here
+        store.db.execute("INSERT OR IGNORE INTO files SELECT name FROM resources")  # one note each
+        for i in sorted(self.rp.counts.pages):
+            store.add("files", (f"timeline-{i + 1:04d}.md",))
         for name in ("index.md", "revert-plan.md", "revert-plan.json", "views.json"):
             store.add("files", (name,))
         _put_stream(folder, "views.json", self.views_json(resources))
         resources.unlink()
+
+    def write_summaries(self, folder: Path) -> None:
+        """The timeline pages, the index and the revert plan (md and json): files that read the store
+        only, so a forked child can write them (forked.py)."""
+        path = str(folder)
+        for name, text in self.timeline_pages():
+            _put(path, name, text.encode())
+        _put_stream(folder, "index.md", _joined(self.index_note()))
+        _put_stream(folder, "revert-plan.md", _joined(self.plan_note()))
+        _put_stream(folder, "revert-plan.json", self.plan_json())
 
 
 def _joined(lines: Iterable[str]) -> Iterator[bytes]:

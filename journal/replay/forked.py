@@ -1,0 +1,85 @@
+"""Run part of the view writing in a forked child, beside the parent's part (the second core).
+
+The views of a replay are many independent files: the resource notes (with views.json's resource
+lines) on one side; the timeline pages, the index and the revert plan on the other. Both halves
+only read the replay's spill store, so after the fold the parent forks once: the child writes its
+half through a connection of its own to the same database (the parent commits and drops its
+exclusive lock first), the parent writes the other half, then waits. The files are the same bytes
+whichever process writes them; `views.json`, which says an output is complete, is still written
+last, by the parent, once the child is done.
+
+A fork is only used where it is safe and available: a POSIX system and a process with no other
+thread (a fork copies one thread; the inspector replays from a thread pool and writes no views).
+When the child cannot run or fails, the parent writes the child's half itself: the outputs never
+depend on whether a fork happened.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Callable
+
+from .store import Store
+
+ENABLED = True
+"""Tests switch this off to compare the forked and the serial output byte for byte."""
+
+
+class Child:
+    """A forked child running `work` against its own connection to `store`; `join` waits for it and
+    says whether it succeeded (the caller then does the work itself when it did not)."""
+
+    def __init__(self, pid: int, errors: int) -> None:
+        self.pid = pid
+        self._errors = errors
+
+    def join(self) -> str | None:
+        """Wait for the child; None when it succeeded, else why not."""
+        with os.fdopen(self._errors, "rb") as f:
+            message = f.read().decode("utf-8", "replace")
+        _, status = os.waitpid(self.pid, 0)
+        if os.waitstatus_to_exitcode(status) == 0 and not message:
+            return None
+        return message or f"exit status {os.waitstatus_to_exitcode(status)}"
+
+
+def can_fork() -> bool:
+    return ENABLED and hasattr(os, "fork") and threading.active_count() == 1
+
+
+def start(store: Store, work: Callable[[], None]) -> Child | None:
+    """Fork a child that runs `work` (reading `store` through a connection of its own); None when no
+    fork is possible here (the caller runs `work` itself)."""
+    if not can_fork():
+        return None
+    store.share()
+    read, write = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(read)
+        os.close(write)
+        return None
+    if pid == 0:  # the child: never returns
+        os.close(read)
+        code = 0
+        try:
+            # The inherited connection belongs to the parent: set aside, never used or closed here.
+            store.inherited = store.db
+            store.db = sqlite3.connect(store.path, isolation_level=None, check_same_thread=False)
+            work()
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent, which redoes the work
+            code = 1
+            try:
+                os.write(write, f"{type(exc).__name__}: {exc}".encode()[:4000])
+            except OSError:
+                pass
+        finally:
+            os._exit(code)  # no finalizers: the store's folder belongs to the parent
+    os.close(write)
+    return Child(pid, read)
+
+
+__all__ = ["ENABLED", "Child", "can_fork", "start"]
