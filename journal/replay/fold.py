@@ -21,6 +21,7 @@ Memory is bounded whatever the session's length: what the views need is appended
 
 from __future__ import annotations
 
+import pickle
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,7 +36,7 @@ from journal.connectors._http import normalise_host, normalise_path, parse_query
 from journal.vault import Vault
 from journal.verify import SessionReport, verify_session
 
-from . import connectors
+from . import connectors, forked
 from .connectors import generic
 from .labels import PAGE, describe, link, note_name, resource_id, step_flags
 from .model import (
@@ -813,6 +814,11 @@ def fold_session(
 ) -> Replay:
     """Verify and fold one session in a single pass (see the module docstring). With `seal_key` (a public
     key, see journal/seal.py) the session's seal is checked too."""
+    if check_blobs:
+        rp = _fold_beside_verifier(vault, session, progress, seal_key)
+        if rp is not None:
+            return rp
+        progress = None  # the bar already went through the file once
     folder = Folder(session, vault.views_dir)
     cursor = [0, 0]  # [start of the line being verified, bytes seen]
 
@@ -844,6 +850,40 @@ def fold_session(
     except BaseException:
         folder.discard()
         raise
+    return folder.finish(report)
+
+
+def _fold_beside_verifier(vault: Vault, session: str, progress: Callable[[int], None] | None,
+                          seal_key: object) -> Replay | None:
+    """The common case on two cores: the verifier runs in a forked child (forked.py) while this process
+    parses and folds every line as trusted. That is exactly the serial fold when the child reports the
+    session intact over the very lines folded here (same count, same bytes): the serial fold gets each
+    verified entry, parsed the same way, with its seq as its line number. Anything else (a break, a
+    seal that does not match, a file that grew in between, no fork here) gives None: the caller folds
+    serially, behind the verifier, as before."""
+    path = vault.require_session(session)
+    kw = {"seal_key": seal_key} if seal_key is not None else {}
+    child = forked.start(lambda: pickle.dumps(verify_session(vault, session, **kw)))
+    if child is None:
+        return None
+    folder = Folder(session, vault.views_dir)
+    lines = size = 0
+    try:
+        for index, data in _lines_from(path, 0):
+            size += len(data)
+            if progress is not None:
+                progress(len(data))
+            lines = index + 1
+            folder.feed(orjson.loads(data), lines, True)
+        failed = False
+    except Exception:  # noqa: BLE001 - a line the verifier will reject: the serial fold says what it is
+        failed = True
+    payload, _ = child.join()
+    report = pickle.loads(payload) if payload is not None else None
+    if failed or not isinstance(report, SessionReport) or not report.intact or report.entries != lines \
+            or report.bytes != size:
+        folder.discard()
+        return None
     return folder.finish(report)
 
 

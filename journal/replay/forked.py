@@ -28,33 +28,35 @@ ENABLED = True
 
 
 class Child:
-    """A forked child running `work` against its own connection to `store`; `join` waits for it and
-    says whether it succeeded (the caller then does the work itself when it did not)."""
+    """A forked child running some work; `join` waits for it and gives what it sent back, or why it failed
+    (the caller then does the work itself)."""
 
-    def __init__(self, pid: int, errors: int) -> None:
+    def __init__(self, pid: int, pipe: int) -> None:
         self.pid = pid
-        self._errors = errors
+        self._pipe = pipe
 
-    def join(self) -> str | None:
-        """Wait for the child; None when it succeeded, else why not."""
-        with os.fdopen(self._errors, "rb") as f:
-            message = f.read().decode("utf-8", "replace")
+    def join(self) -> tuple[bytes | None, str | None]:
+        """Wait for the child: (what it sent, None) when it succeeded, else (None, why not)."""
+        with os.fdopen(self._pipe, "rb") as f:
+            message = f.read()
         _, status = os.waitpid(self.pid, 0)
-        if os.waitstatus_to_exitcode(status) == 0 and not message:
-            return None
-        return message or f"exit status {os.waitstatus_to_exitcode(status)}"
+        code = os.waitstatus_to_exitcode(status)
+        if code == 0 and message[:1] == b"+":
+            return message[1:], None
+        return None, message[1:].decode("utf-8", "replace") or f"exit status {code}"
 
 
 def can_fork() -> bool:
     return ENABLED and hasattr(os, "fork") and threading.active_count() == 1
 
 
-def start(store: Store, work: Callable[[], None]) -> Child | None:
-    """Fork a child that runs `work` (reading `store` through a connection of its own); None when no
-    fork is possible here (the caller runs `work` itself)."""
+def start(work: Callable[[], bytes], store: Store | None = None) -> Child | None:
+    """Fork a child that runs `work` and sends back the bytes it returns (with `store`, reading it through
+    a connection of its own); None when no fork is possible here (the caller runs `work` itself)."""
     if not can_fork():
         return None
-    store.share()
+    if store is not None:
+        store.share()
     read, write = os.pipe()
     try:
         pid = os.fork()
@@ -66,18 +68,21 @@ def start(store: Store, work: Callable[[], None]) -> Child | None:
         os.close(read)
         code = 0
         try:
-            # The inherited connection belongs to the parent: set aside, never used or closed here.
-            store.inherited = store.db
-            store.db = sqlite3.connect(store.path, isolation_level=None, check_same_thread=False)
-            work()
+            if store is not None:
+                # The inherited connection belongs to the parent: set aside, never used or closed here.
+                store.inherited = store.db
+                store.db = sqlite3.connect(store.path, isolation_level=None, check_same_thread=False)
+            out = b"+" + work()
         except BaseException as exc:  # noqa: BLE001 - reported to the parent, which redoes the work
             code = 1
-            try:
-                os.write(write, f"{type(exc).__name__}: {exc}".encode()[:4000])
-            except OSError:
-                pass
-        finally:
-            os._exit(code)  # no finalizers: the store's folder belongs to the parent
+            out = f"-{type(exc).__name__}: {exc}".encode()[:4000]
+        try:
+            view = memoryview(out)
+            while view:
+                view = view[os.write(write, view) :]
+        except OSError:
+            code = 1
+        os._exit(code)  # no finalizers: the store's folder and every open file belong to the parent
     os.close(write)
     return Child(pid, read)
 

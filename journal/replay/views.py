@@ -463,14 +463,14 @@ class Views:
         store = self.store
         resources = store.scratch_path("resources.jsonl")
         path = str(folder)
-        child = forked.start(store, lambda: self.write_summaries(folder))
+        child = forked.start(lambda: self.write_summaries(folder) or b"", store)
         with open(resources, "wb") as lines:
             sep = b"\n"
             for res, parent_link, children in self.resources():
                 _put(path, res.name, self.resource_note(res, parent_link, children).encode())
                 lines.write(sep + _compact(self.resource_dict(res, children)))
                 sep = b",\n"
-        if child is None or child.join() is not None:
+        if child is None or child.join()[1] is not None:
             self.write_summaries(folder)  # no child, or it failed: the same files, written here
         store.db.execute("INSERT OR IGNORE INTO files SELECT name FROM resources")  # one note each
         for i in sorted(self.rp.counts.pages):
