@@ -22,6 +22,7 @@ Memory is bounded whatever the session's length: what the views need is appended
 from __future__ import annotations
 
 import pickle
+import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -58,6 +59,7 @@ from .model import (
 from .store import Store, dumps, sort_key
 
 _BLOCK = 1 << 20
+_BATCH = 1000
 GRADES = ("broker", "gateway", "agent")
 """Capture grades, strongest first (docs/contract.md, evidence grade)."""
 _RANK = {g: i for i, g in enumerate(GRADES)}
@@ -456,10 +458,23 @@ def _mcp_parts(entry: dict, request: dict, response: dict) -> tuple[str | None, 
     return params["name"], args if isinstance(args, dict) else {}, payload, error
 
 
+_PLAIN_URL = re.compile(r"(https?)://([^/?#@\[\]\\%:\x00-\x20\x7f]+(?::[0-9]*)?)((?:/[^?#\\\x00-\x20\x7f]*)?)"
+                        r"(?:\?([^#\\\x00-\x20\x7f]*))?\Z")
+"""An ASCII http(s) URL without user info, brackets, percent signs or a port other than digits in its
+netloc, without a fragment, whitespace, control characters or backslashes: urlsplit's scheme, netloc,
+path (empty or from "/") and query are these groups, and its hostname is the netloc before ":" in
+lower case. Any other URL goes through urlsplit."""
+
+
 @lru_cache(maxsize=1 << 12)
 def _parse_url(raw_url: str) -> tuple[str, str, str, dict[str, list[str]]]:
     """(origin, host, normalised path, query) of an http(s) URL; empty parts for anything else. Cached:
     sessions call the same URLs again and again. The query dict is shared: treat it as read-only."""
+    plain = _PLAIN_URL.match(raw_url) if raw_url.isascii() else None
+    if plain is not None:  # what urlsplit gives for such a URL, without its general machinery
+        scheme, netloc, path, query = plain.groups()
+        return (f"{scheme}://{netloc}", normalise_host(netloc.partition(":")[0].lower()), normalise_path(path),
+                parse_query(query or ""))
     try:
         split = urlsplit(raw_url)
         if split.scheme in ("http", "https") and split.netloc:
@@ -569,6 +584,11 @@ class Folder:
         self._cold: OrderedDict[Key, tuple[int, bytes, str, bool, bytes]] = OrderedDict()
         self._cold_bytes = 0
         self._cold_limit = self.COLD_BYTES if cold_bytes is None else cold_bytes
+        # The store's pending rows, appended to directly (one list append per row, not a call); flushed
+        # every _BATCH entries as one executemany per table.
+        pending = self.store.pending
+        self._entry_rows, self._touch_rows, self._write_rows = pending("entries"), pending("touches"), pending("writes")
+        self._lifecycle_rows, self._step_rows = pending("lifecycle"), pending("steps")
         self._grades = bytearray(1)  # pos -> index into _grade_names
         self._grade_names: list[str] = []
         self._grade_index: dict[str, int] = {}
@@ -626,8 +646,10 @@ class Folder:
             "url": call.url, "status": call.status, "failure": failure, "trusted": trusted, "ops": ops,
             "resources": ids, "notes": notes,
         }
-        self.store.add("entries", (pos, call.seq, len(keys), trusted, orjson.dumps(record, option=orjson.OPT_SORT_KEYS),
+        self._entry_rows.append((pos, call.seq, len(keys), trusted, orjson.dumps(record, option=orjson.OPT_SORT_KEYS),
                                    dumps(keys) if keys else None))
+        if len(self._entry_rows) >= _BATCH:
+            self.store.flush()
 
     def _grade(self, pos: int, capture: str) -> None:
         index = self._grade_index.get(capture)
@@ -701,7 +723,7 @@ class Folder:
         res = self._resource(touch)
         ok = failure is None
         pos = call.pos
-        self.store.add("touches", (res.rid, pos, touch.role, touch.op, ok, call.capture, call.ts, failure,
+        self._touch_rows.append((res.rid, pos, touch.role, touch.op, ok, call.capture, call.ts, failure,
                                    call.trusted))
         res.grades.add(call.capture)
         if touch.role == READ:
@@ -733,7 +755,7 @@ class Folder:
                 "intended": touch.intended, "actual": touch.state if ok else None, "differences": diffs,
                 "request_body": call.request_body, "response_body": call.response_body,
             }
-            self.store.add("writes", (res.rid, pos, touch.role, touch.op, failure, step_id, flags,
+            self._write_rows.append((res.rid, pos, touch.role, touch.op, failure, step_id, flags,
                                       dumps([fields, step_id, flags, reason])))
             res.writes += 1
         if ok:
@@ -745,7 +767,7 @@ class Folder:
                 res.observed = True
             if touch.lifecycle:
                 res.last_life = [pos, touch.lifecycle]
-                self.store.add("lifecycle", (res.rid, pos, touch.lifecycle))
+                self._lifecycle_rows.append((res.rid, pos, touch.lifecycle))
         return planned
 
     def _add_step(self, step: PlanStep, rid: int | None) -> int:
@@ -755,7 +777,7 @@ class Folder:
         c.blind += step.blind
         c.approximate += step.approximate
         c.no_call += step.call is None
-        self.store.add("steps", (self.counts.steps, rid, dumps(step.row())))
+        self._step_rows.append((self.counts.steps, rid, dumps(step.row())))
         return self.counts.steps
 
     def _invert(self, call: Call, touch: Touch, before: dict | None, before_seqs: list[int],

@@ -88,6 +88,10 @@ class Store:
         if len(rows) >= _BATCH:
             self._flush(table)
 
+    def pending(self, table: str) -> list[tuple]:
+        """The list of `table`'s rows not yet written: a caller may append to it, then call `flush`."""
+        return self._pending[table]
+
     def _flush(self, table: str) -> None:
         rows = self._pending[table]
         if rows:
