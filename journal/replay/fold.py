@@ -568,7 +568,7 @@ class Folder:
     writes and steps go to the spill store as they are folded; at most `cache` resources are held."""
 
     CACHE = 4096
-    COLD_BYTES = 24 << 20
+    COLD_BYTES = 12 << 20
 
     def __init__(self, session: str, near: Path | None = None, cache: int | None = None,
                  cold_bytes: int | None = None) -> None:
