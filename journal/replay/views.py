@@ -466,9 +466,10 @@ class Views:
 
     # -- all files ----------------------------------------------------------------------------------
 
-    CHILD_SHARE = 0.3
-    """The share of the resource notes (the last in key order) a forked child writes besides the timeline, the
-    index and the plan: about half the work each (measured on the replay benchmark)."""
+    CHILD_SHARE = 0.34
+    """The share of the resource notes' work (the last notes in key order, weighed by their touches) a forked
+    child writes besides the timeline, the index and the plan, while this process writes the other notes and
+    then views.json: about half the work each (measured on the replay benchmark)."""
 
     def write_all(self, folder: Path) -> None:
         """Write every file into `folder`, naming each in the store's `files` table. When a fork is possible
@@ -493,12 +494,20 @@ class Views:
         for part in parts:
             part.unlink()
 
-    def _split(self) -> tuple[bytes | None] | None:
-        """(sort key of the first resource the child writes,) or (None,) when it writes none; None: no fork."""
-        n = self.rp.counts.resources
-        row = self.store.one("SELECT sk FROM resources ORDER BY sk LIMIT 1 OFFSET ?",
-                             (n - int(n * self.CHILD_SHARE),)) if n >= 2 else None
-        return (row[0] if row is not None else None,)
+    def _split(self) -> tuple[bytes | None]:
+        """(sort key of the first resource the child writes,), or (None,) when it writes none."""
+        weights = self.store.rows("SELECT r.sk, 1 + c.n FROM resources r JOIN (SELECT rid, COUNT(*) AS n FROM "
+                                  "touches GROUP BY rid) c ON c.rid = r.rid ORDER BY r.sk DESC")
+        (touches,) = self.store.one("SELECT COUNT(*) FROM touches")  # type: ignore[misc]
+        total = touches + self.rp.counts.resources
+        share, first = 0, None
+        for sk, weight in weights:
+            if share + weight > total * self.CHILD_SHARE:
+                break
+            share += weight
+            first = sk
+        weights.close()  # its cursor is done with before the store is shared
+        return (first,)
 
     def _write_tail(self, folder: Path, split: tuple[bytes | None], lines: Path) -> None:
         if split[0] is not None:
