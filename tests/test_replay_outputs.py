@@ -108,6 +108,25 @@ def test_the_forked_path_is_taken(tmp_path, monkeypatch):
     assert calls == [False, True]  # the verifier (no store), then the views (reading the store)
 
 
+def test_an_interrupted_replay_leaves_no_child_behind(tmp_path, monkeypatch):
+    import os
+
+    root = _session(tmp_path / "v", "intact")
+    real = fold.Folder.feed
+
+    def feed(self, entry, pos, trusted=True):
+        if pos == 100:
+            raise KeyboardInterrupt
+        real(self, entry, pos, trusted)
+
+    monkeypatch.setattr(fold.Folder, "feed", feed)
+    with pytest.raises(KeyboardInterrupt):
+        replay_session(Vault.open_existing(root), SESSION)
+    with pytest.raises(ChildProcessError):  # the forked verifier was stopped and reaped
+        os.waitpid(-1, os.WNOHANG)
+    assert [p.name for p in Vault(root).views_dir.iterdir()] == []  # and the spill store removed
+
+
 def _write(root: Path) -> None:
     out = {}
     for variant in ("intact", "edited", "removed"):

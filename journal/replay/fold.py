@@ -888,7 +888,11 @@ def _fold_beside_verifier(vault: Vault, session: str, progress: Callable[[int], 
     child = forked.start(lambda: pickle.dumps(verify_session(vault, session, **kw)))
     if child is None:
         return None
-    folder = Folder(session, vault.views_dir)
+    try:
+        folder = Folder(session, vault.views_dir)
+    except BaseException:
+        child.abandon()
+        raise
     lines = size = 0
     try:
         for index, data in _lines_from(path, 0):
@@ -900,6 +904,10 @@ def _fold_beside_verifier(vault: Vault, session: str, progress: Callable[[int], 
         failed = False
     except Exception:  # noqa: BLE001 - a line the verifier will reject: the serial fold says what it is
         failed = True
+    except BaseException:  # interrupted: nothing is left running
+        child.abandon()
+        folder.discard()
+        raise
     payload, _ = child.join()
     report = pickle.loads(payload) if payload is not None else None
     if failed or not isinstance(report, SessionReport) or not report.intact or report.entries != lines \

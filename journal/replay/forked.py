@@ -17,6 +17,7 @@ depend on whether a fork happened.
 from __future__ import annotations
 
 import os
+import signal
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -44,6 +45,19 @@ class Child:
         if code == 0 and message[:1] == b"+":
             return message[1:], None
         return None, message[1:].decode("utf-8", "replace") or f"exit status {code}"
+
+
+    def abandon(self) -> None:
+        """The parent gave up (an exception): stop the child and reap it, so no process is left behind."""
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            pass
+        os.close(self._pipe)
 
 
 def can_fork() -> bool:

@@ -479,7 +479,12 @@ class Views:
         head, tail = store.scratch_path("resources.jsonl"), store.scratch_path("resources-tail.jsonl")
         split = self._split() if forked.can_fork() else None
         child = forked.start(lambda: self._write_tail(folder, split, tail) or b"", store) if split else None
-        self.write_notes(folder, None, split[0] if split else None, head)
+        try:
+            self.write_notes(folder, None, split[0] if split else None, head)
+        except BaseException:
+            if child is not None:
+                child.abandon()
+            raise
         if split and (child is None or child.join()[1] is not None):
             self._write_tail(folder, split, tail)  # the fork failed: the same files, written here
         parts = [head, tail] if split else [head]
