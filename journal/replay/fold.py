@@ -60,6 +60,8 @@ from .store import Store, dumps, sort_key
 
 _BLOCK = 1 << 20
 _BATCH = 1000
+_COLD_OVERHEAD = 300
+"""Bytes a serialized resource costs besides its data (its key, sort key, note name and the cache's slot)."""
 GRADES = ("broker", "gateway", "agent")
 """Capture grades, strongest first (docs/contract.md, evidence grade)."""
 _RANK = {g: i for i, g in enumerate(GRADES)}
@@ -568,7 +570,7 @@ class Folder:
     writes and steps go to the spill store as they are folded; at most `cache` resources are held."""
 
     CACHE = 4096
-    COLD_BYTES = 12 << 20
+    COLD_BYTES = 8 << 20
 
     def __init__(self, session: str, near: Path | None = None, cache: int | None = None,
                  cold_bytes: int | None = None) -> None:
@@ -675,7 +677,7 @@ class Folder:
         else:
             cold = self._cold.pop(key, None)
             if cold is not None:
-                self._cold_bytes -= len(cold[4])
+                self._cold_bytes -= len(cold[4]) + _COLD_OVERHEAD
                 res = self._thaw(key, cold)
             else:
                 sk = sort_key(key)
@@ -698,10 +700,10 @@ class Folder:
         """Move an evicted resource to the serialized cache (the oldest there go to the store)."""
         data = memoryview(res.data(None)).tobytes()  # orjson's bytes keep a 4 KB buffer; a copy is exact
         self._cold[res.key] = (res.rid, res.sk, res.name, res.stored, data)
-        self._cold_bytes += len(data)
+        self._cold_bytes += len(data) + _COLD_OVERHEAD
         while self._cold_bytes > self._cold_limit and self._cold:
             key, cold = self._cold.popitem(last=False)
-            self._cold_bytes -= len(cold[4])
+            self._cold_bytes -= len(cold[4]) + _COLD_OVERHEAD
             self._save(self._thaw(key, cold))
 
     @staticmethod
