@@ -862,10 +862,13 @@ def fold_session(
         report = verify_session(vault, session, check_blobs=check_blobs, progress=seen, on_entry=on_entry, **kw)
         broken = report.broken_at_seq
         if not report.intact and broken is not None:
-            if report.kind != "seal_mismatch":  # the verifier stopped at the broken line
-                _fold_lines(vault, session, folder, broken, cursor[0])
+            if report.kind != "seal_mismatch" and broken > folder.counts.entries:
+                _fold_lines(vault, session, folder, broken, cursor[0])  # the verifier stopped at the broken line
             elif broken <= folder.counts.entries:
-                # A seal that does not match is found after the pass: fold again, marking from there on.
+                # The break names an entry already folded as trusted: a seal that does not match (found after
+                # the pass), or a chain break reported at an earlier line than the one that showed it (an entry
+                # edited with its hash recomputed: the next line's prev no longer names it). Fold again,
+                # marking from there on.
                 folder.discard()
                 folder = Folder(session, vault.views_dir)
                 _fold_lines(vault, session, folder, 1, 0, trusted_before=broken)
