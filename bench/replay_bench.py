@@ -20,6 +20,8 @@ The three run interleaved, K rounds (default 3, --quick 1), best time kept; rati
 verify time of the same run. The replay child writes into a fresh views folder each round (its
 timing includes creating every file). A child that only imports the modules gives the memory floor.
 Replay's peak RSS should not grow with the session: compare `--entries 10000`, `100000`, `300000`.
+Replay forks two children of its own (the verifier, beside the fold; a views writer, beside the notes):
+their peak RSS is reported as well, and the measuring process's CPU seconds beside its wall time.
 Nothing here asserts a timing.
 """
 
@@ -175,7 +177,10 @@ def child(op: str, root: str) -> dict:
     elif op != "idle":
         raise SystemExit(f"unknown op {op}")
     out["seconds"] = time.perf_counter() - t0
+    out["cpu_seconds"] = time.process_time()  # this process only (the forked children are not in it)
     out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    # replay forks the verifier and a views writer (journal/replay/forked.py): the largest of them
+    out["children_peak_rss_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     return out
 
 
@@ -195,6 +200,8 @@ def rounds(k: int, ops: tuple[str, ...], root: Path) -> dict[str, dict]:
     for op, rs in runs.items():
         best = dict(min(rs, key=lambda r: r["seconds"]))
         best["peak_rss_mb"] = max(r["peak_rss_mb"] for r in rs)
+        best["children_peak_rss_mb"] = max(r["children_peak_rss_mb"] for r in rs)
+        best["median_seconds"] = sorted(r["seconds"] for r in rs)[len(rs) // 2]
         best["runs"] = [round(r["seconds"], 3) for r in rs]
         out[op] = best
     return out
@@ -237,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--entries, --resources and --repeat must be positive")
 
     root = scratch_dir("replay-") / "vault"
+    load_before = " ".join(f"{x:.1f}" for x in os.getloadavg())
     t0 = time.perf_counter()
     try:
         path, size = build_session(root, entries, resources)
@@ -254,14 +262,20 @@ def main(argv: list[str] | None = None) -> int:
           f"(built in {build_s:.1f} s)")
     print(f"replay derived {replay['resources']:,} resources, {replay['steps']:,} plan steps, "
           f"{replay['files']:,} files, {replay['bytes_written'] / 1e6:.1f} MB written")
-    print(f"\n{'operation':<28} {'best s':>8} {'entries/s':>10} {'MB/s':>7} {'peak RSS MB':>12} {'x verify':>9}")
+    print(f"\n{'operation':<28} {'best s':>8} {'median s':>9} {'entries/s':>10} {'MB/s':>7} {'peak RSS MB':>12} "
+          f"{'child RSS':>10} {'x verify':>9}")
     for name, r in rows:
-        print(f"{name:<28} {r['seconds']:>8.2f} {entries / r['seconds']:>10,.0f} {size / 1e6 / r['seconds']:>7.1f} "
-              f"{r['peak_rss_mb']:>12.0f} {r['seconds'] / verify['seconds']:>9.2f}")
+        print(f"{name:<28} {r['seconds']:>8.2f} {r['median_seconds']:>9.2f} {entries / r['seconds']:>10,.0f} "
+              f"{size / 1e6 / r['seconds']:>7.1f} {r['peak_rss_mb']:>12.0f} {r['children_peak_rss_mb']:>10.0f} "
+              f"{r['seconds'] / verify['seconds']:>9.2f}")
     print(f"{'(interpreter + imports)':<28} {'':>8} {'':>10} {'':>7} {idle['peak_rss_mb']:>12.0f}")
     print(f"\nof the best replay, writing the views took {replay['write_seconds']:.2f} s "
           f"({replay['files']:,} files: rendering the Markdown and JSON, then creating them)")
-    print(f"\nratio replay / verify = {ratio:.2f} (same file, same run; best of {repeat}); "
+    print("(peak RSS: the measuring process; child RSS: the largest process it forked, i.e. replay's verifier or "
+          "views writer, journal/replay/forked.py)")
+    print(f"\nratio replay / verify = {ratio:.2f} (same file, same run; best of {repeat}); median ratio "
+          f"{replay['median_seconds'] / verify['median_seconds']:.2f}; load average before the run "
+          f"{load_before}; "
           f"total {total:.1f} s on {os.cpu_count()} CPUs, Python {sys.version.split()[0]}")
     if prof:
         print(prof)
@@ -270,6 +284,8 @@ def main(argv: list[str] | None = None) -> int:
             "machine": machine(), "params": {"entries": entries, "resources": resources, "repeat": repeat,
                                              "file_bytes": size},
             "verify": verify, "fold": fold, "replay": replay, "idle": idle, "ratio_replay_to_verify": ratio,
+            "median_ratio_replay_to_verify": replay["median_seconds"] / verify["median_seconds"],
+            "load_average_before": load_before,
             "total_seconds": total,
         })
         print(f"figures written to {args.json}")

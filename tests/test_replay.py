@@ -415,6 +415,27 @@ def test_broken_chain_marks_everything_from_the_broken_seq_untrusted(tmp_path):
     assert refused.returncode == 1 and "refused" in refused.stderr
 
 
+def test_an_entry_edited_with_its_hash_recomputed_is_untrusted_from_its_own_seq(tmp_path):
+    """The verifier reports such a break at the edited entry (its own line holds; the next line's prev no
+    longer names it), after replay folded that entry as trusted: replay folds again, marking it and every
+    later entry untrusted, each at its own line (this used to stop replay with a duplicate line)."""
+    from journal.chain import chain_entry
+
+    root = copy_example(tmp_path / "v")
+    path = Vault(root).session_path(SESSION)
+    lines = path.read_bytes().splitlines(keepends=True)
+    entry = orjson.loads(lines[9])
+    fields = {k: v for k, v in entry.items() if k not in ("seq", "prev", "hash")} | {"agent": "someone-else"}
+    lines[9] = chain_entry(fields, entry["seq"], entry["prev"])[1]
+    path.write_bytes(b"".join(lines))
+    vault = Vault.open_existing(root)
+    rp = replay_session(vault, SESSION)
+    assert rp.report.kind == "edited" and rp.report.broken_at_seq == 10 and rp.untrusted_from == 10
+    assert [(e.pos, e.seq, e.trusted) for e in rp.entries] == [(n, n, n < 10) for n in range(1, 18)]
+    folder, _ = write_outputs(vault, rp)
+    assert "Chain broken at seq 10 (edited)" in (folder / "index.md").read_text()
+
+
 def test_removed_entry_and_torn_tail(tmp_path):
     root = tmp_path / "v"
     copy_example(root)

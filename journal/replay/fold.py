@@ -21,6 +21,8 @@ Memory is bounded whatever the session's length: what the views need is appended
 
 from __future__ import annotations
 
+import pickle
+import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,7 +37,7 @@ from journal.connectors._http import normalise_host, normalise_path, parse_query
 from journal.vault import Vault
 from journal.verify import SessionReport, verify_session
 
-from . import connectors
+from . import connectors, forked
 from .connectors import generic
 from .labels import PAGE, describe, link, note_name, resource_id, step_flags
 from .model import (
@@ -57,6 +59,9 @@ from .model import (
 from .store import Store, dumps, sort_key
 
 _BLOCK = 1 << 20
+_BATCH = 1000
+_COLD_OVERHEAD = 300
+"""Bytes a serialized resource costs besides its data (its key, sort key, note name and the cache's slot)."""
 GRADES = ("broker", "gateway", "agent")
 """Capture grades, strongest first (docs/contract.md, evidence grade)."""
 _RANK = {g: i for i, g in enumerate(GRADES)}
@@ -455,10 +460,23 @@ def _mcp_parts(entry: dict, request: dict, response: dict) -> tuple[str | None, 
     return params["name"], args if isinstance(args, dict) else {}, payload, error
 
 
+_PLAIN_URL = re.compile(r"(https?)://([^/?#@\[\]\\%:\x00-\x20\x7f]+(?::[0-9]*)?)((?:/[^?#\\\x00-\x20\x7f]*)?)"
+                        r"(?:\?([^#\\\x00-\x20\x7f]*))?\Z")
+"""An ASCII http(s) URL without user info, brackets, percent signs or a port other than digits in its
+netloc, without a fragment, whitespace, control characters or backslashes: urlsplit's scheme, netloc,
+path (empty or from "/") and query are these groups, and its hostname is the netloc before ":" in
+lower case. Any other URL goes through urlsplit."""
+
+
 @lru_cache(maxsize=1 << 12)
 def _parse_url(raw_url: str) -> tuple[str, str, str, dict[str, list[str]]]:
     """(origin, host, normalised path, query) of an http(s) URL; empty parts for anything else. Cached:
     sessions call the same URLs again and again. The query dict is shared: treat it as read-only."""
+    plain = _PLAIN_URL.match(raw_url) if raw_url.isascii() else None
+    if plain is not None:  # what urlsplit gives for such a URL, without its general machinery
+        scheme, netloc, path, query = plain.groups()
+        return (f"{scheme}://{netloc}", normalise_host(netloc.partition(":")[0].lower()), normalise_path(path),
+                parse_query(query or ""))
     try:
         split = urlsplit(raw_url)
         if split.scheme in ("http", "https") and split.netloc:
@@ -551,9 +569,11 @@ class Folder:
     """Feeds entries one at a time; `finish` gives the Replay. Memory stays bounded: entries, touches,
     writes and steps go to the spill store as they are folded; at most `cache` resources are held."""
 
-    CACHE = 8192
+    CACHE = 4096
+    COLD_BYTES = 8 << 20
 
-    def __init__(self, session: str, near: Path | None = None, cache: int | None = None) -> None:
+    def __init__(self, session: str, near: Path | None = None, cache: int | None = None,
+                 cold_bytes: int | None = None) -> None:
         self.session = session
         self.store = Store(near)
         self.counts = Counts()
@@ -561,6 +581,16 @@ class Folder:
         self.untrusted_from: int | None = None
         self._live: OrderedDict[Key, _Live] = OrderedDict()  # least recently touched first
         self._cache = cache or self.CACHE
+        # Resources evicted from _live, serialized (a fifth of an object's size), before they go to the
+        # store: a miss here costs one orjson.loads, not a query plus a description, a link and an UPDATE.
+        self._cold: OrderedDict[Key, tuple[int, bytes, str, bool, bytes]] = OrderedDict()
+        self._cold_bytes = 0
+        self._cold_limit = self.COLD_BYTES if cold_bytes is None else cold_bytes
+        # The store's pending rows, appended to directly (one list append per row, not a call); flushed
+        # every _BATCH entries as one executemany per table.
+        pending = self.store.pending
+        self._entry_rows, self._touch_rows, self._write_rows = pending("entries"), pending("touches"), pending("writes")
+        self._lifecycle_rows, self._step_rows = pending("lifecycle"), pending("steps")
         self._grades = bytearray(1)  # pos -> index into _grade_names
         self._grade_names: list[str] = []
         self._grade_index: dict[str, int] = {}
@@ -618,8 +648,10 @@ class Folder:
             "url": call.url, "status": call.status, "failure": failure, "trusted": trusted, "ops": ops,
             "resources": ids, "notes": notes,
         }
-        self.store.add("entries", (pos, call.seq, len(keys), trusted, orjson.dumps(record, option=orjson.OPT_SORT_KEYS),
+        self._entry_rows.append((pos, call.seq, len(keys), trusted, orjson.dumps(record, option=orjson.OPT_SORT_KEYS),
                                    dumps(keys) if keys else None))
+        if len(self._entry_rows) >= _BATCH:
+            self.store.flush()
 
     def _grade(self, pos: int, capture: str) -> None:
         index = self._grade_index.get(capture)
@@ -643,20 +675,42 @@ class Folder:
         if res is not None:
             live.move_to_end(key)
         else:
-            sk = sort_key(key)
-            row = self.store.get_resource(sk)
-            if row is not None:
-                res = _Live.load(row[0], key, sk, row[1], row[2])
+            cold = self._cold.pop(key, None)
+            if cold is not None:
+                self._cold_bytes -= len(cold[4]) + _COLD_OVERHEAD
+                res = self._thaw(key, cold)
             else:
-                self.counts.resources += 1
-                res = _Live(self.counts.resources, key, sk, touch.handler)
+                sk = sort_key(key)
+                row = self.store.get_resource(sk)
+                if row is not None:
+                    res = _Live.load(row[0], key, sk, row[1], row[2])
+                else:
+                    self.counts.resources += 1
+                    res = _Live(self.counts.resources, key, sk, touch.handler)
             if len(live) >= self._cache:
-                self._save(live.popitem(last=False)[1])
+                self._freeze(live.popitem(last=False)[1])
             live[key] = res
         if touch.parent is not None:
             res.parent = touch.parent
         if touch.title:
             res.title = touch.title
+        return res
+
+    def _freeze(self, res: _Live) -> None:
+        """Move an evicted resource to the serialized cache (the oldest there go to the store)."""
+        data = memoryview(res.data(None)).tobytes()  # orjson's bytes keep a 4 KB buffer; a copy is exact
+        self._cold[res.key] = (res.rid, res.sk, res.name, res.stored, data)
+        self._cold_bytes += len(data) + _COLD_OVERHEAD
+        while self._cold_bytes > self._cold_limit and self._cold:
+            key, cold = self._cold.popitem(last=False)
+            self._cold_bytes -= len(cold[4]) + _COLD_OVERHEAD
+            self._save(self._thaw(key, cold))
+
+    @staticmethod
+    def _thaw(key: Key, cold: tuple[int, bytes, str, bool, bytes]) -> _Live:
+        rid, sk, name, stored, data = cold
+        res = _Live.load(rid, key, sk, name, data)
+        res.stored = stored
         return res
 
     def _save(self, res: _Live) -> None:
@@ -671,7 +725,7 @@ class Folder:
         res = self._resource(touch)
         ok = failure is None
         pos = call.pos
-        self.store.add("touches", (res.rid, pos, touch.role, touch.op, ok, call.capture, call.ts, failure,
+        self._touch_rows.append((res.rid, pos, touch.role, touch.op, ok, call.capture, call.ts, failure,
                                    call.trusted))
         res.grades.add(call.capture)
         if touch.role == READ:
@@ -703,7 +757,7 @@ class Folder:
                 "intended": touch.intended, "actual": touch.state if ok else None, "differences": diffs,
                 "request_body": call.request_body, "response_body": call.response_body,
             }
-            self.store.add("writes", (res.rid, pos, touch.role, touch.op, failure, step_id, flags,
+            self._write_rows.append((res.rid, pos, touch.role, touch.op, failure, step_id, flags,
                                       dumps([fields, step_id, flags, reason])))
             res.writes += 1
         if ok:
@@ -715,7 +769,7 @@ class Folder:
                 res.observed = True
             if touch.lifecycle:
                 res.last_life = [pos, touch.lifecycle]
-                self.store.add("lifecycle", (res.rid, pos, touch.lifecycle))
+                self._lifecycle_rows.append((res.rid, pos, touch.lifecycle))
         return planned
 
     def _add_step(self, step: PlanStep, rid: int | None) -> int:
@@ -725,7 +779,7 @@ class Folder:
         c.blind += step.blind
         c.approximate += step.approximate
         c.no_call += step.call is None
-        self.store.add("steps", (self.counts.steps, rid, dumps(step.row())))
+        self._step_rows.append((self.counts.steps, rid, dumps(step.row())))
         return self.counts.steps
 
     def _invert(self, call: Call, touch: Touch, before: dict | None, before_seqs: list[int],
@@ -764,6 +818,9 @@ class Folder:
                         call.trusted)
 
     def finish(self, report: SessionReport) -> Replay:
+        for key, cold in self._cold.items():
+            self._save(self._thaw(key, cold))
+        self._cold.clear()
         for res in self._live.values():
             self._save(res)
         self._live.clear()
@@ -781,6 +838,11 @@ def fold_session(
 ) -> Replay:
     """Verify and fold one session in a single pass (see the module docstring). With `seal_key` (a public
     key, see journal/seal.py) the session's seal is checked too."""
+    if check_blobs:
+        rp = _fold_beside_verifier(vault, session, progress, seal_key)
+        if rp is not None:
+            return rp
+        progress = None  # the bar already went through the file once
     folder = Folder(session, vault.views_dir)
     cursor = [0, 0]  # [start of the line being verified, bytes seen]
 
@@ -800,10 +862,13 @@ def fold_session(
         report = verify_session(vault, session, check_blobs=check_blobs, progress=seen, on_entry=on_entry, **kw)
         broken = report.broken_at_seq
         if not report.intact and broken is not None:
-            if report.kind != "seal_mismatch":  # the verifier stopped at the broken line
-                _fold_lines(vault, session, folder, broken, cursor[0])
+            if report.kind != "seal_mismatch" and broken > folder.counts.entries:
+                _fold_lines(vault, session, folder, broken, cursor[0])  # the verifier stopped at the broken line
             elif broken <= folder.counts.entries:
-                # A seal that does not match is found after the pass: fold again, marking from there on.
+                # The break names an entry already folded as trusted: a seal that does not match (found after
+                # the pass), or a chain break reported at an earlier line than the one that showed it (an entry
+                # edited with its hash recomputed: the next line's prev no longer names it). Fold again,
+                # marking from there on.
                 folder.discard()
                 folder = Folder(session, vault.views_dir)
                 _fold_lines(vault, session, folder, 1, 0, trusted_before=broken)
@@ -812,6 +877,48 @@ def fold_session(
     except BaseException:
         folder.discard()
         raise
+    return folder.finish(report)
+
+
+def _fold_beside_verifier(vault: Vault, session: str, progress: Callable[[int], None] | None,
+                          seal_key: object) -> Replay | None:
+    """The common case on two cores: the verifier runs in a forked child (forked.py) while this process
+    parses and folds every line as trusted. That is exactly the serial fold when the child reports the
+    session intact over the very lines folded here (same count, same bytes): the serial fold gets each
+    verified entry, parsed the same way, with its seq as its line number. Anything else (a break, a
+    seal that does not match, a file that grew in between, no fork here) gives None: the caller folds
+    serially, behind the verifier, as before."""
+    path = vault.require_session(session)
+    kw = {"seal_key": seal_key} if seal_key is not None else {}
+    child = forked.start(lambda: pickle.dumps(verify_session(vault, session, **kw)))
+    if child is None:
+        return None
+    try:
+        folder = Folder(session, vault.views_dir)
+    except BaseException:
+        child.abandon()
+        raise
+    lines = size = 0
+    try:
+        for index, data in _lines_from(path, 0):
+            size += len(data)
+            if progress is not None:
+                progress(len(data))
+            lines = index + 1
+            folder.feed(orjson.loads(data), lines, True)
+        failed = False
+    except Exception:  # noqa: BLE001 - a line the verifier will reject: the serial fold says what it is
+        failed = True
+    except BaseException:  # interrupted: nothing is left running
+        child.abandon()
+        folder.discard()
+        raise
+    payload, _ = child.join()
+    report = pickle.loads(payload) if payload is not None else None
+    if failed or not isinstance(report, SessionReport) or not report.intact or report.entries != lines \
+            or report.bytes != size:
+        folder.discard()
+        return None
     return folder.finish(report)
 
 

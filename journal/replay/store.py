@@ -67,7 +67,9 @@ class Store:
         self.dir = _scratch_folder(near)
         # Any thread may read a finished replay (the inspector serves it from a thread pool); SQLite
         # is built serialized here (sqlite3.threadsafety == 3), so one connection is safe to share.
-        self.db = sqlite3.connect(self.dir / "replay.sqlite", isolation_level=None, check_same_thread=False)
+        self.path = self.dir / "replay.sqlite"
+        self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self.inherited: sqlite3.Connection | None = None  # a forked child's copy of its parent's connection
         for pragma in ("journal_mode=OFF", "synchronous=OFF", "temp_store=FILE", "cache_size=-8000",
                        "locking_mode=EXCLUSIVE"):
             self.db.execute(f"PRAGMA {pragma}")
@@ -85,6 +87,10 @@ class Store:
         rows.append(row)
         if len(rows) >= _BATCH:
             self._flush(table)
+
+    def pending(self, table: str) -> list[tuple]:
+        """The list of `table`'s rows not yet written: a caller may append to it, then call `flush`."""
+        return self._pending[table]
 
     def _flush(self, table: str) -> None:
         rows = self._pending[table]
@@ -126,6 +132,14 @@ class Store:
         if not self.finished:
             self.db.executescript(_INDEXES)
             self.finished = True
+
+    def share(self) -> None:
+        """Let another process read the database (forked.py): commit, and drop the exclusive lock."""
+        self.finish()
+        if self.db.in_transaction:
+            self.db.execute("COMMIT")
+        self.db.execute("PRAGMA locking_mode=NORMAL")
+        self.db.execute("SELECT COUNT(*) FROM previous").fetchall()  # the next access releases the lock
 
     # -- reading --------------------------------------------------------------------------------------
 

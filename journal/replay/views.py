@@ -28,6 +28,7 @@ import orjson
 
 from journal.vault import SESSION_SUFFIX, Vault, session_filename
 
+from . import forked
 from .fold import GRADES, PlanStep, Replay, Resource, Touched, WriteRecord, resource_from_row, weakest, write_from_row
 from .labels import PAGE, TITLES, note_name, resource_id, step_flags, title, unknown_link
 from .markdown import blob_link, body_block, callout, cell, code, dumps, esc, fence
@@ -93,21 +94,26 @@ class Views:
 
     # -- resources, in key order ---------------------------------------------------------------------
 
-    def resources(self) -> Iterator[tuple[Resource, str | None, list[tuple[tuple, str]]]]:
-        """(resource with its touches, writes and lifecycle; its parent's link; its children as (key, link))."""
+    def resources(self, lo: bytes | None = None, hi: bytes | None = None
+                  ) -> Iterator[tuple[Resource, str | None, list[tuple[tuple, str]]]]:
+        """(resource with its touches, writes and lifecycle; its parent's link; its children as (key, link)),
+        in key order; with `lo` / `hi`, only the resources whose sort key is >= lo and < hi."""
         rows = self.store.rows
+        where, params = _sk_range("r.sk", lo, hi)
+        kids_where, kids_params = _sk_range("parent_sk", lo, hi)
         touches = _Peek(rows("SELECT t.rid, t.pos, t.role, t.op, t.ok, t.grade, t.ts, t.failure, t.trusted "
-                             "FROM resources r CROSS JOIN touches t ON t.rid = r.rid ORDER BY r.sk, t.rowid"))
-        writes = _Peek(rows("SELECT w.rid, w.data FROM resources r CROSS JOIN writes w ON w.rid = r.rid "
-                            "ORDER BY r.sk, w.rowid"))
+                             f"FROM resources r CROSS JOIN touches t ON t.rid = r.rid {where} ORDER BY r.sk, t.rowid",
+                             params))
+        writes = _Peek(rows(f"SELECT w.rid, w.data FROM resources r CROSS JOIN writes w ON w.rid = r.rid {where} "
+                            "ORDER BY r.sk, w.rowid", params))
         lifecycle = _Peek(rows("SELECT l.rid, l.pos, l.what FROM resources r CROSS JOIN lifecycle l ON l.rid = r.rid "
-                               "ORDER BY r.sk, l.rowid"))
+                               f"{where} ORDER BY r.sk, l.rowid", params))
         kids = _Peek(rows("SELECT parent_sk, key, link FROM resources WHERE parent_sk IS NOT NULL "
-                          "ORDER BY parent_sk, sk"))
+                          f"{kids_where.replace('WHERE', 'AND')} ORDER BY parent_sk, sk", kids_params))
         rp = self.rp
         for rid, sk, key, name, data, parent_link in rows(
                 "SELECT r.rid, r.sk, r.key, r.name, r.data, p.link FROM resources r "
-                "LEFT JOIN resources p ON p.sk = r.parent_sk ORDER BY r.sk"):
+                f"LEFT JOIN resources p ON p.sk = r.parent_sk {where} ORDER BY r.sk", params):
             res = resource_from_row(tuple(orjson.loads(key)), name, data)
             res.touches = [Touched(p, role, op, bool(ok), g, ts, f, bool(t))
                            for _, p, role, op, ok, g, ts, f, t in touches.take(rid)]
@@ -134,10 +140,10 @@ class Views:
             "trusted": res.untrusted_from is None, "untrusted_from_seq": res.untrusted_from,
         }
 
-    def views_json(self, resources: Path) -> Iterator[bytes]:
+    def views_json(self, resources: list[Path]) -> Iterator[bytes]:
         """views.json, streamed: one JSON object with sorted keys; each entry and each resource on a line
-        of its own, so the whole document is never held in memory. `resources` holds the resource lines
-        (written while the notes were), each after its separator."""
+        of its own, so the whole document is never held in memory. `resources` are files holding the
+        resource lines in key order (written while the notes were), each line after b",\\n"."""
         rp, rows = self.rp, self.store.rows
         yield b'{"chain":' + _compact(rp.chain_summary()) + b",\n"
         yield b'"entries":['
@@ -159,9 +165,14 @@ class Views:
         yield b"".join(buf) + b'],\n"format":' + _compact(FORMAT) + b",\n"
         buf.clear()
         yield b'"resources":['
-        with open(resources, "rb") as f:
-            while chunk := f.read(_CHUNK):
-                yield chunk
+        first = True
+        for part in resources:  # each line after its separator ",\n"; the first one's is "\n"
+            with open(part, "rb") as f:
+                while chunk := f.read(_CHUNK):
+                    if first:
+                        chunk = chunk[1:]
+                        first = False
+                    yield chunk
         yield b"\n],\n"
         yield b'"session":' + _compact(rp.session) + b',\n"unreadable_lines":['
         sep = b""
@@ -455,28 +466,90 @@ class Views:
 
     # -- all files ----------------------------------------------------------------------------------
 
+    CHILD_SHARE = 0.34
+    """The share of the resource notes' work (the last notes in key order, weighed by their touches) a forked
+    child writes besides the timeline, the index and the plan, while this process writes the other notes and
+    then views.json: about half the work each (measured on the replay benchmark)."""
+
     def write_all(self, folder: Path) -> None:
-        """Write every file into `folder`, naming each in the store's `files` table."""
+        """Write every file into `folder`, naming each in the store's `files` table. When a fork is possible
+        (forked.py), a child writes the timeline, the index, the plan and the last resource notes while this
+        process writes the others; views.json comes last either way, written here."""
         store = self.store
-        resources = store.scratch_path("resources.jsonl")
+        head, tail = store.scratch_path("resources.jsonl"), store.scratch_path("resources-tail.jsonl")
+        split = self._split() if forked.can_fork() else None
+        child = forked.start(lambda: self._write_tail(folder, split, tail) or b"", store) if split else None
+        try:
+            self.write_notes(folder, None, split[0] if split else None, head)
+        except BaseException:
+            if child is not None:
+                child.abandon()
+            raise
+        if split and (child is None or child.join()[1] is not None):
+            self._write_tail(folder, split, tail)  # the fork failed: the same files, written here
+        parts = [head, tail] if split else [head]
+        if not split:
+            self.write_summaries(folder)
+        store.db.execute("INSERT OR IGNORE INTO files SELECT name FROM resources")  # one note each
+        for i in sorted(self.rp.counts.pages):
+            store.add("files", (f"timeline-{i + 1:04d}.md",))
+        for name in ("index.md", "revert-plan.md", "revert-plan.json", "views.json"):
+            store.add("files", (name,))
+        _put_stream(folder, "views.json", self.views_json(parts))
+        for part in parts:
+            part.unlink()
+
+    def _split(self) -> tuple[bytes | None]:
+        """(sort key of the first resource the child writes,), or (None,) when it writes none."""
+        weights = self.store.rows("SELECT r.sk, 1 + c.n FROM resources r JOIN (SELECT rid, COUNT(*) AS n FROM "
+                                  "touches GROUP BY rid) c ON c.rid = r.rid ORDER BY r.sk DESC")
+        (touches,) = self.store.one("SELECT COUNT(*) FROM touches")  # type: ignore[misc]
+        total = touches + self.rp.counts.resources
+        share, first = 0, None
+        for sk, weight in weights:
+            if share + weight > total * self.CHILD_SHARE:
+                break
+            share += weight
+            first = sk
+        weights.close()  # its cursor is done with before the store is shared
+        return (first,)
+
+    def _write_tail(self, folder: Path, split: tuple[bytes | None], lines: Path) -> None:
+        if split[0] is not None:
+            self.write_notes(folder, split[0], None, lines)
+        else:
+            lines.write_bytes(b"")
+        self.write_summaries(folder)
+
+    def write_notes(self, folder: Path, lo: bytes | None, hi: bytes | None, lines: Path) -> None:
+        """The notes of the resources with sort keys in [lo, hi), and their views.json lines into `lines`."""
         path = str(folder)
-        with open(resources, "wb") as lines:
-            sep = b"\n"
-            for res, parent_link, children in self.resources():
+        with open(lines, "wb") as out:
+            for res, parent_link, children in self.resources(lo, hi):
                 _put(path, res.name, self.resource_note(res, parent_link, children).encode())
-                store.add("files", (res.name,))
-                lines.write(sep + _compact(self.resource_dict(res, children)))
-                sep = b",\n"
-            for name, text in self.timeline_pages():
-                _put(path, name, text.encode())
-                store.add("files", (name,))
+                out.write(b",\n" + _compact(self.resource_dict(res, children)))
+
+    def write_summaries(self, folder: Path) -> None:
+        """The timeline pages, the index and the revert plan (md and json): files that read the store
+        only, so a forked child can write them (forked.py)."""
+        path = str(folder)
+        for name, text in self.timeline_pages():
+            _put(path, name, text.encode())
         _put_stream(folder, "index.md", _joined(self.index_note()))
         _put_stream(folder, "revert-plan.md", _joined(self.plan_note()))
         _put_stream(folder, "revert-plan.json", self.plan_json())
-        for name in ("index.md", "revert-plan.md", "revert-plan.json", "views.json"):
-            store.add("files", (name,))
-        _put_stream(folder, "views.json", self.views_json(resources))
-        resources.unlink()
+
+
+def _sk_range(column: str, lo: bytes | None, hi: bytes | None) -> tuple[str, tuple]:
+    """A WHERE clause bounding `column` to [lo, hi) (either bound may be None)."""
+    terms, params = [], []
+    if lo is not None:
+        terms.append(f"{column} >= ?")
+        params.append(lo)
+    if hi is not None:
+        terms.append(f"{column} < ?")
+        params.append(hi)
+    return ("WHERE " + " AND ".join(terms) if terms else ""), tuple(params)
 
 
 def _joined(lines: Iterable[str]) -> Iterator[bytes]:
