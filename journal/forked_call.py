@@ -1,5 +1,5 @@
-"""Run a function in a forked child process and collect its (pickled) result: the verifier's way to
-use more than one core on one session file (verify.py), without a process pool's start-up cost.
+"""Run a function in a forked child process and collect its (pickled) result: how the verifier (verify.py)
+and replay (replay/forked.py) use a second core on one session, without a process pool's start-up cost.
 
 Only for single-threaded callers: a child forked from a process with other threads may find a lock
 held forever (`can_fork` says whether it is safe here).
@@ -43,15 +43,20 @@ class ForkedCall:
             status = 1
             try:
                 os.close(read_fd)
-                payload = pickle.dumps(fn(), protocol=pickle.HIGHEST_PROTOCOL)
+                try:
+                    payload = b"+" + pickle.dumps(fn(), protocol=pickle.HIGHEST_PROTOCOL)
+                    status = 0
+                except BaseException as exc:  # noqa: BLE001 - told to the parent, which does the work itself
+                    payload = f"-{type(exc).__name__}: {exc}".encode("utf-8", "replace")[:4000]
                 with os.fdopen(write_fd, "wb") as out:
                     out.write(payload)
-                status = 0
             finally:
                 os._exit(status)
         os.close(write_fd)
         self._pid: int | None = pid
         self._fd: int | None = read_fd
+        self.failure: str | None = None
+        """Why `result()` gave None: the child's exception, or its exit status."""
 
     def result(self) -> object | None:
         assert self._fd is not None and self._pid is not None, "result() was already taken"
@@ -60,9 +65,10 @@ class ForkedCall:
             payload = f.read()
         _, status = os.waitpid(self._pid, 0)
         self._pid = None
-        if status != 0 or not payload:
-            return None
-        return pickle.loads(payload)
+        if status == 0 and payload[:1] == b"+":
+            return pickle.loads(payload[1:])
+        self.failure = payload[1:].decode("utf-8", "replace") or f"exit status {os.waitstatus_to_exitcode(status)}"
+        return None
 
     def close(self) -> None:
         """Stop the child if it still runs (its result is not wanted) and reap it."""

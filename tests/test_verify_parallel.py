@@ -308,7 +308,8 @@ def test_forked_call_returns_the_value_or_none_and_close_stops_the_child():
     def fails():
         raise ValueError("no")
 
-    assert verify.ForkedCall(fails).result() is None
+    failed = verify.ForkedCall(fails)
+    assert failed.result() is None and failed.failure == "ValueError: no"
     slow = verify.ForkedCall(lambda: threading.Event().wait(60))
     pid = slow._pid
     slow.close()

@@ -21,7 +21,6 @@ Memory is bounded whatever the session's length: what the views need is appended
 
 from __future__ import annotations
 
-import pickle
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -890,13 +889,13 @@ def _fold_beside_verifier(vault: Vault, session: str, progress: Callable[[int], 
     serially, behind the verifier, as before."""
     path = vault.require_session(session)
     kw = {"seal_key": seal_key} if seal_key is not None else {}
-    child = forked.start(lambda: pickle.dumps(verify_session(vault, session, **kw)))
+    child = forked.start(lambda: verify_session(vault, session, **kw))
     if child is None:
         return None
     try:
         folder = Folder(session, vault.views_dir)
     except BaseException:
-        child.abandon()
+        child.close()
         raise
     lines = size = 0
     try:
@@ -910,11 +909,10 @@ def _fold_beside_verifier(vault: Vault, session: str, progress: Callable[[int], 
     except Exception:  # noqa: BLE001 - a line the verifier will reject: the serial fold says what it is
         failed = True
     except BaseException:  # interrupted: nothing is left running
-        child.abandon()
+        child.close()
         folder.discard()
         raise
-    payload, _ = child.join()
-    report = pickle.loads(payload) if payload is not None else None
+    report = child.result()
     if failed or not isinstance(report, SessionReport) or not report.intact or report.entries != lines \
             or report.bytes != size:
         folder.discard()

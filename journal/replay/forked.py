@@ -1,4 +1,5 @@
-"""Run part of the view writing in a forked child, beside the parent's part (the second core).
+"""Replay's second core: the verifier in a forked child beside the fold (fold.py), and part of the
+view writing in one beside the parent's part (views.py). The fork itself is journal/forked_call.py.
 
 The views of a replay are many independent files: the resource notes (with views.json's resource
 lines) on one side; the timeline pages, the index and the revert plan on the other. Both halves
@@ -16,11 +17,11 @@ depend on whether a fork happened.
 
 from __future__ import annotations
 
-import os
-import signal
 import sqlite3
-import threading
 from collections.abc import Callable
+
+from journal.forked_call import ForkedCall
+from journal.forked_call import can_fork as _fork_is_safe
 
 from .store import Store
 
@@ -28,77 +29,31 @@ ENABLED = True
 """Tests switch this off to compare the forked and the serial output byte for byte."""
 
 
-class Child:
-    """A forked child running some work; `join` waits for it and gives what it sent back, or why it failed
-    (the caller then does the work itself)."""
-
-    def __init__(self, pid: int, pipe: int) -> None:
-        self.pid = pid
-        self._pipe = pipe
-
-    def join(self) -> tuple[bytes | None, str | None]:
-        """Wait for the child: (what it sent, None) when it succeeded, else (None, why not)."""
-        with os.fdopen(self._pipe, "rb") as f:
-            message = f.read()
-        _, status = os.waitpid(self.pid, 0)
-        code = os.waitstatus_to_exitcode(status)
-        if code == 0 and message[:1] == b"+":
-            return message[1:], None
-        return None, message[1:].decode("utf-8", "replace") or f"exit status {code}"
-
-
-    def abandon(self) -> None:
-        """The parent gave up (an exception): stop the child and reap it, so no process is left behind."""
-        try:
-            os.kill(self.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        try:
-            os.waitpid(self.pid, 0)
-        except ChildProcessError:
-            pass
-        os.close(self._pipe)
-
-
 def can_fork() -> bool:
-    return ENABLED and hasattr(os, "fork") and threading.active_count() == 1
+    return ENABLED and _fork_is_safe()
 
 
-def start(work: Callable[[], bytes], store: Store | None = None) -> Child | None:
-    """Fork a child that runs `work` and sends back the bytes it returns (with `store`, reading it through
-    a connection of its own); None when no fork is possible here (the caller runs `work` itself)."""
+def start(work: Callable[[], object], store: Store | None = None) -> ForkedCall | None:
+    """Fork a child that runs `work` and sends back what it returns (with `store`, reading it through a
+    connection of its own); None when no fork is possible here (the caller runs `work` itself). The
+    caller takes the value with `result()` (None when the child failed: `failure` says why) or stops
+    the child with `close()`."""
     if not can_fork():
         return None
     if store is not None:
         store.share()
-    read, write = os.pipe()
+
+    def in_child() -> object:
+        if store is not None:
+            # The inherited connection belongs to the parent: set aside, never used or closed here.
+            store.inherited = store.db
+            store.db = sqlite3.connect(store.path, isolation_level=None, check_same_thread=False)
+        return work()
+
     try:
-        pid = os.fork()
+        return ForkedCall(in_child)
     except OSError:
-        os.close(read)
-        os.close(write)
         return None
-    if pid == 0:  # the child: never returns
-        os.close(read)
-        code = 0
-        try:
-            if store is not None:
-                # The inherited connection belongs to the parent: set aside, never used or closed here.
-                store.inherited = store.db
-                store.db = sqlite3.connect(store.path, isolation_level=None, check_same_thread=False)
-            out = b"+" + work()
-        except BaseException as exc:  # noqa: BLE001 - reported to the parent, which redoes the work
-            code = 1
-            out = f"-{type(exc).__name__}: {exc}".encode()[:4000]
-        try:
-            view = memoryview(out)
-            while view:
-                view = view[os.write(write, view) :]
-        except OSError:
-            code = 1
-        os._exit(code)  # no finalizers: the store's folder and every open file belong to the parent
-    os.close(write)
-    return Child(pid, read)
 
 
-__all__ = ["ENABLED", "Child", "can_fork", "start"]
+__all__ = ["ENABLED", "can_fork", "start"]

@@ -483,9 +483,9 @@ class Views:
             self.write_notes(folder, None, split[0] if split else None, head)
         except BaseException:
             if child is not None:
-                child.abandon()
+                child.close()
             raise
-        if split and (child is None or child.join()[1] is not None):
+        if split and (child is None or child.result() is None):
             self._write_tail(folder, split, tail)  # the fork failed: the same files, written here
         parts = [head, tail] if split else [head]
         if not split:
