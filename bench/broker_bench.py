@@ -177,38 +177,34 @@ def _own_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _CLK_TCK
 
 
-def children_cpu_seconds(pid: int) -> float:
-    """CPU seconds of a process's running child processes, with theirs (the broker's recording service)."""
+def _descendants(pid: int) -> list[int]:
+    """The running descendants of a process (children first, then theirs)."""
     try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        children = [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
     except OSError:
-        return 0.0
+        return []
+    return [d for c in children for d in (c, *_descendants(c))]
+
+
+def _cpu_of(pids: list[int], keep=lambda pid: True) -> float:
     total = 0.0
-    for child in children:
+    for pid in pids:
         try:
-            total += _own_cpu(int(child)) + children_cpu_seconds(int(child))
+            total += _own_cpu(pid) if keep(pid) else 0.0
         except OSError:
             pass  # exited meanwhile
     return total
+
+
+def children_cpu_seconds(pid: int) -> float:
+    """CPU seconds of a process's running child processes, with theirs (the broker's recording service)."""
+    return _cpu_of(_descendants(pid))
 
 
 def service_cpu_seconds(pid: int) -> float:
     """CPU seconds of the recording services (`python -m journal.service`) among a process's
     descendants: the broker's child, or with --workers each worker's child."""
-    try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except OSError:
-        return 0.0
-    total = 0.0
-    for child in children:
-        try:
-            if b"journal.service" in Path(f"/proc/{child}/cmdline").read_bytes():
-                total += _own_cpu(int(child))
-            else:
-                total += service_cpu_seconds(int(child))
-        except OSError:
-            pass  # exited meanwhile
-    return total
+    return _cpu_of(_descendants(pid), lambda p: b"journal.service" in Path(f"/proc/{p}/cmdline").read_bytes())
 
 
 def cpu_seconds(pid: int) -> float:
