@@ -15,7 +15,9 @@
 2. verify: `verify_session(check_blobs=True)` of a session file of such entries (~100 MB), against
    `sha256sum` of the same file (warm page cache), in rounds: each round times sha256sum, hashlib,
    verify_session as the CLI runs it (one process per CPU for a file this big) and verify_session in one
-   process; ratio = time / that round's sha256sum time, median over rounds. hashlib.sha256 over the file
+   process; then the same lines as 40 small sessions (`verify_sessions`, as `broker verify` runs a vault,
+   against one `sha256sum` of the 40 files); ratio = time / that round's sha256sum time, median over
+   rounds. hashlib.sha256 over the file
    in this process (OpenSSL; faster than coreutils) is shown for reference.
 
 Nothing here asserts a timing; the figures are printed (and written with --json).
@@ -53,6 +55,7 @@ from journal.chain import GENESIS, chain_entry, link, link_pieces
 from journal.entry import is_valid_entry, validate_fields
 from journal.forked_call import usable_cpus
 from journal.vault import Vault
+from journal.vault_verify import verify_sessions
 from journal.verify import _quick_entry, verify_session
 from journal.writer import JournalWriter
 from tests.journal_factories import fields
@@ -274,6 +277,30 @@ def build_session(vault: Vault, target_bytes: int, pad: str) -> tuple[Path, int]
     return path, seq
 
 
+MANY_SESSIONS = 40
+"""The verify case of a vault of many small sessions: the big session's lines cut into this many."""
+
+
+def _split_session(path: Path, vault: Vault, n: int) -> list[str]:
+    """Write the entries of `path` again as `n` sessions of consecutive entries, each chained anew."""
+    entries = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+    per = -(-len(entries) // n)
+    names = []
+    for k in range(n):
+        name = f"small-{k:02d}"
+        seq, prev = 0, GENESIS
+        with open(vault.session_path(name), "wb", buffering=1 << 20) as f:
+            for e in entries[k * per : (k + 1) * per]:
+                seq += 1
+                fields = {key: v for key, v in e.items() if key not in ("seq", "prev", "hash")}
+                fields["session"] = name
+                entry, line = chain_entry(fields, seq, prev)
+                prev = entry["hash"]
+                f.write(line)
+        names.append(name)
+    return names
+
+
 def _timed(fn) -> tuple[float, float]:
     """Wall seconds and CPU seconds (this process and its children, user + system) of fn()."""
     def cpu() -> float:
@@ -294,9 +321,20 @@ def run_verify(root: Path, target_bytes: int, pad: str, rounds: int = 5) -> tupl
     path, entries = build_session(vault, target_bytes, pad)
     build_s = time.perf_counter() - t0
     size = path.stat().st_size
+    many = Vault.create(root / "verify-many")  # the same lines cut into MANY_SESSIONS small sessions
+    many_names = _split_session(path, many, MANY_SESSIONS)
+    many_paths = [str(many.session_path(s)) for s in many_names]
     try:
         def sha() -> None:
             subprocess.run(["sha256sum", str(path)], check=True, stdout=subprocess.DEVNULL)
+
+        def many_sha() -> None:
+            subprocess.run(["sha256sum", *many_paths], check=True, stdout=subprocess.DEVNULL)
+
+        def many_verify(workers: int | None) -> None:
+            reports = verify_sessions(many, many_names, workers=workers)
+            if not all(r.intact for r in reports) or sum(r.entries for r in reports) != entries:
+                raise RuntimeError("the bench's small sessions did not verify")
 
         def verify(workers: int | None) -> None:
             report = verify_session(vault, SESSION, check_blobs=True, workers=workers)
@@ -314,8 +352,12 @@ def run_verify(root: Path, target_bytes: int, pad: str, rounds: int = 5) -> tupl
             ("hashlib.sha256 (in-process)", py_sha),
             (f"verify_session ({usable_cpus()} CPUs)", lambda: verify(None)),
             ("verify_session (1 process)", lambda: verify(1)),
+            (f"{MANY_SESSIONS} sessions: sha256sum", many_sha),
+            (f"{MANY_SESSIONS} sessions: verify_sessions ({usable_cpus()} CPUs)", lambda: many_verify(None)),
+            (f"{MANY_SESSIONS} sessions: verify_sessions (1 process)", lambda: many_verify(1)),
         ]
         sha()  # warm the page cache
+        many_sha()
         times: dict[str, list[float]] = {name: [] for name, _ in cases}
         cpus: dict[str, list[float]] = {name: [] for name, _ in cases}
         for _ in range(rounds):
@@ -325,14 +367,16 @@ def run_verify(root: Path, target_bytes: int, pad: str, rounds: int = 5) -> tupl
                 cpus[name].append(cpu)
     finally:
         shutil.rmtree(vault.root, ignore_errors=True)
+        shutil.rmtree(many.root, ignore_errors=True)
     rows = []
     for name, _ in cases:
-        ratios = [t / b for t, b in zip(times[name], times["sha256sum"], strict=True)]
+        base = f"{MANY_SESSIONS} sessions: sha256sum" if name.startswith(f"{MANY_SESSIONS} sessions") else "sha256sum"
+        ratios = [t / b for t, b in zip(times[name], times[base], strict=True)]
         secs = statistics.median(times[name])
         row = {"case": name, "seconds": secs, "mb_s": size / MB / secs, "ratio": statistics.median(ratios),
                "runs_ratio": ratios, "runs_seconds": times[name], "cpu_seconds": statistics.median(cpus[name]),
-               "cpu_ratio": statistics.median(c / b for c, b in zip(cpus[name], cpus["sha256sum"], strict=True))}
-        if name.startswith("verify"):
+               "cpu_ratio": statistics.median(c / b for c, b in zip(cpus[name], cpus[base], strict=True))}
+        if "verify" in name:
             row["entries_per_s"] = entries / secs
         rows.append(row)
     info = {"bytes": size, "entries": entries, "build_seconds": build_s, "rounds": rounds}
@@ -507,11 +551,11 @@ def format_tables(append_rows: list[dict], verify_rows: list[dict], params: dict
             f"journal verify, {vinfo['bytes'] / MB:.1f} MB session file, {vinfo['entries']} entries, "
             f"warm cache, median of {vinfo['rounds']} rounds"
         )
-        out.append(f"{'case':<32} {'seconds':>8} {'MB/s':>8} {'entries/s':>10} {'ratio':>7} {'CPU s':>7} "
+        out.append(f"{'case':<42} {'seconds':>8} {'MB/s':>8} {'entries/s':>10} {'ratio':>7} {'CPU s':>7} "
                    f"{'CPU ratio':>9}")
         for r in verify_rows:
             eps = f"{r['entries_per_s']:>10.0f}" if "entries_per_s" in r else f"{'':>10}"
-            out.append(f"{r['case']:<32} {r['seconds']:>8.3f} {r['mb_s']:>8.1f} {eps} {r['ratio']:>7.2f} "
+            out.append(f"{r['case']:<42} {r['seconds']:>8.3f} {r['mb_s']:>8.1f} {eps} {r['ratio']:>7.2f} "
                        f"{r['cpu_seconds']:>7.3f} {r['cpu_ratio']:>9.2f}")
         out.append("ratio = time / sha256sum time on the same file in the same round, median over rounds "
                    "(lower is better)")

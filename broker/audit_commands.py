@@ -15,7 +15,8 @@ from journal.reader import iter_entries
 from journal.seal import load_public_key
 from journal.summary import summarize_session
 from journal.vault import Vault, VaultError
-from journal.verify import SessionReport, verify_session
+from journal.vault_verify import verify_sessions
+from journal.verify import SessionReport
 
 vault_option = click.option(
     "--vault", "vault_dir", envvar="BROKER_VAULT", default="./vault", show_default=True,
@@ -89,12 +90,8 @@ def verify(vault_dir: str, store: str | None, sessions: tuple[str, ...], as_json
     else:
         vault = reading_vault(store, vault_dir, blobs=not no_blobs)
     names = _select(vault, sessions)
-    reports: list[SessionReport] = []
     with _progress(_total_bytes(vault, names), "verifying") as advance:
-        for s in names:
-            reports.append(
-                verify_session(vault, s, check_blobs=not no_blobs, progress=advance, seal_key=public)
-            )
+        reports = verify_sessions(vault, names, check_blobs=not no_blobs, progress=advance, seal_key=public)
     print_reports(reports, as_json)
     if not names and not as_json:
         click.echo(f"no sessions in {vault.root}")
