@@ -47,7 +47,7 @@ from pathlib import Path
 
 import orjson
 
-from bench import machine, scratch_dir, write_json
+from bench import machine, scratch_dir, write_chained, write_json
 from journal.blobstore import BlobStore
 from journal.bodies import fit_entry
 from journal.canonical import canonical_bytes, canonical_value
@@ -266,15 +266,8 @@ def run_append(root: Path, n: int, thread_counts: list[int], repeat: int, pad: s
 def build_session(vault: Vault, target_bytes: int, pad: str) -> tuple[Path, int]:
     """Write a chained session file of about target_bytes directly (no fsync per line)."""
     path = vault.session_path(SESSION)
-    seq, prev, size = 0, GENESIS, 0
-    with open(path, "wb", buffering=1 << 20) as f:
-        while size < target_bytes:
-            seq += 1
-            entry, line = chain_entry(_padded_fields(SESSION, seq, pad), seq, prev)
-            prev = entry["hash"]
-            f.write(line)
-            size += len(line)
-    return path, seq
+    entries, _ = write_chained(path, (_padded_fields(SESSION, n, pad) for n in itertools.count(1)), target_bytes)
+    return path, entries
 
 
 MANY_SESSIONS = 40
@@ -285,19 +278,11 @@ def _split_session(path: Path, vault: Vault, n: int) -> list[str]:
     """Write the entries of `path` again as `n` sessions of consecutive entries, each chained anew."""
     entries = [orjson.loads(line) for line in path.read_bytes().splitlines()]
     per = -(-len(entries) // n)
-    names = []
-    for k in range(n):
-        name = f"small-{k:02d}"
-        seq, prev = 0, GENESIS
-        with open(vault.session_path(name), "wb", buffering=1 << 20) as f:
-            for e in entries[k * per : (k + 1) * per]:
-                seq += 1
-                fields = {key: v for key, v in e.items() if key not in ("seq", "prev", "hash")}
-                fields["session"] = name
-                entry, line = chain_entry(fields, seq, prev)
-                prev = entry["hash"]
-                f.write(line)
-        names.append(name)
+    names = [f"small-{k:02d}" for k in range(n)]
+    for k, name in enumerate(names):
+        write_chained(vault.session_path(name), (
+            {**{key: v for key, v in e.items() if key not in ("seq", "prev", "hash")}, "session": name}
+            for e in entries[k * per : (k + 1) * per]))
     return names
 
 
