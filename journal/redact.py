@@ -393,6 +393,7 @@ _TEXT_TYPES = ("application/xml", "application/javascript", "application/graphql
                "application/jsonl", "application/ld+json")  # fmt: skip
 
 
+@functools.lru_cache(maxsize=256)  # content types hold no credentials
 def _kind(content_type: str | None) -> tuple[str, bytes]:
     """Which rules apply to a content type, and the multipart boundary. Unknown/absent type is text."""
     if not content_type:
@@ -678,7 +679,20 @@ def redact_body(body: bytes, content_type: str | None) -> bytes:
       rules inside every part).
     - every body: credential value patterns (see ``contains_credential``).
     """
-    return StreamingRedactor(content_type)._whole(bytes(body))
+    body = bytes(body)
+    if StreamingRedactor._use_triggers and _body_plainly_clean(body, _kind(content_type)[0]):
+        return body  # the same object: nothing to redact, nothing copied
+    return StreamingRedactor(content_type)._whole(body)
+
+
+def _body_plainly_clean(body: bytes, kind: str) -> bool:
+    """True when the rules of `kind` cannot change `body`: none matches at its start (a form field needs
+    nothing before it there) and no trigger of the kind occurs anywhere, so `_search`, which only tries
+    trigger positions, finds nothing either. Decided in two C-level searches, which saves setting up a
+    StreamingRedactor for the many short clean bodies and strings (headers' JSON, MCP params)."""
+    plain, escaped = _TRIGGERS_BY_KIND[kind]
+    triggers = escaped if _NAME_ESCAPE.search(body) else plain
+    return triggers.search(body) is None and _REGEX_BY_KIND[kind].match(body, 0) is None
 
 
 def contains_credential(data: bytes | str) -> bool:
@@ -902,24 +916,9 @@ def _redact_url_full(url: str) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-_TEXT_REGEX = _REGEX_BY_KIND[_TEXT]
-_TEXT_PLAIN_TRIGGERS, _TEXT_ESC_TRIGGERS = _TRIGGERS_BY_KIND[_TEXT]
-
-
-def _text_plainly_clean(raw: bytes) -> bool:
-    """True when the text rules cannot change `raw`: no rule matches at its start (a form field needs
-    nothing before it there) and no trigger occurs anywhere, so `_search`, which only tries trigger
-    positions, finds nothing either. Saves building a StreamingRedactor for each of the many short
-    strings of a parsed JSON value (MCP params and results)."""
-    triggers = _TEXT_ESC_TRIGGERS if _NAME_ESCAPE.search(raw) else _TEXT_PLAIN_TRIGGERS
-    return triggers.search(raw) is None and _TEXT_REGEX.match(raw, 0) is None
-
-
 def _redact_text(s: str) -> str:
     """Text rules on a Python string; cuts fall on ASCII bytes only, so the result is valid again."""
     raw = s.encode("utf-8", "surrogatepass")
-    if _text_plainly_clean(raw):
-        return s
     red = redact_body(raw, "text/plain")
     return s if red == raw else red.decode("utf-8", "surrogatepass")
 
