@@ -66,6 +66,22 @@ def _raw_public(public: Ed25519PublicKey) -> bytes:
     return public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 
 
+def _key_parts(text: str, what: str) -> tuple[str, str, bytes]:
+    """`<name>+<8 hex id>+<base64 of type byte and 32-byte key>` (signer and verifier keys alike):
+    the name checked, the id as written, the 33 decoded bytes."""
+    parts = text.split("+", 2)
+    if len(parts) != 3:
+        raise NoteError(f"malformed {what} (expected <name>+<8 hex id>+<base64 key>)")
+    name, kid, b64 = parts
+    check_key_name(name)
+    if not _HEX8.match(kid):
+        raise NoteError(f"malformed {what} id")
+    raw = _b64decode_exact(b64)
+    if len(raw) != 33:
+        raise NoteError(f"{what} is not an Ed25519 key (33 bytes with its type)")
+    return name, kid, raw
+
+
 @dataclass(frozen=True)
 class Signer:
     """An Ed25519 signer key: signs notes (type 0x01) and, as a witness, cosignatures (type 0x04)."""
@@ -107,15 +123,8 @@ class Signer:
         text = text.strip("\n")
         if not text.startswith(_PRIVATE_PREFIX):
             raise NoteError("not a signer key (expected PRIVATE+KEY+<name>+<id>+<key>)")
-        parts = text[len(_PRIVATE_PREFIX):].split("+", 2)
-        if len(parts) != 3:
-            raise NoteError("malformed signer key")
-        name, kid, b64 = parts
-        check_key_name(name)
-        if not _HEX8.match(kid):
-            raise NoteError("malformed signer key id")
-        raw = _b64decode_exact(b64)
-        if len(raw) != 33 or raw[0] != ALG_ED25519:
+        name, kid, raw = _key_parts(text[len(_PRIVATE_PREFIX):], "signer key")
+        if raw[0] != ALG_ED25519:
             raise NoteError("signer key is not an Ed25519 key")
         signer = cls(name, Ed25519PrivateKey.from_private_bytes(raw[1:]))
         if signer.key_id.hex() != kid:
@@ -140,16 +149,8 @@ class Verifier:
 
     @classmethod
     def from_vkey(cls, text: str) -> Verifier:
-        text = text.strip("\n")
-        parts = text.split("+", 2)
-        if len(parts) != 3:
-            raise NoteError("malformed verifier key (expected <name>+<8 hex id>+<base64 key>)")
-        name, kid, b64 = parts
-        check_key_name(name)
-        if not _HEX8.match(kid):
-            raise NoteError("malformed verifier key id")
-        raw = _b64decode_exact(b64)
-        if len(raw) != 33 or raw[0] not in (ALG_ED25519, ALG_COSIGNATURE_V1):
+        name, kid, raw = _key_parts(text.strip("\n"), "verifier key")
+        if raw[0] not in (ALG_ED25519, ALG_COSIGNATURE_V1):
             raise NoteError("verifier key is not an Ed25519 note or cosignature key")
         v = cls(name, raw[0], raw[1:])
         if v.key_id.hex() != kid:
