@@ -89,3 +89,14 @@ def test_by_default_small_vaults_and_progress_stay_in_one_process(tmp_path, coun
     assert counting.started == 0
     verify_sessions(vault, names)
     assert counting.started == 1
+
+
+def test_a_session_that_is_not_there_gets_the_verifiers_error(tmp_path, counting):
+    from journal.vault import VaultError
+
+    vault = _vault(tmp_path)
+    with pytest.raises(VaultError) as serial:
+        verify_session(vault, "gone")
+    with pytest.raises(VaultError) as shared:
+        verify_sessions(vault, ["s1", "gone", "s3", "s4"], workers=2)
+    assert str(shared.value) == str(serial.value)
