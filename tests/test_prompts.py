@@ -373,3 +373,17 @@ def test_a_stream_over_the_hold_limit_is_kept_as_its_hash(tmp_path):
     small = StreamHold(limit=100)
     small.feed(b"data: 1\n\n")
     assert small.data() == b"data: 1\n\n"
+
+
+def test_tool_call_index_waits_for_a_line_still_being_written(tmp_path):
+    vault = Vault.create(tmp_path / "v")
+    material = _anthropic_material("s", "refs", 1, tool=("add_note", {"id": "n1"}))
+    Service(Recorder(vault.root)).handle([("call", 1, material)])
+    line = vault.session_path("s").read_bytes()
+    other = tmp_path / "copy.jsonl"
+    other.write_bytes(line[: len(line) // 2])  # the writer is half way through the model entry's line
+    index = ToolCallIndex(other)
+    assert index.find("add_note", {"id": "n1"}) is None
+    with open(other, "ab") as f:
+        f.write(line[len(line) // 2 :])
+    assert index.find("add_note", {"id": "n1"}) == next(iter_entries(vault, "s"))["hash"]

@@ -25,7 +25,7 @@ import orjson
 
 from journal.canonical import canonical_bytes
 from journal.models import APIS
-from journal.reader import iter_lines
+from journal.reader import iter_line_blocks, iter_lines
 from journal.redact import redact_json_value
 from journal.vault import Vault
 
@@ -112,38 +112,36 @@ class ToolCallIndex:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._offset = 0
-        self._rest = b""
+        self._offset = 0  # where the next unread line starts
         self._by_key: dict[tuple[str, bytes], str] = {}
         self._by_suffix: dict[tuple[str, bytes], str] = {}
         self.lock = threading.Lock()
 
     def _refresh(self) -> None:
+        """Index the whole lines written since the last call (a line still being written waits)."""
         try:
-            with open(self.path, "rb") as f:
-                f.seek(self._offset)
-                data = f.read()
+            for block in iter_line_blocks(self.path, self._offset):
+                if block.torn:
+                    break
+                self._offset += sum(len(line) + 1 for line in block.lines)
+                for i in block.lines_holding(b'"prompt_capture"'):
+                    self._index(block.lines[i])
         except FileNotFoundError:
             return
-        self._offset += len(data)
-        data = self._rest + data
-        lines = data.split(b"\n")
-        self._rest = lines.pop()
-        for line in lines:
-            if b'"prompt_capture"' not in line:
-                continue
-            try:
-                entry = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                continue
-            api = model_api_of(entry) if is_model_entry(entry) else None
-            if api is None:
-                continue
-            for call in APIS[api].tool_calls((entry.get("response") or {}).get("body")):
-                key = _key(call.name, call.arguments)
-                self._by_key[key] = entry["hash"]
-                if "__" in call.name:  # clients prefix MCP tools: mcp__server__tool
-                    self._by_suffix[_key(call.name.rsplit("__", 1)[1], call.arguments)] = entry["hash"]
+
+    def _index(self, line: bytes) -> None:
+        try:
+            entry = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            return
+        api = model_api_of(entry) if is_model_entry(entry) else None
+        if api is None:
+            return
+        for call in APIS[api].tool_calls((entry.get("response") or {}).get("body")):
+            key = _key(call.name, call.arguments)
+            self._by_key[key] = entry["hash"]
+            if "__" in call.name:  # clients prefix MCP tools: mcp__server__tool
+                self._by_suffix[_key(call.name.rsplit("__", 1)[1], call.arguments)] = entry["hash"]
 
     def find(self, name: str, arguments: object) -> str | None:
         """The hash of the latest model entry that asked for this exact tool call, or None."""
