@@ -6,7 +6,7 @@
 One run starts, each in its own process:
 
 - the fake upstreams (`python -m tests.upstreams`, TLS on 127.0.0.1, certificates for the real host names);
-- plain `mitmdump` with no recording addon, only `-s addons/upstream_resolve.py` (the redirect addon that
+- plain `mitmdump` with no recording addon, only `-s broker/proxy/upstream_resolve.py` (the redirect addon that
   `broker run` itself loads for `--resolve`, so upstream connections are redirected and reused the same
   way), plus `ssl_verify_upstream_trusted_ca` and `connection_strategy=lazy` like the broker;
 - stock `mitmdump -s addons/connector_journal.py` (target `addon`): the same addon in stock mitmproxy, with
@@ -143,7 +143,7 @@ def _readline_with_timeout(stream, timeout: float) -> bytes:
 
 
 class PlainMitmdump(BrokerProcess):
-    """Stock mitmdump with only addons/upstream_resolve.py (no recording): the baseline proxy. That addon
+    """Stock mitmdump with only broker/proxy/upstream_resolve.py (no recording): the baseline proxy. That addon
     is the very redirect `broker run` loads for --resolve, so upstream connections are redirected and
     reused identically."""
 
@@ -202,9 +202,9 @@ def children_cpu_seconds(pid: int) -> float:
 
 
 def service_cpu_seconds(pid: int) -> float:
-    """CPU seconds of the recording services (`python -m journal.service`) among a process's
+    """CPU seconds of the recording services (`python -m broker.proxy.service`) among a process's
     descendants: the broker's child, or with --workers each worker's child."""
-    return _cpu_of(_descendants(pid), lambda p: b"journal.service" in Path(f"/proc/{p}/cmdline").read_bytes())
+    return _cpu_of(_descendants(pid), lambda p: b"broker.proxy.service" in Path(f"/proc/{p}/cmdline").read_bytes())
 
 
 def cpu_seconds(pid: int) -> float:
@@ -848,13 +848,13 @@ def _sample_materials() -> list[dict]:
 def service_breakdown(root: Path, n: int, rounds: int = 3) -> list[tuple[str, float]]:
     """The recording service's work per call, stage by stage, timed in this process on the benchmark's
     two calls in turn (thread CPU time, best of `rounds` after a warm-up; no profiler)."""
+    from broker.proxy.service import material_fields
     from journal.bodies import JSON_PARSE_LIMIT, decoded_prefix, fit_entry, record_body
     from journal.canonical import orjson_matches_jcs
     from journal.chain import GENESIS, chain_entry
     from journal.entry import validate_fields
     from journal.record import Recorder, principal_fingerprint, text_pairs
     from journal.redact import header_value, is_token_exchange, redact_headers, redact_url
-    from journal.service import material_fields
 
     samples = _sample_materials()
     fast = Recorder(root / "stages-nosync", durable=False)

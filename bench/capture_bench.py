@@ -185,13 +185,13 @@ def stages(rec, m: dict) -> dict[str, Callable[[], object]]:
     """The timed stages of one call (closures over its prepared inputs)."""
     from mitmproxy.net.http.http1 import assemble, read
 
+    from broker.proxy.service import Service, frame, material_fields, split_frames
     from journal.bodies import ContentDecoder, fit_entry
     from journal.canonical import orjson_matches_jcs
     from journal.chain import GENESIS, chain_entry
     from journal.entry import validate_fields
     from journal.record import text_pairs
     from journal.redact import header_value, redact_body, redact_headers, redact_url
-    from journal.service import Service, frame, material_fields, split_frames
 
     req_half, resp_half = halves(m)
     wire = bytearray(frame(("request", 1, req_half)) + frame(("response", 1, resp_half)))
@@ -295,7 +295,7 @@ def profile(rec, named: list[tuple[str, dict]], n: int) -> str:
     import io
     import pstats
 
-    from journal.service import material_fields
+    from broker.proxy.service import material_fields
 
     pr = cProfile.Profile()
     pr.enable()

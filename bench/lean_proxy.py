@@ -4,7 +4,7 @@
 
 Stock mitmdump loads all of mitmproxy's default addons, and mitmproxy offers every hook of every
 flow to each of them, so it is slower than the broker's own proxy before any recording happens.
-This process runs the broker's lean addon set (broker.proxy_runner.proxy_addons) plus the
+This process runs the broker's lean addon set (broker.proxy.runner.proxy_addons) plus the
 `--resolve` redirect, so `broker / lean` is what recording itself costs.
 """
 
@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from mitmproxy import options  # noqa: E402
 from mitmproxy.master import Master  # noqa: E402
 
-from addons.upstream_resolve import UpstreamResolve  # noqa: E402
-from broker.proxy_runner import ensure_ca, proxy_addons  # noqa: E402
+from broker.proxy.runner import ensure_ca, proxy_addons  # noqa: E402
+from broker.proxy.upstream_resolve import UpstreamResolve  # noqa: E402
 
 
 class _Ready:

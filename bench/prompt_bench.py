@@ -3,7 +3,7 @@
 1. **Storage.** A 100-turn agent conversation in the Anthropic Messages shape (each turn: the model's
    text and one tool call, then the tool's result, about 1.5 KB of JSON; every request resends the
    whole history, as the API requires) is recorded three ways through the recording service's own
-   code (`journal.service.Service`, durable appends, one vault each):
+   code (`broker.proxy.service.Service`, durable appends, one vault each):
    `refs` (texts replaced by hashes), `full` (texts in the content-addressed blob store) and
    `whole` (the same calls recorded as ordinary entries, bodies whole: what it would take without
    references). Reported: bytes on disk (journal + blobs) and ratios against `whole`; the bytes the
@@ -32,8 +32,8 @@ import httpx
 
 from bench import machine, scratch_dir, write_json
 from bench.broker_bench import PlainMitmdump, Target, UpstreamProcess
+from broker.proxy.service import Service
 from journal.record import Recorder
-from journal.service import Service
 from tests.broker_harness import BrokerProcess
 
 MODEL_URL = "https://api.anthropic.com/v1/messages"

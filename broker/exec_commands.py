@@ -61,8 +61,8 @@ def _proxy_config(opts: dict):
     """The run options checked as `broker run` checks them, as a ProxyConfig."""
     from mitmproxy.exceptions import OptionsError
 
-    from addons.upstream_resolve import parse_resolve
-    from broker.proxy_runner import ProxyConfig
+    from broker.proxy.runner import ProxyConfig
+    from broker.proxy.upstream_resolve import parse_resolve
     from journal.connectors import Registry
     from journal.vault import Vault, session_filename
 
@@ -93,10 +93,10 @@ def exit_code(returncode: int) -> int:
 async def run_contained(config, argv: list[str], *, user: str | None = None, proxy_env: bool = True) -> int:
     """Make the namespace, start the broker on its listeners, run COMMAND, stop the broker (every
     entry on disk), remove the namespace; COMMAND's exit code."""
-    from addons.upstream_resolve import parse_resolve
     from broker.exec.environment import client_environment, proxy_url
     from broker.exec.sandbox import Sandbox
-    from broker.proxy_runner import EmbeddedProxy, write_ca_bundle
+    from broker.proxy.runner import EmbeddedProxy, write_ca_bundle
+    from broker.proxy.upstream_resolve import parse_resolve
 
     signals = Signals()  # from the start: a signal during set-up stops it cleanly, the command never starts
     sandbox = Sandbox(parse_resolve(config.resolve))

@@ -94,8 +94,8 @@ def run(
     # mitmproxy is imported here, not at the top: every other broker command starts faster without it.
     from mitmproxy.exceptions import OptionsError
 
-    from addons.upstream_resolve import parse_resolve
-    from broker.proxy_runner import ProxyConfig, ca_cert_path, serve_forever
+    from broker.proxy.runner import ProxyConfig, ca_cert_path, serve_forever
+    from broker.proxy.upstream_resolve import parse_resolve
     if upstream_ca and upstream_insecure:
         raise click.UsageError("--upstream-ca and --upstream-insecure exclude each other")
     host, port = parse_listen(listen)
@@ -140,8 +140,8 @@ def run(
     if workers > 1:
         if seal is not None:  # one sealer per vault: several would race to sign the same sessions
             raise click.UsageError("--workers and --seal-key cannot be combined yet; seal with `broker seal` instead")
-        from broker.proxy_runner import ensure_ca
-        from broker.workers import serve_workers
+        from broker.proxy.runner import ensure_ca
+        from broker.proxy.workers import serve_workers
 
         ensure_ca(confdir)  # once, before the workers, so they do not race to create it
         code = serve_workers(config, workers, announce_port)
@@ -166,7 +166,7 @@ def env(listen: str, confdir: str, session: str | None, agent: str | None) -> in
     proxy variables whatever is set: their calls bypass the broker and are not recorded.
     """
     from broker.exec.environment import ca_variables, proxy_url, proxy_variables
-    from broker.proxy_runner import write_ca_bundle
+    from broker.proxy.runner import write_ca_bundle
     host, port = parse_listen(listen)
     bundle = str(write_ca_bundle(confdir))
     exports = {**proxy_variables(proxy_url(host, port, session, agent)), **ca_variables(bundle)}

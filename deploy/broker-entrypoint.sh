@@ -42,5 +42,5 @@ chmod 644 /ca-public/broker-ca-bundle.pem
 exec setpriv --reuid "$BROKER_UID" --regid "$BROKER_UID" --init-groups --inh-caps=-all --bounding-set=-all -- \
   mitmdump --set confdir="$CONFDIR" --set flow_detail=0 --set connection_strategy=lazy \
     --mode "transparent@127.0.0.1:$TRANSPARENT_PORT" --mode "regular@127.0.0.1:$PROXY_PORT" \
-    -s /app/broker/exec/upstream_name.py -s /app/addons/connector_journal.py \
+    -s /app/addons/upstream_name.py -s /app/addons/connector_journal.py \
     --set vault=/vault --set broker_session="${BROKER_SESSION:-default}" --set broker_agent="${BROKER_AGENT:-unknown}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from mitmproxy import http
 
-from addons.connector_journal import _origin, _pretty_url
+from broker.proxy.addon import _origin, _pretty_url
 
 CASES = [
     ("GET", "https://gmail.googleapis.com/gmail/v1/users/me/labels?x=1", [(b"Host", b"gmail.googleapis.com")]),
@@ -50,7 +50,7 @@ def test_a_response_is_never_released_unrecorded_whatever_the_failure(tmp_path, 
 
     from mitmproxy.test import taddons, tflow
 
-    import addons.connector_journal as cj
+    import broker.proxy.addon as cj
 
     addon = cj.ConnectorJournal()
     with taddons.context(addon) as tctx:
@@ -75,7 +75,7 @@ def test_a_response_is_never_released_unrecorded_whatever_the_failure(tmp_path, 
 def test_an_unforeseen_failure_before_forwarding_answers_502_instead_of_passing_unrecorded(tmp_path, monkeypatch):
     from mitmproxy.test import taddons, tflow
 
-    import addons.connector_journal as cj
+    import broker.proxy.addon as cj
 
     addon = cj.ConnectorJournal()
     with taddons.context(addon) as tctx:
@@ -93,7 +93,7 @@ def test_bad_addon_options_are_refused_with_the_allowed_values(tmp_path):
     from mitmproxy import exceptions
     from mitmproxy.test import taddons
 
-    import addons.connector_journal as cj
+    import broker.proxy.addon as cj
 
     addon = cj.ConnectorJournal()
     with taddons.context(addon) as tctx:

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import journal.redact as redact
+from broker.proxy.service import material_fields
 from journal.blobstore import BlobStore
 from journal.bodies import BodyCapture, record_body
 from journal.record import Recorder, decode_headers, text_pairs_marked
@@ -29,7 +30,6 @@ from journal.redact import (
     redact_headers,
     redact_url,
 )
-from journal.service import material_fields
 from tests.test_redact import CONTENT_TYPES, TOKENS
 
 SECRETS = [*TOKENS, quote(TOKENS[0], safe=""), TOKENS[3].replace("-", "+"), "s3cr3t", "hunter2"]

@@ -142,7 +142,7 @@ def test_broker_run_seals_as_it_records_and_a_witness_cosigns(tmp_path, key, rec
 
 
 def test_declared_coverage_from_the_api_and_the_service_frame(tmp_path, key):
-    from journal.service import Service
+    from broker.proxy.service import Service
 
     signer, path = key
     vault = Vault.create(tmp_path / "vault")

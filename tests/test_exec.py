@@ -434,7 +434,7 @@ def test_listeners_inside_are_tcp_sockets_so_asyncio_sets_nodelay() -> None:
         sandbox = Sandbox()
         await sandbox.open()
         try:
-            from broker.exec import listener
+            from broker.proxy import listener
 
             return [s.proto for socks in listener._PREMADE.values() for s in socks if s.type == socket.SOCK_STREAM]
         finally:

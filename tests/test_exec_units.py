@@ -16,8 +16,8 @@ from mitmproxy.test import tflow
 from broker.exec import capabilities, cleanup, firewall, names, refusals
 from broker.exec.dns_relay import DnsRelay
 from broker.exec.environment import CA_VARIABLES, client_environment, proxy_url
-from broker.exec.upstream_name import UpstreamName
 from broker.exec_commands import exit_code
+from broker.proxy.upstream_name import UpstreamName
 
 
 def ipv4_packet(proto: int, dst: str, port: int) -> bytes:

@@ -24,9 +24,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from broker.proxy.service import Service, frame, serve, split_frames
 from journal.reader import iter_entries
 from journal.record import Recorder
-from journal.service import Service, frame, serve, split_frames
 from journal.vault import Vault, session_from_filename
 from journal.verify import verify_session
 from tests.broker_harness import BrokerProcess

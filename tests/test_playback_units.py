@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from addons.playback import recorded_response
+from broker.proxy.playback import recorded_response
 from journal.playback import Miss, RecordedSession, match_key
 from journal.record import Recorder
 from journal.vault import VaultError

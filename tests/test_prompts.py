@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from broker.proxy.service import Service
 from journal.canonical import canonical_bytes
 from journal.connectors import Registry
 from journal.models import APIS, anthropic, gemini, openai, route_call
@@ -16,7 +17,6 @@ from journal.models.linking import ToolCallIndex, tool_call_prompt_ref
 from journal.models.refs import Referencer, is_text_ref, sha256_text
 from journal.reader import iter_entries
 from journal.record import Recorder
-from journal.service import Service
 from journal.trajectory import trajectory
 from journal.vault import Vault
 from tests.upstreams import Upstream
@@ -249,7 +249,7 @@ def test_addon_refuses_a_bad_prompts_value(tmp_path):
     from mitmproxy import exceptions
     from mitmproxy.test import taddons
 
-    import addons.connector_journal as cj
+    import broker.proxy.addon as cj
 
     addon = cj.ConnectorJournal()
     with taddons.context(addon) as tctx, pytest.raises(exceptions.OptionsError, match="off, refs, full"):

@@ -8,9 +8,9 @@ import signal
 
 import pytest
 
-from addons.recorder_link import RecorderLink, ServiceLost
+from broker.proxy.link import RecorderLink, ServiceLost
+from broker.proxy.service import split_frames
 from journal.reader import iter_entries
-from journal.service import split_frames
 from journal.vault import Vault
 from journal.verify import verify_session
 from tests.test_service import _halves, material

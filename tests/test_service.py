@@ -1,4 +1,4 @@
-"""The recording service (journal.service) and the proxy's link to it (addons.recorder_link)."""
+"""The recording service (broker.proxy.service) and the proxy's link to it (broker.proxy.link)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ import time
 
 import pytest
 
-import addons.recorder_link as recorder_link
-from addons.recorder_link import RecorderLink
+import broker.proxy.link as recorder_link
+from broker.proxy.link import RecorderLink
+from broker.proxy.service import Service, frame, material_fields, serve, split_frames
 from journal.blobstore import is_ref_object
 from journal.reader import iter_entries
 from journal.record import Prepared, Recorder, principal_fingerprint
-from journal.service import Service, frame, material_fields, serve, split_frames
 from journal.vault import Vault
 from journal.verify import verify_session
 from journal.writer import JournalError

@@ -44,7 +44,7 @@ def test_two_workers_share_the_port_and_keep_one_chain(tmp_path):
         assert b"(2 workers)" in bytes(b.output)
         assert b.proc is not None
         procs = _descendants(b.proc.pid)
-        services = [p for p in procs if "journal.service" in _cmdline(p)]
+        services = [p for p in procs if "broker.proxy.service" in _cmdline(p)]
         workers = [p for p in procs if p not in services and "multiprocessing" in _cmdline(p)
                    and "resource_tracker" not in _cmdline(p)]
         assert len(services) == 2 and len(workers) == 2, [_cmdline(p) for p in procs]
@@ -66,7 +66,7 @@ def test_two_workers_share_the_port_and_keep_one_chain(tmp_path):
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             alive = [p for p in _descendants(b.proc.pid) if "multiprocessing" in _cmdline(p)
-                     and "journal.service" not in _cmdline(p) and "resource_tracker" not in _cmdline(p)]
+                     and "broker.proxy.service" not in _cmdline(p) and "resource_tracker" not in _cmdline(p)]
             if len(alive) == 2 and workers[0] not in alive:
                 break
             time.sleep(0.1)

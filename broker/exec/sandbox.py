@@ -14,10 +14,11 @@ import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from broker.exec import capabilities, cleanup, firewall, listener, names
+from broker.exec import capabilities, cleanup, firewall, names
 from broker.exec.dns_relay import DnsRelay
 from broker.exec.netns import Namespace
 from broker.exec.refusals import Refusal, RefusalLog
+from broker.proxy import listener
 
 log = logging.getLogger("broker.exec")
 
@@ -104,7 +105,7 @@ class Sandbox:
 
     def contain(self, config) -> tuple:
         """Point a ProxyConfig at the listeners inside; the addons a contained broker needs."""
-        from broker.exec.upstream_name import UpstreamName
+        from broker.proxy.upstream_name import UpstreamName
 
         config.mode = list(self.specs)
         return (UpstreamName(),)
@@ -134,7 +135,7 @@ class Sandbox:
 async def open_if_possible(argv: list[str], resolve: list[str]) -> tuple[Sandbox | None, str | None]:
     """A sandbox for running argv, or None and why this machine cannot make one (`broker mcp
     --through-broker`, which then falls back to the proxy variables)."""
-    from addons.upstream_resolve import parse_resolve
+    from broker.proxy.upstream_resolve import parse_resolve
 
     why = capabilities.missing()
     if why:

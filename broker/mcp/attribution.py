@@ -97,7 +97,7 @@ async def run_through_broker(
     from broker.exec.sandbox import open_if_possible
     from broker.mcp.relay import say
     from broker.mcp.stdio_relay import run_stdio_shim
-    from broker.proxy_runner import EmbeddedProxy, ProxyConfig, write_ca_bundle
+    from broker.proxy.runner import EmbeddedProxy, ProxyConfig, write_ca_bundle
 
     config = ProxyConfig(
         vault=vault_dir, listen_host="127.0.0.1", listen_port=0, confdir=confdir, session=identity.session,

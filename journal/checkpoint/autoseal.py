@@ -44,7 +44,7 @@ class AutosealConfig:
     witness_keys: list[str] = field(default_factory=list)
 
     def service_args(self) -> list[str]:
-        """The same settings as `python -m journal.service` options (the key's path, never the key)."""
+        """The same settings as `python -m broker.proxy.service` options (the key's path, never the key)."""
         args = ["--seal-key", self.key_path, "--checkpoint-entries", str(self.entries),
                 "--checkpoint-seconds", str(self.seconds)]
         for u in self.witnesses:

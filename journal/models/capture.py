@@ -1,6 +1,6 @@
 """Model-call entries: the bodies of a call to a model API with every text referenced.
 
-Called by the recording service (`journal.service`) for material the addon marks with
+Called by the recording service (`broker.proxy.service`) for material the addon marks with
 `model_api` and `prompts` (the mode). Order, as for every body: decoded, redacted, then the texts
 are replaced by references (so in `full` mode no credential reaches a blob either).
 

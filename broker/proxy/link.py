@@ -1,4 +1,4 @@
-"""The proxy's end of the recording service (`journal.service`), for the connector-journal addon.
+"""The proxy's end of the recording service (`broker.proxy.service`), for the connector-journal addon.
 
 `record(material)` sends one call's raw material to the service process and resolves once the
 service acknowledges it: the entry is durable, or the call was a token exchange, or it failed (a
@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from journal.service import frame, split_frames
+from broker.proxy.service import frame, split_frames
 from journal.store.url import is_database_url
 from journal.writer import JournalError, JournalStopped
 
@@ -53,7 +53,7 @@ class RecorderLink:
     def __init__(self, vault: str, spill_threshold: int, connectors: str = "", extra_args: list[str] | None = None,
                  ) -> None:
         self.vault, self.spill_threshold, self.connectors = vault, spill_threshold, connectors
-        self.extra_args = list(extra_args or [])  # more `python -m journal.service` options (checkpoints)
+        self.extra_args = list(extra_args or [])  # more `python -m broker.proxy.service` options (checkpoints)
         self.proc: subprocess.Popen | None = None
         self._transport: asyncio.Transport | None = None
         self._starting: asyncio.Future | None = None
@@ -164,9 +164,9 @@ class RecorderLink:
         env = dict(os.environ)
         if is_database_url(self.vault):  # its password, if any, stays off the command line
             env["BROKER_STORE"] = self.vault
-            cmd = [sys.executable, "-m", "journal.service", "--fd", str(theirs.fileno())]
+            cmd = [sys.executable, "-m", "broker.proxy.service", "--fd", str(theirs.fileno())]
         else:
-            cmd = [sys.executable, "-m", "journal.service", "--fd", str(theirs.fileno()), "--vault", self.vault]
+            cmd = [sys.executable, "-m", "broker.proxy.service", "--fd", str(theirs.fileno()), "--vault", self.vault]
         cmd += ["--spill-threshold", str(self.spill_threshold)]
         if self.connectors:
             cmd += ["--connectors", self.connectors]

@@ -39,5 +39,3 @@ class UpstreamName:
         if name and not _is_address(name) and name != flow.request.host:
             flow.request.data.host = name  # not .host: that would rewrite the Host header too
 
-
-addons = [UpstreamName()]  # `mitmdump -s broker/exec/upstream_name.py` (deploy/broker-entrypoint.sh)

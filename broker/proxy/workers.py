@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from broker.proxy_runner import ProxyConfig
+from broker.proxy.runner import ProxyConfig
 
 log = logging.getLogger("broker")
 RESPAWN_DELAY = 1.0
@@ -71,7 +71,7 @@ def _listen_with_reuse_port() -> None:
 def _worker(config: ProxyConfig, index: int, ready) -> None:
     """One worker process: `broker run`'s proxy with its own recording service (SIGINT and SIGTERM
     are blocked until serve_forever handles them)."""
-    from broker.proxy_runner import serve_forever
+    from broker.proxy.runner import serve_forever
 
     logging.basicConfig(level=logging.WARNING, format=f"broker[{index}]: %(levelname)s: %(message)s",
                         stream=sys.stderr)

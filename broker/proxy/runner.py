@@ -19,8 +19,8 @@ from mitmproxy.addons import block, core, disable_h2c, dns_resolver, next_layer,
 from mitmproxy.certs import CertStore
 from mitmproxy.master import Master
 
-from addons.connector_journal import ConnectorJournal
-from addons.upstream_resolve import UpstreamResolve
+from broker.proxy.addon import ConnectorJournal
+from broker.proxy.upstream_resolve import UpstreamResolve
 
 CA_BASENAME = "mitmproxy"
 
@@ -205,7 +205,7 @@ class EmbeddedProxy:
         """The playback addon when playing a session back: before the journal, which it tells what to record."""
         if not self.config.playback:
             return []
-        from addons.playback import Playback
+        from broker.proxy.playback import Playback
 
         return [Playback()]
 
@@ -229,7 +229,7 @@ async def serve_forever(config: ProxyConfig, announce) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):  # before listening: a signal during start-up still drains
         loop.add_signal_handler(sig, stop.set)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})  # see broker.workers
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})  # see broker.proxy.workers
     await proxy.start()
     announce(proxy)
     await stop.wait()

@@ -1,6 +1,6 @@
 """mitmproxy addon: send a host's traffic to another address while URLs, Host and SNI stay as they are.
 
-    mitmdump -s addons/upstream_resolve.py --set broker_resolve=gmail.googleapis.com=127.0.0.1:8443
+    mitmdump -s broker/proxy/upstream_resolve.py --set broker_resolve=gmail.googleapis.com=127.0.0.1:8443
 
 For staging servers and tests (there is no internet here; the fake upstreams answer for the real
 API hosts). The connector-journal addon script loads it too, so `broker_resolve` works with either.

@@ -27,7 +27,7 @@ socket pair is private to the two processes and nothing else ever writes to it.
 The material carries credentials (redaction happens here). They travel only over the socket; what
 reaches the disk is the redacted entry and its blobs, as for every other capture point.
 
-    python -m journal.service --fd N --vault DIR [--spill-threshold B] [--connectors FILE]
+    python -m broker.proxy.service --fd N --vault DIR [--spill-threshold B] [--connectors FILE]
 
 The service ignores SIGINT and SIGTERM: when the proxy is stopped, it still has calls to record.
 It exits once the proxy closes its end (or dies) and everything received is recorded.
@@ -57,7 +57,7 @@ from journal.redact import header_value
 from journal.vault import VaultError
 from journal.writer import JournalError, JournalStopped
 
-log = logging.getLogger("journal.service")
+log = logging.getLogger("broker.proxy.service")
 
 HEADER = struct.Struct(">I")
 RECV_SIZE = 1 << 20
@@ -366,7 +366,7 @@ def serve(sock: socket.socket, recorder: Recorder) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m journal.service", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m broker.proxy.service", description=__doc__.split("\n\n")[0])
     p.add_argument("--fd", type=int, required=True, help="connected socket inherited from the proxy")
     p.add_argument("--vault", default=os.environ.get("BROKER_STORE"),
                    help="vault directory or store URL (default: BROKER_STORE)")

@@ -1,0 +1,694 @@
+"""mitmproxy addon: record every connector call into the vault (capture "broker").
+
+Runs in stock mitmproxy:
+
+    mitmdump -s addons/connector_journal.py --set vault=./vault --set broker_session=s1
+
+(that file is a shim loading this module) and is what `broker run` embeds. A thin adapter from flows
+to the journal package, where every rule (redaction, bodies, spilling, chaining) lives. By default
+(`broker_recorder=process`) the recording itself happens in the recording service, a child process
+(`broker.proxy.service`, reached through `broker.proxy.link`): the hooks only gather each call's raw
+material, send the request half when the call goes upstream and the response half when it ends, and
+wait for the acknowledgement. mitmproxy's single event-loop thread is left to the proxy. With
+`broker_recorder=inline` the same recording runs in this process (the append in a thread).
+
+Identity: proxy credentials (`http://SESSION:AGENT@host:port`), else `X-Broker-Session`,
+`X-Broker-Agent`, `X-Broker-Principal` request headers, else the options. Credentials and these
+headers are removed before the request goes upstream and are never recorded.
+
+When an entry is written: for a buffered response, before the response is released to the
+client (the `response` hook waits until the entry is durable). Streamed responses (event streams,
+unknown length, bodies over the spill threshold, JSON over JSON_PARSE_LIMIT) reach the client as
+they arrive, and the entry is written when the upstream body ends, before mitmproxy sends the end
+of the message. So that no client can hold a complete response before its entry is durable, a
+streamed response loses its Content-Length on the way to the client: an HTTP/1.1 client gets it
+chunked (the last chunk follows the entry), HTTP/1.0 delimited by the connection's close, HTTP/2
+by the end of the stream. The entry records the upstream's own headers.
+
+No call passes unrecorded when the recording service is gone: a call that finds no live service
+is recorded by this process instead (the `inline` path), and a call whose service died while it
+waited is recorded here too, unless the dead service's entry for it is already on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import logging
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from mitmproxy import connection, ctx, exceptions, http
+from mitmproxy.net.http import url
+
+from broker.proxy.call_log import recorded_call_line
+from broker.proxy.link import CallNoted, RecorderLink, ServiceLost, ServiceUnavailable
+from broker.proxy.service import failure_fields, material_fields
+from journal.bodies import JSON_PARSE_LIMIT, SPILL_THRESHOLD, BodyCapture, is_json_type
+from journal.checkpoint.autoseal import DEFAULT_ENTRIES, DEFAULT_SECONDS, AutosealConfig
+from journal.connectors import Registry
+from journal.models import MODES as PROMPT_MODES
+from journal.models import route_call
+from journal.models.capture import StreamHold
+from journal.models.linking import links_for
+from journal.record import Prepared, Recorder, text_pairs, wire_text
+from journal.redact import is_token_exchange, redact_url
+from journal.store.url import store_target
+from journal.vault import SessionIdError, session_filename
+from journal.writer import JournalError
+
+log = logging.getLogger("broker")
+
+SESSION_HEADER = b"x-broker-session"
+AGENT_HEADER = b"x-broker-agent"
+PRINCIPAL_HEADER = b"x-broker-principal"
+_IDENTITY_HEADERS = frozenset({b"proxy-authorization", SESSION_HEADER, AGENT_HEADER, PRINCIPAL_HEADER})
+ERROR_HEADER = "X-Broker-Error"
+_META = "broker"
+PLAYBACK_META = "broker_playback"
+"""Set by addons/playback.py on a flow it answers from a recorded session: a dict of extra request keys
+(`playback_of`). Such a flow is never streamed (playback needs the whole body, and its answer is made
+here, not streamed from upstream)."""
+_CACHED_OPTIONS = (
+    "broker_session", "broker_agent", "broker_principal", "broker_record_unknown", "broker_on_journal_error",
+    "broker_spill_threshold", "broker_recorder", "broker_prompts",
+)
+_SEAL_OPTIONS = frozenset({"broker_seal_key", "broker_checkpoint_entries", "broker_checkpoint_seconds",
+                           "broker_witness"})
+_SESSION_CACHE = 4096
+"""Session ids already checked for a vault file name (the check runs once per id, not per call)."""
+_BAD_PROXY_AUTH = "proxy credentials unreadable: expected Basic base64(SESSION:AGENT) in UTF-8"
+
+
+_ORIGIN_CACHE = 1024
+_origins: dict[tuple, tuple[str, str]] = {}
+
+
+def _origin(req: http.Request) -> tuple[str, str]:
+    """(pretty_host, URL up to the path) of a request, as `pretty_host` and `pretty_url` give them.
+
+    Cached by what they are computed from: mitmproxy parses the Host header again on every access,
+    which cost about 28 us per request, and a keep-alive client sends the same Host every time.
+    """
+    host_header = req.host_header
+    key = (req.first_line_format, req.scheme, host_header, req.host, req.port)
+    hit = _origins.get(key)
+    if hit is None:
+        if req.first_line_format == "authority":
+            hit = (req.pretty_host, req.pretty_url)
+        else:
+            pretty_host = req.pretty_host
+            if host_header:
+                _, port = url.parse_authority(host_header, check=False)
+                port = port or url.default_port(req.scheme) or 443
+            else:
+                pretty_host, port = req.host, req.port
+            hit = (pretty_host, url.unparse(req.scheme, pretty_host, port, ""))
+        if len(_origins) >= _ORIGIN_CACHE:
+            _origins.clear()
+        _origins[key] = hit
+    return hit
+
+
+def _pretty_url(req: http.Request, origin: str) -> str:
+    if req.first_line_format == "authority":
+        return origin
+    return origin + (req.path if req.path != "*" else "")
+
+
+def _parse_proxy_auth(value: str) -> tuple[str, str] | None:
+    scheme, _, token = value.partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        user, _, password = base64.b64decode(token.strip(), validate=True).decode("utf-8").partition(":")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    return user, password
+
+
+class _Call:
+    """What the addon tracks for one recorded flow (kept in flow.metadata)."""
+
+    __slots__ = (
+        "session", "agent", "principal", "connector", "url", "req_fields", "req_cap", "resp_cap", "req_material",
+        "sent", "inline", "resp_fields", "prompt",
+    )
+
+    def __init__(
+        self, session: str, agent: str, principal: str | None, connector: str, url: str,
+        req_fields: tuple[tuple[bytes, bytes], ...],
+    ) -> None:
+        self.session, self.agent, self.principal, self.connector = session, agent, principal, connector
+        self.url = url
+        self.req_fields = req_fields  # as sent upstream (proxy credentials and X-Broker-* removed)
+        self.req_cap: BodyCapture | None = None
+        self.resp_cap: BodyCapture | None = None
+        self.req_material: dict | None = None  # the request half, once handed to the recording service
+        self.sent: tuple[int, int] | None = None  # its handle there
+        self.inline = False  # no live recording service when the call went upstream: recorded here
+        self.resp_fields: tuple[tuple[bytes, bytes], ...] | None = None  # the upstream's, before re-framing
+        self.prompt: dict = {}  # prompt capture on: {"prompts": mode} (+ "model_api" for a model call)
+
+
+
+def _autoseal(opts) -> AutosealConfig | None:
+    """The checkpoint settings of the broker_seal_* options (the key file's path; never the key)."""
+    if not opts.broker_seal_key:
+        return None
+    return AutosealConfig(
+        str(Path(opts.broker_seal_key).resolve()), opts.broker_checkpoint_entries, opts.broker_checkpoint_seconds,
+        list(opts.broker_witness),
+    )
+
+class ConnectorJournal:
+    def __init__(self) -> None:
+        self.recorder: Recorder | None = None
+        self.link: RecorderLink | None = None
+        self.registry: Registry = Registry.builtin()
+        self.identities: weakref.WeakKeyDictionary[connection.Client, tuple[str, str]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._opts: dict = {}
+        self._sessions_ok: set[str] = set()
+        self.recorded = 0
+        self.journal_failures = 0
+        self.inflight = 0  # recorded calls between requestheaders and their entry
+        self._restarting: asyncio.Future | None = None
+        self._restart_warned = False
+        self._sealing = False  # checkpoints on: count what is left unrecorded (declared coverage)
+        self._gaps: dict[tuple[str, str, str], int] = {}
+        self._gaps_sent = 0.0
+        self.attribute: Callable[[http.HTTPFlow, str], dict | None] | None = None
+        """Set by an embedder (the MCP shim's --through-broker): given a flow and its session, the MCP
+        request that caused the call, recorded in the entry's `mcp` field; None when it cannot tell."""
+
+    # -- options --------------------------------------------------------------------------------
+
+    def load(self, loader) -> None:
+        loader.add_option("vault", str, "./vault", "Vault directory (or postgresql:// store) the journal goes to.")
+        loader.add_option("broker_session", str, "default", "Session for calls that name none.")
+        loader.add_option("broker_agent", str, "unknown", "Agent for calls that name none.")
+        loader.add_option(
+            "broker_principal", str, "", "Principal for calls that name none (default: credential fingerprint)."
+        )
+        loader.add_option("broker_connectors", str, "", "TOML file extending or overriding the connector rules.")
+        loader.add_option("broker_record_unknown", bool, False, "Record traffic no connector recognises.")
+        loader.add_option(
+            "broker_on_journal_error", str, "block", "block: answer 502 when the journal fails; pass: let it through."
+        )
+        loader.add_option("broker_spill_threshold", int, SPILL_THRESHOLD, "Spill bodies larger than this (bytes).")
+        loader.add_option(
+            "broker_recorder", str, "process",
+            "process: record in a separate recording service process (broker.proxy.service), leaving the proxy's "
+            "CPU to the proxy; inline: record in the proxy process.",
+        )
+        # Checkpoints as the broker records (journal/checkpoint/autoseal.py, docs/checkpoints.md).
+        loader.add_option("broker_seal_key", str, "", "Signer key file: write checkpoints while recording.")
+        loader.add_option("broker_checkpoint_entries", int, DEFAULT_ENTRIES, "A checkpoint every N entries.")
+        loader.add_option("broker_checkpoint_seconds", float, DEFAULT_SECONDS, "A checkpoint every T seconds.")
+        loader.add_option("broker_witness", Sequence[str], [], "tlog-witness URL to cosign each checkpoint.")
+        loader.add_option(
+            "broker_prompts", str, "off",
+            "Prompt capture: off (model API calls pass unrecorded), refs (model calls recorded with every "
+            "text replaced by its SHA-256 and size) or full (the same, with the texts in the blob store).",
+        )
+
+    def configure(self, updated: set[str]) -> None:
+        opts = ctx.options
+        # Read once here: every ctx.options read copies the value, and the hooks run per request.
+        self._opts = {name: getattr(opts, name) for name in _CACHED_OPTIONS}
+        if "broker_on_journal_error" in updated and opts.broker_on_journal_error not in ("block", "pass"):
+            raise exceptions.OptionsError("broker_on_journal_error must be 'block' or 'pass'")
+        if "broker_recorder" in updated and opts.broker_recorder not in ("process", "inline"):
+            raise exceptions.OptionsError("broker_recorder must be 'process' or 'inline'")
+        if "broker_prompts" in updated and opts.broker_prompts not in PROMPT_MODES:
+            raise exceptions.OptionsError(f"broker_prompts must be one of {', '.join(PROMPT_MODES)}")
+        if "broker_connectors" in updated:
+            reg = Registry.builtin()
+            try:
+                self.registry = reg.with_file(opts.broker_connectors) if opts.broker_connectors else reg
+            except ValueError as exc:
+                raise exceptions.OptionsError(str(exc)) from None
+            if self.recorder is not None:
+                self.recorder._registry = self.registry
+        sealing = updated & _SEAL_OPTIONS
+        self._sealing = bool(opts.broker_seal_key)
+        if "vault" in updated or "broker_spill_threshold" in updated or self.recorder is None or sealing:
+            if self.recorder is not None:
+                self.recorder.close()
+            # In this process the recorder writes streamed bodies' blobs and checks that a session's
+            # file can be opened; with broker_recorder=inline it records everything.
+            self.recorder = Recorder(
+                opts.vault, spill_threshold=opts.broker_spill_threshold, registry=self.registry,
+                autoseal=_autoseal(opts) if opts.broker_recorder == "inline" else None,
+            )
+        if updated & {"vault", "broker_spill_threshold", "broker_connectors", "broker_recorder"} or sealing or (
+            self.link is None and opts.broker_recorder == "process"
+        ):
+            if self.link is not None:
+                self.link.close()
+                self.link = None
+            if opts.broker_recorder == "process":
+                seal = _autoseal(opts)
+                self.link = RecorderLink(
+                    store_target(opts.vault), opts.broker_spill_threshold,
+                    str(Path(opts.broker_connectors).resolve()) if opts.broker_connectors else "",
+                    extra_args=seal.service_args() if seal else [],
+                )
+
+    async def running(self) -> None:
+        # Lazy: the client's request is read before the upstream connection is made, so a call whose
+        # upstream cannot be reached still reaches this addon (and gets its entry) instead of
+        # failing at CONNECT time unseen.
+        if ctx.options.connection_strategy != "lazy":
+            log.info("broker: setting connection_strategy=lazy so failed upstream calls are recorded")
+            ctx.options.update(connection_strategy="lazy")
+        if self.link is not None:
+            # Started now rather than on the first call: starting Python takes a CPU for a moment,
+            # which should not fall on the first calls.
+            try:
+                await self.link.connect()
+            except JournalError as exc:
+                log.error("journal: %s", exc)
+
+    async def done(self) -> None:
+        self._flush_gaps()
+        if self.link is not None:
+            await self.link.aclose()
+            self.link = None
+        if self.recorder is not None:
+            self.recorder.close()
+
+    # -- connection-level hooks -----------------------------------------------------------------
+
+    def http_connect(self, flow: http.HTTPFlow) -> None:
+        auth = flow.request.headers.pop("proxy-authorization", None)
+        if auth:
+            creds = _parse_proxy_auth(auth)
+            if creds is None:
+                self._answer(flow, 400, _BAD_PROXY_AUTH)
+                return
+            self.identities[flow.client_conn] = creds
+
+    # -- request --------------------------------------------------------------------------------
+
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        try:
+            self._requestheaders(flow)
+        except Exception:  # noqa: BLE001 - mitmproxy would log it and forward the call unrecorded
+            self._failed_closed(flow, "requestheaders")
+
+    def request(self, flow: http.HTTPFlow) -> None:
+        try:
+            self._request(flow)
+        except Exception:  # noqa: BLE001 - as above
+            self._failed_closed(flow, "request")
+
+    def _failed_closed(self, flow: http.HTTPFlow, hook: str) -> None:
+        """A bug or an input nobody foresaw: under `block` the call is not forwarded unrecorded."""
+        log.exception("journal: unexpected failure in the %s hook", hook)
+        self.journal_failures += 1
+        self._drop(flow)
+        if self._opts.get("broker_on_journal_error", "block") == "block":
+            self._answer(flow, 502, "call not forwarded: the broker failed to handle it (see its log)")
+
+    def _requestheaders(self, flow: http.HTTPFlow) -> None:
+        req = flow.request
+        # One pass over the raw header fields takes out the proxy credentials and X-Broker-* headers
+        # (never forwarded, never recorded) and yields the recorded header fields.
+        fields = req.headers.fields
+        special: dict[bytes, bytes] = {}
+        for k, v in fields:
+            lk = k.lower()
+            if lk in _IDENTITY_HEADERS:
+                special.setdefault(lk, v)
+        if special:
+            fields = tuple((k, v) for k, v in fields if k.lower() not in _IDENTITY_HEADERS)
+            req.headers.fields = fields
+        creds = None
+        if b"proxy-authorization" in special:
+            creds = _parse_proxy_auth(wire_text(special[b"proxy-authorization"]))
+            if creds is None:  # never fall back to another session when the credentials are unreadable
+                self._answer(flow, 400, _BAD_PROXY_AUTH)
+                return
+        creds = creds or self.identities.get(flow.client_conn)
+        pretty_host, origin = _origin(req)
+        call_url = _pretty_url(req, origin)
+        path = req.path.split("?", 1)[0]
+        connector, model_api = route_call(self.registry, self.registry.match(pretty_host, path), pretty_host, path)
+        prompts = self._opts["broker_prompts"]
+        if model_api is not None and prompts == "off":
+            return  # model calls pass unrecorded unless prompt capture is on (docs/prompts.md)
+        if connector is None:
+            if not self._opts["broker_record_unknown"]:
+                if self._sealing:
+                    h_session = wire_text(special[SESSION_HEADER]) if SESSION_HEADER in special else None
+                    token = is_token_exchange(req.method, call_url, text_pairs(fields), None)
+                    self._gap((creds[0] if creds and creds[0] else None) or h_session or self._opts["broker_session"],
+                              pretty_host, "token" if token else "passed")
+                return
+            connector = "unknown"
+        h_session = wire_text(special[SESSION_HEADER]) if SESSION_HEADER in special else None
+        session = (creds[0] if creds and creds[0] else None) or h_session or self._opts["broker_session"]
+        if session not in self._sessions_ok:
+            try:
+                session_filename(session)
+            except SessionIdError as exc:
+                self._answer(flow, 400, f"session id cannot be recorded: {exc}")
+                self._gap(session, pretty_host, "refused")
+                return
+            if len(self._sessions_ok) >= _SESSION_CACHE:
+                self._sessions_ok.clear()
+            self._sessions_ok.add(session)
+        h_agent = wire_text(special[AGENT_HEADER]) if AGENT_HEADER in special else None
+        agent = (creds[1] if creds and creds[1] else None) or h_agent or self._opts["broker_agent"] or "unknown"
+        principal = (wire_text(special[PRINCIPAL_HEADER]) if PRINCIPAL_HEADER in special else None) or (
+            self._opts["broker_principal"] or None
+        )
+        call = _Call(session, agent, principal, connector, call_url, fields)
+        if prompts != "off":
+            call.prompt = {"prompts": prompts, "model_api": model_api} if model_api else {"prompts": prompts}
+        # a model request is held whole (to be referenced), and so is a call playback answers
+        if self._must_stream(fields) and model_api is None and PLAYBACK_META not in flow.metadata:
+            # Token exchanges leave no entry and no blob: known by URL here, before a body is captured
+            # (one known only by its body is dropped by the recorder, which sees that body).
+            if is_token_exchange(req.method, call_url, text_pairs(fields), None):
+                self._gap(session, pretty_host, "token")
+                return
+            call.req_cap = self._capture(req.headers)
+            req.stream = self._streamer(call.req_cap)
+        flow.metadata[_META] = call
+        self.inflight += 1
+
+    def _request(self, flow: http.HTTPFlow) -> None:
+        call: _Call | None = flow.metadata.get(_META)
+        if call is None or flow.response is not None:
+            return
+        if self._opts["broker_on_journal_error"] == "block":
+            problem = self._journal_problem(call.session)
+            if problem:
+                self.journal_failures += 1
+                self._answer(flow, 502, f"call not forwarded: the journal cannot record it ({problem})")
+                self._gap(call.session, flow.request.pretty_host, "refused")
+                self._drop(flow)
+                return
+        if self.link is not None and not self.link.live:
+            # No service to hand the call to (it died, and a new one is not started yet): this process
+            # records the call itself, so nothing goes upstream without a live recorder.
+            call.inline = True
+            self._restart_service()
+        elif self.link is not None and call.req_cap is None:
+            # The request half goes to the recording service now: it is redacted and classified there
+            # while the call is upstream, so only the response half is left when the response arrives.
+            call.req_material = self._request_material(call, flow)
+            call.sent = self.link.send_request(call.req_material)
+
+    def _restart_service(self) -> None:
+        link = self.link
+        if link is None or (self._restarting is not None and not self._restarting.done()):
+            return
+
+        async def restart() -> None:
+            try:
+                await link.connect()
+                self._restart_warned = False
+            except JournalError as exc:
+                if not self._restart_warned:  # once per outage, not once per call
+                    log.warning("journal: recording service not restarted yet (%s); recording in the proxy", exc)
+                    self._restart_warned = True
+
+        # (mitmproxy may run tasks eagerly: the task can be done before it is assigned)
+        self._restarting = asyncio.ensure_future(restart())
+
+    # -- response -------------------------------------------------------------------------------
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        call: _Call | None = flow.metadata.get(_META)
+        if call is None or flow.response is None:
+            return
+        if self._must_stream(flow.response.headers.fields) and PLAYBACK_META not in flow.metadata:
+            if is_token_exchange(flow.request.method, call.url, text_pairs(call.req_fields), None):
+                self._drop(flow)
+                return
+            call.resp_cap = StreamHold() if "model_api" in call.prompt else self._capture(flow.response.headers)
+            call.resp_fields = flow.response.headers.fields
+            flow.response.stream = self._streamer(call.resp_cap)
+            _hold_back_the_end(flow)
+
+    async def response(self, flow: http.HTTPFlow) -> None:
+        call: _Call | None = flow.metadata.pop(_META, None)
+        if call is None or flow.response is None:
+            return
+        resp = flow.response
+        streamed = call.resp_cap is not None
+        try:
+            await self._record(call, flow, resp.status_code, call.resp_fields or resp.headers.fields, resp, None,
+                               resp.timestamp_start or time.time())
+        except Exception as exc:  # noqa: BLE001 - whatever kept the entry out, the response must not pass unrecorded
+            if not isinstance(exc, (JournalError, OSError, ValueError)):
+                log.exception("journal: unexpected failure recording a call")
+            self._journal_failed(flow, call, exc, streamed)
+        finally:
+            self.inflight -= 1
+
+    async def error(self, flow: http.HTTPFlow) -> None:
+        call: _Call | None = flow.metadata.pop(_META, None)
+        if call is None:
+            return
+        msg = flow.error.msg if flow.error else "unknown error"
+        if call.resp_cap is not None:
+            call.resp_cap.abort()
+            call.resp_cap = None
+        status = flow.response.status_code if flow.response is not None else None
+        headers = (call.resp_fields or flow.response.headers.fields) if flow.response is not None else ()
+        try:
+            await self._record(call, flow, status, headers, None, msg, time.time(),
+                               answered_by="upstream" if flow.response is not None else "none")
+        except Exception as exc:  # noqa: BLE001 - reported, whatever it was
+            self.journal_failures += 1
+            log.error("journal: failed call %s %s not recorded: %s", flow.request.method, redact_url(call.url), exc)
+        finally:
+            self.inflight -= 1
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    async def _record(self, call: _Call, flow, status, resp_fields, resp: http.Response | None, error,
+                      ts: float, answered_by: str | None = None) -> None:
+        """Hand the call's raw material to the recorder and wait until its entry is durable.
+
+        A streamed body's capture ends with a blob commit (an fsync), so it is finished in a thread
+        first. With the recording service (the default) the rest happens in that process; inline, the
+        entry is built here on the event loop (CPU work that holds the GIL either way) and only the
+        durable append waits in a thread.
+        """
+        assert self.recorder is not None
+        response = {
+            "status": status, "response_headers": resp_fields, "response_body": None, "error": error, "ts": ts,
+            "mcp": self.attribute(flow, call.session) if self.attribute is not None else None,
+            "answered_by": answered_by, "fail_closed": self._opts["broker_on_journal_error"] == "block",
+            **call.prompt,
+        }
+        played = flow.metadata.get(PLAYBACK_META) or {}
+        if played.get("playback_of") and error is None:  # the broker answered, from a recorded entry
+            response["answered_by"], response["error"] = "capture", f"played back from {played['playback_of']}"
+
+        def bodies() -> None:
+            if call.req_material is None:  # not sent ahead (a streamed request, or no service then)
+                call.req_material = self._request_material(call, flow)
+            if resp is not None:
+                response["response_body"] = self._body(resp, call.resp_cap)
+
+        if call.req_cap is not None or call.resp_cap is not None:
+            await asyncio.to_thread(bodies)
+        else:
+            bodies()
+        request = call.req_material
+        assert request is not None
+        if self.link is None or call.inline:
+            recorded = await self._record_here(request | response, dedupe=False)
+        else:
+            try:
+                recorded = await self.link.finish(call.sent, request, response)  # sends it whole unless sent ahead
+            except ServiceUnavailable:
+                recorded = await self._record_here(request | response, dedupe=False)
+            except ServiceLost:  # the dead service may have written it before it could say so
+                recorded = await self._record_here(request | response, dedupe=True)
+        if recorded:
+            self.recorded += 1
+            if log.isEnabledFor(logging.INFO):  # broker run -v: one line per recorded call
+                log.info(recorded_call_line(recorded, call.session, call.connector, flow.request.method, status,
+                                            call.url, call.req_fields, flow.request.raw_content, self.registry))
+
+    async def _record_here(self, material: dict, dedupe: bool) -> int | bool:
+        """Record one call in this process (broker_recorder=inline, or no live recording service):
+        as the service would, including the entry that says a call could not be recorded. The
+        entry's seq, or False for a token exchange."""
+        assert self.recorder is not None
+        try:
+            fields = material_fields(self.recorder, material)
+        except Exception as exc:  # noqa: BLE001 - as in the service: this call fails alone
+            why = f"{type(exc).__name__}: {exc}"
+            noted = failure_fields(self.recorder, material, why)
+            if noted is not None:
+                entry = await asyncio.to_thread(self.recorder.writer.append, noted, dedupe=dedupe)
+                raise CallNoted(f"{why} (entry {entry['seq']} says so)") from None
+            raise JournalError(why) from None
+        if fields is None:
+            return False
+        entry = await asyncio.to_thread(self.recorder.writer.append, fields, dedupe=dedupe)
+        if "prompt_capture" in entry["request"]:
+            links_for(self.recorder).on_recorded(entry)
+        return entry["seq"]
+
+    def _request_material(self, call: _Call, flow: http.HTTPFlow) -> dict:
+        material = {
+            "session": call.session, "agent": call.agent, "principal": call.principal,
+            "connector": call.connector, "method": flow.request.method, "url": call.url,
+            "request_headers": call.req_fields, "request_body": self._body(flow.request, call.req_cap),
+            **call.prompt,
+        }
+        if flow.metadata.get(PLAYBACK_META):
+            material["request_extra"] = dict(flow.metadata[PLAYBACK_META])
+        return material
+
+    def _drop(self, flow: http.HTTPFlow) -> None:
+        call = flow.metadata.pop(_META, None)
+        if call is not None:
+            self.inflight -= 1
+            if call.sent is not None and self.link is not None:
+                self.link.forget(call.sent)
+            for cap in (call.req_cap, call.resp_cap):
+                if cap is not None:
+                    cap.abort()
+
+    @staticmethod
+    def _body(message: http.Message, cap: BodyCapture | StreamHold | None):
+        if isinstance(cap, StreamHold):
+            return cap.data()
+        if cap is not None:
+            value, extra = cap.finish()
+            return Prepared(value, extra)
+        return message.raw_content or None
+
+    def _must_stream(self, fields: tuple[tuple[bytes, bytes], ...]) -> bool:
+        """Stream what could be big or long-lived; buffer the rest so its entry is durable before release.
+
+        JSON bodies of known length up to JSON_PARSE_LIMIT are buffered (bounded memory) so that their
+        small fields can stay in the entry and the response is held until the entry is on disk.
+        (One pass over the raw header fields: `Headers.get` costs a few microseconds per lookup.)
+        """
+        ctype = length = coding = None
+        for k, v in fields:
+            if len(k) in (12, 14, 17):  # content-type, content-length, transfer-encoding
+                lk = k.lower()
+                if lk == b"content-type" and ctype is None:
+                    ctype = v.decode("latin-1")
+                elif lk == b"content-length" and length is None:
+                    length = v
+                elif lk == b"transfer-encoding" and coding is None:
+                    coding = v
+        if ctype is not None and "text/event-stream" in ctype:
+            return True
+        if length is None:
+            return coding is not None and b"chunked" in coding.lower()
+        try:
+            size = int(length)
+        except ValueError:
+            return True
+        threshold = self._opts["broker_spill_threshold"]
+        limit = JSON_PARSE_LIMIT if is_json_type(ctype or "") else threshold
+        return size > max(limit, threshold)
+
+    def _capture(self, headers: http.Headers) -> BodyCapture:
+        assert self.recorder is not None
+        return BodyCapture(
+            self.recorder.blobs, headers.get("content-type"), headers.get("content-encoding"),
+            self._opts["broker_spill_threshold"],
+        )
+
+    @staticmethod
+    def _streamer(cap: BodyCapture | StreamHold):
+        def chunk(data: bytes) -> bytes:
+            if data:
+                cap.feed(data)
+            return data
+
+        return chunk
+
+    def _journal_problem(self, session: str) -> str | None:
+        """Why an entry for this session could not be written right now, or None (checked before the
+        call goes upstream, so that under `block` an unrecordable call never reaches the platform)."""
+        assert self.recorder is not None
+        if self.link is not None and session in self.link.stopped:
+            return self.link.stopped[session]
+        try:
+            self.recorder.writer.check_session(session)
+        except (JournalError, OSError) as exc:
+            return str(exc)
+        return None
+
+    def _journal_failed(self, flow: http.HTTPFlow, call: _Call, exc: Exception, streamed: bool) -> None:
+        self.journal_failures += 1
+        where = f"{flow.request.method} {redact_url(call.url)}"
+        if self._opts["broker_on_journal_error"] != "block":
+            log.error("journal: %s passed WITHOUT a complete entry: %s", where, exc)
+        elif streamed:
+            # The body is on its way to the client, but not its end: cut the connection, so the client
+            # sees a failed response, never a short one presented as complete.
+            log.error("journal: %s cut off, entry could not be written: %s", where, exc)
+            flow.kill()
+        else:
+            log.error("journal: %s blocked, entry could not be written: %s", where, exc)
+            self._answer(flow, 502, f"response withheld: the journal could not record this call ({exc})")
+
+    def _gap(self, session: str, host: str, what: str) -> None:
+        """Declared coverage (docs/checkpoints.md): a call left unrecorded, counted when sealing is on
+        and handed to the sealer about once a second."""
+        if not self._sealing:
+            return
+        key = (session, host, what)
+        self._gaps[key] = self._gaps.get(key, 0) + 1
+        if time.monotonic() - self._gaps_sent >= 1.0:
+            self._flush_gaps()
+
+    def _flush_gaps(self) -> None:
+        if not self._gaps:
+            return
+        gaps = [(s, h, w, n) for (s, h, w), n in self._gaps.items()]
+        if self.link is not None:
+            if not self.link.send_coverage(gaps):
+                return  # the service is not connected: kept for the next flush
+        elif self.recorder is not None:
+            for s, h, w, n in gaps:
+                self.recorder.note_gap(s, h, w, n)
+        self._gaps.clear()
+        self._gaps_sent = time.monotonic()
+
+    @staticmethod
+    def _answer(flow: http.HTTPFlow, status: int, reason: str) -> None:
+        reason = redact_url(reason) if "://" in reason else reason
+        flow.response = http.Response.make(
+            status, (reason + "\n").encode(), {"Content-Type": "text/plain; charset=utf-8", ERROR_HEADER: reason[:200]}
+        )
+
+
+def _hold_back_the_end(flow: http.HTTPFlow) -> None:
+    """Re-frame a streamed response so that the client learns it is complete only from the end of the
+    message, which mitmproxy sends after the `response` hook (after the entry is durable): without a
+    Content-Length, the last bytes alone do not tell the client it has everything."""
+    resp = flow.response
+    assert resp is not None
+    if flow.request.method == "HEAD" or "content-length" not in resp.headers:
+        return
+    del resp.headers["content-length"]
+    version = flow.request.http_version
+    if version == "HTTP/1.1":
+        if "chunked" not in resp.headers.get("transfer-encoding", "").lower():
+            resp.headers["transfer-encoding"] = "chunked"
+    elif version == "HTTP/1.0":
+        resp.headers["connection"] = "close"  # delimited by the close that follows the message
+
