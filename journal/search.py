@@ -131,13 +131,13 @@ class _Matcher:
             want = getattr(q, name)
             if want is not None and e.get(name) != want:
                 return False
-        req = e.get("request") if isinstance(e.get("request"), dict) else {}
-        resp = e.get("response") if isinstance(e.get("response"), dict) else {}
+        req = got if isinstance(got := e.get("request"), dict) else {}
+        resp = got if isinstance(got := e.get("response"), dict) else {}
         if q.answered_by is not None and resp.get("answered_by") != q.answered_by:
             return False
         if q.status is not None and not _status_holds(q.status, resp.get("status")):
             return False
-        ts = e.get("ts") if isinstance(e.get("ts"), str) else ""
+        ts = got if isinstance(got := e.get("ts"), str) else ""
         if q.since is not None and ts[: len(q.since)] < q.since:
             return False
         if q.until is not None and ts[: len(q.until)] > q.until:

@@ -68,8 +68,8 @@ def checkpoint_status(vault: Vault, session: str) -> dict | None:
 def entry_row(entry: dict, line: int) -> dict:
     """One timeline row of an entry (as recorded; fields a tampered entry lacks come out as None).
     `line` is the entry's position in the file, which is its seq when the chain holds."""
-    req = entry.get("request") if isinstance(entry.get("request"), dict) else {}
-    resp = entry.get("response") if isinstance(entry.get("response"), dict) else {}
+    req = got if isinstance(got := entry.get("request"), dict) else {}
+    resp = got if isinstance(got := entry.get("response"), dict) else {}
     return {
         "line": line, "seq": entry.get("seq"), "ts": entry.get("ts"), "connector": entry.get("connector"),
         "effect": entry.get("effect"), "capture": entry.get("capture"), "agent": entry.get("agent"),

@@ -23,6 +23,7 @@ from journal.canonical import canonical_bytes
 from journal.models import APIS
 from journal.models.linking import is_model_entry, model_api_of
 from journal.models.refs import is_text_ref
+from journal.models.shapes import ToolCall
 from journal.reader import iter_entries
 from journal.vault import Vault, VaultError
 
@@ -93,7 +94,7 @@ def _recorded(entry: dict) -> _Recorded:
     for value in candidates:
         if value is None:
             continue
-        if is_text_ref(value):
+        if isinstance(value, dict) and is_text_ref(value):
             rec.digests.add(value["sha256"])
             continue
         if isinstance(value, str):
@@ -116,7 +117,7 @@ def _matches(part: object, recorded: list[_Recorded], vault: Vault) -> list[int]
     """Seqs of recorded responses a tool-result part matches."""
     if part is None or part == "":
         return []
-    if is_text_ref(part):
+    if isinstance(part, dict) and is_text_ref(part):
         digest = part["sha256"]
         hits = [r.seq for r in recorded if digest in r.digests]
         if hits or "ref" not in part:
@@ -179,7 +180,7 @@ def trajectory(vault: Vault, session: str) -> dict:
     models = [e for e in entries if is_model_entry(e)]
     recorded: list[_Recorded] = []
     seen_results: set[tuple] = set()
-    open_calls: list[tuple[dict, object]] = []  # (turn, call) not yet given a result
+    open_calls: list[tuple[dict, ToolCall]] = []  # (turn, call) not yet given a result
     tool_defs: dict[str, tuple[int, object]] = {}
     listings = ToolListWatch()
     turn_of: dict[str, dict] = {}
@@ -296,7 +297,7 @@ class ToolListWatch:
     Shared by `trajectory` and `broker verify` (which shows its findings as notes)."""
 
     def __init__(self) -> None:
-        self.listings: dict[tuple, dict[str, tuple[int, object]]] = {}
+        self.listings: dict[tuple, dict[str, tuple[int, dict]]] = {}
         self.findings: list[dict] = []
 
     @staticmethod
@@ -311,7 +312,7 @@ class ToolListWatch:
         return [f"tools_changed at seq {f['seq']}: {f['detail']}" for f in self.findings]
 
 
-def _listing(entry: dict, listings: dict[tuple, dict[str, tuple[int, object]]], findings: list[dict]) -> None:
+def _listing(entry: dict, listings: dict[tuple, dict[str, tuple[int, dict]]], findings: list[dict]) -> None:
     body = (entry.get("response") or {}).get("body")
     result = body.get("result") if isinstance(body, dict) else None
     tools = result.get("tools") if isinstance(result, dict) else None

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
@@ -32,7 +33,7 @@ def verify_sessions(
     MIN_WORKER_BYTES of them, 16 at most, when there is no `progress` callback, since a child's
     progress would not reach it; 1 keeps to this process). No fork where the process has other
     threads (journal/forked_call.py)."""
-    kw = {"check_blobs": check_blobs, "seal_key": seal_key}
+    kw: dict[str, Any] = {"check_blobs": check_blobs, "seal_key": seal_key}
     sizes = {s: _size(vault, s) for s in sessions}
     small = sorted((s for s in dict.fromkeys(sessions) if 0 < sizes[s] < PARALLEL_MIN_BYTES), key=lambda s: -sizes[s])
     if workers is None:

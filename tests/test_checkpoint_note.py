@@ -13,6 +13,7 @@ from journal.checkpoint.note import (
     Signer,
     Verifier,
     cosign,
+    load_verifier,
     open_note,
     parse_note,
     sign_note,
@@ -123,3 +124,10 @@ def test_cosignature_round_trip_and_key_types() -> None:
     tampered = msg.replace(b"20852163", b"20852164")
     with pytest.raises(NoteError):
         open_note(tampered, [cos])
+
+
+def test_a_verifier_key_file_that_is_not_text_is_refused_with_its_name(tmp_path) -> None:
+    path = tmp_path / "witness.vkey"
+    path.write_bytes(b"\xff\xfe not utf-8")
+    with pytest.raises(NoteError, match="cannot read verifier key .*witness.vkey: not text"):
+        load_verifier(str(path))

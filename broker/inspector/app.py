@@ -16,7 +16,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, Response
-from starlette.routing import Mount, Route
+from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from journal.vault import SessionIdError, Vault, VaultError
@@ -72,7 +72,7 @@ def create_app(vault: Vault, token: str | None = None) -> Guard:
         "session/views": api.views, "session/revert-plan": api.revert_plan, "session/body": api.body,
         "session/fixture": api.fixture, "blob": api.blob, "search": api.search,
     }
-    routes = [Route("/", page, methods=["GET"])]
+    routes: list[BaseRoute] = [Route("/", page, methods=["GET"])]
     routes += [Route(f"/api/{name}", endpoint(h), methods=["GET"]) for name, h in api_routes.items()]
     routes.append(Mount("/static", app=StaticFiles(directory=STATIC), name="static"))
 
@@ -83,5 +83,6 @@ def create_app(vault: Vault, token: str | None = None) -> Guard:
             return not_found_page("There is no such page in this inspector.")
         return Response(exc.detail, status_code=exc.status_code, media_type="text/plain")
 
-    app = Starlette(routes=routes, exception_handlers={HTTPException: missing})
+    # starlette types every handler as taking any Exception; this one is registered for HTTPException only.
+    app = Starlette(routes=routes, exception_handlers={HTTPException: missing})  # type: ignore[dict-item]
     return Guard(app, token)

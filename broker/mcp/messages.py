@@ -127,7 +127,7 @@ def notification(method: str, params: dict) -> bytes:
 def client_meta(message: Message) -> dict:
     """The 2026-era client `_meta` keys of a request read exactly (empty when it has none)."""
     params = message.params if message.strict and isinstance(message.params, dict) else {}
-    meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
+    meta = got if isinstance(got := params.get("_meta"), dict) else {}
     return {k: meta[k] for k in CLIENT_META if k in meta}
 
 

@@ -297,10 +297,10 @@ class LineRelay:
         elif msg.kind == "notification" and msg.method == "notifications/cancelled":
             params = msg.params if isinstance(msg.params, dict) else {}
             key = id_key(params.get("requestId"))
-            call = self.pending.get(key)
-            if call is not None and not call.cancelled:
-                call.cancelled = True
-                asyncio.get_running_loop().call_later(self.cancel_grace, self._cancel_expired, key, call)
+            cancelled = self.pending.get(key)
+            if cancelled is not None and not cancelled.cancelled:
+                cancelled.cancelled = True
+                asyncio.get_running_loop().call_later(self.cancel_grace, self._cancel_expired, key, cancelled)
 
     def _prepare_fresh(self) -> None:
         """The request's share of each new call's entry, made while the server works on it: on the

@@ -137,6 +137,7 @@ class StdioRelay:
     async def run(self, reader: asyncio.StreamReader, writer: ClientWriter) -> int:
         proc = self.proc or await self.start_child()
         assert proc.stdout is not None and proc.stdin is not None
+        child_stdout = proc.stdout  # narrowed here, for the nested reader below
         relay = self.relay = LineRelay(
             self.journal, writer, send_upstream=self._to_child, call_timeout=self.call_timeout,
             cancel_grace=self.cancel_grace, max_line=self.max_line,
@@ -149,7 +150,7 @@ class StdioRelay:
             relay.client_eof()
 
         async def server_to_client() -> None:
-            async for data, whole in iter_lines(proc.stdout, self.max_line):
+            async for data, whole in iter_lines(child_stdout, self.max_line):
                 relay.server_line(data, whole)
             relay.server_eof()
 

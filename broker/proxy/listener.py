@@ -28,7 +28,8 @@ async def _listen(self, host: str, port: int):
 
 def install() -> None:
     if mode_servers.AsyncioServerInstance.listen is not _listen:
-        mode_servers.AsyncioServerInstance.listen = _listen
+        # Replacing mitmproxy's method is this module's purpose (see the docstring); mypy forbids it by default.
+        mode_servers.AsyncioServerInstance.listen = _listen  # type: ignore[method-assign]
 
 
 def register(mode: str, socks: list[socket.socket]) -> str:

@@ -18,6 +18,7 @@ The chain's own break (journal.verify) comes first; seal findings after it becom
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from journal.checkpoint.checkpoint import (
@@ -67,7 +68,7 @@ def _break(report: SessionReport, seq: int, kind: str, detail: str) -> None:
 
 def audit_vault(
     vault: Vault, checked: dict[str, tuple[SessionReport, MerkleTree]], key: Verifier, *,
-    witness_keys: list[Verifier] = (), witnesses: list[WitnessClient] = (), require_sealed: bool = False,
+    witness_keys: Sequence[Verifier] = (), witnesses: Sequence[WitnessClient] = (), require_sealed: bool = False,
     selected: list[str] | None = None,
 ) -> VaultAudit:
     """Check the verified sessions in `checked` (chain report and tree) against their checkpoints, the

@@ -204,8 +204,10 @@ def load_verifier(value: str) -> Verifier:
     if "+" not in value or Path(value).is_file():
         try:
             text = Path(value).read_text()
-        except (OSError, UnicodeDecodeError) as exc:
+        except OSError as exc:
             raise NoteError(f"cannot read verifier key {value}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError as exc:  # has no strerror: reading it here raised AttributeError instead
+            raise NoteError(f"cannot read verifier key {value}: not text ({exc.reason})") from None
     if text.startswith("PRIVATE+KEY+"):  # never echo any of it
         raise NoteError(f"{value} is a private signer key: give its verifier key (NAME.vkey) instead, "
                         "and keep the signer key away from the vault")

@@ -15,6 +15,7 @@ root at size S. The rest of the session stays private; blobs the entry reference
 from __future__ import annotations
 
 import base64
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import orjson
@@ -63,7 +64,7 @@ class BundleCheck:
     entry: dict
 
 
-def check_bundle(bundle: dict, key: Verifier, witness_keys: list[Verifier] = ()) -> BundleCheck:
+def check_bundle(bundle: dict, key: Verifier, witness_keys: Sequence[Verifier] = ()) -> BundleCheck:
     """Raise BundleError unless the bundle proves its entry under a checkpoint signed by `key`."""
     try:
         if bundle.get("format") != PROOF_FORMAT:

@@ -16,6 +16,7 @@ graphql-core is imported on first use only, so importing the registry stays chea
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from ._http import READ, WRITE
@@ -99,7 +100,7 @@ def classify_query_string(query: dict[str, list[str]]) -> tuple[str, str] | None
     documents = query.get("query")
     if not documents:
         return None
-    names = query.get("operationName") or [None]
+    names: Sequence[str | None] = query.get("operationName") or [None]
     if len(documents) != 1 or len(names) != 1:
         return WRITE, "graphql repeated query parameters"
     return classify_document(documents[0], names[0])

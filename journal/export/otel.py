@@ -114,10 +114,10 @@ def _server(url: str) -> dict:
 
 def _gateway(entry: dict, content: bool) -> tuple[str, int, dict, str | None]:
     req, resp = entry["request"], entry["response"]
-    mcp = entry.get("mcp") if isinstance(entry.get("mcp"), dict) else {}
+    mcp = got if isinstance(got := entry.get("mcp"), dict) else {}
     method = mcp.get("method") or req.get("method")
-    params = mcp.get("params") if isinstance(mcp.get("params"), dict) else {}
-    body = resp.get("body") if isinstance(resp.get("body"), dict) else {}
+    params = got if isinstance(got := mcp.get("params"), dict) else {}
+    body = got if isinstance(got := resp.get("body"), dict) else {}
     url = str(req.get("url") or "")
     attrs: dict = {"mcp.method.name": method, "network.transport": "pipe" if url.startswith("stdio:") else "tcp"}
     if mcp.get("id") is not None:

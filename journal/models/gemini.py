@@ -104,7 +104,7 @@ def merge_chunks(chunks: list) -> dict | None:
             for key, value in c.items():
                 if key != "content":
                     slot[key] = value
-            content = c.get("content") if isinstance(c.get("content"), dict) else {}
+            content = got if isinstance(got := c.get("content"), dict) else {}
             if content.get("role"):
                 slot["content"]["role"] = content["role"]
             for part in content.get("parts") or ():
@@ -173,7 +173,7 @@ def tools(request: object) -> list[ToolDef]:
         if not isinstance(t, dict):
             continue
         _, decls = _get(t, "functionDeclarations")
-        for d in decls or ():
+        for d in decls if isinstance(decls, list) else ():
             if isinstance(d, dict) and isinstance(d.get("name"), str):
                 out.append(ToolDef(d["name"], d.get("description"), d.get("parameters", d.get("parametersJsonSchema"))))
     return out

@@ -189,7 +189,7 @@ def _assemble_chat(events: list[dict]) -> dict | None:
             i = c.get("index", 0)
             choice = choices.setdefault(i, {"index": i, "message": {"role": "assistant", "content": None},
                                             "finish_reason": None})
-            delta = c.get("delta") if isinstance(c.get("delta"), dict) else {}
+            delta = got if isinstance(got := c.get("delta"), dict) else {}
             msg = choice["message"]
             if delta.get("role"):
                 msg["role"] = delta["role"]
@@ -206,7 +206,7 @@ def _assemble_chat(events: list[dict]) -> dict | None:
                     slot["id"] = tc["id"]
                 if tc.get("type"):
                     slot["type"] = tc["type"]
-                fn = tc.get("function") if isinstance(tc.get("function"), dict) else {}
+                fn = got if isinstance(got := tc.get("function"), dict) else {}
                 if fn.get("name"):
                     slot["function"]["name"] += fn["name"]
                 if fn.get("arguments"):
@@ -272,7 +272,7 @@ def tools(request: object) -> list[ToolDef]:
     for t in request.get("tools") or ():
         if not isinstance(t, dict):
             continue
-        fn = t.get("function") if isinstance(t.get("function"), dict) else t
+        fn = got if isinstance(got := t.get("function"), dict) else t
         if isinstance(fn.get("name"), str):
             out.append(ToolDef(fn["name"], fn.get("description"), fn.get("parameters")))
     return out

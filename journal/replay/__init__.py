@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from journal.vault import Vault
 
@@ -26,10 +27,13 @@ from .fold import Replay, fold_session
 from .plan import plan_dict
 from .views import views_dir, write_views
 
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
 
 def replay_session(
     vault: Vault, session: str, *, progress: Callable[[int], None] | None = None, require_intact: bool = False,
-    seal_key: object = None,
+    seal_key: Ed25519PublicKey | None = None,
 ) -> Replay:
     """Verify and fold `session` (checking its seal with `seal_key`, a public key, when given). With
     `require_intact`, a broken chain raises BrokenChainError."""

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 from urllib.parse import urlsplit
 
 import orjson
@@ -56,6 +56,9 @@ from .model import (
     json_value,
 )
 from .store import Store, dumps, sort_key
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 _BLOCK = 1 << 20
 _BATCH = 1000
@@ -126,7 +129,8 @@ class PlanStep:
     def from_row(cls, row: list, number: int) -> PlanStep:
         key = tuple(row[3]) if row[3] is not None else None
         call = Request(**row[8]) if row[8] is not None else None
-        return cls(row[0], row[1], row[2], key, row[4], row[5], row[6], row[7], call, *row[9:14], number=number)
+        return cls(row[0], row[1], row[2], key, row[4], row[5], row[6], row[7], call, row[9], row[10], row[11], row[12],
+                   row[13], number=number)
 
 
 _WRITE_FIELDS = ("seq", "op", "role", "method", "url", "status", "failure", "capture", "trusted", "created",
@@ -833,7 +837,7 @@ class Folder:
 
 def fold_session(
     vault: Vault, session: str, *, check_blobs: bool = True, progress: Callable[[int], None] | None = None,
-    seal_key: object = None,
+    seal_key: Ed25519PublicKey | None = None,
 ) -> Replay:
     """Verify and fold one session in a single pass (see the module docstring). With `seal_key` (a public
     key, see journal/seal.py) the session's seal is checked too."""
@@ -857,8 +861,8 @@ def fold_session(
     # The cyclic collector stays on: with the views spilled to the store the heap is small, so its scans
     # cost nothing measurable, and a reference cycle in some connector's rules cannot pile up.
     try:
-        kw = {"seal_key": seal_key} if seal_key is not None else {}
-        report = verify_session(vault, session, check_blobs=check_blobs, progress=seen, on_entry=on_entry, **kw)
+        report = verify_session(vault, session, check_blobs=check_blobs, progress=seen, on_entry=on_entry,
+                                seal_key=seal_key)
         broken = report.broken_at_seq
         if not report.intact and broken is not None:
             if report.kind != "seal_mismatch" and broken > folder.counts.entries:
@@ -880,7 +884,7 @@ def fold_session(
 
 
 def _fold_beside_verifier(vault: Vault, session: str, progress: Callable[[int], None] | None,
-                          seal_key: object) -> Replay | None:
+                          seal_key: Ed25519PublicKey | None) -> Replay | None:
     """The common case on two cores: the verifier runs in a forked child (forked.py) while this process
     parses and folds every line as trusted. That is exactly the serial fold when the child reports the
     session intact over the very lines folded here (same count, same bytes): the serial fold gets each
@@ -888,8 +892,7 @@ def _fold_beside_verifier(vault: Vault, session: str, progress: Callable[[int], 
     seal that does not match, a file that grew in between, no fork here) gives None: the caller folds
     serially, behind the verifier, as before."""
     path = vault.require_session(session)
-    kw = {"seal_key": seal_key} if seal_key is not None else {}
-    child = forked.start(lambda: verify_session(vault, session, **kw))
+    child = forked.start(lambda: verify_session(vault, session, seal_key=seal_key))
     if child is None:
         return None
     try:

@@ -20,7 +20,7 @@ import shutil
 import sqlite3
 import tempfile
 import weakref
-from collections.abc import Iterator
+from collections.abc import Generator
 from pathlib import Path
 
 import orjson
@@ -143,7 +143,7 @@ class Store:
 
     # -- reading --------------------------------------------------------------------------------------
 
-    def rows(self, sql: str, params: tuple = ()) -> Iterator[tuple]:
+    def rows(self, sql: str, params: tuple = ()) -> Generator[tuple, None, None]:
         """Rows of a query, streamed (a cursor of its own, so queries can be read side by side)."""
         self.flush()
         cur = self.db.cursor()

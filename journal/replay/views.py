@@ -478,7 +478,7 @@ class Views:
         store = self.store
         head, tail = store.scratch_path("resources.jsonl"), store.scratch_path("resources-tail.jsonl")
         split = self._split() if forked.can_fork() else None
-        child = forked.start(lambda: self._write_tail(folder, split, tail) or b"", store) if split else None
+        child = forked.start(lambda: self._write_tail(folder, split, tail), store) if split else None
         try:
             self.write_notes(folder, None, split[0] if split else None, head)
         except BaseException:
@@ -514,12 +514,14 @@ class Views:
         weights.close()  # its cursor is done with before the store is shared
         return (first,)
 
-    def _write_tail(self, folder: Path, split: tuple[bytes | None], lines: Path) -> None:
+    def _write_tail(self, folder: Path, split: tuple[bytes | None], lines: Path) -> bytes:
+        """The child's share of write_all; b"" (not None, which forked.start reads as a failed child) when done."""
         if split[0] is not None:
             self.write_notes(folder, split[0], None, lines)
         else:
             lines.write_bytes(b"")
         self.write_summaries(folder)
+        return b""
 
     def write_notes(self, folder: Path, lo: bytes | None, hi: bytes | None, lines: Path) -> None:
         """The notes of the resources with sort keys in [lo, hi), and their views.json lines into `lines`."""

@@ -67,7 +67,7 @@ _NODE_ID_FIELDS = ("subjectId", "starrableId", "issueId", "pullRequestId", "labe
 
 
 def _names(items: object, field: str) -> list[str]:
-    return [x[field] if isinstance(x, dict) else x for x in items or []
+    return [x[field] if isinstance(x, dict) else x for x in (items if isinstance(items, list) else [])
             if isinstance(x, str) or (isinstance(x, dict) and isinstance(x.get(field), str))]
 
 
@@ -86,7 +86,7 @@ def touches(call: Call) -> list[Touch] | None:
         return None
     path = capture.api_path(call.path)
     prefix = capture.GHES_REST_PREFIX if call.path.startswith(capture.GHES_REST_PREFIX + "/") else ""
-    data = {"base": call.origin + prefix}
+    data: dict = {"base": call.origin + prefix}
     if path in ("/graphql", "/graphql/"):
         if call.effect == READ:
             return []
@@ -144,7 +144,8 @@ def touches(call: Call) -> list[Touch] | None:
         if rest[2] == "comments" and len(rest) == 3:
             if m == "GET":
                 return [Touch(comment(str(c["id"])), READ, "issues.listComments", state=c, parent=issue(n), data=data)
-                        for c in res or [] if isinstance(c, dict) and isinstance(c.get("id"), int)]
+                        for c in (res if isinstance(res, list) else []) if isinstance(c, dict)
+                        and isinstance(c.get("id"), int)]
             if m == "POST" and isinstance(res_d.get("id"), int):
                 return [Touch(comment(str(res_d["id"])), WRITE, "issues.createComment", state=res_d,
                               intended=args or None, lifecycle=CREATED, parent=issue(n), data=data)]
@@ -234,7 +235,7 @@ def _graphql(call: Call, endpoint: str) -> list[Touch]:
         call.notes.append("GraphQL write without a readable query (persisted or batched): nothing to key")
         return []
     try:
-        from graphql import OperationDefinitionNode, parse
+        from graphql import FieldNode, OperationDefinitionNode, parse
         from graphql.utilities import value_from_ast_untyped
 
         doc = parse(query)
@@ -248,21 +249,20 @@ def _graphql(call: Call, endpoint: str) -> list[Touch]:
     if op is None or op.operation.value != "mutation":
         call.notes.append("GraphQL write: no single mutation operation to replay")
         return []
-    variables = body.get("variables") if isinstance(body.get("variables"), dict) else {}
-    data_out = call.result_dict.get("data") if isinstance(call.result_dict.get("data"), dict) else {}
+    variables = got if isinstance(got := body.get("variables"), dict) else {}
+    data_out = got if isinstance(got := call.result_dict.get("data"), dict) else {}
     out = []
     for sel in op.selection_set.selections:
-        field = getattr(sel, "name", None)
-        if field is None:
+        if not isinstance(sel, FieldNode):  # a fragment at a mutation's top level names no mutation
             continue
-        mutation = field.value
-        alias = sel.alias.value if getattr(sel, "alias", None) else mutation
+        mutation = sel.name.value
+        alias = sel.alias.value if sel.alias else mutation
         inputs = {}
         for arg in sel.arguments or ():
             inputs[arg.name.value] = value_from_ast_untyped(arg.value, variables)
-        inp = inputs.get("input") if isinstance(inputs.get("input"), dict) else inputs
+        inp = got if isinstance(got := inputs.get("input"), dict) else inputs
         node = next((str(inp[k]) for k in _NODE_ID_FIELDS if isinstance(inp.get(k), str)), None)
-        answer = data_out.get(alias) if isinstance(data_out.get(alias), dict) else {}
+        answer = got if isinstance(got := data_out.get(alias), dict) else {}
         out.append(Touch((NAME, "node", node or f"({mutation})"), WRITE, mutation, state=None, differences=[],
                          data={"endpoint": endpoint, "input": inp, "answer": answer}))
     return out

@@ -81,7 +81,7 @@ def touches(call: Call) -> list[Touch] | None:
         return Touch(key(kind, ident), role, op, **kw)
 
     kind, _, verb = op.partition(".")
-    kind_name = {"messages": "message", "threads": "thread", "drafts": "draft", "labels": "label"}.get(kind)
+    kind_name = {"messages": "message", "threads": "thread", "drafts": "draft", "labels": "label"}.get(kind, kind)
 
     if call.effect == READ:
         if op in ("messages.list", "threads.list", "drafts.list", "labels.list"):

@@ -151,10 +151,10 @@ def touches(call: Call) -> list[Touch] | None:
         return []
 
     if method in ("chat.postMessage", "chat.meMessage"):
-        ch, ts = res.get("channel"), res.get("ts")
-        if not isinstance(ch, str) or not isinstance(ts, str):
+        if not isinstance(res.get("channel"), str) or not isinstance(res.get("ts"), str):
             call.notes.append(f"{method}: the response names no channel and ts")
             return []
+        ch, ts = res["channel"], res["ts"]
         _remember(call, args.get("channel"), ch)
         state = _message_state(res.get("message"), ch, ts)
         intended = {k: args[k] for k in ("channel", *_MESSAGE_FIELDS, "thread_ts") if k in args}
@@ -168,8 +168,8 @@ def touches(call: Call) -> list[Touch] | None:
             return []
         return [Touch((NAME, "ephemeral", ch, ts), WRITE, method, lifecycle=SENT, data=data)]
     if method in ("chat.update", "chat.delete"):
-        ch = res.get("channel") if isinstance(res.get("channel"), str) else _channel(call, args.get("channel"))
-        ts = res.get("ts") if isinstance(res.get("ts"), str) else str(args.get("ts", ""))
+        ch = got if isinstance(got := res.get("channel"), str) else _channel(call, args.get("channel"))
+        ts = got if isinstance(got := res.get("ts"), str) else str(args.get("ts", ""))
         _remember(call, args.get("channel"), ch)
         if method == "chat.delete":
             return [Touch(msg_key(ch, ts), WRITE, method, lifecycle=DELETED, parent=(NAME, "channel", ch), data=data)]
