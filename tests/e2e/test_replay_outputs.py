@@ -7,7 +7,7 @@ children or without any fork, with a cache so small that resources go through th
 and the spill store, after a chain break (edited, removed, an unreadable line), and when a child fails
 (the parent then does its work itself).
 
-A deliberate change of the outputs regenerates the file: `python -m tests.journal.replay.test_replay_outputs --write`.
+A deliberate change of the outputs regenerates the file: `python -m tests.e2e.test_replay_outputs --write`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from bench.replay_bench import SESSION, build_session
 from journal.replay import fold, forked, replay_session, write_outputs
 from journal.vault import Vault
 
-VECTORS = Path(__file__).resolve().parents[2] / "support" / "vectors" / "replay_outputs.json"
+VECTORS = Path(__file__).resolve().parents[1] / "support" / "vectors" / "replay_outputs.json"
 ENTRIES, RESOURCES = 3000, 300
 
 
@@ -136,7 +136,7 @@ def _write(root: Path) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:] != ["--write"]:
-        sys.exit("usage: python -m tests.journal.replay.test_replay_outputs --write")
+        sys.exit("usage: python -m tests.e2e.test_replay_outputs --write")
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
