@@ -22,8 +22,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.broker_harness import BrokerProcess  # noqa: E402
-from tests.upstreams import Upstream, big_body_chunks, big_body_sha256  # noqa: E402
+from tests.support.broker_harness import BrokerProcess  # noqa: E402
+from tests.support.upstreams import Upstream, big_body_chunks, big_body_sha256  # noqa: E402
 
 DRIVE = "https://www.googleapis.com/drive/v3"
 UPLOAD = "https://www.googleapis.com/upload/drive/v3/files"

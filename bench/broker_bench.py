@@ -5,7 +5,7 @@
 
 One run starts, each in its own process:
 
-- the fake upstreams (`python -m tests.upstreams`, TLS on 127.0.0.1, certificates for the real host names);
+- the fake upstreams (`python -m tests.support.upstreams`, TLS on 127.0.0.1, certificates for the real host names);
 - plain `mitmdump` with no recording addon, only `-s broker/proxy/upstream_resolve.py` (the redirect addon that
   `broker run` itself loads for `--resolve`, so upstream connections are redirected and reused the same
   way), plus `ssl_verify_upstream_trusted_ca` and `connection_strategy=lazy` like the broker;
@@ -74,8 +74,8 @@ from types import SimpleNamespace
 import httpx
 
 from bench import machine, scratch_dir, write_json
-from tests.broker_harness import BIN, ROOT, BrokerProcess
-from tests.upstreams.client import _AsyncMappedBackend, _MappedBackend
+from tests.support.broker_harness import BIN, ROOT, BrokerProcess
+from tests.support.upstreams.client import _AsyncMappedBackend, _MappedBackend
 
 SESSION = "bench"
 TARGETS = ("direct", "mitmdump", "lean", "addon", "broker", "broker2")
@@ -93,7 +93,7 @@ _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 class UpstreamProcess:
-    """`python -m tests.upstreams --json` in its own process."""
+    """`python -m tests.support.upstreams --json` in its own process."""
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen | None = None
@@ -102,7 +102,7 @@ class UpstreamProcess:
     def start(self, timeout: float = 30) -> UpstreamProcess:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.upstreams", "--json", "--max-records", "1000"],
+            [sys.executable, "-m", "tests.support.upstreams", "--json", "--max-records", "1000"],
             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
         )
         assert self.proc.stdout is not None
@@ -111,7 +111,7 @@ class UpstreamProcess:
             self.stop()
             raise RuntimeError("fake upstreams did not start")
         data = json.loads(line)
-        # what tests.broker_harness.BrokerProcess reads from an Upstream
+        # what tests.support.broker_harness.BrokerProcess reads from an Upstream
         self.info = SimpleNamespace(port=data["port"], ca_pem=data["ca_pem"], hosts=data["hosts"],
                                     resolve_args=lambda: list(data["resolve_args"]))
         return self
@@ -818,7 +818,7 @@ def _sample_materials() -> list[dict]:
     the headers and (encoded) bodies the fake upstream really answers, fetched from an in-process fake."""
     from mitmproxy import http
 
-    from tests.upstreams import Upstream
+    from tests.support.upstreams import Upstream
 
     base = [("Host", ""), ("Accept", "*/*"), ("Accept-Encoding", "gzip, deflate, br"), ("Connection", "keep-alive"),
             ("User-Agent", f"python-httpx/{httpx.__version__}")]

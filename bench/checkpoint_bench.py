@@ -36,7 +36,7 @@ from journal.checkpoint.note import Signer, sign_note
 from journal.checkpoint.sealer import Sealer
 from journal.vault import Vault
 from journal.writer import JournalWriter
-from tests.journal_factories import fields
+from tests.support.journal_factories import fields
 
 BATCH = 100
 

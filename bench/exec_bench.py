@@ -29,8 +29,8 @@ import time
 
 from bench import machine, scratch_dir, write_json
 from broker.exec import capabilities
-from tests.broker_harness import BIN, BrokerProcess
-from tests.upstreams.server import Upstream
+from tests.support.broker_harness import BIN, BrokerProcess
+from tests.support.upstreams.server import Upstream
 
 CLIENT = textwrap.dedent("""
     import http.client, os, ssl, sys, time

@@ -8,7 +8,7 @@
 2. Calls from 8 clients while only the recording service is killed, again and again: every call
    the upstream received must have its entry. Reports calls seen upstream and how many had none.
 
-Both run against the local fake upstreams (tests/upstreams), through a real `broker run`.
+Both run against the local fake upstreams (tests/support/upstreams), through a real `broker run`.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from journal.reader import iter_entries  # noqa: E402
 from journal.vault import Vault  # noqa: E402
 from journal.verify import verify_session  # noqa: E402
-from tests.broker_harness import BrokerProcess  # noqa: E402
-from tests.upstreams import Upstream  # noqa: E402
+from tests.support.broker_harness import BrokerProcess  # noqa: E402
+from tests.support.upstreams import Upstream  # noqa: E402
 
 GMAIL = "https://gmail.googleapis.com/gmail/v1/users/me"
 

@@ -62,7 +62,7 @@ def main() -> None:
         return
     from playwright.sync_api import sync_playwright
 
-    from tests.inspector_server import served
+    from tests.support.inspector_server import served
 
     n = args.entries or (10_000 if args.quick else 100_000)
     repeat = args.repeat or (1 if args.quick else 3)

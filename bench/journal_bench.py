@@ -58,7 +58,7 @@ from journal.vault import Vault
 from journal.vault_verify import verify_sessions
 from journal.verify import _quick_entry, verify_session
 from journal.writer import JournalWriter
-from tests.journal_factories import fields
+from tests.support.journal_factories import fields
 
 LINE_TARGET = 2048
 """Bytes per journal line the entries are padded to."""

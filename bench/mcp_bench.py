@@ -6,7 +6,7 @@
 Two transports, each measured in the same run against its own baseline:
 
 1. stdio: a minimal JSON-RPC client (asyncio pipes, one line per message) drives two copies of the
-   SDK test server (`tests/mcp_servers/notes_server.py`): one started directly, one started by
+   SDK test server (`tests/support/mcp_servers/notes_server.py`): one started directly, one started by
    `broker mcp -- ...`. Legacy handshake, `tools/list`, then N `tools/call echo` round trips,
    alternating direct and shim call by call (the order swapped every call) so drift hits both alike.
 2. streamable HTTP: one SDK test server on 127.0.0.1 (`MCPServer.run("streamable-http")`), and
@@ -37,7 +37,7 @@ import httpx
 import orjson
 
 from bench import machine, scratch_dir, write_json
-from tests.mcp_servers.harness import NOTES_SERVER, REPO, free_port, shim_argv, wait_for_port
+from tests.support.mcp_servers.harness import NOTES_SERVER, REPO, free_port, shim_argv, wait_for_port
 
 WARMUP = 20
 META = {

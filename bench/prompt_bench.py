@@ -34,7 +34,7 @@ from bench import machine, scratch_dir, write_json
 from bench.broker_bench import PlainMitmdump, Target, UpstreamProcess
 from broker.proxy.service import Service
 from journal.record import Recorder
-from tests.broker_harness import BrokerProcess
+from tests.support.broker_harness import BrokerProcess
 
 MODEL_URL = "https://api.anthropic.com/v1/messages"
 EVENT_DELAY = 0.05

@@ -13,7 +13,7 @@ Figures per case: entries/s, the latency the journal adds to a call (submit -> d
 bytes per entry on disk (vault: file sizes; PostgreSQL: pg_total_relation_size of the journal
 tables, WAL not counted), and the sustained rate in rows per hour. Baseline, same run: the file
 vault with one writer; `x base` is entries/s over it. The PostgreSQL server is a throwaway cluster
-(tests/postgres_server.py) on the same machine and disk, fsync and synchronous_commit on, default
+(tests/support/postgres_server.py) on the same machine and disk, fsync and synchronous_commit on, default
 settings otherwise. Last, one blob of `--blob-mib` (default 1 GiB) streamed in 64 KiB writes into
 each store's blob sink, in a fresh process: MB/s and the process's peak RSS (bounded memory: the
 PostgreSQL sink holds one 1 MiB chunk at a time). Nothing is asserted.
@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     seconds = args.seconds or (2.0 if args.quick else 8.0)
     counts = [int(x) for x in (args.writers or ("1,4" if args.quick else "1,4,8")).split(",")]
 
-    from tests.postgres_server import _bindir, create_database, start_server
+    from tests.support.postgres_server import _bindir, create_database, start_server
 
     if _bindir() is None:
         print("store_bench: no PostgreSQL (initdb) on this machine; skipped")

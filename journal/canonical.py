@@ -5,7 +5,7 @@ fast path only where its `OPT_SORT_KEYS` output is proven byte-identical to JCS:
 anywhere, and no mix of characters outside the Basic Multilingual Plane with characters in
 U+E000..U+FFFF (orjson sorts keys by code point, JCS by UTF-16 code unit; they differ only
 there). See `_fast`; the verifier's test of a line read from a file is `canonical_value`.
-`tests/test_canonical.py` holds the proof (vectors plus a differential property test
+`tests/journal/test_canonical.py` holds the proof (vectors plus a differential property test
 against the `rfc8785` package).
 """
 
@@ -148,7 +148,7 @@ def canonical_value(data: bytes, *, keys_checked: bool = False) -> object | None
     back as exactly `data` (sorted keys, integers within +-(2^53-1)); for such values orjson's output is
     JCS unless keys mix characters outside the BMP with U+E000..U+FFFF (`keys_may_sort_differently`,
     skipped when the caller checked a block holding `data`). orjson reads its own output back as the
-    same value, so this is also what `orjson.loads(data)` gives. tests/test_canonical.py holds the
+    same value, so this is also what `orjson.loads(data)` gives. tests/journal/test_canonical.py holds the
     differential tests.
     """
     try:

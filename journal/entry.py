@@ -99,7 +99,7 @@ def is_valid_entry(entry: object) -> bool:
 
     The verifier asks this of every line, so it is written for speed (exact types, one lookup per
     field, byte translations for the fixed shapes, no error text); validate_entry runs the
-    step-by-step checks only to name what is wrong. tests/test_entry_fast.py checks that both agree
+    step-by-step checks only to name what is wrong. tests/journal/test_entry_fast.py checks that both agree
     on mutated entries.
     """
     if type(entry) is not dict or len(entry) != len(KEYS):

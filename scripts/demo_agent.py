@@ -3,12 +3,12 @@
     .venv/bin/python scripts/demo_agent.py [--vault DIR]
     .venv/bin/python scripts/demo_agent.py --prompts refs [--api anthropic] [--stream] [--made-up]
 
-Starts the local fake Gmail/Slack servers (tests/upstreams), starts `broker run` pointed at them
+Starts the local fake Gmail/Slack servers (tests/support/upstreams), starts `broker run` pointed at them
 with --resolve, then runs a small "agent" that uses plain httpx with the proxy settings printed by
 `broker env` (HTTPS_PROXY and the CA bundle). Finally shows the session timeline and verifies it.
 The agent code is ordinary: nothing in it knows about the broker except the environment.
 
-With --prompts refs|full the agent is a tool-using loop instead (tests/model_agent.py): it asks a local
+With --prompts refs|full the agent is a tool-using loop instead (tests/support/model_agent.py): it asks a local
 fake model API (Anthropic, OpenAI chat or responses, Gemini), carries out the tool calls the model asks
 for against Gmail and Slack, shows it the results and stops when it answers; the broker records the
 model calls too, and the demo ends with `broker trajectory`. --made-up makes the agent invent the Slack
@@ -28,8 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.broker_harness import BIN, BrokerProcess  # noqa: E402
-from tests.upstreams import Upstream  # noqa: E402
+from tests.support.broker_harness import BIN, BrokerProcess  # noqa: E402
+from tests.support.upstreams import Upstream  # noqa: E402
 
 AGENT = '''
 import httpx, os
@@ -49,7 +49,7 @@ with httpx.Client(verify=os.environ["SSL_CERT_FILE"], timeout=30) as c:
 
 MODEL_AGENT = '''
 import httpx, os, sys
-from tests.model_agent import run_agent
+from tests.support.model_agent import run_agent
 api, stream, made_up = sys.argv[1], sys.argv[2] == "1", sys.argv[3] == "1"
 with httpx.Client(verify=os.environ["SSL_CERT_FILE"], timeout=30) as c:
     done = run_agent(c, api, stream=stream, fabricate=frozenset({"slack_post_message"} if made_up else ()))

@@ -19,8 +19,8 @@ sys.path.insert(0, str(ROOT))
 
 from playwright.sync_api import sync_playwright  # noqa: E402
 
-from tests.inspector_server import CHROMIUM, CHROMIUM_ARGS, served  # noqa: E402
-from tests.replay_factories import drive_session, gmail_session, slack_session  # noqa: E402
+from tests.support.inspector_server import CHROMIUM, CHROMIUM_ARGS, served  # noqa: E402
+from tests.support.replay_factories import drive_session, gmail_session, slack_session  # noqa: E402
 
 S = "session-2026-09-22"
 OUT = ROOT / "docs" / "img"

@@ -1,0 +1,201 @@
+"""The inspector's HTTP side: read-only, guarded, answers from the journal's own readers."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+from starlette.testclient import TestClient
+
+from broker.inspector import create_app
+from journal.vault import Vault
+from journal.writer import JournalWriter
+from tests.support.inspector_server import served
+from tests.support.journal_factories import fields
+from tests.support.replay_factories import GMAIL, SessionBuilder, gmail_session
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "vault"
+S = "session-2026-09-22"
+
+
+@pytest.fixture(scope="module")
+def client() -> TestClient:
+    return TestClient(create_app(Vault.open_existing(EXAMPLE)), base_url="http://127.0.0.1")
+
+
+def test_sessions_list_comes_from_the_verifier(client):
+    rows = client.get("/api/sessions").json()
+    assert [r["session"] for r in rows] == [S]
+    row = rows[0]
+    assert row["entries"] == 17 and row["verifies"] is True and row["writes"] == 8
+    assert row["connectors"] == ["calendar", "drive", "gmail", "slack"]
+    assert row["captures"] == {"agent": 1, "broker": 15, "gateway": 1}
+    assert row["sealed"] is None
+    names = client.get("/api/sessions", params={"names": 1}).json()
+    assert names == [{"session": S, "bytes": row["bytes"]}]
+
+
+def test_timeline_pages_carry_the_previous_time_for_the_gap(client):
+    page = client.get("/api/session/entries", params={"session": S, "from": 5, "limit": 3}).json()
+    assert page["total"] == 17
+    assert [r["line"] for r in page["rows"]] == [5, 6, 7]
+    first = client.get("/api/session/entries", params={"session": S, "from": 4, "limit": 1}).json()["rows"][0]
+    assert page["prev_ts"] == first["ts"]
+    assert page["rows"][0]["connector"] == "calendar"
+    last = client.get("/api/session/entries", params={"session": S, "from": 17, "limit": 200}).json()
+    assert [r["line"] for r in last["rows"]] == [17]
+
+
+def test_an_entry_comes_with_its_raw_line(client):
+    got = client.get("/api/session/entry", params={"session": S, "seq": 4}).json()
+    line = (EXAMPLE / "journal" / f"{S}.jsonl").read_bytes().split(b"\n")[3]
+    assert got["raw"].encode() == line
+    assert got["entry"] == orjson.loads(line)
+    assert client.get("/api/session/entry", params={"session": S, "seq": 99}).status_code == 404
+
+
+def test_raw_lines_from_an_offset(client):
+    data = (EXAMPLE / "journal" / f"{S}.jsonl").read_bytes()
+    whole = client.get("/api/session/raw", params={"session": S})
+    assert whole.content == data
+    cut = data.index(b"\n") + 1
+    rest = client.get("/api/session/raw", params={"session": S, "offset": cut})
+    assert rest.content == data[cut:]
+
+
+def test_verdict_views_and_revert_plan(client):
+    v = client.get("/api/session/verdict", params={"session": S}).json()
+    assert v["intact"] is True and v["entries"] == 17
+    views = client.get("/api/session/views", params={"session": S}).json()
+    assert views["chain"]["intact"] is True and views["resources"]
+    plan = client.get("/api/session/revert-plan", params={"session": S}).json()
+    assert plan["executed"] is False and len(plan["steps"]) >= 1
+    writes = client.get("/api/session/writes", params={"session": S, "seq": 4}).json()["writes"]
+    assert writes and {"before", "intended", "actual", "differences"} <= set(writes[0])
+
+
+def test_fixture_download_is_the_exporters_output(client):
+    r = client.get("/api/session/fixture", params={"session": S})
+    assert r.status_code == 200
+    assert r.headers["content-disposition"].startswith("attachment")
+    doc = r.json()
+    assert doc["schema"] == "connector-broker/fixture/1"
+    assert len(doc["entries"]) == 17 and doc["chain"]["verdict"] == "intact"
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH", "OPTIONS"])
+def test_read_only(client, method):
+    for path in ("/", "/api/sessions", "/nowhere"):
+        r = client.request(method, path)
+        assert r.status_code == 405
+        assert r.headers["allow"] == "GET, HEAD"
+
+
+def test_head_is_answered(client):
+    assert client.head("/api/sessions").status_code == 200
+
+
+def test_every_answer_has_a_strict_policy(client):
+    for path in ("/", "/static/app.js", "/api/sessions", "/nowhere", "/api/session/entries?session=nope"):
+        r = client.get(path)
+        csp = r.headers["content-security-policy"]
+        assert "default-src 'none'" in csp and "script-src 'self'" in csp and "unsafe-inline" not in csp
+        assert r.headers["x-content-type-options"] == "nosniff"
+    page = client.get("/").text
+    assert "<script src=" in page and "<script>" not in page  # no inline script
+
+
+@pytest.mark.parametrize("sid", ["nope", "../../etc/passwd", "..", "a/../../VAULT", "%2e%2e", "x\x00y", "\x01"])
+def test_unknown_or_hostile_sessions_stay_inside_the_vault(client, sid):
+    page = client.get("/", params={"session": sid})
+    assert page.status_code == 404
+    assert "Not found" in page.text and "<script" not in page.text
+    for path in ("/api/session/entries", "/api/session/raw", "/api/session/entry", "/api/session/summary"):
+        r = client.get(path, params={"session": sid, "seq": 1})
+        assert r.status_code == 404, path
+        assert "root:" not in r.text
+
+
+def test_unknown_page_is_a_404_page(client):
+    r = client.get("/etc/passwd")
+    assert r.status_code == 404 and "Not found" in r.text
+    assert client.get("/static/../pyproject.toml").status_code == 404
+
+
+def test_dns_rebinding_is_refused_on_loopback():
+    app = create_app(Vault.open_existing(EXAMPLE))
+    evil = TestClient(app, base_url="http://attacker.example:8090")
+    assert evil.get("/api/sessions").status_code == 421
+    assert TestClient(app, base_url="http://localhost:8090").get("/api/sessions").status_code == 200
+
+
+def test_token_required_on_every_request():
+    app = create_app(Vault.open_existing(EXAMPLE), token="s3cret-token")
+    c = TestClient(app, base_url="http://192.0.2.10:8090")
+    assert c.get("/").status_code == 401
+    assert c.get("/api/sessions").status_code == 401
+    assert c.get("/api/sessions", headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert c.get("/api/sessions", headers={"Authorization": "Bearer s3cret-token"}).status_code == 200
+    first = c.get("/", params={"token": "s3cret-token"})
+    assert first.status_code == 200
+    cookie = first.headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    assert c.get("/api/sessions").status_code == 200  # the cookie carries it now
+    c.cookies.clear()
+    assert c.get("/api/sessions").status_code == 401
+
+
+def test_blobs_and_bodies_are_attachments(tmp_path):
+    with SessionBuilder(tmp_path / "v", "blobby", spill_threshold=64) as s:
+        s.get(f"{GMAIL}/messages/m1/attachments/a1", {"data": "Q" * 200, "size": 150})
+        s.call("GET", "https://www.googleapis.com/drive/v3/files/f1?alt=media", resp_raw=b"\x89PNG\x00\x01binary",
+               resp_type="image/png", connector="drive", effect="read")
+    c = TestClient(create_app(Vault.open_existing(tmp_path / "v")), base_url="http://127.0.0.1")
+    entry = c.get("/api/session/entry", params={"session": "blobby", "seq": 1}).json()["entry"]
+    body = entry["response"]["body"]
+    ref = body if "ref" in body else body["data"]
+    assert set(ref) == {"sha256", "size", "ref"}
+    r = c.get("/api/blob", params={"sha256": ref["sha256"]})
+    assert r.status_code == 200 and hashlib.sha256(r.content).hexdigest() == ref["sha256"]
+    assert r.headers["content-disposition"].startswith("attachment")
+    assert r.headers["content-type"] == "application/octet-stream"
+    assert r.headers["x-content-type-options"] == "nosniff"
+    assert c.get("/api/blob", params={"sha256": "../../VAULT.json"}).status_code == 400
+    assert c.get("/api/blob", params={"sha256": "0" * 64}).status_code == 404
+    body = c.get("/api/session/body", params={"session": "blobby", "seq": 2, "part": "response"})
+    assert body.content == b"\x89PNG\x00\x01binary"
+    assert body.headers["content-disposition"] == 'attachment; filename="seq-2-response.bin"'
+    assert body.headers["x-body-sha256"] == hashlib.sha256(b"\x89PNG\x00\x01binary").hexdigest()
+
+
+def test_a_growing_file_is_indexed_incrementally(tmp_path):
+    vault = Vault.create(tmp_path / "v")
+    w = JournalWriter(vault, durable=False)
+    for n in range(3):
+        w.append(fields("live", n))
+    c = TestClient(create_app(vault), base_url="http://127.0.0.1")
+    assert c.get("/api/session/head", params={"session": "live"}).json()["lines"] == 3
+    for n in range(3, 5):
+        w.append(fields("live", n))
+    w.close()
+    page = c.get("/api/session/entries", params={"session": "live", "from": 1, "limit": 10}).json()
+    assert page["total"] == 5 and [r["line"] for r in page["rows"]] == [1, 2, 3, 4, 5]
+    assert c.get("/api/session/verdict", params={"session": "live"}).json()["entries"] == 5
+    # rewritten before the indexed end: indexed again from the start
+    path = vault.session_path("live")
+    lines = path.read_bytes().split(b"\n")[:2]
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    page = c.get("/api/session/entries", params={"session": "live", "from": 1, "limit": 10}).json()
+    assert page["total"] == 2
+
+
+def test_search_api_and_a_real_server(tmp_path):
+    gmail_session(tmp_path / "v", "g1")
+    with served(tmp_path / "v") as base:
+        got = httpx.get(f"{base}/api/search", params={"status": "404"}).json()
+        assert [(r["session"], r["line"]) for r in got["rows"]] == [("g1", 12)]
+        assert httpx.get(f"{base}/api/search", params={"bogus": "1"}).status_code == 400
+        assert httpx.post(f"{base}/api/search").status_code == 405

@@ -1,0 +1,144 @@
+"""Replay's outputs, byte for byte, on generated sessions: the same bytes whatever path produced them.
+
+The digests in tests/support/vectors/replay_outputs.json were taken from replay before its speed work (the
+serial fold behind the verifier, every view written by one process, an 8,192-resource cache).
+Each scenario here must give exactly those bytes: with the verifier and part of the views in forked
+children or without any fork, with a cache so small that resources go through the serialized cache
+and the spill store, after a chain break (edited, removed, an unreadable line), and when a child fails
+(the parent then does its work itself).
+
+A deliberate change of the outputs regenerates the file: `python -m tests.e2e.test_replay_outputs --write`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from bench.replay_bench import SESSION, build_session
+from journal.replay import fold, forked, replay_session, write_outputs
+from journal.vault import Vault
+
+VECTORS = Path(__file__).resolve().parents[1] / "support" / "vectors" / "replay_outputs.json"
+ENTRIES, RESOURCES = 3000, 300
+
+
+def _session(root: Path, variant: str) -> Path:
+    """The benchmark's synthetic session (3,000 entries over 300 resources per pool), maybe tampered."""
+    build_session(root, ENTRIES, RESOURCES)
+    path = Vault(root).session_path(SESSION)
+    lines = path.read_bytes().splitlines(keepends=True)
+    if variant == "edited":  # line 1500's content changed, its hash not: the chain breaks there
+        assert b'"bench-agent"' in lines[1499]
+        lines[1499] = lines[1499].replace(b'"bench-agent"', b'"bench-agEnt"', 1)
+    elif variant == "removed":  # seq 2001 removed, an unreadable line near the end
+        lines = lines[:2000] + lines[2001:2990] + [b"garbage\n"] + lines[2990:]
+    path.write_bytes(b"".join(lines))
+    return root
+
+
+def _digests(folder: Path) -> dict[str, str]:
+    """sha256 of each summary file and one over all resource notes (name and bytes, in name order)."""
+    out: dict[str, str] = {}
+    notes = hashlib.sha256()
+    count = 0
+    for p in sorted(folder.iterdir()):
+        data = p.read_bytes()
+        if p.name.startswith("timeline-") or p.name in ("index.md", "revert-plan.md", "revert-plan.json",
+                                                        "views.json"):
+            out[p.name] = hashlib.sha256(data).hexdigest()
+        else:
+            notes.update(p.name.encode() + b"\0" + hashlib.sha256(data).digest())
+            count += 1
+    out["notes"] = f"{count} {notes.hexdigest()}"
+    return out
+
+
+def _replay(root: Path) -> dict[str, str]:
+    vault = Vault.open_existing(root)
+    rp = replay_session(vault, SESSION)
+    folder, _ = write_outputs(vault, rp)
+    rp.close()
+    return _digests(folder)
+
+
+def _expected(variant: str) -> dict[str, str]:
+    return orjson.loads(VECTORS.read_bytes())[variant]
+
+
+@pytest.mark.parametrize("variant", ["intact", "edited", "removed"])
+def test_outputs_match_the_serial_replay(tmp_path, variant):
+    assert _replay(_session(tmp_path / "v", variant)) == _expected(variant)
+
+
+def test_without_a_fork_and_with_a_tiny_cache(tmp_path, monkeypatch):
+    monkeypatch.setattr(forked, "ENABLED", False)
+    monkeypatch.setattr(fold.Folder, "CACHE", 7)
+    monkeypatch.setattr(fold.Folder, "COLD_BYTES", 4096)  # most resources go on to the spill store
+    assert _replay(_session(tmp_path / "v", "intact")) == _expected("intact")
+
+
+def test_failing_children_leave_their_work_to_the_parent(tmp_path, monkeypatch):
+    """Each forked child raises before doing anything: the parent folds serially and writes every view."""
+    started = []
+    real = forked.start
+
+    def failing(work, store=None):
+        def fail() -> bytes:
+            raise RuntimeError("child failed on purpose")
+
+        child = real(fail, store)
+        started.append(child is not None)
+        return child
+
+    monkeypatch.setattr(forked, "start", failing)
+    assert _replay(_session(tmp_path / "v", "intact")) == _expected("intact")
+    assert started == [True, True]  # the verifier's child and the views' child both ran (and failed)
+
+
+def test_the_forked_path_is_taken(tmp_path, monkeypatch):
+    calls = []
+    real = forked.start
+    monkeypatch.setattr(forked, "start", lambda work, store=None: calls.append(store is not None) or real(work, store))
+    _replay(_session(tmp_path / "v", "intact"))
+    assert calls == [False, True]  # the verifier (no store), then the views (reading the store)
+
+
+def test_an_interrupted_replay_leaves_no_child_behind(tmp_path, monkeypatch):
+    import os
+
+    root = _session(tmp_path / "v", "intact")
+    real = fold.Folder.feed
+
+    def feed(self, entry, pos, trusted=True):
+        if pos == 100:
+            raise KeyboardInterrupt
+        real(self, entry, pos, trusted)
+
+    monkeypatch.setattr(fold.Folder, "feed", feed)
+    with pytest.raises(KeyboardInterrupt):
+        replay_session(Vault.open_existing(root), SESSION)
+    with pytest.raises(ChildProcessError):  # the forked verifier was stopped and reaped
+        os.waitpid(-1, os.WNOHANG)
+    assert [p.name for p in Vault(root).views_dir.iterdir()] == []  # and the spill store removed
+
+
+def _write(root: Path) -> None:
+    out = {}
+    for variant in ("intact", "edited", "removed"):
+        out[variant] = _replay(_session(root / variant, variant))
+    VECTORS.write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--write"]:
+        sys.exit("usage: python -m tests.e2e.test_replay_outputs --write")
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        _write(Path(tmp))
+    print(f"wrote {VECTORS}")
