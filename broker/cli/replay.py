@@ -12,8 +12,8 @@ from __future__ import annotations
 import click
 import orjson
 
-from broker.audit_commands import _progress, vault_option
-from broker.store_options import pulled_vault, store_option
+from broker.cli.options import pulled_vault, store_option, vault_option
+from broker.cli.progress import progress_bar
 from journal.replay import BrokenChainError, plan_dict, replay_session, write_outputs
 from journal.replay.plan import ordered_steps, step_dict
 from journal.seal import load_public_key
@@ -28,7 +28,7 @@ def _run(vault_dir: str, session: str, require_intact: bool, seal_key: str | Non
     vault = pulled_vault(store, vault_dir, [session])
     path = vault.require_session(session)
     public = load_public_key(seal_key) if seal_key else None
-    with _progress(path.stat().st_size, "replaying") as advance:
+    with progress_bar(path.stat().st_size, "replaying") as advance:
         rp = replay_session(vault, session, progress=advance, require_intact=require_intact, seal_key=public)
     folder, files = write_outputs(vault, rp)
     return vault, rp, folder, files

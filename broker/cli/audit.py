@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-
 import click
 import orjson
 
-from broker.store_options import pulled_vault, reading_vault, store_option
+from broker.cli.options import pulled_vault, reading_vault, store_option, vault_option
+from broker.cli.progress import progress_bar
+from journal.checkpoint.audit import audit_vault, session_tree
+from journal.checkpoint.note import load_verifier
+from journal.checkpoint.witness import WitnessClient
 from journal.entry import parse_ts
 from journal.reader import iter_entries
 from journal.seal import load_public_key
@@ -17,29 +17,6 @@ from journal.summary import summarize_session
 from journal.vault import Vault, VaultError
 from journal.vault_verify import verify_sessions
 from journal.verify import SessionReport
-
-vault_option = click.option(
-    "--vault", "vault_dir", envvar="BROKER_VAULT", default="./vault", show_default=True,
-    type=click.Path(file_okay=False), help="Vault directory (also BROKER_VAULT).",
-)
-PROGRESS_MIN_BYTES = 8 << 20
-
-
-@contextmanager
-def _progress(total: int, label: str) -> Iterator[Callable[[int], None] | None]:
-    """A progress bar on stderr for large vaults, only when stderr is a terminal."""
-    if total < PROGRESS_MIN_BYTES or not sys.stderr.isatty():
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
-
-    with Progress(
-        "[progress.description]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-        TimeRemainingColumn(), console=Console(stderr=True), transient=True,
-    ) as bar:
-        task = bar.add_task(label, total=total)
-        yield lambda n: bar.advance(task, n)
 
 
 def _select(vault: Vault, sessions: tuple[str, ...]) -> list[str]:
@@ -76,8 +53,6 @@ def verify(vault_dir: str, store: str | None, sessions: tuple[str, ...], as_json
     Exit 0 when every session is intact, 1 when any is broken, 2 on a usage error.
     """
     if seal_key and not is_legacy_key(seal_key):
-        from broker.checkpoint_commands import verify_checkpoints
-
         if store:  # checkpoints of a database store live in the vault it was pulled into and sealed in
             vault_dir = str(pulled_vault(store, vault_dir, list(sessions) or None).root)
         return verify_checkpoints(vault_dir, sessions, as_json, no_blobs, seal_key, witness_keys, witness_urls,
@@ -90,12 +65,47 @@ def verify(vault_dir: str, store: str | None, sessions: tuple[str, ...], as_json
     else:
         vault = reading_vault(store, vault_dir, blobs=not no_blobs)
     names = _select(vault, sessions)
-    with _progress(_total_bytes(vault, names), "verifying") as advance:
+    with progress_bar(_total_bytes(vault, names), "verifying") as advance:
         reports = verify_sessions(vault, names, check_blobs=not no_blobs, progress=advance, seal_key=public)
     print_reports(reports, as_json)
     if not names and not as_json:
         click.echo(f"no sessions in {vault.root}")
     return 0 if all(r.intact for r in reports) else 1
+
+
+def verify_checkpoints(vault_dir: str, sessions: tuple[str, ...], as_json: bool, no_blobs: bool, seal_key: str,
+                       witness_keys: tuple[str, ...], witness_urls: tuple[str, ...], require_sealed: bool) -> int:
+    """`broker verify --seal-key VKEY`: the chain of each session, then checkpoints, index and witnesses."""
+    key = load_verifier(seal_key)
+    wkeys = [load_verifier(k) for k in witness_keys]
+    clients = [WitnessClient(u, None) for u in witness_urls]
+    vault = Vault.open_existing(vault_dir)
+    names = _select(vault, sessions)
+    checked = {}
+    with progress_bar(_total_bytes(vault, names), "verifying") as advance:
+        for s in names:
+            checked[s] = session_tree(vault, s, check_blobs=not no_blobs, progress=advance)
+    audit = audit_vault(vault, checked, key, witness_keys=wkeys, witnesses=clients, require_sealed=require_sealed,
+                        selected=list(sessions) or None)
+    print_reports(audit.reports, as_json)
+    for kind, detail in audit.vault_problems:
+        if as_json:
+            d = {"vault": str(vault.root), "intact": False, "kind": kind, "detail": detail}
+            click.echo(orjson.dumps(d).decode())
+        else:
+            click.echo(f"vault: BROKEN: {kind}: {detail}")
+    if not as_json:
+        for note in audit.vault_notes:
+            click.echo(f"vault: note: {note}")
+        if audit.coverage:
+            click.echo("declared coverage (what the capture points did not record):")
+            for line in audit.coverage:
+                click.echo(f"  {line}")
+        elif not audit.vault_problems:
+            click.echo("declared coverage: none declared (not accounted: counted only while the broker seals)")
+    elif audit.coverage:
+        click.echo(orjson.dumps({"vault": str(vault.root), "coverage": audit.coverage}).decode())
+    return 0 if audit.intact else 1
 
 
 def is_legacy_key(path: str) -> bool:
@@ -132,7 +142,7 @@ def sessions(vault_dir: str, store: str | None, as_json: bool) -> int:
     names = vault.sessions()
     keys = ("session", "entries", "first_ts", "last_ts", "connectors", "writes", "verifies", "broken_at_seq", "kind",
             "sealed", "checkpoint")
-    with _progress(_total_bytes(vault, names), "reading") as advance:
+    with progress_bar(_total_bytes(vault, names), "reading") as advance:
         rows = [{k: row[k] for k in keys} for row in (summarize_session(vault, s, progress=advance) for s in names)]
     if as_json:
         for row in rows:

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import click
 
-from broker.audit_commands import vault_option
-from broker.store_options import pulled_vault, store_option
+from broker.cli.options import pulled_vault, store_option, vault_option
 from journal.checkpoint.audit import session_tree
 from journal.checkpoint.note import Signer, load_signer, load_verifier
 from journal.checkpoint.sealer import Sealer

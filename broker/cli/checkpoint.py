@@ -8,48 +8,11 @@ from pathlib import Path
 import click
 import orjson
 
-from broker.audit_commands import _progress, _select, _total_bytes, print_reports, vault_option
-from broker.proxy_commands import parse_listen
-from journal.checkpoint.audit import audit_vault, session_tree
+from broker.cli.options import bind, parse_listen, vault_option
 from journal.checkpoint.note import load_signer, load_verifier
 from journal.checkpoint.proof_bundle import check_bundle, make_bundle
-from journal.checkpoint.witness import Witness, WitnessClient, app
+from journal.checkpoint.witness import Witness, app
 from journal.vault import Vault
-
-
-def verify_checkpoints(vault_dir: str, sessions: tuple[str, ...], as_json: bool, no_blobs: bool, seal_key: str,
-                       witness_keys: tuple[str, ...], witness_urls: tuple[str, ...], require_sealed: bool) -> int:
-    """`broker verify --seal-key VKEY`: the chain of each session, then checkpoints, index and witnesses."""
-    key = load_verifier(seal_key)
-    wkeys = [load_verifier(k) for k in witness_keys]
-    clients = [WitnessClient(u, None) for u in witness_urls]
-    vault = Vault.open_existing(vault_dir)
-    names = _select(vault, sessions)
-    checked = {}
-    with _progress(_total_bytes(vault, names), "verifying") as advance:
-        for s in names:
-            checked[s] = session_tree(vault, s, check_blobs=not no_blobs, progress=advance)
-    audit = audit_vault(vault, checked, key, witness_keys=wkeys, witnesses=clients, require_sealed=require_sealed,
-                        selected=list(sessions) or None)
-    print_reports(audit.reports, as_json)
-    for kind, detail in audit.vault_problems:
-        if as_json:
-            d = {"vault": str(vault.root), "intact": False, "kind": kind, "detail": detail}
-            click.echo(orjson.dumps(d).decode())
-        else:
-            click.echo(f"vault: BROKEN: {kind}: {detail}")
-    if not as_json:
-        for note in audit.vault_notes:
-            click.echo(f"vault: note: {note}")
-        if audit.coverage:
-            click.echo("declared coverage (what the capture points did not record):")
-            for line in audit.coverage:
-                click.echo(f"  {line}")
-        elif not audit.vault_problems:
-            click.echo("declared coverage: none declared (not accounted: counted only while the broker seals)")
-    elif audit.coverage:
-        click.echo(orjson.dumps({"vault": str(vault.root), "coverage": audit.coverage}).decode())
-    return 0 if audit.intact else 1
 
 
 @click.command()
@@ -63,17 +26,13 @@ def verify_checkpoints(vault_dir: str, sessions: tuple[str, ...], as_json: bool,
 def witness(listen: str, key_path: str, state_dir: str, log_keys: tuple[str, ...]) -> int:
     """Serve the C2SP tlog-witness protocol: POST /add-checkpoint, GET /<origin hash>/checkpoint."""
     import asyncio
-    import socket
 
     import uvicorn
 
     signer = load_signer(key_path)
     w = Witness(signer, state_dir, [load_verifier(k) for k in log_keys])
     host, port = parse_listen(listen)
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(128)
+    sock = bind(host, port)
     server = uvicorn.Server(uvicorn.Config(app(w), log_level="warning", lifespan="off"))
     click.echo(f"witness: listening on http://{host}:{sock.getsockname()[1]}")
     click.echo(f"witness: cosigner key {signer.cosigner_verifier().vkey()}")
