@@ -8,29 +8,29 @@ from pathlib import Path
 import click
 import orjson
 
-from broker.cli.options import bind, parse_listen, vault_option
-from journal.checkpoint.note import load_signer, load_verifier
+from broker.cli.options import SIGNER_KEY, VERIFIER_KEY, bind, parse_listen, vault_option
+from journal.checkpoint.note import Signer, Verifier
 from journal.checkpoint.proof_bundle import check_bundle, make_bundle
 from journal.checkpoint.witness import Witness, app
+from journal.errors import InputError
 from journal.vault import Vault
 
 
 @click.command()
 @click.option("--listen", default="127.0.0.1:8787", show_default=True, help="HOST:PORT to serve on.")
-@click.option("--key", "key_path", required=True, type=click.Path(dir_okay=False),
+@click.option("--key", "signer", required=True, type=SIGNER_KEY,
               help="The witness's signer key (`broker keygen --cosigner`).")
 @click.option("--state", "state_dir", required=True, type=click.Path(file_okay=False),
               help="Directory for the latest cosigned checkpoint of each log.")
-@click.option("--log-key", "log_keys", multiple=True, required=True, metavar="VKEY",
+@click.option("--log-key", "log_keys", type=VERIFIER_KEY, multiple=True, required=True,
               help="A log's verifier key (text or file); trusted for the origin of its name and below (repeatable).")
-def witness(listen: str, key_path: str, state_dir: str, log_keys: tuple[str, ...]) -> int:
+def witness(listen: str, signer: Signer, state_dir: str, log_keys: tuple[Verifier, ...]) -> int:
     """Serve the C2SP tlog-witness protocol: POST /add-checkpoint, GET /<origin hash>/checkpoint."""
     import asyncio
 
     import uvicorn
 
-    signer = load_signer(key_path)
-    w = Witness(signer, state_dir, [load_verifier(k) for k in log_keys])
+    w = Witness(signer, state_dir, list(log_keys))
     host, port = parse_listen(listen)
     sock = bind(host, port)
     server = uvicorn.Server(uvicorn.Config(app(w), log_level="warning", lifespan="off"))
@@ -61,19 +61,19 @@ def prove(vault_dir: str, session: str, seq: int, out_path: str | None) -> int:
 
 @click.command("verify-proof")
 @click.argument("bundle_path", type=click.Path(dir_okay=False, exists=True))
-@click.option("--seal-key", required=True, metavar="VKEY", help="The vault's verifier key (text or file).")
-@click.option("--witness-key", "witness_keys", multiple=True, metavar="VKEY",
+@click.option("--seal-key", required=True, type=VERIFIER_KEY, help="The vault's verifier key (text or file).")
+@click.option("--witness-key", "witness_keys", type=VERIFIER_KEY, multiple=True,
               help="Also require a cosignature of this witness (repeatable).")
-def verify_proof(bundle_path: str, seal_key: str, witness_keys: tuple[str, ...]) -> int:
+def verify_proof(bundle_path: str, seal_key: Verifier, witness_keys: tuple[Verifier, ...]) -> int:
     """Check a `broker prove` bundle with nothing but the keys. Exit 0 when it proves its entry, 1 when not."""
     from journal.checkpoint.proof_bundle import BundleError
 
     try:
         bundle = orjson.loads(Path(bundle_path).read_bytes())
     except orjson.JSONDecodeError as exc:
-        raise ValueError(f"{bundle_path} is not JSON: {exc}") from None
+        raise InputError(f"{bundle_path} is not JSON ({exc}): give the file `broker prove` wrote") from None
     try:
-        ok = check_bundle(bundle, load_verifier(seal_key), [load_verifier(k) for k in witness_keys])
+        ok = check_bundle(bundle, seal_key, list(witness_keys))
     except BundleError as exc:
         click.echo(f"proof does NOT check out: {exc}")
         return 1

@@ -1,16 +1,19 @@
-"""Turning errors a user can cause into one clear line and an exit code (never a traceback)."""
+"""What `broker` exits with: a user's error is one clear line and exit 2, a bug is its traceback and exit 1.
+
+A user's error is a `BrokerError` (journal/errors.py: every error a user can cause or fix derives from
+it, and its message says what to do) or an OSError (what the machine refuses: a port in use, a full
+disk, a missing file, no permission). Anything else, a ValueError or KeyError included, is a bug in
+the broker: it is not caught here, so Python shows where it happened and exits 1.
+"""
 
 from __future__ import annotations
 
 import click
 
-from journal.entry import ContractError
-from journal.vault import VaultError
-from journal.writer import JournalError
+from journal.errors import BrokerError
 
 USAGE_EXIT = 2
-# OSError covers what the machine refuses (a port in use, a full disk, a missing file, no permission).
-USER_ERRORS = (VaultError, JournalError, ContractError, OSError, ValueError)
+USER_ERRORS = (BrokerError, OSError)
 
 
 def run_cli(group: click.Group) -> int:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import click
 
 from journal.checkpoint.autoseal import DEFAULT_ENTRIES, DEFAULT_SECONDS, AutosealConfig
-from journal.checkpoint.note import load_signer
+from journal.checkpoint.keys import any_signer, any_verifier, load_signer, load_verifier
 from journal.store import is_database_url, open_store
 from journal.vault import Vault
 
@@ -63,6 +63,38 @@ def pulled_vault(store: str | None, vault_dir: str, sessions: list[str] | None) 
     return target.vault
 
 
+class KeyParam(click.ParamType):
+    """A key option's value, parsed when the command line is (journal/checkpoint/keys.py): a file that is
+    not the key asked for stops the command with one line saying what to give, before anything runs."""
+
+    def __init__(self, parse: Callable[[str], object], metavar: str) -> None:
+        self.parse, self.name = parse, metavar
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return self.name
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> object:
+        return self.parse(value) if isinstance(value, str) else value
+
+
+def _checked_signer_path(path: str) -> str:
+    """The path, once it holds a signer key: the recording process reads the key itself."""
+    load_signer(path)
+    return path
+
+
+VERIFIER_KEY = KeyParam(load_verifier, "VKEY")
+"""A checkpoint verifier key (NAME.vkey), as a file or its text: a journal.checkpoint.note.Verifier."""
+ANY_VERIFIER_KEY = KeyParam(any_verifier, "VKEY")
+"""VERIFIER_KEY, or a legacy seal public key (.pub: an Ed25519PublicKey) that checks the old .seal files."""
+SIGNER_KEY = KeyParam(load_signer, "KEY")
+"""A checkpoint signer key file (NAME.key): a journal.checkpoint.note.Signer."""
+ANY_SIGNER_KEY = KeyParam(any_signer, "KEY")
+"""SIGNER_KEY, or a legacy PEM private key (an Ed25519PrivateKey) that writes the old .seal files."""
+SIGNER_KEY_FILE = KeyParam(_checked_signer_path, "KEY")
+"""A checkpoint signer key file, checked, kept as its path."""
+
+
 def seal_options(f: Callable) -> Callable:
     """--seal-key (a signer key file: the recording process reads it itself), --checkpoint-entries,
     --checkpoint-seconds and --witness, for the commands that record."""
@@ -72,19 +104,18 @@ def seal_options(f: Callable) -> Callable:
                      show_default=True, help="With --seal-key: a checkpoint at least every T seconds.")(f)
     f = click.option("--checkpoint-entries", type=click.IntRange(min=1), default=DEFAULT_ENTRIES, show_default=True,
                      help="With --seal-key: a checkpoint every N entries of a session.")(f)
-    return click.option("--seal-key", type=click.Path(dir_okay=False, exists=True), default=None,
+    return click.option("--seal-key", type=SIGNER_KEY_FILE, default=None,
                         help="Signer key (`broker keygen`): write checkpoints while recording and at a clean stop. "
                         "Keep it outside the vault.")(f)
 
 
 def autoseal_config(seal_key: str | None, entries: int, seconds: float, witness: tuple[str, ...],
                     ) -> AutosealConfig | None:
-    """The settings, the key checked now (one clear error before anything listens)."""
+    """The settings (the key was checked as the command line was parsed, before anything listens)."""
     if not seal_key:
         if witness:
             raise click.UsageError("--witness needs --seal-key")
         return None
-    load_signer(seal_key)
     return AutosealConfig(seal_key, entries, seconds, list(witness))
 
 
