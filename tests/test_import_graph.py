@@ -104,11 +104,14 @@ def test_journal_imports_no_capture_point_and_no_proxy_or_mcp_library():
     assert not bad, "\n".join(bad)
 
 
-def test_the_checks_catch_what_they_are_for():
-    """The checker itself: a circle through a function-level import is found; a chain is not a circle."""
+def test_the_checks_catch_what_they_are_for(tmp_path):
+    """The checker itself: a circle through a function-level import is found; a chain is not a circle;
+    relative and function-level imports are edges."""
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
     assert cycles({"a": {"a"}}) == [["a"]]
-    src = "def f():\n    from journal import vault\n"
-    tree = ast.parse(src)
-    assert any(isinstance(n, ast.ImportFrom) for n in ast.walk(tree))
+    src = tmp_path / "fold.py"
+    src.write_text("from .plan import x\n\ndef f():\n    from broker.cli import options\n    import mitmproxy.http\n")
+    known = {"journal.replay.plan", "broker.cli.options"}
+    assert imported_names("journal.replay.fold", src, known) == {"journal.replay.plan", "broker.cli.options",
+                                                                 "mitmproxy.http"}
