@@ -13,12 +13,13 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from journal.errors import BrokerError
 from journal.vault import fsync_dir
 
 CHUNK = 1 << 20
 
 
-class BlobError(OSError):
+class BlobError(BrokerError, OSError):
     """A blob that could not be written or does not hold the bytes its name says."""
 
 

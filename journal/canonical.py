@@ -17,10 +17,12 @@ import re
 import msgspec
 import orjson
 
+from journal.errors import BrokerError
+
 MAX_SAFE_INTEGER = 2**53 - 1
 
 
-class CanonicalError(ValueError):
+class CanonicalError(BrokerError, ValueError):
     """A value that has no canonical form under the contract."""
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 
+from journal.errors import BrokerError
+
 KEYS: tuple[str, ...] = (
     "seq", "ts", "session", "agent", "principal", "connector", "capture", "prompt_ref",
     "effect", "mcp", "request", "response", "prev", "hash",
@@ -25,7 +27,7 @@ _HEX64_RE = re.compile(r"[0-9a-f]{64}\Z")
 _CONNECTOR_RE = re.compile(r"[a-z0-9][a-z0-9_.-]*\Z")
 
 
-class ContractError(ValueError):
+class ContractError(BrokerError, ValueError):
     """An entry (or the fields for one) that breaks the contract of docs/contract.md."""
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import orjson
 
+from journal.errors import InputError
 from journal.vault import Vault
 
 _READ = 1 << 20
@@ -112,10 +113,10 @@ def iter_lines(path: str | os.PathLike) -> Iterator[Line]:
 
 
 def iter_entries(vault: Vault, session: str) -> Iterator[dict]:
-    """Parsed entries of a session, in file order. Unparseable lines raise ValueError naming the line."""
+    """Parsed entries of a session, in file order. Unparseable lines raise InputError (a ValueError) naming the line."""
     path = vault.require_session(session)
     for line in iter_lines(path):
         try:
             yield orjson.loads(line.data)
         except orjson.JSONDecodeError as exc:
-            raise ValueError(f"{path}: line {line.index + 1} is not JSON ({exc}); run `broker verify`") from None
+            raise InputError(f"{path}: line {line.index + 1} is not JSON ({exc}); run `broker verify`") from None

@@ -79,33 +79,50 @@ def generate_keypair(private_path: str | os.PathLike, public_path: str | os.Path
 def load_private_key(path: str | os.PathLike) -> Ed25519PrivateKey:
     try:
         data = Path(path).read_bytes()
-        if data.startswith(KEY_FORMAT.encode()):
-            raise SealError(f"{path} is a public seal key; sealing takes the private key (the .pem file "
-                            "`broker keygen` wrote beside it)")
+    except OSError as exc:
+        raise SealError(f"cannot read private seal key {path}: {exc.strerror or exc}") from None
+    return parse_private_key(data, path)
+
+
+def parse_private_key(data: bytes, source: str | os.PathLike) -> Ed25519PrivateKey:
+    """A legacy PEM private key from the file's bytes; `source` names it in errors."""
+    if data.startswith(KEY_FORMAT.encode()):
+        raise SealError(f"{source} is a public seal key; sealing takes the private key (the .pem file "
+                        "`broker keygen` wrote beside it)")
+    try:
         key = serialization.load_pem_private_key(data, password=None)
-    except (OSError, ValueError, TypeError) as exc:
-        raise SealError(f"cannot read private seal key {path}: {exc}") from None
+    except (ValueError, TypeError) as exc:
+        raise SealError(f"cannot read private seal key {source}: {exc}") from None
     if not isinstance(key, Ed25519PrivateKey):
-        raise SealError(f"{path} is not an Ed25519 private key")
+        raise SealError(f"{source} is not an Ed25519 private key")
     return key
 
 
 def load_public_key(path: str | os.PathLike) -> Ed25519PublicKey:
     try:
-        words = Path(path).read_text(errors="replace").split()
-        if "PRIVATE" in words and any(w.startswith("-----BEGIN") for w in words):
-            raise SealError(f"{path} is a private key; checking a seal takes the public key (the .pub file "
-                            "`broker keygen` wrote beside it); keep the private key away from the vault")
+        text = Path(path).read_text(errors="replace")
+    except OSError as exc:
+        raise SealError(f"cannot read public seal key {path}: {exc.strerror or exc}") from None
+    return parse_public_key(text, path)
+
+
+def parse_public_key(text: str, source: str | os.PathLike) -> Ed25519PublicKey:
+    """A legacy `connector-journal-seal-key/1` public key from its text; `source` names it in errors."""
+    words = text.split()
+    if "PRIVATE" in words and any(w.startswith("-----BEGIN") for w in words):
+        raise SealError(f"{source} is a private key; checking a seal takes the public key (the .pub file "
+                        "`broker keygen` wrote beside it); keep the private key away from the vault")
+    try:
         if len(words) != 3:
             raise ValueError(f"not a seal public key: expected one line '{KEY_FORMAT} <key id> <base64 key>'")
         fmt, kid, b64 = words
         if fmt != KEY_FORMAT:
             raise ValueError(f"format {fmt!r}, expected {KEY_FORMAT!r}")
         public = Ed25519PublicKey.from_public_bytes(base64.b64decode(b64, validate=True))
-    except (OSError, ValueError) as exc:
-        raise SealError(f"cannot read public seal key {path}: {exc}") from None
+    except ValueError as exc:
+        raise SealError(f"cannot read public seal key {source}: {exc}") from None
     if key_id(public) != kid:
-        raise SealError(f"{path}: key id {kid} does not match the key")
+        raise SealError(f"{source}: key id {kid} does not match the key")
     return public
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, fields
 import orjson
 
 from journal.canonical import canonical_bytes
+from journal.errors import InputError
 from journal.vault import Vault
 
 _STATUS_RE = re.compile(r"(?:[1-5][0-9]{2}|[1-5]xx|none)\Z")
@@ -47,7 +48,7 @@ class Query:
 
     def __post_init__(self) -> None:
         if self.status is not None and not _STATUS_RE.match(self.status):
-            raise ValueError(f"status {self.status!r}: give a code (404), a class (4xx) or none")
+            raise InputError(f"status {self.status!r}: give a code (404), a class (4xx) or none")
 
     @classmethod
     def from_mapping(cls, values: dict) -> Query:
@@ -55,7 +56,8 @@ class Query:
         names = {f.name for f in fields(cls)}
         unknown = set(values) - names
         if unknown:
-            raise ValueError(f"unknown search filter(s): {', '.join(sorted(unknown))}")
+            raise InputError(f"unknown search filter(s): {', '.join(sorted(unknown))}; "
+                             f"known: {', '.join(sorted(names))}")
         return cls(**{k: (str(v) if v not in (None, "") else None) for k, v in values.items()})
 
 

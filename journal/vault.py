@@ -23,6 +23,8 @@ from pathlib import Path
 
 import orjson
 
+from journal.errors import BrokerError
+
 FORMAT = "connector-journal/1"
 MAX_ENCODED_SESSION = 200
 SESSION_SUFFIX = ".jsonl"
@@ -56,7 +58,7 @@ def write_atomically(path: Path, data: bytes) -> None:
     fsync_dir(path.parent)
 
 
-class VaultError(Exception):
+class VaultError(BrokerError):
     """A vault that is missing, not a vault, or not usable; the message says what to do."""
 
 

@@ -40,6 +40,7 @@ from journal.bodies import LINE_LIMIT, fit_entry
 from journal.canonical import CanonicalError
 from journal.chain import GENESIS, LinkPieces, chain_entry, link, link_pieces
 from journal.entry import CHAINED_KEYS, ContractError, validate_fields
+from journal.errors import BrokerError
 from journal.vault import Vault, fsync_dir
 
 log = logging.getLogger(__name__)
@@ -49,7 +50,7 @@ DEDUPE_LINES = 512
 DEDUPE_BYTES = 64 << 20
 
 
-class JournalError(Exception):
+class JournalError(BrokerError):
     """The journal could not take an entry; the message says why."""
 
 

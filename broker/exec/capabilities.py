@@ -10,12 +10,14 @@ import shutil
 import sys
 from pathlib import Path
 
+from journal.errors import BrokerError
+
 CAP_NET_ADMIN = 12  # network namespaces' interfaces, routes and firewall rules
 CAP_SYS_ADMIN = 21  # creating and entering namespaces (`ip netns add` mounts; setns)
 TOOLS = ("ip", "iptables-restore", "iptables-save", "setpriv")
 
 
-class ExecUnavailable(OSError):
+class ExecUnavailable(BrokerError, OSError):
     """This machine cannot run a command contained; the message says what is missing."""
 
 

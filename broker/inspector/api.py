@@ -17,6 +17,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import FileResponse, Response, StreamingResponse
 
+from journal.errors import BrokerError
 from journal.replay.labels import resource_id, title
 from journal.replay.plan import plan_dict
 from journal.search import Query, search
@@ -30,7 +31,7 @@ MAX_SEARCH = 5000
 _HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 
 
-class ApiError(Exception):
+class ApiError(BrokerError):
     """An answer other than 200, with a message for the page to show."""
 
     def __init__(self, status: int, message: str) -> None:

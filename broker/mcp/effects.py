@@ -29,12 +29,14 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from journal.errors import BrokerError
+
 READ, WRITE = "read", "write"
 ANNOTATIONS, OVERRIDE, DEFAULT, RULE = "annotations", "override", "default", "rule"
 """The values of `request.effect_basis` (SPEC additions of 2026-12)."""
 
 
-class EffectsFileError(ValueError):
+class EffectsFileError(BrokerError, ValueError):
     """An override file that cannot be used; the message says why."""
 
 

@@ -37,6 +37,8 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from journal.errors import BrokerError, InputError
+
 IDLE_SECONDS = 4.0  # pooled connections idle longer than this are not reused (servers close them)
 CONNECT_TIMEOUT = 30.0
 # no read or write timeout: event streams stay open as long as the server keeps them
@@ -49,7 +51,7 @@ _BAD_TARGET = re.compile(rb"[\x00-\x20\x7f]")
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
-class UpstreamError(OSError):
+class UpstreamError(BrokerError, OSError):
     """The upstream could not be reached, or broke the exchange; the message says how."""
 
 
@@ -312,7 +314,7 @@ class UpstreamPool:
     def __init__(self, url: str, *, ssl_context: ssl.SSLContext | None = None, max_idle: int = 32) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"{url!r} is not an http(s) URL")
+            raise InputError(f"{url!r} is not an http(s) URL: give the upstream as http://HOST[:PORT]/PATH or https://...")
         self.netloc = parts.netloc.rpartition("@")[2]  # credentials in the URL are not sent
         self.host = parts.hostname
         self.port = parts.port or _DEFAULT_PORTS[parts.scheme]

@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import orjson
+
 from journal.checkpoint.checkpoint import (
     Checkpoint,
     checkpoint_stems,
@@ -32,6 +34,7 @@ from journal.checkpoint.merkle import MerkleTree
 from journal.checkpoint.note import NoteError, Verifier, open_note
 from journal.checkpoint.vault_index import VaultIndex, index_path, read_index
 from journal.checkpoint.witness import WitnessClient, WitnessUnavailable
+from journal.reader import iter_lines
 from journal.vault import SESSION_SUFFIX, SessionIdError, Vault, session_from_filename
 from journal.verify import SessionReport, verify_session
 
@@ -116,6 +119,22 @@ def audit_vault(
         _audit_session(vault, session, report, tree, origin, index, key, list(witness_keys), list(witnesses),
                        require_sealed)
     return audit
+
+
+def check_session_checkpoint(vault: Vault, report: SessionReport, key: Verifier) -> None:
+    """What `broker verify --seal-key VKEY` checks beyond the chain, for one session whose chain was
+    already verified into `report` (replay's single pass): its checkpoint, the vault index, the
+    `.leaves` hint. A finding breaks `report` at the seq it concerns (a vault-level one, such as an index
+    that does not verify, at seq 1: verify fails the whole vault for it) or becomes one of its notes."""
+    tree = MerkleTree()
+    for line in iter_lines(vault.session_path(report.session)):
+        if line.index >= report.entries:
+            break
+        tree.append(bytes.fromhex(orjson.loads(line.data)["hash"]))
+    audit = audit_vault(vault, {report.session: (report, tree)}, key, selected=[report.session])
+    for kind, detail in audit.vault_problems:
+        _break(report, 1, kind, f"vault: {detail}")
+    report.notes.extend(f"vault: {note}" for note in audit.vault_notes)
 
 
 def _audit_session(

@@ -28,6 +28,7 @@ from journal.checkpoint.merkle import MerkleTree
 from journal.checkpoint.note import Signer, load_signer, load_verifier
 from journal.checkpoint.sealer import Sealer
 from journal.checkpoint.witness import WitnessClient
+from journal.errors import InputError
 from journal.vault import SessionIdError, Vault
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,7 @@ class AutosealConfig:
 class Autosealer:
     def __init__(self, vault: Vault, config: AutosealConfig, signer: Signer | None = None) -> None:
         if config.entries < 1 or config.seconds <= 0:
-            raise ValueError("--checkpoint-entries must be >= 1 and --checkpoint-seconds > 0")
+            raise InputError("--checkpoint-entries must be >= 1 and --checkpoint-seconds > 0")
         self.vault = vault
         self.config = config
         signer = signer or load_signer(config.key_path)

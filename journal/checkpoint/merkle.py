@@ -16,11 +16,13 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Sequence
 
+from journal.errors import BrokerError
+
 HASH_SIZE = 32
 EMPTY_ROOT = hashlib.sha256(b"").digest()
 
 
-class ProofError(ValueError):
+class ProofError(BrokerError, ValueError):
     """A proof that does not verify, or a request for a proof that cannot exist."""
 
 

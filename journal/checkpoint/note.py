@@ -184,37 +184,58 @@ def cosignature_message(text: bytes, timestamp: int) -> bytes:
     return b"cosignature/v1\ntime %d\n" % timestamp + text
 
 
-def load_signer(path: str | os.PathLike) -> Signer:
-    """A signer key file (`broker keygen` writes one, mode 0600)."""
+def read_key_text(value: str | os.PathLike, what: str, *, may_be_text: bool = False) -> str:
+    """The text of a key option, read one way for every option (journal/checkpoint/keys.py): the file
+    `value` names or, with `may_be_text`, `value` itself when it holds a '+' and names no file. A file
+    that cannot be read, or is not UTF-8 text (a .p12, a DER key, any other binary), is one NoteError
+    saying what to give instead; nothing of the file is echoed."""
+    name = os.fspath(value)
+    if may_be_text and "+" in name and not Path(name).is_file():
+        return name
     try:
-        text = Path(path).read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise NoteError(f"cannot read signer key {path}: {exc}") from None
-    if not text.startswith("PRIVATE+KEY+") and "+" in text:
-        raise NoteError(f"{path} is a verifier key: give the signer key (NAME.key from `broker keygen`) instead")
+        data = Path(name).read_bytes()
+    except OSError as exc:
+        raise NoteError(f"cannot read {what} {name}: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise NoteError(f"{name} is not a {what}: the file is not text (a .p12 or DER file?); give the "
+                        f"{_KEY_FILES.get(what, 'key file')} `broker keygen` wrote") from None
+
+
+_KEY_FILES = {"signer key": "NAME.key", "verifier key": "NAME.vkey"}
+
+
+def signer_from_text(text: str, source: str | os.PathLike) -> Signer:
+    """A signer key from its text; `source` (the file) names it in errors."""
+    if not text.startswith(_PRIVATE_PREFIX) and "+" in text:
+        raise NoteError(f"{source} is a verifier key: give the signer key (NAME.key from `broker keygen`) instead")
     try:
         return Signer.from_text(text)
     except NoteError as exc:
-        raise NoteError(f"{path}: {exc}") from None
+        raise NoteError(f"{source}: {exc}; give the signer key (NAME.key from `broker keygen`)") from None
 
 
-def load_verifier(value: str) -> Verifier:
-    """A verifier key given as its text or as a file holding it."""
-    text = value
-    if "+" not in value or Path(value).is_file():
-        try:
-            text = Path(value).read_text()
-        except OSError as exc:
-            raise NoteError(f"cannot read verifier key {value}: {exc.strerror or exc}") from None
-        except UnicodeDecodeError as exc:  # has no strerror: reading it here raised AttributeError instead
-            raise NoteError(f"cannot read verifier key {value}: not text ({exc.reason})") from None
-    if text.startswith("PRIVATE+KEY+"):  # never echo any of it
-        raise NoteError(f"{value} is a private signer key: give its verifier key (NAME.vkey) instead, "
+def verifier_from_text(text: str, source: str) -> Verifier:
+    """A verifier key from its text; `source` (the option's value) names it in errors."""
+    if text.startswith(_PRIVATE_PREFIX):  # never echo any of it
+        raise NoteError(f"{source} is a private signer key: give its verifier key (NAME.vkey) instead, "
                         "and keep the signer key away from the vault")
     try:
         return Verifier.from_vkey(text.strip())
     except NoteError as exc:
-        raise NoteError(f"verifier key {value}: {exc}") from None
+        raise NoteError(f"verifier key {source}: {exc}; give the NAME.vkey `broker keygen` wrote, or its text") \
+            from None
+
+
+def load_signer(path: str | os.PathLike) -> Signer:
+    """A signer key file (`broker keygen` writes one, mode 0600)."""
+    return signer_from_text(read_key_text(path, "signer key"), path)
+
+
+def load_verifier(value: str) -> Verifier:
+    """A verifier key given as its text or as a file holding it."""
+    return verifier_from_text(read_key_text(value, "verifier key", may_be_text=True), value)
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from pathlib import Path
 from journal.checkpoint.checkpoint import Checkpoint
 from journal.checkpoint.merkle import EMPTY_ROOT, ProofError, verify_consistency
 from journal.checkpoint.note import NoteError, Signature, Signer, Verifier, cosign, open_note, parse_note
+from journal.errors import BrokerError
 from journal.vault import write_atomically
 
 MAX_PROOF_LINES = 63
@@ -180,7 +181,7 @@ def app(witness: Witness):  # -> starlette.applications.Starlette
 # -- the client side --------------------------------------------------------------------------
 
 
-class WitnessUnavailable(Exception):
+class WitnessUnavailable(BrokerError):
     """The witness could not be reached or answered out of protocol (never blocks recording)."""
 
 

@@ -29,6 +29,8 @@ from pathlib import Path
 from types import ModuleType
 from urllib.parse import urlsplit
 
+from journal.errors import InputError
+
 from . import calendar, drive, github, gmail, graph, slack
 from ._http import (
     OVERRIDE_HEADERS,
@@ -113,7 +115,7 @@ class Registry:
     def with_file(self, path: str | os.PathLike[str]) -> Registry:
         """A new registry with the connectors TOML file at `path` applied on top of this one.
 
-        Raises ValueError naming the file and the problem when it cannot be read or is wrong."""
+        Raises InputError (a ValueError) naming the file and the problem when it cannot be read or is wrong."""
         return Registry(_apply_file(self._connectors, Path(path)))
 
     def names(self) -> list[str]:
@@ -180,7 +182,7 @@ class Registry:
 _CONNECTOR_KEYS = frozenset({"name", "hosts", "path_prefixes", "rule", "disabled", "model_api"})
 MODEL_APIS = ("anthropic", "openai", "gemini")
 _RULE_KEYS = frozenset({"methods", "path", "path_regex", "effect"})
-_Fail = Callable[[str], ValueError]
+_Fail = Callable[[str], InputError]
 
 
 def _apply_file(current: tuple[_Connector, ...], path: Path) -> tuple[_Connector, ...]:
@@ -188,12 +190,12 @@ def _apply_file(current: tuple[_Connector, ...], path: Path) -> tuple[_Connector
         with path.open("rb") as f:
             data = tomllib.load(f)
     except OSError as exc:
-        raise ValueError(f"{path}: cannot read connectors file: {exc.strerror or exc}") from None
+        raise InputError(f"{path}: cannot read connectors file: {exc.strerror or exc}") from None
     except tomllib.TOMLDecodeError as exc:
-        raise ValueError(f"{path}: not valid TOML: {exc}") from None
+        raise InputError(f"{path}: not valid TOML: {exc}") from None
 
-    def fail(problem: str) -> ValueError:
-        return ValueError(f"{path}: {problem}")
+    def fail(problem: str) -> InputError:
+        return InputError(f"{path}: {problem}")
 
     unknown = set(data) - {"connector"}
     if unknown:

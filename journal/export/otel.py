@@ -38,6 +38,7 @@ from urllib.parse import urlsplit
 from journal.blobstore import is_ref_object
 from journal.canonical import canonical_bytes
 from journal.entry import parse_ts
+from journal.errors import PeerError
 from journal.export.fixture import body_digest, chain_verdict, read_entries
 from journal.export.recorded_body import header
 from journal.vault import Vault
@@ -262,14 +263,14 @@ def otlp_protobuf(otlp: dict) -> bytes:
 
 def send_otlp(url: str, otlp: dict, timeout: float = 30.0) -> int:
     """POST the spans to an OTLP/HTTP traces endpoint (e.g. http://127.0.0.1:4318/v1/traces); the
-    HTTP status. A refused connection or a non-2xx answer raises ValueError with the reason."""
+    HTTP status. A refused connection or a non-2xx answer raises PeerError with the reason."""
     import httpx
 
     try:
         resp = httpx.post(url, content=otlp_protobuf(otlp), headers={"Content-Type": "application/x-protobuf"},
                           timeout=timeout)
     except httpx.HTTPError as exc:
-        raise ValueError(f"cannot send spans to {url}: {exc}") from None
+        raise PeerError(f"cannot send spans to {url}: {exc}; is the OTLP receiver running there?") from None
     if not 200 <= resp.status_code < 300:
-        raise ValueError(f"OTLP endpoint {url} answered {resp.status_code}: {resp.text[:200]}")
+        raise PeerError(f"OTLP endpoint {url} answered {resp.status_code}: {resp.text[:200]}")
     return resp.status_code

@@ -18,10 +18,15 @@ from broker/ or addons/ and never executes a call.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from journal.checkpoint.audit import check_session_checkpoint
+from journal.checkpoint.note import Verifier
+from journal.errors import BrokerError
 from journal.vault import Vault
+from journal.verify import SessionReport
 
 from .fold import Replay, fold_session
 from .plan import plan_dict
@@ -35,9 +40,15 @@ def replay_session(
     vault: Vault, session: str, *, progress: Callable[[int], None] | None = None, require_intact: bool = False,
     seal_key: Ed25519PublicKey | None = None,
 ) -> Replay:
-    """Verify and fold `session` (checking its seal with `seal_key`, a public key, when given). With
-    `require_intact`, a broken chain raises BrokenChainError."""
-    rp = fold_session(vault, session, progress=progress, seal_key=seal_key)
+    """Verify and fold `session`. With `seal_key` also check what the chain alone cannot show: a
+    checkpoint verifier key (journal/checkpoint/note.py Verifier) checks the session's checkpoint and
+    the vault index as `broker verify --seal-key` does; a legacy public key (journal/seal.py) its
+    `.seal` file. With `require_intact`, a broken chain raises BrokenChainError."""
+    seal_check: Callable[[SessionReport], None] | None = None
+    if isinstance(seal_key, Verifier):
+        seal_check = partial(check_session_checkpoint, vault, key=seal_key)
+        seal_key = None
+    rp = fold_session(vault, session, progress=progress, seal_key=seal_key, seal_check=seal_check)
     if require_intact and not rp.intact:
         r = rp.report
         raise BrokenChainError(f"session {session!r} is broken at seq {r.broken_at_seq} ({r.kind}): {r.detail}; "
@@ -50,7 +61,7 @@ def write_outputs(vault: Vault, rp: Replay) -> tuple[Path, list[str]]:
     return write_views(vault, rp)
 
 
-class BrokenChainError(ValueError):
+class BrokenChainError(BrokerError, ValueError):
     """Replay was asked to refuse a session whose chain is broken."""
 
 

@@ -67,6 +67,8 @@ _COLD_OVERHEAD = 300
 GRADES = ("broker", "gateway", "agent")
 """Capture grades, strongest first (docs/contract.md, evidence grade)."""
 _RANK = {g: i for i, g in enumerate(GRADES)}
+SEAL_KINDS = frozenset({"seal_mismatch", "seal_missing", "seal_rollback", "unsealed_tail", "session_missing"})
+"""Breaks found after the verifying pass (a seal or checkpoint), at a seq the fold may already have passed."""
 
 
 def weakest(grades: object) -> str | None:
@@ -837,12 +839,13 @@ class Folder:
 
 def fold_session(
     vault: Vault, session: str, *, check_blobs: bool = True, progress: Callable[[int], None] | None = None,
-    seal_key: Ed25519PublicKey | None = None,
+    seal_key: Ed25519PublicKey | None = None, seal_check: Callable[[SessionReport], None] | None = None,
 ) -> Replay:
     """Verify and fold one session in a single pass (see the module docstring). With `seal_key` (a public
-    key, see journal/seal.py) the session's seal is checked too."""
+    key, see journal/seal.py) the session's seal is checked too; `seal_check` then checks what the chain
+    cannot show (a checkpoint), breaking the verifier's report at the seq it names."""
     if check_blobs:
-        rp = _fold_beside_verifier(vault, session, progress, seal_key)
+        rp = _fold_beside_verifier(vault, session, progress, seal_key, seal_check)
         if rp is not None:
             return rp
         progress = None  # the bar already went through the file once
@@ -863,9 +866,11 @@ def fold_session(
     try:
         report = verify_session(vault, session, check_blobs=check_blobs, progress=seen, on_entry=on_entry,
                                 seal_key=seal_key)
+        if seal_check is not None:
+            seal_check(report)
         broken = report.broken_at_seq
         if not report.intact and broken is not None:
-            if report.kind != "seal_mismatch" and broken > folder.counts.entries:
+            if report.kind not in SEAL_KINDS and broken > folder.counts.entries:
                 _fold_lines(vault, session, folder, broken, cursor[0])  # the verifier stopped at the broken line
             elif broken <= folder.counts.entries:
                 # The break names an entry already folded as trusted: a seal that does not match (found after
@@ -884,7 +889,8 @@ def fold_session(
 
 
 def _fold_beside_verifier(vault: Vault, session: str, progress: Callable[[int], None] | None,
-                          seal_key: Ed25519PublicKey | None) -> Replay | None:
+                          seal_key: Ed25519PublicKey | None,
+                          seal_check: Callable[[SessionReport], None] | None) -> Replay | None:
     """The common case on two cores: the verifier runs in a forked child (forked.py) while this process
     parses and folds every line as trusted. That is exactly the serial fold when the child reports the
     session intact over the very lines folded here (same count, same bytes): the serial fold gets each
@@ -916,6 +922,8 @@ def _fold_beside_verifier(vault: Vault, session: str, progress: Callable[[int], 
         folder.discard()
         raise
     report = child.result()
+    if isinstance(report, SessionReport) and report.intact and seal_check is not None:
+        seal_check(report)  # a finding sends the caller to the serial fold, which marks from its seq on
     if failed or not isinstance(report, SessionReport) or not report.intact or report.entries != lines \
             or report.bytes != size:
         folder.discard()

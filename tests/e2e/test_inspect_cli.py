@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from broker.inspect_commands import is_loopback, parse_listen
+from broker.cli.inspect import is_loopback, parse_listen
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "vault"
 _URL = re.compile(r"at (http://\S+)")
@@ -85,7 +85,7 @@ def test_off_loopback_a_token_is_generated_and_printed(monkeypatch):
     import uvicorn
     from click.testing import CliRunner
 
-    from broker import inspect_commands
+    from broker.cli import inspect as inspect_commands
 
     seen = {}
     real_bind = inspect_commands.bind

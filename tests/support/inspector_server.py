@@ -10,7 +10,7 @@ from pathlib import Path
 
 import uvicorn
 
-from broker.inspect_commands import bind
+from broker.cli.options import bind
 from broker.inspector import create_app
 from journal.vault import Vault
 

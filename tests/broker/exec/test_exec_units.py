@@ -13,10 +13,10 @@ import pytest
 from mitmproxy.proxy.mode_specs import ProxyMode
 from mitmproxy.test import tflow
 
+from broker.cli.exec import exit_code
 from broker.exec import capabilities, cleanup, firewall, names, refusals
 from broker.exec.dns_relay import DnsRelay
 from broker.exec.environment import CA_VARIABLES, client_environment, proxy_url
-from broker.exec_commands import exit_code
 from broker.proxy.upstream_name import UpstreamName
 
 

@@ -129,5 +129,5 @@ def test_cosignature_round_trip_and_key_types() -> None:
 def test_a_verifier_key_file_that_is_not_text_is_refused_with_its_name(tmp_path) -> None:
     path = tmp_path / "witness.vkey"
     path.write_bytes(b"\xff\xfe not utf-8")
-    with pytest.raises(NoteError, match="cannot read verifier key .*witness.vkey: not text"):
+    with pytest.raises(NoteError, match="witness.vkey is not a verifier key: the file is not text"):
         load_verifier(str(path))

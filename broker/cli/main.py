@@ -1,4 +1,4 @@
-"""The `broker` command line: one click group; each command family lives in its own module."""
+"""The `broker` click group: each command family lives in its own module of this package."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from broker.errors import run_cli
+from broker.cli.exit_codes import run_cli
 
 
 class _WholeSummaries(click.Group):
@@ -31,25 +31,24 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from broker import (
-        audit_commands,
-        checkpoint_commands,
-        diff_commands,
-        exec_commands,
-        export_commands,
-        inspect_commands,
-        mcp_commands,
-        proxy_commands,
-        replay_commands,
-        seal_commands,
-        search_commands,
-        store_commands,
-        trajectory_commands,
+    from broker.cli import (
+        audit,
+        checkpoint,
+        diff,
+        exec,
+        export,
+        inspect,
+        mcp,
+        proxy,
+        replay,
+        seal,
+        search,
+        store,
+        trajectory,
     )
 
-    for module in (audit_commands, seal_commands, checkpoint_commands, proxy_commands, exec_commands, mcp_commands,
-                   replay_commands, trajectory_commands, search_commands, inspect_commands, export_commands,
-                   diff_commands, store_commands):
+    for module in (audit, seal, checkpoint, proxy, exec, mcp, replay, trajectory, search, inspect, export, diff,
+                   store):
         for command in module.COMMANDS:
             cli.add_command(command)
 
@@ -60,6 +59,3 @@ _register()
 def main() -> None:
     sys.exit(run_cli(cli))
 
-
-if __name__ == "__main__":
-    main()

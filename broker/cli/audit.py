@@ -2,44 +2,28 @@
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-
 import click
 import orjson
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from broker.store_options import pulled_vault, reading_vault, store_option
+from broker.cli.options import (
+    ANY_VERIFIER_KEY,
+    VERIFIER_KEY,
+    pulled_vault,
+    reading_vault,
+    store_option,
+    vault_option,
+)
+from broker.cli.progress import progress_bar
+from journal.checkpoint.audit import audit_vault, session_tree
+from journal.checkpoint.note import Verifier
+from journal.checkpoint.witness import WitnessClient
 from journal.entry import parse_ts
 from journal.reader import iter_entries
-from journal.seal import load_public_key
 from journal.summary import summarize_session
 from journal.vault import Vault, VaultError
 from journal.vault_verify import verify_sessions
 from journal.verify import SessionReport
-
-vault_option = click.option(
-    "--vault", "vault_dir", envvar="BROKER_VAULT", default="./vault", show_default=True,
-    type=click.Path(file_okay=False), help="Vault directory (also BROKER_VAULT).",
-)
-PROGRESS_MIN_BYTES = 8 << 20
-
-
-@contextmanager
-def _progress(total: int, label: str) -> Iterator[Callable[[int], None] | None]:
-    """A progress bar on stderr for large vaults, only when stderr is a terminal."""
-    if total < PROGRESS_MIN_BYTES or not sys.stderr.isatty():
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
-
-    with Progress(
-        "[progress.description]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-        TimeRemainingColumn(), console=Console(stderr=True), transient=True,
-    ) as bar:
-        task = bar.add_task(label, total=total)
-        yield lambda n: bar.advance(task, n)
 
 
 def _select(vault: Vault, sessions: tuple[str, ...]) -> list[str]:
@@ -60,37 +44,35 @@ def _total_bytes(vault: Vault, sessions: list[str]) -> int:
 @click.argument("sessions", nargs=-1)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line per session.")
 @click.option("--no-blobs", is_flag=True, help="Skip re-hashing spilled blobs (faster, weaker).")
-@click.option("--seal-key", default=None, metavar="VKEY",
+@click.option("--seal-key", type=ANY_VERIFIER_KEY, default=None,
               help="Verifier key (text or file, from `broker keygen`, kept outside the vault): check checkpoints "
               "and the signed vault index. A legacy .pub key checks the old .seal files.")
-@click.option("--witness-key", "witness_keys", multiple=True, metavar="VKEY",
+@click.option("--witness-key", "witness_keys", type=VERIFIER_KEY, multiple=True,
               help="Require each checkpoint to be cosigned by this witness (repeatable).")
 @click.option("--witness", "witness_urls", multiple=True, metavar="URL",
               help="Ask this witness for the newest size it cosigned per session (repeatable).")
 @click.option("--require-sealed", is_flag=True, help="Entries after the last checkpoint are a break, not a note.")
 def verify(vault_dir: str, store: str | None, sessions: tuple[str, ...], as_json: bool, no_blobs: bool,
-           seal_key: str | None, witness_keys: tuple[str, ...], witness_urls: tuple[str, ...],
-           require_sealed: bool) -> int:
+           seal_key: Verifier | Ed25519PublicKey | None, witness_keys: tuple[Verifier, ...],
+           witness_urls: tuple[str, ...], require_sealed: bool) -> int:
     """Check every session's hash chain, canonical form, contract, blobs and (with --seal-key) checkpoints.
 
     Exit 0 when every session is intact, 1 when any is broken, 2 on a usage error.
     """
-    if seal_key and not is_legacy_key(seal_key):
-        from broker.checkpoint_commands import verify_checkpoints
-
+    if isinstance(seal_key, Verifier):
         if store:  # checkpoints of a database store live in the vault it was pulled into and sealed in
             vault_dir = str(pulled_vault(store, vault_dir, list(sessions) or None).root)
         return verify_checkpoints(vault_dir, sessions, as_json, no_blobs, seal_key, witness_keys, witness_urls,
                                   require_sealed)
     if witness_keys or witness_urls or require_sealed:
         raise click.UsageError("--witness-key, --witness and --require-sealed need a --seal-key verifier key")
-    public = load_public_key(seal_key) if seal_key else None
-    if seal_key and store:  # seals of a database store live in the vault it was pulled into and sealed in
+    public = seal_key  # a legacy .pub key checks the old .seal files
+    if public is not None and store:  # seals of a database store live in the vault it was pulled into and sealed in
         vault = pulled_vault(store, vault_dir, list(sessions) or None)
     else:
         vault = reading_vault(store, vault_dir, blobs=not no_blobs)
     names = _select(vault, sessions)
-    with _progress(_total_bytes(vault, names), "verifying") as advance:
+    with progress_bar(_total_bytes(vault, names), "verifying") as advance:
         reports = verify_sessions(vault, names, check_blobs=not no_blobs, progress=advance, seal_key=public)
     print_reports(reports, as_json)
     if not names and not as_json:
@@ -98,13 +80,38 @@ def verify(vault_dir: str, store: str | None, sessions: tuple[str, ...], as_json
     return 0 if all(r.intact for r in reports) else 1
 
 
-def is_legacy_key(path: str) -> bool:
-    """A connector-journal-seal-key/1 public key file (journal/seal.py), from before checkpoints."""
-    try:
-        with open(path, "rb") as f:
-            return f.read(28) == b"connector-journal-seal-key/1"
-    except OSError:
-        return False
+def verify_checkpoints(vault_dir: str, sessions: tuple[str, ...], as_json: bool, no_blobs: bool, key: Verifier,
+                       witness_keys: tuple[Verifier, ...], witness_urls: tuple[str, ...], require_sealed: bool) -> int:
+    """`broker verify --seal-key VKEY`: the chain of each session, then checkpoints, index and witnesses."""
+    wkeys = list(witness_keys)
+    clients = [WitnessClient(u, None) for u in witness_urls]
+    vault = Vault.open_existing(vault_dir)
+    names = _select(vault, sessions)
+    checked = {}
+    with progress_bar(_total_bytes(vault, names), "verifying") as advance:
+        for s in names:
+            checked[s] = session_tree(vault, s, check_blobs=not no_blobs, progress=advance)
+    audit = audit_vault(vault, checked, key, witness_keys=wkeys, witnesses=clients, require_sealed=require_sealed,
+                        selected=list(sessions) or None)
+    print_reports(audit.reports, as_json)
+    for kind, detail in audit.vault_problems:
+        if as_json:
+            d = {"vault": str(vault.root), "intact": False, "kind": kind, "detail": detail}
+            click.echo(orjson.dumps(d).decode())
+        else:
+            click.echo(f"vault: BROKEN: {kind}: {detail}")
+    if not as_json:
+        for note in audit.vault_notes:
+            click.echo(f"vault: note: {note}")
+        if audit.coverage:
+            click.echo("declared coverage (what the capture points did not record):")
+            for line in audit.coverage:
+                click.echo(f"  {line}")
+        elif not audit.vault_problems:
+            click.echo("declared coverage: none declared (not accounted: counted only while the broker seals)")
+    elif audit.coverage:
+        click.echo(orjson.dumps({"vault": str(vault.root), "coverage": audit.coverage}).decode())
+    return 0 if audit.intact else 1
 
 
 def print_reports(reports: list[SessionReport], as_json: bool) -> None:
@@ -132,7 +139,7 @@ def sessions(vault_dir: str, store: str | None, as_json: bool) -> int:
     names = vault.sessions()
     keys = ("session", "entries", "first_ts", "last_ts", "connectors", "writes", "verifies", "broken_at_seq", "kind",
             "sealed", "checkpoint")
-    with _progress(_total_bytes(vault, names), "reading") as advance:
+    with progress_bar(_total_bytes(vault, names), "reading") as advance:
         rows = [{k: row[k] for k in keys} for row in (summarize_session(vault, s, progress=advance) for s in names)]
     if as_json:
         for row in rows:

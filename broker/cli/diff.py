@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 import orjson
 
-from broker.audit_commands import vault_option
+from broker.cli.options import vault_option
 
 
 @click.command()

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 import orjson
 
-from broker.audit_commands import vault_option
+from broker.cli.options import vault_option
 
 FORMATS = ("fixture", "har", "vcr", "otel")
 

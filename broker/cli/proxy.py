@@ -10,9 +10,7 @@ from pathlib import Path
 
 import click
 
-from broker.audit_commands import vault_option
-from broker.seal_options import autoseal_config, seal_options
-from broker.store_options import store_option, store_or_vault
+from broker.cli.options import autoseal_config, parse_listen, seal_options, store_option, store_or_vault, vault_option
 from journal.connectors import Registry
 from journal.store.url import check_store
 
@@ -33,13 +31,6 @@ class _LineFormatter(logging.Formatter):
         if record.exc_info:
             text += "\n" + self.formatException(record.exc_info)
         return f"broker: {text}" if record.levelno == logging.INFO else f"broker: {record.levelname}: {text}"
-
-
-def parse_listen(listen: str) -> tuple[str, int]:
-    host, _, port = listen.rpartition(":")
-    if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise click.BadParameter(f"{listen!r}: expected HOST:PORT", param_hint="--listen")
-    return host.strip("[]"), int(port)
 
 
 @click.command(short_help="Run the broker: an HTTPS proxy that records calls.")

@@ -12,24 +12,24 @@ from __future__ import annotations
 import click
 import orjson
 
-from broker.audit_commands import _progress, vault_option
-from broker.store_options import pulled_vault, store_option
+from broker.cli.options import ANY_VERIFIER_KEY, pulled_vault, store_option, vault_option
+from broker.cli.progress import progress_bar
 from journal.replay import BrokenChainError, plan_dict, replay_session, write_outputs
 from journal.replay.plan import ordered_steps, step_dict
-from journal.seal import load_public_key
 
 _require = click.option("--require-intact", is_flag=True,
                         help="Refuse (exit 1, nothing written) when the session's chain is broken.")
-_seal_key = click.option("--seal-key", type=click.Path(dir_okay=False), default=None,
-                         help="Public seal key (from `broker keygen`): also check the session's seal.")
+_seal_key = click.option("--seal-key", type=ANY_VERIFIER_KEY, default=None,
+                         help="Verifier key (text or file, from `broker keygen`): also check the session's "
+                         "checkpoint and the vault index, as `broker verify --seal-key` does. A legacy .pub key "
+                         "checks the old .seal file.")
 
 
-def _run(vault_dir: str, session: str, require_intact: bool, seal_key: str | None, store: str | None = None):
+def _run(vault_dir: str, session: str, require_intact: bool, seal_key: object, store: str | None = None):
     vault = pulled_vault(store, vault_dir, [session])
     path = vault.require_session(session)
-    public = load_public_key(seal_key) if seal_key else None
-    with _progress(path.stat().st_size, "replaying") as advance:
-        rp = replay_session(vault, session, progress=advance, require_intact=require_intact, seal_key=public)
+    with progress_bar(path.stat().st_size, "replaying") as advance:
+        rp = replay_session(vault, session, progress=advance, require_intact=require_intact, seal_key=seal_key)
     folder, files = write_outputs(vault, rp)
     return vault, rp, folder, files
 
@@ -48,7 +48,7 @@ def _broken_line(rp) -> str:
 @_require
 @_seal_key
 def replay(
-    vault_dir: str, store: str | None, session: str, as_json: bool, require_intact: bool, seal_key: str | None
+    vault_dir: str, store: str | None, session: str, as_json: bool, require_intact: bool, seal_key: object
 ) -> int:
     """Rebuild views of every resource SESSION touched, under <vault>/views/<session>/.
 
@@ -87,7 +87,7 @@ def replay(
 @_require
 @_seal_key
 def revert_plan(
-    vault_dir: str, store: str | None, session: str, as_json: bool, require_intact: bool, seal_key: str | None
+    vault_dir: str, store: str | None, session: str, as_json: bool, require_intact: bool, seal_key: object
 ) -> int:
     """The revert plan for SESSION: for each write, newest first, the inverse call or why there is none.
 

@@ -7,14 +7,14 @@ import re
 from pathlib import Path
 
 import click
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from broker.audit_commands import vault_option
-from broker.store_options import pulled_vault, store_option
+from broker.cli.options import ANY_SIGNER_KEY, VERIFIER_KEY, pulled_vault, store_option, vault_option
 from journal.checkpoint.audit import session_tree
-from journal.checkpoint.note import Signer, load_signer, load_verifier
+from journal.checkpoint.note import Signer, Verifier
 from journal.checkpoint.sealer import Sealer
 from journal.checkpoint.witness import WitnessClient
-from journal.seal import load_private_key, write_seal
+from journal.seal import write_seal
 from journal.vault import Vault, VaultError
 from journal.verify import verify_session
 
@@ -53,15 +53,15 @@ def keygen(out_dir: str, name: str, cosigner: bool) -> int:
 @vault_option
 @store_option
 @click.argument("sessions", nargs=-1)
-@click.option("--key", "key_path", required=True, type=click.Path(dir_okay=False),
+@click.option("--key", "signer", required=True, type=ANY_SIGNER_KEY,
               help="Signer key from `broker keygen` (a legacy PEM key writes the old .seal files).")
 @click.option("--witness", "witness_urls", multiple=True, metavar="URL",
               help="Ask this tlog-witness to cosign each checkpoint (repeatable).")
-@click.option("--witness-key", "witness_keys", multiple=True, metavar="VKEY",
+@click.option("--witness-key", "witness_keys", type=VERIFIER_KEY, multiple=True,
               help="The witness's cosigner key (text or file), paired with --witness in order: "
               "only its checked cosignatures are kept.")
-def seal(vault_dir: str, store: str | None, sessions: tuple[str, ...], key_path: str,
-         witness_urls: tuple[str, ...], witness_keys: tuple[str, ...]) -> int:
+def seal(vault_dir: str, store: str | None, sessions: tuple[str, ...], signer: Signer | Ed25519PrivateKey,
+         witness_urls: tuple[str, ...], witness_keys: tuple[Verifier, ...]) -> int:
     """Write a signed checkpoint for each intact session into <vault>/seals/, and the signed vault index.
 
     Exit 1 when a session is broken or refused (its file changed under an earlier checkpoint).
@@ -70,10 +70,9 @@ def seal(vault_dir: str, store: str | None, sessions: tuple[str, ...], key_path:
     """
     vault = pulled_vault(store, vault_dir, list(sessions) or None)
     names = list(sessions) or vault.sessions()
-    if Path(key_path).is_file() and Path(key_path).read_bytes().startswith(b"-----BEGIN"):
-        return _legacy_seal(vault, names, key_path)
-    signer = load_signer(key_path)
-    keys = [load_verifier(k) for k in witness_keys]
+    if isinstance(signer, Ed25519PrivateKey):
+        return _legacy_seal(vault, names, signer)
+    keys = list(witness_keys)
     clients = [WitnessClient(u, keys[i] if i < len(keys) else None) for i, u in enumerate(witness_urls)]
     trees = {}
     broken = 0
@@ -97,9 +96,8 @@ def seal(vault_dir: str, store: str | None, sessions: tuple[str, ...], key_path:
     return 1 if broken else 0
 
 
-def _legacy_seal(vault: Vault, names: list[str], key_path: str) -> int:
+def _legacy_seal(vault: Vault, names: list[str], key: Ed25519PrivateKey) -> int:
     """The connector-journal-seal/1 `.seal` files of journal/seal.py (kept so old set-ups keep working)."""
-    key = load_private_key(key_path)
     broken = 0
     for s in names:
         vault.require_session(s)

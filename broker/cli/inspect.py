@@ -4,20 +4,12 @@ from __future__ import annotations
 
 import ipaddress
 import secrets
-import socket
 import webbrowser
 
 import click
 
-from broker.audit_commands import vault_option
+from broker.cli.options import bind, parse_listen, vault_option
 from journal.vault import Vault
-
-
-def parse_listen(listen: str) -> tuple[str, int]:
-    host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit() or not host:
-        raise click.BadParameter(f"{listen!r}: give HOST:PORT, e.g. 127.0.0.1:8090", param_hint="--listen")
-    return host.strip("[]"), int(port)
 
 
 def is_loopback(host: str) -> bool:
@@ -27,17 +19,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def bind(host: str, port: int) -> socket.socket:
-    """The listening socket (bound before the server starts, so port 0 gives the real port to print)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(128)
-    sock.set_inheritable(True)
-    return sock
 
 
 @click.command()

@@ -10,7 +10,7 @@ import sys
 
 import click
 
-from broker.proxy_commands import run as run_command
+from broker.cli.proxy import run as run_command
 
 _CTX = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 _SHARED = {"listen"}  # run options that do not apply: the listeners are made inside the namespace

@@ -7,9 +7,7 @@ import sys
 
 import click
 
-from broker.audit_commands import vault_option
-from broker.seal_options import autoseal_config, seal_options
-from broker.store_options import store_option, store_or_vault
+from broker.cli.options import autoseal_config, parse_listen, seal_options, store_option, store_or_vault, vault_option
 
 _CTX = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 
@@ -129,8 +127,6 @@ def mcp(
         )
         try:
             if listen:
-                from broker.proxy_commands import parse_listen
-
                 host, port = parse_listen(listen)
                 return asyncio.run(http_relay.serve(journal, upstream, host, port, max_line=max_line, gateway=gateway))
             return asyncio.run(http_relay.run_stdio_front(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from broker.audit_commands import vault_option
+from broker.cli.options import vault_option
 from journal.search import Query, search
 from journal.summary import entry_row
 from journal.vault import Vault

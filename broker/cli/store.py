@@ -7,7 +7,7 @@ import socket
 
 import click
 
-from broker.store_options import store_option
+from broker.cli.options import store_option
 from journal.store import StoreError, open_store
 from journal.store.postgres_store import PostgresStore
 from journal.store.transfer import copy_store

@@ -1,0 +1,138 @@
+"""The options several commands share, and how each is read: one place for each.
+
+- `--vault DIR` and `--store URL` (see journal/store/): a command given `--store` (or BROKER_STORE)
+  uses it; otherwise `--vault DIR` as before. Readers of a PostgreSQL store read a temporary file vault
+  pulled from it (byte-identical lines), so the one file verifier and the existing readers run unchanged.
+- `--seal-key` and the checkpoint options `broker run` and `broker mcp` share (journal/checkpoint/autoseal.py).
+- every key option (`--seal-key`, `--witness-key`, `--log-key`, `--key`): read by journal/checkpoint/keys.py.
+- `--listen HOST:PORT` and the socket it binds.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+
+import click
+
+from journal.checkpoint.autoseal import DEFAULT_ENTRIES, DEFAULT_SECONDS, AutosealConfig
+from journal.checkpoint.keys import any_signer, any_verifier, load_signer, load_verifier
+from journal.store import is_database_url, open_store
+from journal.vault import Vault
+
+vault_option = click.option(
+    "--vault", "vault_dir", envvar="BROKER_VAULT", default="./vault", show_default=True,
+    type=click.Path(file_okay=False), help="Vault directory (also BROKER_VAULT).",
+)
+
+store_option = click.option(
+    "--store", "store", envvar="BROKER_STORE", default=None, metavar="URL",
+    help="Journal store: a vault directory or postgresql://... (also BROKER_STORE); overrides --vault.",
+)
+
+
+def store_or_vault(store: str | None, vault_dir: str) -> str:
+    """What a writer records into: the --store URL when given, else the --vault directory."""
+    return store or vault_dir
+
+
+def reading_vault(store: str | None, vault_dir: str, *, blobs: bool = True) -> Vault:
+    """A vault to read: --vault DIR, --store DIR, or a temporary pull of a --store database (removed when
+    the command ends)."""
+    if not store:
+        return Vault.open_existing(vault_dir)
+    if not is_database_url(store):
+        return Vault.open_existing(store)
+    return click.get_current_context().with_resource(open_store(store).reading_vault(blobs=blobs))
+
+
+def pulled_vault(store: str | None, vault_dir: str, sessions: list[str] | None) -> Vault:
+    """For readers that write beside the entries (replay's views): a database store's sessions are
+    first pulled into --vault DIR (only what is new), which is then read and written as usual."""
+    if not store or not is_database_url(store):
+        return Vault.open_existing(store or vault_dir)
+    from journal.store.file_store import FileStore
+    from journal.store.transfer import copy_store
+
+    db = open_store(store)
+    target = FileStore(vault_dir, create=True)
+    try:
+        copy_store(db, target, sessions=sessions)
+    finally:
+        db.close()
+    return target.vault
+
+
+class KeyParam(click.ParamType):
+    """A key option's value, parsed when the command line is (journal/checkpoint/keys.py): a file that is
+    not the key asked for stops the command with one line saying what to give, before anything runs."""
+
+    def __init__(self, parse: Callable[[str], object], metavar: str) -> None:
+        self.parse, self.name = parse, metavar
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return self.name
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> object:
+        return self.parse(value) if isinstance(value, str) else value
+
+
+def _checked_signer_path(path: str) -> str:
+    """The path, once it holds a signer key: the recording process reads the key itself."""
+    load_signer(path)
+    return path
+
+
+VERIFIER_KEY = KeyParam(load_verifier, "VKEY")
+"""A checkpoint verifier key (NAME.vkey), as a file or its text: a journal.checkpoint.note.Verifier."""
+ANY_VERIFIER_KEY = KeyParam(any_verifier, "VKEY")
+"""VERIFIER_KEY, or a legacy seal public key (.pub: an Ed25519PublicKey) that checks the old .seal files."""
+SIGNER_KEY = KeyParam(load_signer, "KEY")
+"""A checkpoint signer key file (NAME.key): a journal.checkpoint.note.Signer."""
+ANY_SIGNER_KEY = KeyParam(any_signer, "KEY")
+"""SIGNER_KEY, or a legacy PEM private key (an Ed25519PrivateKey) that writes the old .seal files."""
+SIGNER_KEY_FILE = KeyParam(_checked_signer_path, "KEY")
+"""A checkpoint signer key file, checked, kept as its path."""
+
+
+def seal_options(f: Callable) -> Callable:
+    """--seal-key (a signer key file: the recording process reads it itself), --checkpoint-entries,
+    --checkpoint-seconds and --witness, for the commands that record."""
+    f = click.option("--witness", "witness", multiple=True, metavar="URL",
+                     help="tlog-witness to cosign each checkpoint (repeatable); one that is down never blocks.")(f)
+    f = click.option("--checkpoint-seconds", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_SECONDS,
+                     show_default=True, help="With --seal-key: a checkpoint at least every T seconds.")(f)
+    f = click.option("--checkpoint-entries", type=click.IntRange(min=1), default=DEFAULT_ENTRIES, show_default=True,
+                     help="With --seal-key: a checkpoint every N entries of a session.")(f)
+    return click.option("--seal-key", type=SIGNER_KEY_FILE, default=None,
+                        help="Signer key (`broker keygen`): write checkpoints while recording and at a clean stop. "
+                        "Keep it outside the vault.")(f)
+
+
+def autoseal_config(seal_key: str | None, entries: int, seconds: float, witness: tuple[str, ...],
+                    ) -> AutosealConfig | None:
+    """The settings (the key was checked as the command line was parsed, before anything listens)."""
+    if not seal_key:
+        if witness:
+            raise click.UsageError("--witness needs --seal-key")
+        return None
+    return AutosealConfig(seal_key, entries, seconds, list(witness))
+
+
+def parse_listen(listen: str, param_hint: str = "--listen") -> tuple[str, int]:
+    """HOST:PORT (an IPv6 host in brackets) -> (host, port); a usage error naming the option otherwise."""
+    host, sep, port = listen.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise click.BadParameter(f"{listen!r}: give HOST:PORT, e.g. 127.0.0.1:8090", param_hint=param_hint)
+    return host.strip("[]"), int(port)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before the server starts, so that port 0 gives the real port to print."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
