@@ -5,6 +5,8 @@ from __future__ import annotations
 import bisect
 import itertools
 import os
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -119,3 +121,41 @@ def iter_entries(vault: Vault, session: str) -> Iterator[dict]:
             yield orjson.loads(line.data)
         except orjson.JSONDecodeError as exc:
             raise ValueError(f"{path}: line {line.index + 1} is not JSON ({exc}); run `broker verify`") from None
+
+
+class SessionTail:
+    """A vault's session lines from seq N on, for readers that follow a session as it grows (prompt links,
+    autoseal): each read resumes at the byte offset where the last one stopped rather than from the start.
+
+    Only complete lines count (a line still being written waits for the next read), and line k is taken to
+    be seq k, as it is in every intact file; the verifier is the one that checks that."""
+
+    MARKS = 1024  # sessions whose resume point is kept
+
+    def __init__(self, vault: Vault) -> None:
+        self.vault = vault
+        self._marks: OrderedDict[str, tuple[int, int]] = OrderedDict()  # session -> (lines read, byte offset)
+        self._lock = threading.Lock()
+
+    def lines_after(self, session: str, seq: int = 0) -> Iterator[bytes]:
+        """The session's lines (with their newline) after line `seq`, in order; none for a session not begun."""
+        path = self.vault.session_path(session)
+        with self._lock:
+            n, at = self._marks.get(session, (0, 0))
+        if n > seq:
+            n, at = 0, 0
+        if not path.exists():
+            return
+        for block in iter_line_blocks(path, at):
+            if block.torn:
+                return
+            for line in block.lines:
+                n += 1
+                at += len(line) + 1
+                if n > seq:
+                    yield line + b"\n"
+            with self._lock:
+                self._marks[session] = (n, at)
+                self._marks.move_to_end(session)
+                if len(self._marks) > self.MARKS:
+                    self._marks.popitem(last=False)

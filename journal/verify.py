@@ -33,7 +33,7 @@ import functools
 import hashlib
 import itertools
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -113,6 +113,30 @@ def verify_session(
         report.notes.append(f"torn tail quarantined by the writer: {q.name} ({q.stat().st_size} bytes)")
     _check_seal(report, seal, seal_key, walk.sealed_hash)
     return report
+
+
+def verify_lines(
+    session: str, lines: Iterable[bytes], *, on_entry: Callable[[dict], None] | None = None, block: int = 512,
+) -> SessionReport:
+    """The line checks of `verify_session` (canonical form, contract, hash, chain) over a session's lines
+    taken from elsewhere (a database store, journal/store/interface.py `lines_after`), each with its
+    newline. No blobs and no seal are checked: those live beside a file vault."""
+    report = SessionReport(session)
+    _Walk(session, report, None, None, on_entry).run(_blocks_of(iter(lines), block))
+    return report
+
+
+def _blocks_of(lines: Iterator[bytes], size: int) -> Iterator[LineBlock]:
+    """LineBlocks of `size` lines each (as iter_line_blocks gives a file's); a line without its newline
+    comes alone, as `torn`."""
+    while chunk := list(itertools.islice(lines, size)):
+        whole = chunk if chunk[-1].endswith(b"\n") else chunk[:-1]
+        if whole:
+            raw = b"".join(whole)
+            yield LineBlock(raw.split(b"\n")[:-1], raw)
+        if len(whole) < len(chunk):
+            yield LineBlock([], chunk[-1], chunk[-1])
+            return
 
 
 class _Walk:

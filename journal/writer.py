@@ -29,7 +29,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,6 +40,7 @@ from journal.bodies import LINE_LIMIT, fit_entry
 from journal.canonical import CanonicalError
 from journal.chain import GENESIS, LinkPieces, chain_entry, link, link_pieces
 from journal.entry import CHAINED_KEYS, ContractError, validate_fields
+from journal.reader import SessionTail
 from journal.vault import Vault, fsync_dir
 
 log = logging.getLogger(__name__)
@@ -118,6 +119,7 @@ class JournalWriter:
         self._stopped: dict[str, JournalError] = {}  # failed sessions whose files were closed
         self._lock = threading.Lock()
         self._closed = False
+        self._tail = SessionTail(self.vault)
 
     # -- public -----------------------------------------------------------------------------
 
@@ -249,6 +251,14 @@ class JournalWriter:
                 return slog.seq, slog.prev
         finally:
             self._release(slog)
+
+    def lines_after(self, session: str, seq: int = 0) -> Iterator[bytes]:
+        """The session's complete lines after seq `seq` (store protocol, journal/store/interface.py)."""
+        return self._tail.lines_after(session, seq)
+
+    def checkpoint_vault(self) -> Vault:
+        """Checkpoints of a file vault go into the vault itself."""
+        return self.vault
 
     def close(self) -> None:
         with self._lock:

@@ -20,7 +20,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from urllib.parse import urlsplit, urlunsplit
 
@@ -251,21 +251,25 @@ class PostgresStore:
         with self._pooled() as conn:
             if conn.execute("SELECT 1 FROM journal_sessions WHERE session = %s", (session,)).fetchone() is None:
                 raise StoreError(f"no session {session!r} in {self.shown}")
-            after = 0
-            while True:
-                rows = conn.execute(
-                    "SELECT seq, line FROM journal_entries WHERE session = %s AND seq > %s ORDER BY seq LIMIT %s",
-                    (session, after, PAGE),
-                ).fetchall()
-                for seq, line in rows:
-                    yield bytes(line)
-                    after = seq
-                if len(rows) < PAGE:
-                    return
+        yield from self.lines_after(session, 0)
 
     def iter_entries(self, session: str) -> Iterator[dict]:
         for line in self.iter_lines(session):
             yield orjson.loads(line)
+
+    def lines_after(self, session: str, seq: int = 0) -> Iterator[bytes]:
+        """The session's lines after seq `seq`, PAGE rows per query; nothing for a session with no entries."""
+        while True:
+            with self._pooled() as conn:
+                rows = conn.execute(
+                    "SELECT seq, line FROM journal_entries WHERE session = %s AND seq > %s ORDER BY seq LIMIT %s",
+                    (session, seq, PAGE),
+                ).fetchall()
+            for row_seq, line in rows:
+                yield bytes(line)
+                seq = row_seq
+            if len(rows) < PAGE:
+                return
 
     # -- blobs ------------------------------------------------------------------------------
 
@@ -482,6 +486,7 @@ class PostgresWriter:
         self.blobs = PostgresBlobs(store)
         self.durable = durable
         self.line_limit = line_limit
+        self.on_durable: Callable[[str, list[dict]], None] | None = None  # as JournalWriter's (autoseal)
         self.retries = 0  # lost races retried (for tests and the benchmark)
         self.commits = 0  # transactions committed
         self._conn = None
@@ -520,6 +525,13 @@ class PostgresWriter:
         self._down, self._retry_at = err, time.monotonic() + RETRY_INTERVAL
         log.error("%s", err)
         return err
+
+    def lines_after(self, session: str, seq: int = 0) -> Iterator[bytes]:
+        return self.store.lines_after(session, seq)
+
+    def checkpoint_vault(self) -> None:
+        """A database keeps no checkpoints: they go into a vault directory the operator names."""
+        return None
 
     def check_session(self, session: str) -> None:
         """Raise when an entry for `session` could not be appended now (bad id, database down)."""
@@ -680,6 +692,14 @@ class PostgresWriter:
                         _copy(conn, rows)
                 self._heard = time.monotonic()
                 self.commits += 1
+                if self.on_durable is not None:
+                    for session in sorted(groups):
+                        done = [p.entry for _, p in groups[session] if p.entry is not None]
+                        if done:
+                            try:
+                                self.on_durable(session, done)
+                            except Exception:  # noqa: BLE001 - the entries are durable; a hook must not fail them
+                                log.exception("on_durable hook failed")
                 return  # committed: with synchronous_commit on, durable
             except psycopg.Error as exc:
                 if _race(exc) and attempt < RACE_RETRIES:
