@@ -18,6 +18,7 @@ from journal.models.refs import Referencer, is_text_ref, sha256_text
 from journal.reader import iter_entries
 from journal.record import Recorder
 from journal.store.file_store import FileStore
+from journal.store.memory_store import MemoryWriter
 from journal.trajectory import trajectory
 from journal.vault import Vault
 from tests.upstreams import Upstream
@@ -216,19 +217,20 @@ def test_service_records_model_calls_and_ties_the_calls_that_follow(tmp_path, mo
     assert findings == {("not_asked_for", 3), ("not_asked_for", 5), ("not_logged", 4)}
 
 
-def test_a_restarted_service_ties_calls_to_the_model_entry_in_the_file(tmp_path):
-    vault = tmp_path / "v"
-    Service(Recorder(vault)).handle([("call", 1, _anthropic_material("s", "refs", 1, tool=("g", {})))])
-    Service(Recorder(vault)).handle([("call", 1, _gmail_material("s", 2))])
-    Service(Recorder(vault)).handle([("call", 1, _gmail_material("other", 2))])
-    e = list(iter_entries(Vault(vault), "s"))
+def test_a_restarted_service_ties_calls_to_the_model_entry_in_the_journal():
+    journal = MemoryWriter()  # each Service gets a fresh Recorder (fresh prompt links) over the same journal
+    Service(Recorder(journal)).handle([("call", 1, _anthropic_material("s", "refs", 1, tool=("g", {})))])
+    Service(Recorder(journal)).handle([("call", 1, _gmail_material("s", 2))])
+    Service(Recorder(journal)).handle([("call", 1, _gmail_material("other", 2))])
+    e = journal.entries("s")
     assert e[1]["prompt_ref"] == e[0]["hash"]
-    assert next(iter_entries(Vault(vault), "other"))["prompt_ref"] is None
+    assert journal.entries("other")[0]["prompt_ref"] is None
 
 
-def test_without_prompt_capture_nothing_changes(tmp_path):
-    Service(Recorder(tmp_path)).handle([("call", 1, _gmail_material("s", 1, mode=None))])
-    (entry,) = iter_entries(Vault(tmp_path), "s")
+def test_without_prompt_capture_nothing_changes():
+    journal = MemoryWriter()
+    Service(Recorder(journal)).handle([("call", 1, _gmail_material("s", 1, mode=None))])
+    (entry,) = journal.entries("s")
     assert entry["prompt_ref"] is None and "body_sha256" not in entry["response"]
 
 
