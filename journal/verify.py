@@ -42,7 +42,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from journal.blobstore import BlobStore, is_ref_object
 from journal.canonical import CanonicalError, canonical_value, is_canonical_line, keys_may_sort_differently
-from journal.chain import GENESIS
+from journal.chain import GENESIS, unsplice_hash
 from journal.entry import ContractError, is_valid_entry, validate_entry
 from journal.erasure import read_tombstone
 from journal.forked_call import ForkedCall, can_fork, usable_cpus
@@ -57,7 +57,6 @@ KINDS = (
     # checkpoints (journal/checkpoint/audit.py)
     "session_missing", "seal_missing", "seal_rollback", "unsealed_tail",
 )
-_HASH_KEY = b',"hash":"'
 _REF_MARK = b'"ref":"blobs/sha256/'
 
 
@@ -262,11 +261,8 @@ def _quick_entry(data: bytes, session: str, keys_ok: bool) -> dict | None:
     entry = canonical_value(data, keys_checked=keys_ok)
     if type(entry) is not dict or not is_valid_entry(entry) or entry["session"] != session:
         return None
-    # `_check_line` splices out the first `,"hash":"<hash>"`. In a canonical line of a valid entry the first
-    # `,"hash":"` is that one: the keys sorted before it (agent, capture, connector, effect) hold strings,
-    # in which `,"` cannot appear unescaped. So the same bytes are hashed.
-    at = data.find(_HASH_KEY)
-    if hashlib.sha256(data[:at] + data[at + 74 :]).hexdigest() != entry["hash"]:
+    unhashed = unsplice_hash(data, entry["hash"])  # as `_check_line` does
+    if unhashed is None or hashlib.sha256(unhashed).hexdigest() != entry["hash"]:
         return None
     return entry
 
@@ -468,8 +464,7 @@ def _check_line(data: bytes, session: str) -> dict:
     # The hash is checked before the shape: an edit that also breaks the contract is an edit.
     if isinstance(entry, dict) and isinstance(entry.get("hash"), str):
         digest = entry["hash"]
-        at = canon.find(_HASH_KEY + digest.encode() + b'"') if len(digest) == 64 else -1
-        unhashed = canon[:at] + canon[at + 74 :] if at >= 0 else None
+        unhashed = unsplice_hash(canon, digest) if len(digest) == 64 else None
         if unhashed is None or hashlib.sha256(unhashed).hexdigest() != digest:
             raise _Break("edited", f"hash does not match the content of seq {entry.get('seq')}")
     try:
