@@ -14,7 +14,6 @@ import orjson
 
 from journal.vault import Vault
 
-_READ = 1 << 20
 _BLOCK = 1 << 18  # iter_line_blocks: a block and its lines stay in the CPU caches (faster than 1 MiB here)
 
 
@@ -81,36 +80,24 @@ def _pread(fd: int, pos: int, stop: int | None) -> bytes:
     return os.pread(fd, _BLOCK if stop is None else min(_BLOCK, stop - pos), pos)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Line:
-    index: int  # 0-based line number
+    index: int  # 0-based line number (counted from `start`)
     offset: int  # byte offset in the file
     data: bytes  # the line's bytes including its final newline, if it has one
 
 
-def iter_lines(path: str | os.PathLike) -> Iterator[Line]:
-    """Yield each line with its offset, reading in blocks (never the whole file at once)."""
-    index = 0
-    offset = 0
-    rest = b""
-    with open(path, "rb") as f:
-        while True:
-            block = f.read(_READ)
-            if not block:
-                break
-            buf = rest + block if rest else block
-            start = 0
-            while True:
-                nl = buf.find(b"\n", start)
-                if nl < 0:
-                    break
-                yield Line(index, offset, buf[start : nl + 1])
-                index += 1
-                offset += nl + 1 - start
-                start = nl + 1
-            rest = buf[start:]
-    if rest:
-        yield Line(index, offset, rest)
+def iter_lines(path: str | os.PathLike, start: int = 0) -> Iterator[Line]:
+    """Yield each line from byte `start` (a line start) on with its offset: iter_line_blocks, a line at a time."""
+    index, offset = 0, start
+    for block in iter_line_blocks(path, start):
+        if block.torn:
+            yield Line(index, offset, block.torn)
+            return
+        for data in block.lines:
+            yield Line(index, offset, data + b"\n")
+            index += 1
+            offset += len(data) + 1
 
 
 def iter_entries(vault: Vault, session: str) -> Iterator[dict]:
