@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -25,6 +26,9 @@ from journal.bodies import LINE_LIMIT, fit_entry
 from journal.canonical import CanonicalError
 from journal.chain import LinkPieces, chain_entry, link, link_pieces
 from journal.entry import CHAINED_KEYS, ContractError, validate_fields
+
+if TYPE_CHECKING:
+    from journal.store.interface import BlobSink
 
 log = logging.getLogger(__name__)
 _allocate_lock = threading.Lock
@@ -120,7 +124,7 @@ def chain_group(batch: list[Pending], seq: int, prev: str, line_limit: int, rece
 class AppendPipeline:
     """`append` and `append_many` over a backend's `_acquire`, `_release` and `_commit` (see the module doc)."""
 
-    blobs: object  # the BlobSink large values are spilled to (journal/store/interface.py)
+    blobs: BlobSink  # where large values are spilled to
     line_limit: int = LINE_LIMIT
     on_durable: Callable[[str, list[dict]], None] | None = None  # each committed batch once durable (autoseal)
 
