@@ -14,6 +14,35 @@ GENESIS = "0" * 64
 """`prev` of seq 1."""
 
 
+_HASH_KEY = b',"hash":"'
+"""How the `hash` member starts in a canonical line: never first (keys sort before it), so after a comma."""
+_AFTER_HASH = b',"mcp":'
+"""The member right after `hash` in sorted order (`mcp`, a key every entry has)."""
+
+
+def hash_member(digest: str) -> bytes:
+    """The `,"hash":"<digest>"` member as it stands in a canonical line."""
+    return b"".join((_HASH_KEY, digest.encode(), b'"'))
+
+
+def splice_hash(body: bytes, digest: str) -> bytes:
+    """The canonical line of an entry from the canonical bytes of the entry without `hash` (`body`): its
+    hash member put in before `,"mcp":`. Every key sorted before `hash` (agent, capture, connector,
+    effect) holds a string, inside which `,"mcp":` can only appear escaped; so the first `,"mcp":` is the
+    top-level key."""
+    at = body.index(_AFTER_HASH)
+    return b"".join((body[:at], hash_member(digest), body[at:]))
+
+
+def unsplice_hash(line: bytes, digest: str) -> bytes | None:
+    """What `splice_hash` was given: the line (without its newline) with its `,"hash":"<digest>"` member
+    cut out, which is what the hash is computed over; None when the line holds no such member. The
+    first occurrence is the top-level member, for the reason given at `splice_hash`."""
+    member = hash_member(digest)
+    at = line.find(member)
+    return None if at < 0 else line[:at] + line[at + len(member) :]
+
+
 def entry_hash(entry: dict) -> str:
     """SHA-256 (hex) of the canonical form of the entry without its `hash` key."""
     body = {k: v for k, v in entry.items() if k != "hash"}
@@ -26,9 +55,7 @@ def chain_entry(fields: dict, seq: int, prev: str, *, orjson_ok: bool = False) -
     `orjson_ok`: the caller has established canonical.orjson_matches_jcs(fields) (adding a small
     seq and a hex prev keeps that true), so the canonical bytes come straight from orjson.
 
-    Canonicalises once without `hash` and splices the hash in. In sorted order `hash` comes right
-    before `mcp`, and every key before it (agent, capture, connector, effect) holds a string, inside
-    which `,"mcp":` can only appear escaped; so the first `,"mcp":` is the top-level key.
+    Canonicalises once without `hash` and splices the hash in (`splice_hash`).
     """
     entry = dict(fields)
     entry["seq"] = seq
@@ -37,9 +64,7 @@ def chain_entry(fields: dict, seq: int, prev: str, *, orjson_ok: bool = False) -
     body = orjson.dumps(entry, option=orjson.OPT_SORT_KEYS) if orjson_ok else canonical_bytes(entry)
     digest = hashlib.sha256(body).hexdigest()
     entry["hash"] = digest
-    at = body.index(b',"mcp":')
-    line = b"".join((body[:at], b',"hash":"', digest.encode(), b'"', body[at:], b"\n"))
-    return entry, line
+    return entry, splice_hash(body, digest) + b"\n"
 
 
 _SLOT = secrets.token_hex(16)
@@ -80,9 +105,11 @@ def link_pieces(fields: dict) -> LinkPieces | None:
         return None
     # Keys sort as "hash" < "prev" < "seq"; ',' before "hash": some key sorts before it (the splice
     # of the hash member below assumes one does).
-    if data[h - 9 : h] != b',"hash":"' or data[p - 8 : p] != b'"prev":"' or data[s - 7 : s] != b'"seq":"':
+    hk, pk, sk = _HASH_KEY, b'"prev":"', b'"seq":"'
+    if data[h - len(hk) : h] != hk or data[p - len(pk) : p] != pk or data[s - len(sk) : s] != sk:
         return None
-    return LinkPieces(data[: h - 9], data[h + n + 1 : p], data[p + n : s - 1], data[s + n + 1 :])
+    # seq is a number: its slot loses the quotes around the placeholder (one before, one after)
+    return LinkPieces(data[: h - len(hk)], data[h + n + 1 : p], data[p + n : s - 1], data[s + n + 1 :])
 
 
 def link(fields: dict, pieces: LinkPieces, seq: int, prev: str) -> tuple[dict, list[bytes]]:
@@ -99,4 +126,4 @@ def link(fields: dict, pieces: LinkPieces, seq: int, prev: str) -> tuple[dict, l
     entry["seq"] = seq
     entry["prev"] = prev
     entry["hash"] = digest
-    return entry, [a, b',"hash":"', digest.encode(), b'"', b, pv, c, sq, d, b"\n"]
+    return entry, [a, hash_member(digest), b, pv, c, sq, d, b"\n"]

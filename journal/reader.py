@@ -5,6 +5,8 @@ from __future__ import annotations
 import bisect
 import itertools
 import os
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -13,7 +15,6 @@ import orjson
 from journal.errors import InputError
 from journal.vault import Vault
 
-_READ = 1 << 20
 _BLOCK = 1 << 18  # iter_line_blocks: a block and its lines stay in the CPU caches (faster than 1 MiB here)
 
 
@@ -80,36 +81,24 @@ def _pread(fd: int, pos: int, stop: int | None) -> bytes:
     return os.pread(fd, _BLOCK if stop is None else min(_BLOCK, stop - pos), pos)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Line:
-    index: int  # 0-based line number
+    index: int  # 0-based line number (counted from `start`)
     offset: int  # byte offset in the file
     data: bytes  # the line's bytes including its final newline, if it has one
 
 
-def iter_lines(path: str | os.PathLike) -> Iterator[Line]:
-    """Yield each line with its offset, reading in blocks (never the whole file at once)."""
-    index = 0
-    offset = 0
-    rest = b""
-    with open(path, "rb") as f:
-        while True:
-            block = f.read(_READ)
-            if not block:
-                break
-            buf = rest + block if rest else block
-            start = 0
-            while True:
-                nl = buf.find(b"\n", start)
-                if nl < 0:
-                    break
-                yield Line(index, offset, buf[start : nl + 1])
-                index += 1
-                offset += nl + 1 - start
-                start = nl + 1
-            rest = buf[start:]
-    if rest:
-        yield Line(index, offset, rest)
+def iter_lines(path: str | os.PathLike, start: int = 0) -> Iterator[Line]:
+    """Yield each line from byte `start` (a line start) on with its offset: iter_line_blocks, a line at a time."""
+    index, offset = 0, start
+    for block in iter_line_blocks(path, start):
+        if block.torn:
+            yield Line(index, offset, block.torn)
+            return
+        for data in block.lines:
+            yield Line(index, offset, data + b"\n")
+            index += 1
+            offset += len(data) + 1
 
 
 def iter_entries(vault: Vault, session: str) -> Iterator[dict]:
@@ -120,3 +109,41 @@ def iter_entries(vault: Vault, session: str) -> Iterator[dict]:
             yield orjson.loads(line.data)
         except orjson.JSONDecodeError as exc:
             raise InputError(f"{path}: line {line.index + 1} is not JSON ({exc}); run `broker verify`") from None
+
+
+class SessionTail:
+    """A vault's session lines from seq N on, for readers that follow a session as it grows (prompt links,
+    autoseal): each read resumes at the byte offset where the last one stopped rather than from the start.
+
+    Only complete lines count (a line still being written waits for the next read), and line k is taken to
+    be seq k, as it is in every intact file; the verifier is the one that checks that."""
+
+    MARKS = 1024  # sessions whose resume point is kept
+
+    def __init__(self, vault: Vault) -> None:
+        self.vault = vault
+        self._marks: OrderedDict[str, tuple[int, int]] = OrderedDict()  # session -> (lines read, byte offset)
+        self._lock = threading.Lock()
+
+    def lines_after(self, session: str, seq: int = 0) -> Iterator[bytes]:
+        """The session's lines (with their newline) after line `seq`, in order; none for a session not begun."""
+        path = self.vault.session_path(session)
+        with self._lock:
+            n, at = self._marks.get(session, (0, 0))
+        if n > seq:
+            n, at = 0, 0
+        if not path.exists():
+            return
+        for block in iter_line_blocks(path, at):
+            if block.torn:
+                return
+            for line in block.lines:
+                n += 1
+                at += len(line) + 1
+                if n > seq:
+                    yield line + b"\n"
+            with self._lock:
+                self._marks[session] = (n, at)
+                self._marks.move_to_end(session)
+                if len(self._marks) > self.MARKS:
+                    self._marks.popitem(last=False)

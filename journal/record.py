@@ -216,7 +216,8 @@ class Recorder:
         if autoseal is not None:
             from journal.checkpoint.autoseal import Autosealer
 
-            self.autosealer = Autosealer(self.writer.vault, autoseal)
+            home = autoseal.home(self.writer.checkpoint_vault())
+            self.autosealer = Autosealer(home, autoseal, source=self.writer)
             self.writer.on_durable = self.autosealer.appended
         self.blobs = self.writer.blobs
         self.spill_threshold = spill_threshold

@@ -33,7 +33,7 @@ import functools
 import hashlib
 import itertools
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -42,7 +42,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from journal.blobstore import BlobStore, is_ref_object
 from journal.canonical import CanonicalError, canonical_value, is_canonical_line, keys_may_sort_differently
-from journal.chain import GENESIS
+from journal.chain import GENESIS, unsplice_hash
 from journal.entry import ContractError, is_valid_entry, validate_entry
 from journal.erasure import read_tombstone
 from journal.forked_call import ForkedCall, can_fork, usable_cpus
@@ -57,7 +57,6 @@ KINDS = (
     # checkpoints (journal/checkpoint/audit.py)
     "session_missing", "seal_missing", "seal_rollback", "unsealed_tail",
 )
-_HASH_KEY = b',"hash":"'
 _REF_MARK = b'"ref":"blobs/sha256/'
 
 
@@ -113,6 +112,30 @@ def verify_session(
         report.notes.append(f"torn tail quarantined by the writer: {q.name} ({q.stat().st_size} bytes)")
     _check_seal(report, seal, seal_key, walk.sealed_hash)
     return report
+
+
+def verify_lines(
+    session: str, lines: Iterable[bytes], *, on_entry: Callable[[dict], None] | None = None, block: int = 512,
+) -> SessionReport:
+    """The line checks of `verify_session` (canonical form, contract, hash, chain) over a session's lines
+    taken from elsewhere (a database store, journal/store/interface.py `lines_after`), each with its
+    newline. No blobs and no seal are checked: those live beside a file vault."""
+    report = SessionReport(session)
+    _Walk(session, report, None, None, on_entry).run(_blocks_of(iter(lines), block))
+    return report
+
+
+def _blocks_of(lines: Iterator[bytes], size: int) -> Iterator[LineBlock]:
+    """LineBlocks of `size` lines each (as iter_line_blocks gives a file's); a line without its newline
+    comes alone, as `torn`."""
+    while chunk := list(itertools.islice(lines, size)):
+        whole = chunk if chunk[-1].endswith(b"\n") else chunk[:-1]
+        if whole:
+            raw = b"".join(whole)
+            yield LineBlock(raw.split(b"\n")[:-1], raw)
+        if len(whole) < len(chunk):
+            yield LineBlock([], chunk[-1], chunk[-1])
+            return
 
 
 class _Walk:
@@ -238,11 +261,8 @@ def _quick_entry(data: bytes, session: str, keys_ok: bool) -> dict | None:
     entry = canonical_value(data, keys_checked=keys_ok)
     if type(entry) is not dict or not is_valid_entry(entry) or entry["session"] != session:
         return None
-    # `_check_line` splices out the first `,"hash":"<hash>"`. In a canonical line of a valid entry the first
-    # `,"hash":"` is that one: the keys sorted before it (agent, capture, connector, effect) hold strings,
-    # in which `,"` cannot appear unescaped. So the same bytes are hashed.
-    at = data.find(_HASH_KEY)
-    if hashlib.sha256(data[:at] + data[at + 74 :]).hexdigest() != entry["hash"]:
+    unhashed = unsplice_hash(data, entry["hash"])  # as `_check_line` does
+    if unhashed is None or hashlib.sha256(unhashed).hexdigest() != entry["hash"]:
         return None
     return entry
 
@@ -444,8 +464,7 @@ def _check_line(data: bytes, session: str) -> dict:
     # The hash is checked before the shape: an edit that also breaks the contract is an edit.
     if isinstance(entry, dict) and isinstance(entry.get("hash"), str):
         digest = entry["hash"]
-        at = canon.find(_HASH_KEY + digest.encode() + b'"') if len(digest) == 64 else -1
-        unhashed = canon[:at] + canon[at + 74 :] if at >= 0 else None
+        unhashed = unsplice_hash(canon, digest) if len(digest) == 64 else None
         if unhashed is None or hashlib.sha256(unhashed).hexdigest() != digest:
             raise _Break("edited", f"hash does not match the content of seq {entry.get('seq')}")
     try:

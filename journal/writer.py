@@ -29,29 +29,33 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
 
+from journal.append_pipeline import (
+    DEDUPE_BYTES,
+    DEDUPE_LINES,
+    AppendPipeline,
+    JournalError,
+    Lane,
+    Pending,
+    Recent,
+    chain_group,
+    recent_fields,
+)
 from journal.blobstore import BlobStore
-from journal.bodies import LINE_LIMIT, fit_entry
-from journal.canonical import CanonicalError
-from journal.chain import GENESIS, LinkPieces, chain_entry, link, link_pieces
-from journal.entry import CHAINED_KEYS, ContractError, validate_fields
-from journal.errors import BrokerError
+from journal.bodies import LINE_LIMIT
+from journal.chain import GENESIS
+from journal.reader import SessionTail
 from journal.vault import Vault, fsync_dir
 
 log = logging.getLogger(__name__)
-_allocate_lock = threading.Lock
 _TAIL_BLOCK = 1 << 16
-DEDUPE_LINES = 512
-DEDUPE_BYTES = 64 << 20
-
-
-class JournalError(BrokerError):
-    """The journal could not take an entry; the message says why."""
+__all__ = ["DEDUPE_BYTES", "DEDUPE_LINES", "JournalCorrupt", "JournalError", "JournalStopped", "JournalWriter",
+           "Recovery"]
 
 
 class JournalStopped(JournalError):
@@ -70,39 +74,21 @@ class Recovery:
     torn_bytes: int
 
 
-class _Pending:
-    """One entry on its way: prepared in the caller's thread, chained and written by a leader."""
+class _SessionLog(Lane):
+    """A session file's lane: its descriptor and what this writer knows of its tail."""
 
-    __slots__ = ("fields", "pieces", "dedupe", "entry", "error", "wake", "after")
-
-    def __init__(self, fields: dict, pieces: LinkPieces | None) -> None:
-        self.fields = fields
-        self.pieces = pieces
-        self.dedupe = False
-        self.entry: dict | None = None
-        self.error: BaseException | None = None
-        self.wake: threading.Lock | None = None  # held while a follower waits; its leader releases it
-        self.after: threading.Lock | None = None  # the next follower's lock, released once woken
+    def __init__(self, session: str, path: Path, fd: int) -> None:
+        super().__init__()
+        self.session, self.path, self.fd = session, path, fd
+        self.seq = -1  # -1: tail not read yet
+        self.prev = GENESIS
+        self.end = -1
+        self.users = 0  # threads between _acquire and _release; only idle files are closed
 
 
-@dataclass
-class _SessionLog:
-    session: str
-    path: Path
-    fd: int
-    mutex: threading.Lock = field(default_factory=threading.Lock)  # guards pending, forming, failed
-    io: threading.Lock = field(default_factory=threading.Lock)  # held by the group being written and synced
-    pending: list[_Pending] = field(default_factory=list)  # the group forming
-    forming: bool = False  # the forming group has a leader (its first entry's thread)
-    seq: int = -1  # -1: tail not read yet
-    prev: str = GENESIS
-    end: int = -1
-    failed: JournalError | None = None
-    users: int = 0  # threads between _acquire and _release; only idle files are closed
-
-
-class JournalWriter:
-    """Appends entries to a vault's session files. Thread-safe; one per process is enough."""
+class JournalWriter(AppendPipeline):
+    """Appends entries to a vault's session files (the storage part of journal/append_pipeline.py).
+    Thread-safe; one per process is enough."""
 
     def __init__(
         self, vault: Vault | str | os.PathLike, *, line_limit: int = LINE_LIMIT, durable: bool = True,
@@ -119,113 +105,9 @@ class JournalWriter:
         self._stopped: dict[str, JournalError] = {}  # failed sessions whose files were closed
         self._lock = threading.Lock()
         self._closed = False
+        self._tail = SessionTail(self.vault)
 
-    # -- public -----------------------------------------------------------------------------
-
-    def append(self, fields: dict, *, dedupe: bool = False) -> dict:
-        """Chain `fields` (the eleven capture-point keys) into their session; return the durable entry.
-
-        `dedupe`: the same call may already have been appended by another process that died before
-        saying so (a recording service killed after its fsync): if one of the session's last entries
-        holds exactly these fields, that entry is returned and nothing is appended."""
-        mine = self._pending(fields)
-        mine.dedupe = dedupe
-        slog = self._acquire(fields["session"])
-        try:
-            self._append(slog, [mine])
-        finally:
-            self._release(slog)
-        return self._result(mine)
-
-    def append_many(self, batch: list[dict]) -> list[dict | JournalError | ContractError]:
-        """Append several entries, one write and one fsync per session; per item, the durable entry
-        or the error that kept it out. For a single-threaded caller (the recording service) that
-        has a whole batch at hand: threads calling `append` get the same grouping by waiting."""
-        results: list[dict | JournalError | ContractError] = [None] * len(batch)  # type: ignore[list-item]
-        groups: dict[str, list[tuple[int, _Pending]]] = {}
-        for i, fields in enumerate(batch):
-            try:
-                groups.setdefault(fields["session"], []).append((i, self._pending(fields)))
-            except (ContractError, JournalError) as exc:
-                results[i] = exc
-            except Exception as exc:  # noqa: BLE001 - one entry's fields fail that entry alone
-                results[i] = ContractError(f"entry refused: {type(exc).__name__}: {exc}")
-        for session, items in groups.items():
-            try:
-                slog = self._acquire(session)
-            except JournalError as exc:
-                for i, _ in items:
-                    results[i] = exc
-                continue
-            except Exception as exc:  # noqa: BLE001 - a session that cannot name a file fails its entries alone
-                for i, _ in items:
-                    results[i] = JournalError(f"entry refused: {type(exc).__name__}: {exc}")
-                continue
-            try:
-                self._append(slog, [p for _, p in items])
-            except JournalError as exc:
-                for _, p in items:
-                    if p.entry is None and p.error is None:
-                        p.error = exc
-            finally:
-                self._release(slog)
-            for i, p in items:
-                results[i] = p.error if p.error is not None else p.entry  # type: ignore[assignment]
-        return results
-
-    def _pending(self, fields: dict) -> _Pending:
-        """Everything about an entry that does not depend on its place in the chain, done in the
-        caller's thread (in parallel with the group being synced): the contract check, the line
-        limit and the canonical form with seq/prev/hash left open. The leader then only links."""
-        validate_fields(fields)
-        fields = fit_entry(fields, self.blobs, self.line_limit)
-        try:
-            return _Pending(fields, link_pieces(fields))
-        except CanonicalError as exc:
-            raise ContractError(f"entry has no canonical form: {exc}") from None
-
-    def _append(self, slog: _SessionLog, mine: list[_Pending]) -> None:
-        """Queue `mine` and return once they are committed (or failed).
-
-        Group commit, one leader per group: the thread whose entry opens a group leads it. It waits
-        for the previous group's sync (`io`), takes the whole group, writes it with one write and
-        one fdatasync, then wakes exactly its group's followers, each on its own lock (no broadcast
-        that wakes every waiting thread to find most still waiting). While a group syncs (the GIL
-        is released), the next one forms and its leader waits at `io`.
-        """
-        with slog.mutex:
-            if slog.failed:
-                raise slog.failed
-            slog.pending.extend(mine)
-            leader = not slog.forming
-            if leader:
-                slog.forming = True
-            else:
-                wake = mine[-1].wake = _allocate_lock()
-                wake.acquire()
-        if not leader:
-            _wait_turn(wake, mine[-1])
-            return
-        interrupted = _acquire_fully(slog.io)  # the previous group's sync
-        try:
-            with slog.mutex:
-                batch, slog.pending = slog.pending, []
-                slog.forming = False
-            try:
-                self._commit(slog, batch)
-            except BaseException as exc:  # never leave followers waiting
-                for p in batch:
-                    if p.entry is None and p.error is None:
-                        p.error = exc
-                raise
-            finally:
-                first = _link_followers(batch)
-                if first is not None:
-                    first.release()
-        finally:
-            slog.io.release()
-        if interrupted is not None:
-            raise interrupted
+    # -- public (append and append_many: journal/append_pipeline.py) ----------------------------
 
     def check_session(self, session: str) -> None:
         """Raise JournalError if an entry for `session` could not be appended now (the file cannot be
@@ -251,6 +133,14 @@ class JournalWriter:
         finally:
             self._release(slog)
 
+    def lines_after(self, session: str, seq: int = 0) -> Iterator[bytes]:
+        """The session's complete lines after seq `seq` (store protocol, journal/store/interface.py)."""
+        return self._tail.lines_after(session, seq)
+
+    def checkpoint_vault(self) -> Vault:
+        """Checkpoints of a file vault go into the vault itself."""
+        return self.vault
+
     def close(self) -> None:
         with self._lock:
             self._closed = True
@@ -268,13 +158,6 @@ class JournalWriter:
         self.close()
 
     # -- internals ----------------------------------------------------------------------------
-
-    @staticmethod
-    def _result(p: _Pending) -> dict:
-        if p.error is not None:
-            raise p.error
-        assert p.entry is not None
-        return p.entry
 
     def _acquire(self, session: str) -> _SessionLog:
         """The open log of a session (opening its file if needed), marked in use until _release."""
@@ -321,7 +204,7 @@ class JournalWriter:
                 pass
             excess -= 1
 
-    def _commit(self, slog: _SessionLog, batch: list[_Pending]) -> None:
+    def _commit(self, slog: _SessionLog, batch: list[Pending]) -> None:  # type: ignore[override]
         if slog.failed:
             for p in batch:
                 p.error = slog.failed
@@ -330,33 +213,8 @@ class JournalWriter:
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             self._sync_tail(slog)
-            seq, prev = slog.seq, slog.prev
-            parts: list[bytes] = []
-            chained: list[_Pending] = []
-            recent = self._recent_fields(slog) if any(p.dedupe for p in batch) else []
-            for p in batch:
-                if p.dedupe:
-                    mine = orjson.loads(orjson.dumps(p.fields))  # as it would read back from the file
-                    twin = next((e for f, e in recent if f == mine), None)
-                    if twin is not None:
-                        p.entry = twin
-                        continue
-                try:
-                    if p.pieces is not None:
-                        entry, line_parts = link(p.fields, p.pieces, seq + 1, prev)
-                    else:
-                        entry, line = chain_entry(p.fields, seq + 1, prev)
-                        line_parts = [line]
-                    size = sum(map(len, line_parts))
-                    if size > self.line_limit:
-                        raise JournalError(f"entry line is {size} bytes, over the {self.line_limit} limit")
-                except Exception as exc:  # noqa: BLE001 - one entry that cannot be chained fails alone
-                    p.error = exc if isinstance(exc, JournalError) else JournalError(f"entry refused: {exc}")
-                    continue
-                seq, prev = entry["seq"], entry["hash"]
-                p.entry = entry
-                parts += line_parts
-                chained.append(p)
+            recent = self._recent_fields(slog) if any(p.dedupe for p in batch) else None
+            parts, chained, seq, prev = chain_group(batch, slog.seq, slog.prev, self.line_limit, recent)
             if not parts:
                 return
             data = b"".join(parts)
@@ -377,13 +235,10 @@ class JournalWriter:
             slog.seq, slog.prev, slog.end = seq, prev, slog.end + len(data)
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
-        if self.on_durable is not None and not slog.failed:
-            try:
-                self.on_durable(slog.session, [p.entry for p in chained if p.entry is not None])
-            except Exception:  # noqa: BLE001 - the entries are durable; a hook must not fail them
-                log.exception("on_durable hook failed")
+        if not slog.failed:
+            self._durable(slog.session, chained)
 
-    def _write_failed(self, slog: _SessionLog, chained: list[_Pending], why: str) -> None:
+    def _write_failed(self, slog: _SessionLog, chained: list[Pending], why: str) -> None:
         """A write that failed before any fsync (a full disk, a quota): the partial bytes are cut off
         again, so the file is exactly as it was and the next batch can try (once space is free).
         Only when the cut itself fails is the session stopped."""
@@ -398,7 +253,7 @@ class JournalWriter:
             p.entry = None
             p.error = err
 
-    def _fail(self, slog: _SessionLog, chained: list[_Pending], why: str) -> None:
+    def _fail(self, slog: _SessionLog, chained: list[Pending], why: str) -> None:
         err = JournalStopped(f"{why}; session {slog.session!r} is stopped, no further entries are accepted")
         log.error("%s", err)
         slog.failed = err
@@ -406,25 +261,15 @@ class JournalWriter:
             p.entry = None
             p.error = err
 
-    def _recent_fields(self, slog: _SessionLog) -> list[tuple[dict, dict]]:
-        """(fields without seq/prev/hash, entry) of the session's last entries, newest first: at most
-        DEDUPE_LINES lines or DEDUPE_BYTES bytes back from the end (a dead service's last batch)."""
+    def _recent_fields(self, slog: _SessionLog) -> Recent:
+        """The dedupe view of the session's last entries, newest first: at most DEDUPE_LINES lines or
+        DEDUPE_BYTES bytes back from the end (a dead service's last batch)."""
         start = max(0, slog.end - DEDUPE_BYTES)
         data = os.pread(slog.fd, slog.end - start, start) if slog.end > 0 else b""
         lines = data.split(b"\n")
         if start > 0:
             lines = lines[1:]  # the first piece may be the end of a longer line
-        out = []
-        for line in reversed(lines[-DEDUPE_LINES - 1 :]):
-            if not line:
-                continue
-            try:
-                entry = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                continue
-            if isinstance(entry, dict):
-                out.append(({k: v for k, v in entry.items() if k not in CHAINED_KEYS}, entry))
-        return out
+        return recent_fields(reversed(lines[-DEDUPE_LINES - 1 :]))
 
     def _sync_tail(self, slog: _SessionLog) -> None:
         """Under the flock: make (seq, prev, end) match the file, recovering a torn tail."""
@@ -473,48 +318,6 @@ class JournalWriter:
             "session %r: torn last line (%d bytes) moved to %s and the file truncated to its last "
             "complete entry", slog.session, len(torn), qpath,
         )
-
-
-def _link_followers(batch: list[_Pending]) -> threading.Lock | None:
-    """Chain the followers of a committed group, each to wake the next; the first one's lock."""
-    first = last = None
-    for p in batch:
-        if p.wake is not None:
-            if last is None:
-                first = p.wake
-            else:
-                last.after = p.wake
-            last = p
-    return first
-
-
-def _wait_turn(wake: threading.Lock, mine: _Pending) -> None:
-    """Wait until our group is committed, then wake the next follower of the group.
-
-    Followers are woken one after another rather than all at once: a woken thread first needs the
-    GIL, so waking 60 threads at once makes 60 threads fight for it (and preempt the thread that
-    holds it) to run one at a time anyway. Woken by its predecessor as that one starts to run, each
-    is ready by the time the GIL is free.
-    """
-    interrupted = _acquire_fully(wake)
-    if mine.after is not None:
-        mine.after.release()
-    if interrupted is not None:
-        raise interrupted
-
-
-def _acquire_fully(lock: threading.Lock) -> BaseException | None:
-    """Acquire `lock` even through interrupts (KeyboardInterrupt in the main thread); return the
-    interrupt, for the caller to raise once its part is done: a leader that left or a follower that
-    did not pass the turn on would leave the other threads of its session waiting for ever, and a
-    follower returning early would report an entry that may not be durable yet."""
-    interrupted: BaseException | None = None
-    while True:
-        try:
-            lock.acquire()
-            return interrupted
-        except BaseException as exc:  # noqa: BLE001 - handed back to be raised
-            interrupted = exc
 
 
 def _rfind_byte(fd: int, end: int, byte: int) -> int:

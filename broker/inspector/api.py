@@ -8,8 +8,6 @@ shows itself.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import re
 
@@ -18,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, Response, StreamingResponse
 
 from journal.errors import BrokerError
+from journal.export.recorded_body import BlobUnavailable, BodyUndecodable, body_kind, decode_body, header
 from journal.replay.labels import resource_id, title
 from journal.replay.plan import plan_dict
 from journal.search import Query, search
@@ -211,15 +210,17 @@ class Api:
         if entry is None or not isinstance(entry.get(part), dict):
             raise ApiError(404, f"session {sid!r} has no readable line {n}")
         body = entry[part].get("body")
-        if isinstance(body, dict) and set(body) == {"base64"} and isinstance(body["base64"], str):
-            try:
-                payload, ext = base64.b64decode(body["base64"], validate=True), "bin"
-            except (binascii.Error, ValueError):
-                raise ApiError(422, "the recorded base64 body does not decode") from None
-        elif isinstance(body, str):
-            payload, ext = body.encode("utf-8", errors="surrogatepass"), "txt"
-        else:
+        ctype = header(entry[part].get("headers") or [], "content-type")
+        if body_kind(body, ctype) in ("json", "empty"):  # as recorded, indented (spilled strings stay references)
             payload, ext = orjson.dumps(body, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS), "json"
+        else:
+            try:
+                payload, kind = decode_body(body, ctype, self.vault)
+            except BodyUndecodable as exc:
+                raise ApiError(422, str(exc)) from None
+            except BlobUnavailable as exc:
+                raise ApiError(404, str(exc)) from None
+            ext = "txt" if kind == "text" else "bin"
         return Response(payload, media_type="application/octet-stream", headers={
             "content-disposition": f'attachment; filename="seq-{n}-{part}.{ext}"', "cache-control": "no-store",
             "x-body-sha256": hashlib.sha256(payload).hexdigest(),

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import re
 import secrets
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
@@ -54,13 +53,13 @@ from broker.mcp.relay import (
 )
 from broker.mcp.upstream import UpstreamPool, UpstreamResponse
 from journal.record import principal_fingerprint, text_pairs, wire_text
+from journal.sse import event_fields, event_with_data, split_events
 from journal.vault import SessionIdError, session_filename
 
 HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
     "transfer-encoding", "upgrade", "host", "content-length", "accept-encoding",
 })  # fmt: skip
-_EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
 SESSION_HEADER = "mcp-session-id"
 _NOT_FOR_OWN = frozenset({"mcp-method", "mcp-name", "content-type", "accept"})  # set anew on the shim's tools/list
 
@@ -68,37 +67,6 @@ _NOT_FOR_OWN = frozenset({"mcp-method", "mcp-name", "content-type", "accept"})  
 def principal_for(headers: list[tuple[str, str]], url: str, fixed: str) -> str:
     """--principal when given, else the broker's fingerprint of the client's credential."""
     return fixed or principal_fingerprint(headers, url)
-
-
-# -- server-sent events ---------------------------------------------------------------------------
-
-
-def split_events(buf: bytearray) -> list[bytes]:
-    """Take every complete event (with its blank-line terminator) off the front of `buf`."""
-    events = []
-    while True:
-        m = _EVENT_END.search(buf)
-        if m is None:
-            return events
-        events.append(bytes(buf[: m.end()]))
-        del buf[: m.end()]
-
-
-def event_fields(event: bytes) -> tuple[str, bytes]:
-    """(event type, data) of one event; data lines are joined with newlines."""
-    kind, data = "message", []
-    for line in re.split(rb"\r\n|\n|\r", event):
-        if line.startswith(b"data:"):
-            data.append(line[5:].removeprefix(b" "))
-        elif line.startswith(b"event:"):
-            kind = wire_text(line[6:]).strip()
-    return kind, b"\n".join(data)
-
-
-def event_with_data(event: bytes, data: bytes) -> bytes:
-    """The same event with its data replaced (keeps id:, event:, retry: lines)."""
-    lines = [ln for ln in re.split(rb"\r\n|\n|\r", event) if ln and not ln.startswith(b"data:")]
-    return b"\n".join([*lines, b"data: " + data]) + b"\n\n"
 
 
 # -- the reverse proxy ----------------------------------------------------------------------------

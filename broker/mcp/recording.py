@@ -425,8 +425,7 @@ class CallJournal:
 
     def _prompt_ref(self, call: PendingCall) -> str | None:
         msg = call.message
-        vault = getattr(self.recorder.writer, "vault", None)  # the exact tie reads a file vault's session
-        return None if vault is None else tool_call_prompt_ref(  # docs/prompts.md: asked for, exactly
-            vault, call.session or self.identity.session, call.method,
+        return tool_call_prompt_ref(  # docs/prompts.md: asked for, exactly (any store: its writer reads it)
+            self.recorder.writer, call.session or self.identity.session, call.method,
             msg.value.get("params") if msg.strict and isinstance(msg.value, dict) else None,
         )

@@ -7,8 +7,12 @@ for them, and a witness that is down only delays its cosignature (reported in th
 `note_gap` takes the declared coverage (calls the capture point did not record), which goes into the
 signed vault index with the next round.
 
-A session seen for the first time in this process has its tree built from its file once (the chain
-verified as it is read). The key is read from its file into memory at start and never written
+A session seen for the first time in this process has its tree built from its entries once (the chain
+verified as it is read), read through the store protocol (`lines_after`, journal/store/interface.py):
+the journal may be a file vault or a database, while the checkpoints always go into a vault directory
+(`home`: the file vault itself, or the one named for a database store).
+
+The key is read from its file into memory at start and never written
 anywhere: not into the vault, a log line or a temp file.
 
 Defaults: `DEFAULT_ENTRIES` entries or `DEFAULT_SECONDS` seconds, whichever comes first.
@@ -22,14 +26,16 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from journal.checkpoint.audit import session_tree
 from journal.checkpoint.checkpoint import session_stem
 from journal.checkpoint.merkle import MerkleTree
 from journal.checkpoint.note import Signer, load_signer, load_verifier
 from journal.checkpoint.sealer import Sealer
 from journal.checkpoint.witness import WitnessClient
 from journal.errors import InputError
+from journal.reader import SessionTail
+from journal.store.interface import SessionLines
 from journal.vault import SessionIdError, Vault
+from journal.verify import verify_lines
 
 log = logging.getLogger(__name__)
 DEFAULT_ENTRIES = 1000
@@ -43,11 +49,14 @@ class AutosealConfig:
     seconds: float = DEFAULT_SECONDS
     witnesses: list[str] = field(default_factory=list)
     witness_keys: list[str] = field(default_factory=list)
+    vault_dir: str = ""  # where the checkpoints go when the journal is a database store (a file vault: itself)
 
     def service_args(self) -> list[str]:
         """The same settings as `python -m broker.proxy.service` options (the key's path, never the key)."""
         args = ["--seal-key", self.key_path, "--checkpoint-entries", str(self.entries),
                 "--checkpoint-seconds", str(self.seconds)]
+        if self.vault_dir:
+            args += ["--checkpoint-vault", self.vault_dir]
         for u in self.witnesses:
             args += ["--witness", u]
         for k in self.witness_keys:
@@ -61,19 +70,36 @@ class AutosealConfig:
         p.add_argument("--checkpoint-seconds", type=float, default=DEFAULT_SECONDS)
         p.add_argument("--witness", action="append", default=[])
         p.add_argument("--witness-key", action="append", default=[])
+        p.add_argument("--checkpoint-vault", default="", help="vault directory for the checkpoints of a database store")
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> AutosealConfig | None:
         if not ns.seal_key:
             return None
-        return cls(ns.seal_key, ns.checkpoint_entries, ns.checkpoint_seconds, ns.witness, ns.witness_key)
+        return cls(ns.seal_key, ns.checkpoint_entries, ns.checkpoint_seconds, ns.witness, ns.witness_key,
+                   ns.checkpoint_vault)
+
+    def home(self, journal_home: Vault | None) -> Vault:
+        """The vault the checkpoints go into: the journal's own (a file vault), else `vault_dir`."""
+        if journal_home is not None:
+            return journal_home
+        if not self.vault_dir:
+            from journal.store.interface import StoreError
+
+            raise StoreError("a database store keeps no checkpoints: name a vault directory for them "
+                             "(AutosealConfig.vault_dir, --checkpoint-vault DIR); `broker verify --store URL "
+                             "--vault DIR --seal-key PUB` then checks them")
+        return Vault.create(self.vault_dir)
 
 
 class Autosealer:
-    def __init__(self, vault: Vault, config: AutosealConfig, signer: Signer | None = None) -> None:
+    def __init__(self, vault: Vault, config: AutosealConfig, signer: Signer | None = None, *,
+                 source: SessionLines | None = None) -> None:
+        """`vault`: where the checkpoints go; `source`: where the entries are read (default: that vault)."""
         if config.entries < 1 or config.seconds <= 0:
             raise InputError("--checkpoint-entries must be >= 1 and --checkpoint-seconds > 0")
         self.vault = vault
+        self.source: SessionLines = source if source is not None else SessionTail(vault)
         self.config = config
         signer = signer or load_signer(config.key_path)
         keys = [load_verifier(k) for k in config.witness_keys]
@@ -164,7 +190,9 @@ class Autosealer:
             self._unsealed[session] = self._unsealed.get(session, 0) + 1
 
     def _load(self, session: str) -> MerkleTree | None:
-        report, tree = session_tree(self.vault, session, check_blobs=False)
+        tree = MerkleTree()
+        report = verify_lines(session, self.source.lines_after(session),
+                              on_entry=lambda entry: tree.append(bytes.fromhex(entry["hash"])))
         if not report.intact and report.kind != "torn_tail":  # a line being written is no damage
             self._problem(f"{session}: not sealed: the file is broken at seq {report.broken_at_seq} "
                           f"({report.kind}); run `broker verify`")

@@ -22,7 +22,15 @@ from journal.blobstore import is_ref_object
 from journal.bodies import is_binary_type
 from journal.canonical import canonical_bytes
 from journal.export.fixture import chain_verdict, read_entries
-from journal.export.recorded_body import header, http_request_view, inline_json, is_base64_body, read_blob, spilled_refs
+from journal.export.recorded_body import (
+    base64_bytes,
+    header,
+    http_request_view,
+    inline_json,
+    is_base64_body,
+    read_blob,
+    spilled_refs,
+)
 from journal.vault import Vault
 from journal.verify import verify_session
 
@@ -77,7 +85,7 @@ def har_body(body: object, content_type: str | None, vault: Vault, inline_blobs:
         out.update(text=body, size=len(body.encode("utf-8", "surrogatepass")))
         return out
     if is_base64_body(body, content_type):
-        data = base64.b64decode(body["base64"])  # type: ignore[index]
+        data = base64_bytes(body)  # type: ignore[arg-type]
         out.update(text=body["base64"], encoding="base64", size=len(data))  # type: ignore[index]
         return out
     refs = spilled_refs(body)

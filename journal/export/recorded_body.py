@@ -10,7 +10,9 @@ JSON body are not recorded, only its value, so a JSON body comes back in its RFC
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
+from typing import Literal, NamedTuple
 
 from journal.blobstore import is_ref_object
 from journal.bodies import is_json_type
@@ -20,6 +22,34 @@ from journal.vault import Vault, VaultError
 
 class BlobUnavailable(VaultError):
     """A body needs a blob that is missing or does not hold the bytes its name says."""
+
+
+class BodyUndecodable(VaultError):
+    """A recorded `{"base64": ...}` body that is not base64 (the broker never writes one: the entry was edited)."""
+
+
+BodyKind = Literal["empty", "blob", "text", "base64", "json"]
+
+
+def body_kind(body: object, content_type: str | None) -> BodyKind:
+    """Which of the recorded forms of a body (docs/contract.md, Bodies) this value is."""
+    if body is None:
+        return "empty"
+    if is_ref_object(body):
+        return "blob"
+    if isinstance(body, str):
+        return "text"
+    if is_base64_body(body, content_type):
+        return "base64"
+    return "json"
+
+
+def base64_bytes(body: dict) -> bytes:
+    """The bytes of a `{"base64": ...}` body, strictly decoded."""
+    try:
+        return base64.b64decode(body["base64"], validate=True)
+    except (binascii.Error, ValueError):
+        raise BodyUndecodable("the recorded base64 body does not decode (run `broker verify`)") from None
 
 
 def read_blob(vault: Vault, ref: dict) -> bytes:
@@ -67,17 +97,29 @@ def inline_json(value: object, vault: Vault) -> object:
     return value
 
 
+class BodyBytes(NamedTuple):
+    data: bytes
+    kind: BodyKind
+
+
+def decode_body(body: object, content_type: str | None, vault: Vault) -> BodyBytes:
+    """The body's bytes with every spilled part read back from the blob store, and which form it was
+    recorded in (the one decoder of recorded bodies: exports, playback, the inspector)."""
+    kind = body_kind(body, content_type)
+    if kind == "empty":
+        return BodyBytes(b"", kind)
+    if kind == "blob":
+        return BodyBytes(read_blob(vault, body), kind)  # type: ignore[arg-type]
+    if kind == "text":
+        return BodyBytes(body.encode("utf-8", "surrogatepass"), kind)  # type: ignore[union-attr]
+    if kind == "base64":
+        return BodyBytes(base64_bytes(body), kind)  # type: ignore[arg-type]
+    return BodyBytes(canonical_bytes(inline_json(body, vault)), kind)
+
+
 def body_bytes(body: object, content_type: str | None, vault: Vault) -> bytes:
     """The body's bytes with every spilled part read back from the blob store."""
-    if body is None:
-        return b""
-    if is_ref_object(body):
-        return read_blob(vault, body)  # type: ignore[arg-type]
-    if isinstance(body, str):
-        return body.encode("utf-8", "surrogatepass")
-    if is_base64_body(body, content_type):
-        return base64.b64decode(body["base64"])  # type: ignore[index]
-    return canonical_bytes(inline_json(body, vault))
+    return decode_body(body, content_type, vault).data
 
 
 def header(headers: list, name: str) -> str | None:

@@ -104,7 +104,7 @@ def response_material(recorder: Recorder, m: dict) -> dict:
 
 def _stream_info(fmt: str, plain: bytes, events: int | None = None) -> dict:
     if events is None:
-        from journal.models.sse import parse_events
+        from journal.sse import parse_events
 
         events = len(parse_events(plain))
     return {"format": fmt, "events": events, "sha256": hashlib.sha256(plain).hexdigest(), "size": len(plain)}

@@ -15,7 +15,7 @@ import json
 
 from journal.models.refs import Referencer
 from journal.models.shapes import ToolCall, ToolDef, ToolResult
-from journal.models.sse import json_events
+from journal.sse import json_events
 
 NAME = "gemini"
 HOSTS = frozenset({"generativelanguage.googleapis.com"})

@@ -11,23 +11,22 @@ Two rules, one per capture point:
   (`ToolCallIndex`, which reads the session file as it grows: the shim needs no option for it).
 
 State lives where entries are built: the recording service and the inline recorder each keep a
-`PromptLinks` (`links_for(recorder)`); a fresh one (a restarted service) reads each session's file
-once to find its latest model entry.
+`PromptLinks` (`links_for(recorder)`); a fresh one (a restarted service) reads each session once to
+find its latest model entry. Both rules read sessions through the store protocol's `lines_after`
+(journal/store/interface.py), so they work the same on a file vault and on a database store.
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
-from pathlib import Path
 
 import orjson
 
 from journal.canonical import canonical_bytes
 from journal.models import APIS
-from journal.reader import iter_line_blocks, iter_lines
 from journal.redact import redact_json_value
-from journal.vault import Vault
+from journal.store.interface import SessionLines
 
 
 def is_model_entry(entry: dict) -> bool:
@@ -41,16 +40,13 @@ def model_api_of(entry: dict) -> str | None:
     return api if api in APIS else None
 
 
-def _latest_model_hash(vault: Vault, session: str) -> str | None:
-    path = vault.session_path(session)
-    if not path.exists():
-        return None
+def _latest_model_hash(source: SessionLines, session: str) -> str | None:
     latest = None
-    for line in iter_lines(path):
-        if b'"prompt_capture"' not in line.data:
+    for line in source.lines_after(session):
+        if b'"prompt_capture"' not in line:
             continue
         try:
-            entry = orjson.loads(line.data)
+            entry = orjson.loads(line)
         except orjson.JSONDecodeError:
             continue
         if is_model_entry(entry):
@@ -61,8 +57,8 @@ def _latest_model_hash(vault: Vault, session: str) -> str | None:
 class PromptLinks:
     """Per-session state for the time rule. Not thread-safe on its own: callers hold `lock`."""
 
-    def __init__(self, vault: Vault) -> None:
-        self.vault = vault
+    def __init__(self, source: SessionLines) -> None:
+        self.source = source  # the sessions being recorded (a writer, or a store)
         self.lock = threading.Lock()
         self._current: dict[str, str | None] = {}
 
@@ -77,7 +73,7 @@ class PromptLinks:
                 self._current[session] = None
             elif "prompt_ref" not in m:
                 if session not in self._current:
-                    self._current[session] = _latest_model_hash(self.vault, session)
+                    self._current[session] = _latest_model_hash(self.source, session)
                 m["prompt_ref"] = self._current[session]
 
     def on_recorded(self, entry: object) -> None:
@@ -96,7 +92,7 @@ def links_for(recorder) -> PromptLinks:
     with _links_lock:
         links = _links.get(recorder)
         if links is None:
-            links = _links[recorder] = PromptLinks(recorder.writer.vault)
+            links = _links[recorder] = PromptLinks(recorder.writer)
         return links
 
 
@@ -108,26 +104,21 @@ def _key(name: str, arguments: object) -> tuple[str, bytes]:
 
 
 class ToolCallIndex:
-    """The tool calls model responses in one session file asked for, read incrementally."""
+    """The tool calls model responses in one session asked for, read incrementally."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._offset = 0  # where the next unread line starts
+    def __init__(self, source: SessionLines, session: str) -> None:
+        self.source, self.session = source, session
+        self._seq = 0  # the last entry indexed
         self._by_key: dict[tuple[str, bytes], str] = {}
         self._by_suffix: dict[tuple[str, bytes], str] = {}
         self.lock = threading.Lock()
 
     def _refresh(self) -> None:
-        """Index the whole lines written since the last call (a line still being written waits)."""
-        try:
-            for block in iter_line_blocks(self.path, self._offset):
-                if block.torn:
-                    break
-                self._offset += sum(len(line) + 1 for line in block.lines)
-                for i in block.lines_holding(b'"prompt_capture"'):
-                    self._index(block.lines[i])
-        except FileNotFoundError:
-            return
+        """Index the entries written since the last call (a line still being written waits)."""
+        for line in self.source.lines_after(self.session, self._seq):
+            self._seq += 1
+            if b'"prompt_capture"' in line:
+                self._index(line)
 
     def _index(self, line: bytes) -> None:
         try:
@@ -151,16 +142,17 @@ class ToolCallIndex:
             return self._by_key.get(key) or self._by_suffix.get(key)
 
 
-_indexes: dict[tuple[str, str], ToolCallIndex] = {}
+_indexes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # source -> {session: ToolCallIndex}
 
 
-def tool_call_prompt_ref(vault: Vault, session: str, method: str, params: object) -> str | None:
-    """`prompt_ref` for an MCP call: the exact rule for `tools/call`, None for anything else."""
+def tool_call_prompt_ref(source: SessionLines, session: str, method: str, params: object) -> str | None:
+    """`prompt_ref` for an MCP call: the exact rule for `tools/call`, None for anything else. `source`: the
+    sessions being recorded (the recorder's writer)."""
     if method != "tools/call" or not isinstance(params, dict) or not isinstance(params.get("name"), str):
         return None
-    key = (str(vault.root), session)
     with _links_lock:
-        index = _indexes.get(key)
+        per_session = _indexes.setdefault(source, {})
+        index = per_session.get(session)
         if index is None:
-            index = _indexes[key] = ToolCallIndex(vault.session_path(session))
+            index = per_session[session] = ToolCallIndex(source, session)
     return index.find(params["name"], params.get("arguments"))

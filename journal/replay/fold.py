@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from journal.connectors._http import normalise_host, normalise_path, parse_query
+from journal.reader import iter_lines
 from journal.vault import Vault
 from journal.verify import SessionReport, verify_session
 
@@ -60,7 +61,6 @@ from .store import Store, dumps, sort_key
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-_BLOCK = 1 << 20
 _BATCH = 1000
 _COLD_OVERHEAD = 300
 """Bytes a serialized resource costs besides its data (its key, sort key, note name and the cache's slot)."""
@@ -908,7 +908,8 @@ def _fold_beside_verifier(vault: Vault, session: str, progress: Callable[[int], 
         raise
     lines = size = 0
     try:
-        for index, data in _lines_from(path, 0):
+        for line in iter_lines(path):
+            index, data = line.index, line.data
             size += len(data)
             if progress is not None:
                 progress(len(data))
@@ -937,8 +938,8 @@ def _fold_lines(vault: Vault, session: str, folder: Folder, first_line: int, off
     before line `trusted_before` as trusted (the verifier passed them), every other one untrusted."""
     untrusted_from = trusted_before if trusted_before is not None else first_line
     folder.untrusted_from = untrusted_from
-    for index, data in _lines_from(vault.session_path(session), offset):
-        pos = first_line + index
+    for line in iter_lines(vault.session_path(session), offset):
+        pos, data = first_line + line.index, line.data
         if pos < untrusted_from:
             folder.feed(orjson.loads(data), pos, trusted=True)
             continue
@@ -954,24 +955,6 @@ def _fold_lines(vault: Vault, session: str, folder: Folder, first_line: int, off
             folder.feed(entry, pos, trusted=False)
         except Exception as exc:  # noqa: BLE001 - tampered content must not stop replay
             folder.unreadable(pos, f"could not be replayed: {type(exc).__name__}: {exc}")
-
-
-def _lines_from(path: Path, offset: int) -> Iterator[tuple[int, bytes]]:
-    """(index from 0, bytes) of each line of the file from `offset` (a line start) on, block-wise."""
-    index = 0
-    rest = b""
-    with open(path, "rb") as f:
-        f.seek(offset)
-        while block := f.read(_BLOCK):
-            buf = rest + block if rest else block
-            start = 0
-            while (nl := buf.find(b"\n", start)) >= 0:
-                yield index, buf[start : nl + 1]
-                index += 1
-                start = nl + 1
-            rest = buf[start:]
-    if rest:
-        yield index, rest
 
 
 __all__ = ["GONE", "GRADES", "Counts", "EntryRecord", "Folder", "PlanStep", "Replay", "Resource", "Touched",

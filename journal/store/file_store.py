@@ -20,7 +20,7 @@ from journal.blobstore import CHUNK, BlobStore
 from journal.chain import GENESIS
 from journal.entry import format_ts
 from journal.erasure import erase_file_blob, read_tombstone
-from journal.reader import iter_entries, iter_lines
+from journal.reader import SessionTail, iter_entries, iter_lines
 from journal.store.interface import BlobErased, StoreError, Tombstone
 from journal.vault import Vault
 from journal.writer import JournalWriter
@@ -46,6 +46,7 @@ class FileStore:
         self.vault = Vault.create(root) if create else Vault.open_existing(root)
         self.url = str(self.vault.root)
         self.blobs = BlobStore(self.vault.root)
+        self._tail = SessionTail(self.vault)
 
     def writer(self, *, durable: bool = True) -> JournalWriter:
         return JournalWriter(self.vault, durable=durable)
@@ -56,6 +57,9 @@ class FileStore:
     def iter_lines(self, session: str) -> Iterator[bytes]:
         for line in iter_lines(self.vault.require_session(session)):
             yield line.data
+
+    def lines_after(self, session: str, seq: int = 0) -> Iterator[bytes]:
+        return self._tail.lines_after(session, seq)
 
     def iter_entries(self, session: str) -> Iterator[dict]:
         return iter_entries(self.vault, session)

@@ -7,12 +7,14 @@ both chain with journal/chain.py and serialise with journal/canonical.py, and a 
 re-serialises a line once written.
 
 The writer side (`EntryWriter`) is the shape of `JournalWriter`, so the Recorder, the recording
-service and the MCP shim take either without knowing which.
+service and the MCP shim take either without knowing which. What a reader of the sessions a writer
+appends to may use (prompt links, the MCP shim's exact prompt tie, autoseal) is `SessionLines` plus
+the writer's `blobs` and `checkpoint_vault()`: nobody reaches behind a writer for its vault.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -69,12 +71,30 @@ class BlobSink(Protocol):
     def put_stream(self, chunks: Iterable[bytes]) -> dict: ...
 
 
+class SessionLines(Protocol):
+    """Reading the sessions of a journal as they grow, whatever holds them."""
+
+    def lines_after(self, session: str, seq: int = 0) -> Iterator[bytes]:
+        """The session's durable lines (canonical JSON + newline) after seq `seq`, in seq order; nothing for a
+        session with no entries. A line still being written is left for the next call."""
+        ...
+
+
 @runtime_checkable
 class EntryWriter(Protocol):
     """Appends chained entries; returns each only once it is durable."""
 
     blobs: BlobSink
+    on_durable: Callable[[str, list[dict]], None] | None
+    """Called with each session's committed entries once they are durable (autoseal); must not raise."""
 
+    def lines_after(self, session: str, seq: int = 0) -> Iterator[bytes]:
+        """As SessionLines.lines_after, for the sessions this writer appends to."""
+        ...
+    def checkpoint_vault(self) -> Vault | None:
+        """Where a sealer writes this journal's checkpoints: the file vault itself; None for a database
+        store, whose checkpoints go into a vault directory the operator names (docs/postgres.md)."""
+        ...
     def append(self, fields: dict, *, dedupe: bool = False) -> dict: ...
     def append_many(self, batch: list[dict]) -> list: ...
     def check_session(self, session: str) -> None: ...
@@ -93,6 +113,9 @@ class Store(Protocol):
         """A session's lines exactly as written (canonical JSON + newline), in seq order."""
         ...
     def iter_entries(self, session: str) -> Iterator[dict]: ...
+    def lines_after(self, session: str, seq: int = 0) -> Iterator[bytes]:
+        """As SessionLines.lines_after."""
+        ...
     def head(self, session: str) -> tuple[int, str]: ...
     def append_lines(self, session: str, lines: Iterable[bytes]) -> int:
         """Add lines already chained elsewhere (push, pull), verbatim; they must continue the head."""

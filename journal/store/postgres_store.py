@@ -20,21 +20,21 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 
+from journal.append_pipeline import DEDUPE_LINES, AppendPipeline, Lane, Pending, Recent, chain_group, recent_fields
 from journal.blobstore import CHUNK, WriterBackedBlobs, ref_object
-from journal.bodies import LINE_LIMIT, fit_entry
-from journal.canonical import CanonicalError, orjson_matches_jcs
-from journal.chain import GENESIS, chain_entry
-from journal.entry import CHAINED_KEYS, ContractError, format_ts, validate_fields
+from journal.bodies import LINE_LIMIT
+from journal.chain import GENESIS
+from journal.entry import format_ts
 from journal.store.interface import BlobErased, StoreError, Tombstone
 from journal.store.postgres_schema import CURRENT_VERSION, MIGRATIONS, SCHEMA_LOCK, grant_writer_sql
 from journal.vault import SessionIdError, Vault, session_filename
-from journal.writer import DEDUPE_LINES, JournalError
+from journal.writer import JournalError
 
 log = logging.getLogger(__name__)
 
@@ -251,21 +251,25 @@ class PostgresStore:
         with self._pooled() as conn:
             if conn.execute("SELECT 1 FROM journal_sessions WHERE session = %s", (session,)).fetchone() is None:
                 raise StoreError(f"no session {session!r} in {self.shown}")
-            after = 0
-            while True:
-                rows = conn.execute(
-                    "SELECT seq, line FROM journal_entries WHERE session = %s AND seq > %s ORDER BY seq LIMIT %s",
-                    (session, after, PAGE),
-                ).fetchall()
-                for seq, line in rows:
-                    yield bytes(line)
-                    after = seq
-                if len(rows) < PAGE:
-                    return
+        yield from self.lines_after(session, 0)
 
     def iter_entries(self, session: str) -> Iterator[dict]:
         for line in self.iter_lines(session):
             yield orjson.loads(line)
+
+    def lines_after(self, session: str, seq: int = 0) -> Iterator[bytes]:
+        """The session's lines after seq `seq`, PAGE rows per query; nothing for a session with no entries."""
+        while True:
+            with self._pooled() as conn:
+                rows = conn.execute(
+                    "SELECT seq, line FROM journal_entries WHERE session = %s AND seq > %s ORDER BY seq LIMIT %s",
+                    (session, seq, PAGE),
+                ).fetchall()
+            for row_seq, line in rows:
+                yield bytes(line)
+                seq = row_seq
+            if len(rows) < PAGE:
+                return
 
     # -- blobs ------------------------------------------------------------------------------
 
@@ -458,37 +462,21 @@ class PostgresBlobs(WriterBackedBlobs):
         return self.store.has_blob(digest)
 
 
-class _Pending:
-    __slots__ = ("fields", "orjson_ok", "entry", "error")
-
-    def __init__(self, fields: dict, orjson_ok: bool) -> None:
-        self.fields, self.orjson_ok = fields, orjson_ok
-        self.entry: dict | None = None
-        self.error: BaseException | None = None
-
-
-class _Ticket:
-    __slots__ = ("groups", "done")
-
-    def __init__(self, groups: dict[str, list[tuple[int, _Pending]]]) -> None:
-        self.groups, self.done = groups, False
-
-
-class PostgresWriter:
-    """JournalWriter's interface over a PostgresStore: append, append_many, check_session, head, blobs."""
+class PostgresWriter(AppendPipeline):
+    """JournalWriter's interface over a PostgresStore: the storage part of journal/append_pipeline.py.
+    One group-commit lane for the whole writer: a group is one transaction, whatever its sessions."""
 
     def __init__(self, store: PostgresStore, *, durable: bool = True, line_limit: int = LINE_LIMIT) -> None:
         self.store = store
         self.blobs = PostgresBlobs(store)
         self.durable = durable
         self.line_limit = line_limit
+        self.on_durable: Callable[[str, list[dict]], None] | None = None  # as JournalWriter's (autoseal)
         self.retries = 0  # lost races retried (for tests and the benchmark)
         self.commits = 0  # transactions committed
         self._conn = None
         self._lock = threading.Lock()  # the connection
-        self._cond = threading.Condition()  # group commit: batches waiting, and whether one thread leads
-        self._queue: list[_Ticket] = []
-        self._leading = False
+        self._lane = Lane()
         self._down: StoreError | None = None
         self._retry_at = 0.0
         self._heard = 0.0
@@ -521,6 +509,13 @@ class PostgresWriter:
         log.error("%s", err)
         return err
 
+    def lines_after(self, session: str, seq: int = 0) -> Iterator[bytes]:
+        return self.store.lines_after(session, seq)
+
+    def checkpoint_vault(self) -> None:
+        """A database keeps no checkpoints: they go into a vault directory the operator names."""
+        return None
+
     def check_session(self, session: str) -> None:
         """Raise when an entry for `session` could not be appended now (bad id, database down)."""
         _session_ok(session)
@@ -548,99 +543,30 @@ class PostgresWriter:
             except _psycopg().Error as exc:
                 raise self._lost(exc) from None
 
-    def append(self, fields: dict, *, dedupe: bool = False) -> dict:
-        """As the file writer's: with `dedupe`, an identical entry among the session's last ones (a
-        recording service that died after its commit, before saying so) is returned instead."""
-        if dedupe:
-            twin = self._recent_twin(fields)
-            if twin is not None:
-                return twin
-        result = self.append_many([fields])[0]
-        if isinstance(result, BaseException):
-            raise result
-        return result
+    def _lane_key(self, session: str) -> str:
+        return ""  # one lane: a group is one transaction over all its sessions
 
-    def _recent_twin(self, fields: dict) -> dict | None:
-        mine = orjson.loads(orjson.dumps(fit_entry(fields, self.blobs, self.line_limit)))
+    def _acquire(self, key: str) -> Lane:
+        return self._lane
+
+    def _check_fields(self, fields: dict) -> None:
+        _session_ok(fields["session"])
+
+    def _recent(self, conn, session: str) -> Recent:
+        rows = conn.execute(
+            "SELECT line FROM journal_entries WHERE session = %s ORDER BY seq DESC LIMIT %s", (session, DEDUPE_LINES),
+        ).fetchall()
+        return recent_fields(bytes(line) for (line,) in rows)
+
+    def _commit(self, lane: Lane, batch: list[Pending]) -> None:
         with self._lock:
-            try:
-                rows = self._connection().execute(
-                    "SELECT line FROM journal_entries WHERE session = %s ORDER BY seq DESC LIMIT %s",
-                    (fields["session"], DEDUPE_LINES),
-                ).fetchall()
-            except _psycopg().Error as exc:
-                raise self._lost(exc) from None
-        for (line,) in rows:
-            entry = orjson.loads(bytes(line))
-            if {k: v for k, v in entry.items() if k not in CHAINED_KEYS} == mine:
-                return entry
-        return None
+            self._commit_batch(batch)
 
-    def append_many(self, batch: list[dict]) -> list[dict | JournalError | ContractError]:
-        """One transaction for the whole batch; per item, the durable entry or the error that kept it out."""
-        results: list = [None] * len(batch)
-        groups: dict[str, list[tuple[int, _Pending]]] = {}
-        for i, fields in enumerate(batch):
-            try:
-                validate_fields(fields)
-                _session_ok(fields["session"])
-                fitted = fit_entry(fields, self.blobs, self.line_limit)
-                try:
-                    pending = _Pending(fitted, orjson_matches_jcs(fitted))
-                except CanonicalError as exc:
-                    raise ContractError(f"entry has no canonical form: {exc}") from None
-                groups.setdefault(fields["session"], []).append((i, pending))
-            except (ContractError, JournalError) as exc:
-                results[i] = exc
-        if groups:
-            self._group_commit(_Ticket(groups))
-            for items in groups.values():
-                for i, p in items:
-                    results[i] = p.error if p.error is not None else p.entry
-        return results
-
-    def _group_commit(self, mine: _Ticket) -> None:
-        """Group commit for threads: the first to arrive leads, committing every batch queued meanwhile in
-        one transaction, until none is left; the others wait for theirs (as the file writer does)."""
-        with self._cond:
-            self._queue.append(mine)
-            if self._leading:
-                while not mine.done:
-                    self._cond.wait()
-                return
-            self._leading = True
-        try:
-            while True:
-                with self._cond:
-                    tickets, self._queue = self._queue, []
-                    if not tickets:
-                        break
-                merged: dict[str, list[tuple[int, _Pending]]] = {}
-                for t in tickets:
-                    for session, items in t.groups.items():
-                        merged.setdefault(session, []).extend(items)
-                try:
-                    with self._lock:
-                        self._commit(merged)
-                finally:
-                    with self._cond:
-                        for t in tickets:
-                            t.done = True
-                        self._cond.notify_all()
-        finally:
-            with self._cond:
-                self._leading = False
-                for t in self._queue:  # leaving through an exception: fail what is queued
-                    for items in t.groups.values():
-                        for _, p in items:
-                            p.error = p.error or StoreError("the committing thread failed")
-                    t.done = True
-                self._queue = []
-                self._cond.notify_all()
-
-    def _commit(self, groups: dict[str, list[tuple[int, _Pending]]]) -> None:
+    def _commit_batch(self, everyone: list[Pending]) -> None:
         psycopg = _psycopg()
-        everyone = [p for items in groups.values() for _, p in items]
+        groups: dict[str, list[Pending]] = {}
+        for p in everyone:
+            groups.setdefault(p.fields["session"], []).append(p)
         stale_retried = False
         for attempt in range(RACE_RETRIES + 1):
             try:
@@ -650,37 +576,34 @@ class PostgresWriter:
                     p.entry, p.error = None, exc
                 return
             rows: list[tuple] = []
+            done: list[tuple[str, list[Pending]]] = []
             started = False  # a statement of this transaction reached the server
             try:
                 with conn.transaction():  # BEGIN reached the server: the connection is live
                     started = True
                     for session in sorted(groups):
+                        items = groups[session]
                         seq, prev = _lock_head(conn, session)
                         if seq == 0:
                             conn.execute(
                                 "INSERT INTO journal_sessions (session) VALUES (%s) ON CONFLICT DO NOTHING", (session,)
                             )
-                        for _, p in groups[session]:
-                            p.entry, p.error = None, None
-                            try:
-                                entry, line = chain_entry(p.fields, seq + 1, prev, orjson_ok=p.orjson_ok)
-                                if len(line) > self.line_limit:
-                                    raise JournalError(
-                                        f"entry line is {len(line)} bytes, over the {self.line_limit} limit"
-                                    )
-                            except (ValueError, JournalError) as exc:
-                                p.error = exc if isinstance(exc, JournalError) else JournalError(
-                                    f"entry refused: {exc}"
-                                )
-                                continue
-                            seq, prev = entry["seq"], entry["hash"]
-                            p.entry = entry
-                            rows.append((session, seq, entry["prev"], prev, line))
+                        recent = self._recent(conn, session) if any(p.dedupe for p in items) else None
+                        parts, chained, _, _ = chain_group(items, seq, prev, self.line_limit, recent)
+                        data, start = b"".join(parts), 0
+                        for p in chained:
+                            end = data.index(b"\n", start) + 1
+                            e = p.entry
+                            rows.append((session, e["seq"], e["prev"], e["hash"], data[start:end]))  # type: ignore[index]
+                            start = end
+                        done.append((session, chained))
                     if rows:
                         _copy(conn, rows)
                 self._heard = time.monotonic()
                 self.commits += 1
-                return  # committed: with synchronous_commit on, durable
+                for session, chained in done:  # committed: with synchronous_commit on, durable
+                    self._durable(session, chained)
+                return
             except psycopg.Error as exc:
                 if _race(exc) and attempt < RACE_RETRIES:
                     self.retries += 1

@@ -17,6 +17,8 @@ from journal.models.linking import ToolCallIndex, tool_call_prompt_ref
 from journal.models.refs import Referencer, is_text_ref, sha256_text
 from journal.reader import iter_entries
 from journal.record import Recorder
+from journal.store.file_store import FileStore
+from journal.store.memory_store import MemoryWriter
 from journal.trajectory import trajectory
 from journal.vault import Vault
 from tests.support.upstreams import Upstream
@@ -215,19 +217,20 @@ def test_service_records_model_calls_and_ties_the_calls_that_follow(tmp_path, mo
     assert findings == {("not_asked_for", 3), ("not_asked_for", 5), ("not_logged", 4)}
 
 
-def test_a_restarted_service_ties_calls_to_the_model_entry_in_the_file(tmp_path):
-    vault = tmp_path / "v"
-    Service(Recorder(vault)).handle([("call", 1, _anthropic_material("s", "refs", 1, tool=("g", {})))])
-    Service(Recorder(vault)).handle([("call", 1, _gmail_material("s", 2))])
-    Service(Recorder(vault)).handle([("call", 1, _gmail_material("other", 2))])
-    e = list(iter_entries(Vault(vault), "s"))
+def test_a_restarted_service_ties_calls_to_the_model_entry_in_the_journal():
+    journal = MemoryWriter()  # each Service gets a fresh Recorder (fresh prompt links) over the same journal
+    Service(Recorder(journal)).handle([("call", 1, _anthropic_material("s", "refs", 1, tool=("g", {})))])
+    Service(Recorder(journal)).handle([("call", 1, _gmail_material("s", 2))])
+    Service(Recorder(journal)).handle([("call", 1, _gmail_material("other", 2))])
+    e = journal.entries("s")
     assert e[1]["prompt_ref"] == e[0]["hash"]
-    assert next(iter_entries(Vault(vault), "other"))["prompt_ref"] is None
+    assert journal.entries("other")[0]["prompt_ref"] is None
 
 
-def test_without_prompt_capture_nothing_changes(tmp_path):
-    Service(Recorder(tmp_path)).handle([("call", 1, _gmail_material("s", 1, mode=None))])
-    (entry,) = iter_entries(Vault(tmp_path), "s")
+def test_without_prompt_capture_nothing_changes():
+    journal = MemoryWriter()
+    Service(Recorder(journal)).handle([("call", 1, _gmail_material("s", 1, mode=None))])
+    (entry,) = journal.entries("s")
     assert entry["prompt_ref"] is None and "body_sha256" not in entry["response"]
 
 
@@ -235,14 +238,15 @@ def test_tool_call_index_ties_exactly_and_follows_the_file(tmp_path):
     vault = Vault.create(tmp_path / "v")
     svc = Service(Recorder(vault.root))
     svc.handle([("call", 1, _anthropic_material("s", "refs", 1, tool=("mcp__notes__add_note", {"id": "n1"})))])
-    assert tool_call_prompt_ref(vault, "s", "tools/call", {"name": "add_note", "arguments": {"id": "n1"}}) == \
+    source = svc.recorder.writer  # the store protocol's reader of the sessions it appends to
+    assert tool_call_prompt_ref(source, "s", "tools/call", {"name": "add_note", "arguments": {"id": "n1"}}) == \
         next(iter_entries(vault, "s"))["hash"]
-    assert tool_call_prompt_ref(vault, "s", "tools/call", {"name": "add_note", "arguments": {"id": "n2"}}) is None
-    assert tool_call_prompt_ref(vault, "s", "resources/read", {"name": "add_note"}) is None
+    assert tool_call_prompt_ref(source, "s", "tools/call", {"name": "add_note", "arguments": {"id": "n2"}}) is None
+    assert tool_call_prompt_ref(source, "s", "resources/read", {"name": "add_note"}) is None
     svc.handle([("call", 2, _anthropic_material("s", "refs", 2, tool=("add_note", {"id": "n2"})))])
     second = list(iter_entries(vault, "s"))[1]["hash"]
-    assert ToolCallIndex(vault.session_path("s")).find("add_note", {"id": "n2"}) == second
-    assert tool_call_prompt_ref(vault, "s", "tools/call", {"name": "add_note", "arguments": {"id": "n2"}}) == second
+    assert ToolCallIndex(FileStore(vault.root), "s").find("add_note", {"id": "n2"}) == second
+    assert tool_call_prompt_ref(source, "s", "tools/call", {"name": "add_note", "arguments": {"id": "n2"}}) == second
 
 
 def test_addon_refuses_a_bad_prompts_value(tmp_path):
@@ -380,9 +384,10 @@ def test_tool_call_index_waits_for_a_line_still_being_written(tmp_path):
     material = _anthropic_material("s", "refs", 1, tool=("add_note", {"id": "n1"}))
     Service(Recorder(vault.root)).handle([("call", 1, material)])
     line = vault.session_path("s").read_bytes()
-    other = tmp_path / "copy.jsonl"
+    copy = Vault.create(tmp_path / "copy")
+    other = copy.session_path("s")
     other.write_bytes(line[: len(line) // 2])  # the writer is half way through the model entry's line
-    index = ToolCallIndex(other)
+    index = ToolCallIndex(FileStore(copy.root), "s")
     assert index.find("add_note", {"id": "n1"}) is None
     with open(other, "ab") as f:
         f.write(line[len(line) // 2 :])

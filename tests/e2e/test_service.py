@@ -19,8 +19,9 @@ from broker.proxy.service import Service, frame, material_fields, serve, split_f
 from journal.blobstore import is_ref_object
 from journal.reader import iter_entries
 from journal.record import Prepared, Recorder, principal_fingerprint
+from journal.store.memory_store import MemoryWriter
 from journal.vault import Vault
-from journal.verify import verify_session
+from journal.verify import verify_lines, verify_session
 from journal.writer import JournalError
 
 CANARY = "ya29.SERVICEcanary0SERVICEcanary0SERVICE"
@@ -46,8 +47,8 @@ def slack_token_exchange() -> dict:
                     request_body=b"code=abc&client_secret=shh", response_body=b'{"ok":true,"access_token":"xoxb-1"}')
 
 
-def test_material_fields_decodes_headers_fingerprints_and_classifies(tmp_path):
-    rec = Recorder(tmp_path)
+def test_material_fields_decodes_headers_fingerprints_and_classifies():
+    rec = Recorder(MemoryWriter())
     f = material_fields(rec, material())
     assert f["principal"] == principal_fingerprint([("Authorization", f"Bearer {CANARY}")], "")
     assert dict(f["request"]["headers"])["X-Odd"] == "café"  # not UTF-8: read as Latin-1, nothing lost
@@ -65,16 +66,17 @@ def test_material_fields_decodes_headers_fingerprints_and_classifies(tmp_path):
     rec.close()
 
 
-def test_record_batch_answers_every_call_in_order(tmp_path):
-    rec = Recorder(tmp_path)
+def test_record_batch_answers_every_call_in_order():
+    journal = MemoryWriter()
+    rec = Recorder(journal)
     calls = [(1, material(1)), (2, slack_token_exchange()), (3, material(3, method=None)), (4, material(4))]
     acks = Service(rec).handle([("call", call_id, m) for call_id, m in calls])
     assert [(a[0], a[1]) for a in acks] == [(1, "ok"), (2, "skip"), (3, "noted"), (4, "ok")]
     assert [a[2] for a in acks if a[1] == "ok"] == [1, 3]
     assert "entry 2 says so" in acks[2][2]
     rec.close()
-    assert verify_session(Vault(tmp_path), "svc").entries == 3
-    failed = list(iter_entries(Vault(tmp_path), "svc"))[1]
+    assert verify_lines("svc", journal.lines_after("svc")).entries == 3
+    failed = journal.entries("svc")[1]
     assert failed["response"]["status"] == 502 and failed["response"]["answered_by"] == "capture"
     assert "could not be recorded" in failed["response"]["error"] and failed["request"]["body"] is None
     assert CANARY not in json.dumps(failed)

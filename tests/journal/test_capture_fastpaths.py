@@ -30,6 +30,7 @@ from journal.redact import (
     redact_headers,
     redact_url,
 )
+from journal.store.memory_store import MemoryWriter
 from tests.journal.test_redact import CONTENT_TYPES, TOKENS
 
 SECRETS = [*TOKENS, quote(TOKENS[0], safe=""), TOKENS[3].replace("-", "+"), "s3cr3t", "hunter2"]
@@ -226,9 +227,9 @@ def test_redact_headers_equals_one_by_one(headers: list[tuple[str, str]]) -> Non
     (("Host", "slack.com"), ("X-Note", "plain")),
     (),
 ])  # fmt: skip
-def test_decoded_headers_are_read_as_the_raw_fields(tmp_path, fields) -> None:
+def test_decoded_headers_are_read_as_the_raw_fields(fields) -> None:
     assert text_pairs_marked(decode_headers(fields)) == text_pairs_marked(fields)
-    rec = Recorder(tmp_path, durable=False)
+    rec = Recorder(MemoryWriter())
     m = {"session": "s", "agent": "a", "principal": None, "connector": "gmail", "method": "GET",
          "url": "https://gmail.googleapis.com/gmail/v1/users/me/labels", "request_headers": fields,
          "request_body": None, "status": 200, "response_headers": (), "response_body": None, "error": None,

@@ -1,5 +1,6 @@
-"""reader.iter_line_blocks yields the lines iter_lines yields (split on b"\\n" only), whatever the read size,
-for the whole file or a range between two line starts."""
+"""reader.iter_line_blocks and iter_lines (the one line reader, built on it) yield the file's lines split on
+b"\\n" only, whatever the read size, for the whole file or a range between two line starts; iter_lines from
+an offset (what replay's fold reads a file on with) gives the lines from there with their offsets."""
 
 from __future__ import annotations
 
@@ -10,6 +11,12 @@ import journal.reader as reader
 from journal.reader import iter_line_blocks, iter_lines
 
 _bytes = st.lists(st.sampled_from([b"\n", b"\r", b"\r\n", b"a", b"{}", b"\xff", b"xyz" * 7]), max_size=40).map(b"".join)
+
+
+def _split(content: bytes) -> list[bytes]:
+    """The oracle: each line with its b"\\n", the last one without when the file does not end in one."""
+    parts = content.split(b"\n")
+    return [p + b"\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
 
 
 def _flat(blocks) -> list[bytes]:
@@ -28,18 +35,20 @@ def _flat(blocks) -> list[bytes]:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(content=_bytes, read=st.integers(1, 9), data=st.data())
 def test_blocks_hold_the_lines_of_iter_lines(tmp_path, monkeypatch, content, read, data):
-    monkeypatch.setattr(reader, "_READ", read)
     monkeypatch.setattr(reader, "_BLOCK", read)
     path = tmp_path / "s.jsonl"
     path.write_bytes(content)
-    lines = [ln.data for ln in iter_lines(path)]
+    lines = _split(content)
     assert _flat(iter_line_blocks(path)) == lines
-    starts = [ln.offset for ln in iter_lines(path)] + [len(content)]
+    starts = [sum(map(len, lines[:n])) for n in range(len(lines))] + [len(content)]
+    expected = list(zip(range(len(lines)), starts[:-1], lines, strict=True))
+    assert [(ln.index, ln.offset, ln.data) for ln in iter_lines(path)] == expected
     i = data.draw(st.integers(0, len(starts) - 1))
     j = data.draw(st.integers(i, len(starts) - 1))
     k = sum(1 for s in starts[:-1] if s < starts[i])
     m = sum(1 for s in starts[:-1] if s < starts[j])
     assert _flat(iter_line_blocks(path, starts[i], starts[j])) == lines[k:m]
+    assert [ln.data for ln in iter_lines(path, starts[i])] == lines[k:]
 
 
 @settings(max_examples=300, deadline=None)

@@ -171,6 +171,28 @@ def test_blobs_and_bodies_are_attachments(tmp_path):
     assert body.headers["x-body-sha256"] == hashlib.sha256(b"\x89PNG\x00\x01binary").hexdigest()
 
 
+def test_body_downloads_use_the_one_body_decoder(tmp_path):
+    """The inspector decodes bodies as the exports do (journal/export/recorded_body.py): a JSON API's
+    `{"base64": ...}` value is JSON, not bytes to decode; a whole-body blob comes back as its bytes; a
+    base64 body that does not decode (an edited entry) is refused, not guessed at."""
+    json_type = [["Content-Type", "application/json"]]
+    w = JournalWriter(tmp_path / "v", durable=False)
+    w.append(fields("b", 1, response={"status": 200, "headers": json_type, "body": {"base64": "aGk="}}))
+    ref = w.blobs.put_bytes(b"\x00whole body\xff")
+    w.append(fields("b", 2, response={"status": 200, "headers": [["Content-Type", "image/png"]], "body": ref}))
+    w.append(fields("b", 3, response={"status": 200, "headers": [], "body": {"base64": "not base64!"}}))
+    w.close()
+    c = TestClient(create_app(Vault.open_existing(tmp_path / "v")), base_url="http://127.0.0.1")
+
+    def get(seq: int) -> httpx.Response:
+        return c.get("/api/session/body", params={"session": "b", "seq": seq, "part": "response"})
+
+    assert orjson.loads(get(1).content) == {"base64": "aGk="}
+    assert get(1).headers["content-disposition"].endswith('.json"')
+    assert get(2).content == b"\x00whole body\xff" and get(2).headers["content-disposition"].endswith('.bin"')
+    assert get(3).status_code == 422
+
+
 def test_a_growing_file_is_indexed_incrementally(tmp_path):
     vault = Vault.create(tmp_path / "v")
     w = JournalWriter(vault, durable=False)

@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from journal.chain import chain_entry
-from tests.example_vault import ROOT, SESSION, copy_example
+from tests.support.example_vault import ROOT, SESSION, copy_example
 
 
 def broker(*args: str) -> subprocess.CompletedProcess:

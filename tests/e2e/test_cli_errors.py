@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from journal.errors import BrokerError, InputError
-from tests.example_vault import ROOT, copy_example
+from tests.support.example_vault import ROOT, copy_example
 
 
 def run_broker_with(patch: str, *args: str) -> subprocess.CompletedProcess:

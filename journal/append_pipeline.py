@@ -1,0 +1,314 @@
+"""The steps every entry writer takes, whatever stores its lines (the file vault, PostgreSQL, memory).
+
+Before storage, in the caller's thread: the contract check, fitting into the line limit (large
+values spilled to the writer's blob sink), the canonical form with seq, prev and hash left open
+(journal/chain.py `link_pieces`). Then group commit: concurrent appends that share a lane (the file
+writer: one per session; PostgreSQL: one per writer, a transaction covering every session) are
+committed together; the first to arrive leads the group and the others wait to be woken. At commit,
+with the head read under the backend's lock: dedupe (an identical entry among the session's last ones
+is returned instead), chaining, the line limit on the finished line. After: `on_durable`.
+
+A backend (a subclass of `AppendPipeline`) does only its storage-specific part: `_acquire` /
+`_release` a lane, and `_commit` a group, in which it reads the head, calls `chain_group` and writes
+the lines (as Tessera's storage backends share one sequencing queue and each only write).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+import orjson
+
+from journal.bodies import LINE_LIMIT, fit_entry
+from journal.canonical import CanonicalError
+from journal.chain import LinkPieces, chain_entry, link, link_pieces
+from journal.entry import CHAINED_KEYS, ContractError, validate_fields
+from journal.errors import BrokerError
+
+if TYPE_CHECKING:
+    from journal.store.interface import BlobSink
+
+log = logging.getLogger(__name__)
+_allocate_lock = threading.Lock
+DEDUPE_LINES = 512
+"""How far back `dedupe` looks for an identical entry (a dead recording service's last batch)."""
+DEDUPE_BYTES = 64 << 20
+
+
+class JournalError(BrokerError):
+    """The journal could not take an entry; the message says why."""
+
+
+class Pending:
+    """One entry on its way: prepared in the caller's thread, chained and written by a leader."""
+
+    __slots__ = ("fields", "pieces", "dedupe", "entry", "error", "wake", "after")
+
+    def __init__(self, fields: dict, pieces: LinkPieces | None) -> None:
+        self.fields = fields
+        self.pieces = pieces
+        self.dedupe = False
+        self.entry: dict | None = None
+        self.error: BaseException | None = None
+        self.wake: threading.Lock | None = None  # held while a follower waits; its leader releases it
+        self.after: threading.Lock | None = None  # the next follower's lock, released once woken
+
+
+class Lane:
+    """One group-commit queue: the group forming, and the lock the group being committed holds."""
+
+    def __init__(self) -> None:
+        self.mutex = threading.Lock()  # guards pending, forming, failed
+        self.io = threading.Lock()  # held by the group being written and made durable
+        self.pending: list[Pending] = []  # the group forming
+        self.forming = False  # the forming group has a leader (its first entry's thread)
+        self.failed: JournalError | None = None  # set by a backend that must take nothing more here
+
+
+Recent = list[tuple[dict, dict]]
+"""(fields without seq/prev/hash, entry) of a session's last entries, newest first (for dedupe)."""
+
+
+def recent_fields(lines: Iterable[bytes]) -> Recent:
+    """The dedupe view of a session's last lines (given newest first); lines that are no entry are skipped."""
+    out = []
+    for line in lines:
+        if not line:
+            continue
+        try:
+            entry = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(entry, dict):
+            out.append(({k: v for k, v in entry.items() if k not in CHAINED_KEYS}, entry))
+    return out
+
+
+def chain_group(batch: list[Pending], seq: int, prev: str, line_limit: int, recent: Recent | None = None,
+                ) -> tuple[list[bytes], list[Pending], int, str]:
+    """Chain one session's part of a group after (seq, prev): (line pieces to write, the entries chained,
+    the new head seq and hash). Each entry's outcome is set on it: `entry`, or `error` for one that
+    cannot be chained or is over the line limit (it fails alone); a `dedupe` entry whose twin is in
+    `recent` gets the twin and writes nothing."""
+    parts: list[bytes] = []
+    chained: list[Pending] = []
+    for p in batch:
+        p.entry, p.error = None, None
+        if p.dedupe and recent:
+            mine = orjson.loads(orjson.dumps(p.fields))  # as it would read back from storage
+            twin = next((e for f, e in recent if f == mine), None)
+            if twin is not None:
+                p.entry = twin
+                continue
+        try:
+            if p.pieces is not None:
+                entry, line_parts = link(p.fields, p.pieces, seq + 1, prev)
+            else:
+                entry, line = chain_entry(p.fields, seq + 1, prev)
+                line_parts = [line]
+            size = sum(map(len, line_parts))
+            if size > line_limit:
+                raise JournalError(f"entry line is {size} bytes, over the {line_limit} limit")
+        except Exception as exc:  # noqa: BLE001 - one entry that cannot be chained fails alone
+            p.error = exc if isinstance(exc, JournalError) else JournalError(f"entry refused: {exc}")
+            continue
+        seq, prev = entry["seq"], entry["hash"]
+        p.entry = entry
+        parts += line_parts
+        chained.append(p)
+    return parts, chained, seq, prev
+
+
+class AppendPipeline:
+    """`append` and `append_many` over a backend's `_acquire`, `_release` and `_commit` (see the module doc)."""
+
+    blobs: BlobSink  # where large values are spilled to
+    line_limit: int = LINE_LIMIT
+    on_durable: Callable[[str, list[dict]], None] | None = None  # each committed batch once durable (autoseal)
+
+    # -- what a backend provides ----------------------------------------------------------------
+
+    def _lane_key(self, session: str) -> str:
+        """Appends that share a key share a lane (group commit); default: one lane per session."""
+        return session
+
+    def _check_fields(self, fields: dict) -> None:
+        """A backend's own refusal of an entry before any work (e.g. a session id it cannot hold)."""
+
+    def _acquire(self, key: str) -> Lane:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def _release(self, lane: Lane) -> None:
+        """The lane is no longer in use by this caller."""
+
+    def _commit(self, lane: Lane, batch: list[Pending]) -> None:  # pragma: no cover - interface
+        """Chain (`chain_group`) and store one group, setting each entry's outcome; call `_durable` after."""
+        raise NotImplementedError
+
+    # -- the pipeline ---------------------------------------------------------------------------
+
+    def append(self, fields: dict, *, dedupe: bool = False) -> dict:
+        """Chain `fields` (the eleven capture-point keys) into their session; return the durable entry.
+
+        `dedupe`: the same call may already have been appended by another process that died before
+        saying so (a recording service killed after its fsync): if one of the session's last entries
+        holds exactly these fields, that entry is returned and nothing is appended."""
+        mine = self._prepare(fields)
+        mine.dedupe = dedupe
+        lane = self._acquire(self._lane_key(fields["session"]))
+        try:
+            self._together(lane, [mine])
+        finally:
+            self._release(lane)
+        if mine.error is not None:
+            raise mine.error
+        assert mine.entry is not None
+        return mine.entry
+
+    def append_many(self, batch: list[dict]) -> list[dict | JournalError | ContractError]:
+        """Append several entries, committed together per lane; per item, the durable entry or the error
+        that kept it out. For a single-threaded caller (the recording service) that has a whole batch at
+        hand: threads calling `append` get the same grouping by waiting."""
+        results: list[dict | JournalError | ContractError] = [None] * len(batch)  # type: ignore[list-item]
+        groups: dict[str, list[tuple[int, Pending]]] = {}
+        for i, fields in enumerate(batch):
+            try:
+                groups.setdefault(self._lane_key(fields["session"]), []).append((i, self._prepare(fields)))
+            except (ContractError, JournalError) as exc:
+                results[i] = exc
+            except Exception as exc:  # noqa: BLE001 - one entry's fields fail that entry alone
+                results[i] = ContractError(f"entry refused: {type(exc).__name__}: {exc}")
+        for key, items in groups.items():
+            try:
+                lane = self._acquire(key)
+            except JournalError as exc:
+                for i, _ in items:
+                    results[i] = exc
+                continue
+            except Exception as exc:  # noqa: BLE001 - a session that cannot name its storage fails its entries alone
+                for i, _ in items:
+                    results[i] = JournalError(f"entry refused: {type(exc).__name__}: {exc}")
+                continue
+            try:
+                self._together(lane, [p for _, p in items])
+            except JournalError as exc:
+                for _, p in items:
+                    if p.entry is None and p.error is None:
+                        p.error = exc
+            finally:
+                self._release(lane)
+            for i, p in items:
+                results[i] = p.error if p.error is not None else p.entry  # type: ignore[assignment]
+        return results
+
+    def _prepare(self, fields: dict) -> Pending:
+        """Everything about an entry that does not depend on its place in the chain, done in the
+        caller's thread (in parallel with the group being committed): the contract check, the line
+        limit and the canonical form with seq/prev/hash left open. The leader then only links."""
+        validate_fields(fields)
+        self._check_fields(fields)
+        fields = fit_entry(fields, self.blobs, self.line_limit)
+        try:
+            return Pending(fields, link_pieces(fields))
+        except CanonicalError as exc:
+            raise ContractError(f"entry has no canonical form: {exc}") from None
+
+    def _together(self, lane: Lane, mine: list[Pending]) -> None:
+        """Queue `mine` and return once they are committed (or failed).
+
+        Group commit, one leader per group: the thread whose entry opens a group leads it. It waits
+        for the previous group's commit (`io`), takes the whole group, has the backend commit it,
+        then wakes exactly its group's followers, each on its own lock (no broadcast that wakes every
+        waiting thread to find most still waiting). While a group commits (an fsync or a database
+        round trip, the GIL released), the next one forms and its leader waits at `io`.
+        """
+        with lane.mutex:
+            if lane.failed:
+                raise lane.failed
+            lane.pending.extend(mine)
+            leader = not lane.forming
+            if leader:
+                lane.forming = True
+            else:
+                wake = mine[-1].wake = _allocate_lock()
+                wake.acquire()
+        if not leader:
+            _wait_turn(wake, mine[-1])
+            return
+        interrupted = _acquire_fully(lane.io)  # the previous group's commit
+        try:
+            with lane.mutex:
+                batch, lane.pending = lane.pending, []
+                lane.forming = False
+            try:
+                self._commit(lane, batch)
+            except BaseException as exc:  # never leave followers waiting
+                for p in batch:
+                    if p.entry is None and p.error is None:
+                        p.error = exc
+                raise
+            finally:
+                first = _link_followers(batch)
+                if first is not None:
+                    first.release()
+        finally:
+            lane.io.release()
+        if interrupted is not None:
+            raise interrupted
+
+    def _durable(self, session: str, chained: list[Pending]) -> None:
+        """After a commit: hand the session's newly durable entries to `on_durable` (it must not fail them)."""
+        if self.on_durable is None:
+            return
+        entries = [p.entry for p in chained if p.entry is not None]
+        if not entries:
+            return
+        try:
+            self.on_durable(session, entries)
+        except Exception:  # noqa: BLE001 - the entries are durable; a hook must not fail them
+            log.exception("on_durable hook failed")
+
+
+def _link_followers(batch: list[Pending]) -> threading.Lock | None:
+    """Chain the followers of a committed group, each to wake the next; the first one's lock."""
+    first = last = None
+    for p in batch:
+        if p.wake is not None:
+            if last is None:
+                first = p.wake
+            else:
+                last.after = p.wake
+            last = p
+    return first
+
+
+def _wait_turn(wake: threading.Lock, mine: Pending) -> None:
+    """Wait until our group is committed, then wake the next follower of the group.
+
+    Followers are woken one after another rather than all at once: a woken thread first needs the
+    GIL, so waking 60 threads at once makes 60 threads fight for it (and preempt the thread that
+    holds it) to run one at a time anyway. Woken by its predecessor as that one starts to run, each
+    is ready by the time the GIL is free.
+    """
+    interrupted = _acquire_fully(wake)
+    if mine.after is not None:
+        mine.after.release()
+    if interrupted is not None:
+        raise interrupted
+
+
+def _acquire_fully(lock: threading.Lock) -> BaseException | None:
+    """Acquire `lock` even through interrupts (KeyboardInterrupt in the main thread); return the
+    interrupt, for the caller to raise once its part is done: a leader that left or a follower that
+    did not pass the turn on would leave the other threads of its lane waiting for ever, and a
+    follower returning early would report an entry that may not be durable yet."""
+    interrupted: BaseException | None = None
+    while True:
+        try:
+            lock.acquire()
+            return interrupted
+        except BaseException as exc:  # noqa: BLE001 - handed back to be raised
+            interrupted = exc
