@@ -26,7 +26,7 @@ from journal.bodies import LINE_LIMIT, fit_entry
 from journal.canonical import CanonicalError
 from journal.chain import LinkPieces, chain_entry, link, link_pieces
 from journal.entry import CHAINED_KEYS, ContractError, validate_fields
-from journal.errors import BrokerError
+from journal.errors import JournalError
 
 if TYPE_CHECKING:
     from journal.store.interface import BlobSink
@@ -36,10 +36,6 @@ _allocate_lock = threading.Lock
 DEDUPE_LINES = 512
 """How far back `dedupe` looks for an identical entry (a dead recording service's last batch)."""
 DEDUPE_BYTES = 64 << 20
-
-
-class JournalError(BrokerError):
-    """The journal could not take an entry; the message says why."""
 
 
 class Pending:

@@ -9,7 +9,7 @@ The areas keep their own classes where they were (each derives from `BrokerError
   `SessionIdError`, journal/seal.py `SealError`, journal/checkpoint/note.py `NoteError`,
   journal/checkpoint/sealer.py `SealRefused`, journal/checkpoint/proof_bundle.py `BundleError`,
   journal/export/recorded_body.py `BlobUnavailable` derive from it;
-- journal/writer.py: `JournalError` (recording refused or stopped); journal/store/interface.py
+- here: `JournalError` (recording refused or stopped); journal/store/interface.py
   `StoreError`, `BlobErased` and the recording service link's errors derive from it;
 - journal/entry.py `ContractError`, journal/canonical.py `CanonicalError`, journal/checkpoint/merkle.py
   `ProofError`, journal/replay `BrokenChainError` (each also a ValueError, as callers catch);
@@ -34,3 +34,7 @@ class InputError(BrokerError, ValueError):
 
 class PeerError(BrokerError, ValueError):
     """Another program the user pointed us at refused or could not be reached (a ValueError, as before)."""
+
+
+class JournalError(BrokerError):
+    """The journal could not take an entry; the message says why (journal/writer.py re-exports it)."""

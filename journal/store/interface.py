@@ -19,8 +19,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from journal.errors import JournalError
 from journal.vault import Vault
-from journal.writer import JournalError
 
 
 class StoreError(JournalError):
