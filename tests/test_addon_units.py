@@ -66,7 +66,7 @@ def test_a_response_is_never_released_unrecorded_whatever_the_failure(tmp_path, 
         def broken(*_a, **_k):
             raise KeyError("method")
 
-        monkeypatch.setattr(cj, "material_fields", broken)
+        monkeypatch.setattr(cj, "call_fields", broken)
         asyncio.run(addon.response(f))
     assert f.response.status_code == 502 and "journal" in f.response.text
     assert addon.inflight == 0

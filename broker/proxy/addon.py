@@ -8,7 +8,7 @@ Runs in stock mitmproxy:
 to the journal package, where every rule (redaction, bodies, spilling, chaining) lives. By default
 (`broker_recorder=process`) the recording itself happens in the recording service, a child process
 (`broker.proxy.service`, reached through `broker.proxy.link`): the hooks only gather each call's raw
-material, send the request half when the call goes upstream and the response half when it ends, and
+`journal.call.Call`, send its request half when the call goes upstream and the rest when it ends, and
 wait for the acknowledgement. mitmproxy's single event-loop thread is left to the proxy. With
 `broker_recorder=inline` the same recording runs in this process (the append in a thread).
 
@@ -41,20 +41,23 @@ import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import msgspec
 from mitmproxy import connection, ctx, exceptions, http
 from mitmproxy.net.http import url
 
 from broker.proxy.call_log import recorded_call_line
-from broker.proxy.link import CallNoted, RecorderLink, ServiceLost, ServiceUnavailable
-from broker.proxy.service import failure_fields, material_fields
+from broker.proxy.link import CallNoted, Recorded, RecorderLink, ServiceLost, ServiceUnavailable
+from broker.proxy.service import call_fields
+from broker.proxy.wire import sendable
 from journal.bodies import JSON_PARSE_LIMIT, SPILL_THRESHOLD, BodyCapture, is_json_type
+from journal.call import Call, Identity, Prepared, Request, Response
 from journal.checkpoint.autoseal import DEFAULT_ENTRIES, DEFAULT_SECONDS, AutosealConfig
 from journal.connectors import Registry
 from journal.models import MODES as PROMPT_MODES
 from journal.models import route_call
 from journal.models.capture import StreamHold
 from journal.models.linking import links_for
-from journal.record import Prepared, Recorder, text_pairs, wire_text
+from journal.record import Recorder, text_pairs, wire_text
 from journal.redact import is_token_exchange, redact_url
 from journal.store.url import store_target
 from journal.vault import SessionIdError, session_filename
@@ -130,12 +133,12 @@ def _parse_proxy_auth(value: str) -> tuple[str, str] | None:
     return user, password
 
 
-class _Call:
+class _Tracked:
     """What the addon tracks for one recorded flow (kept in flow.metadata)."""
 
     __slots__ = (
-        "session", "agent", "principal", "connector", "url", "req_fields", "req_cap", "resp_cap", "req_material",
-        "sent", "inline", "resp_fields", "prompt",
+        "session", "agent", "principal", "connector", "url", "req_fields", "req_cap", "resp_cap", "call",
+        "sent", "inline", "resp_fields", "prompts", "model_api",
     )
 
     def __init__(
@@ -147,12 +150,12 @@ class _Call:
         self.req_fields = req_fields  # as sent upstream (proxy credentials and X-Broker-* removed)
         self.req_cap: BodyCapture | None = None
         self.resp_cap: BodyCapture | None = None
-        self.req_material: dict | None = None  # the request half, once handed to the recording service
+        self.call: Call | None = None  # the request half, once built (handed to the recording service)
         self.sent: tuple[int, int] | None = None  # its handle there
         self.inline = False  # no live recording service when the call went upstream: recorded here
         self.resp_fields: tuple[tuple[bytes, bytes], ...] | None = None  # the upstream's, before re-framing
-        self.prompt: dict = {}  # prompt capture on: {"prompts": mode} (+ "model_api" for a model call)
-
+        self.prompts: str | None = None  # prompt capture on: its mode
+        self.model_api: str | None = None  # a model call's API
 
 
 def _autoseal(opts) -> AutosealConfig | None:
@@ -369,9 +372,9 @@ class ConnectorJournal:
         principal = (wire_text(special[PRINCIPAL_HEADER]) if PRINCIPAL_HEADER in special else None) or (
             self._opts["broker_principal"] or None
         )
-        call = _Call(session, agent, principal, connector, call_url, fields)
+        call = _Tracked(session, agent, principal, connector, call_url, fields)
         if prompts != "off":
-            call.prompt = {"prompts": prompts, "model_api": model_api} if model_api else {"prompts": prompts}
+            call.prompts, call.model_api = prompts, model_api
         # a model request is held whole (to be referenced), and so is a call playback answers
         if self._must_stream(fields) and model_api is None and PLAYBACK_META not in flow.metadata:
             # Token exchanges leave no entry and no blob: known by URL here, before a body is captured
@@ -385,7 +388,7 @@ class ConnectorJournal:
         self.inflight += 1
 
     def _request(self, flow: http.HTTPFlow) -> None:
-        call: _Call | None = flow.metadata.get(_META)
+        call: _Tracked | None = flow.metadata.get(_META)
         if call is None or flow.response is not None:
             return
         if self._opts["broker_on_journal_error"] == "block":
@@ -404,8 +407,8 @@ class ConnectorJournal:
         elif self.link is not None and call.req_cap is None:
             # The request half goes to the recording service now: it is redacted and classified there
             # while the call is upstream, so only the response half is left when the response arrives.
-            call.req_material = self._request_material(call, flow)
-            call.sent = self.link.send_request(call.req_material)
+            call.call = self._request_call(call, flow)
+            call.sent = self.link.send_request(call.call)
 
     def _restart_service(self) -> None:
         link = self.link
@@ -427,20 +430,20 @@ class ConnectorJournal:
     # -- response -------------------------------------------------------------------------------
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
-        call: _Call | None = flow.metadata.get(_META)
+        call: _Tracked | None = flow.metadata.get(_META)
         if call is None or flow.response is None:
             return
         if self._must_stream(flow.response.headers.fields) and PLAYBACK_META not in flow.metadata:
             if is_token_exchange(flow.request.method, call.url, text_pairs(call.req_fields), None):
                 self._drop(flow)
                 return
-            call.resp_cap = StreamHold() if "model_api" in call.prompt else self._capture(flow.response.headers)
+            call.resp_cap = StreamHold() if call.model_api else self._capture(flow.response.headers)
             call.resp_fields = flow.response.headers.fields
             flow.response.stream = self._streamer(call.resp_cap)
             _hold_back_the_end(flow)
 
     async def response(self, flow: http.HTTPFlow) -> None:
-        call: _Call | None = flow.metadata.pop(_META, None)
+        call: _Tracked | None = flow.metadata.pop(_META, None)
         if call is None or flow.response is None:
             return
         resp = flow.response
@@ -456,7 +459,7 @@ class ConnectorJournal:
             self.inflight -= 1
 
     async def error(self, flow: http.HTTPFlow) -> None:
-        call: _Call | None = flow.metadata.pop(_META, None)
+        call: _Tracked | None = flow.metadata.pop(_META, None)
         if call is None:
             return
         msg = flow.error.msg if flow.error else "unknown error"
@@ -476,7 +479,7 @@ class ConnectorJournal:
 
     # -- helpers --------------------------------------------------------------------------------
 
-    async def _record(self, call: _Call, flow, status, resp_fields, resp: http.Response | None, error,
+    async def _record(self, call: _Tracked, flow, status, resp_fields, resp: http.Response | None, error,
                       ts: float, answered_by: str | None = None) -> None:
         """Hand the call's raw material to the recorder and wait until its entry is durable.
 
@@ -486,53 +489,51 @@ class ConnectorJournal:
         durable append waits in a thread.
         """
         assert self.recorder is not None
-        response = {
-            "status": status, "response_headers": resp_fields, "response_body": None, "error": error, "ts": ts,
-            "mcp": self.attribute(flow, call.session) if self.attribute is not None else None,
-            "answered_by": answered_by, "fail_closed": self._opts["broker_on_journal_error"] == "block",
-            **call.prompt,
-        }
+        response = Response(status, resp_fields, None, error, None, answered_by)
         played = flow.metadata.get(PLAYBACK_META) or {}
         if played.get("playback_of") and error is None:  # the broker answered, from a recorded entry
-            response["answered_by"], response["error"] = "capture", f"played back from {played['playback_of']}"
+            response.answered_by, response.error = "capture", f"played back from {played['playback_of']}"
 
         def bodies() -> None:
-            if call.req_material is None:  # not sent ahead (a streamed request, or no service then)
-                call.req_material = self._request_material(call, flow)
+            if call.call is None:  # not sent ahead (a streamed request, or no service then)
+                call.call = self._request_call(call, flow)
             if resp is not None:
-                response["response_body"] = self._body(resp, call.resp_cap)
+                response.body = self._body(resp, call.resp_cap)
 
         if call.req_cap is not None or call.resp_cap is not None:
             await asyncio.to_thread(bodies)
         else:
             bodies()
-        request = call.req_material
-        assert request is not None
+        assert call.call is not None
+        whole = msgspec.structs.replace(
+            call.call, response=response, ts=ts,
+            mcp=self.attribute(flow, call.session) if self.attribute is not None else None,
+        )
         if self.link is None or call.inline:
-            recorded = await self._record_here(request | response, dedupe=False)
+            recorded = await self._record_here(whole, dedupe=False)
         else:
             try:
-                recorded = await self.link.finish(call.sent, request, response)  # sends it whole unless sent ahead
+                recorded = await self.link.finish(call.sent, whole)  # sends it whole unless sent ahead
             except ServiceUnavailable:
-                recorded = await self._record_here(request | response, dedupe=False)
+                recorded = await self._record_here(whole, dedupe=False)
             except ServiceLost:  # the dead service may have written it before it could say so
-                recorded = await self._record_here(request | response, dedupe=True)
+                recorded = await self._record_here(whole, dedupe=True)
         if recorded:
             self.recorded += 1
             if log.isEnabledFor(logging.INFO):  # broker run -v: one line per recorded call
                 log.info(recorded_call_line(recorded, call.session, call.connector, flow.request.method, status,
-                                            call.url, call.req_fields, flow.request.raw_content, self.registry))
+                                            call.url))
 
-    async def _record_here(self, material: dict, dedupe: bool) -> int | bool:
+    async def _record_here(self, whole: Call, dedupe: bool) -> Recorded | bool:
         """Record one call in this process (broker_recorder=inline, or no live recording service):
-        as the service would, including the entry that says a call could not be recorded. The
-        entry's seq, or False for a token exchange."""
+        as the service would, including the entry that says a call could not be recorded.
+        `Recorded`, or False for a token exchange."""
         assert self.recorder is not None
         try:
-            fields = material_fields(self.recorder, material)
+            fields = call_fields(self.recorder, whole)
         except Exception as exc:  # noqa: BLE001 - as in the service: this call fails alone
             why = f"{type(exc).__name__}: {exc}"
-            noted = failure_fields(self.recorder, material, why)
+            noted = self.recorder.prepare_unrecorded(whole, why)
             if noted is not None:
                 entry = await asyncio.to_thread(self.recorder.writer.append, noted, dedupe=dedupe)
                 raise CallNoted(f"{why} (entry {entry['seq']} says so)") from None
@@ -542,18 +543,18 @@ class ConnectorJournal:
         entry = await asyncio.to_thread(self.recorder.writer.append, fields, dedupe=dedupe)
         if "prompt_capture" in entry["request"]:
             links_for(self.recorder).on_recorded(entry)
-        return entry["seq"]
+        return Recorded(entry["seq"], entry["effect"])
 
-    def _request_material(self, call: _Call, flow: http.HTTPFlow) -> dict:
-        material = {
-            "session": call.session, "agent": call.agent, "principal": call.principal,
-            "connector": call.connector, "method": flow.request.method, "url": call.url,
-            "request_headers": call.req_fields, "request_body": self._body(flow.request, call.req_cap),
-            **call.prompt,
-        }
-        if flow.metadata.get(PLAYBACK_META):
-            material["request_extra"] = dict(flow.metadata[PLAYBACK_META])
-        return material
+    def _request_call(self, call: _Tracked, flow: http.HTTPFlow) -> Call:
+        """The request half of the call's `Call` (its response part comes in `_record`)."""
+        played = flow.metadata.get(PLAYBACK_META)
+        return Call(
+            Identity(call.session, call.agent, call.principal), call.connector,
+            Request(sendable(flow.request.method), sendable(call.url), call.req_fields,
+                    self._body(flow.request, call.req_cap), dict(played) if played else None),
+            prompts=call.prompts, model_api=call.model_api,
+            fail_closed=self._opts["broker_on_journal_error"] == "block",
+        )
 
     def _drop(self, flow: http.HTTPFlow) -> None:
         call = flow.metadata.pop(_META, None)
@@ -631,7 +632,7 @@ class ConnectorJournal:
             return str(exc)
         return None
 
-    def _journal_failed(self, flow: http.HTTPFlow, call: _Call, exc: Exception, streamed: bool) -> None:
+    def _journal_failed(self, flow: http.HTTPFlow, call: _Tracked, exc: Exception, streamed: bool) -> None:
         self.journal_failures += 1
         where = f"{flow.request.method} {redact_url(call.url)}"
         if self._opts["broker_on_journal_error"] != "block":

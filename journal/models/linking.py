@@ -20,6 +20,7 @@ from __future__ import annotations
 import threading
 import weakref
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -28,6 +29,9 @@ from journal.models import APIS
 from journal.reader import iter_line_blocks, iter_lines
 from journal.redact import redact_json_value
 from journal.vault import Vault
+
+if TYPE_CHECKING:
+    from journal.call import Call
 
 
 def is_model_entry(entry: dict) -> bool:
@@ -66,19 +70,19 @@ class PromptLinks:
         self.lock = threading.Lock()
         self._current: dict[str, str | None] = {}
 
-    def on_request(self, m: dict) -> None:
-        """A call's request material as it arrives: a model request clears the session's link; a
+    def on_request(self, call: Call) -> None:
+        """A call (`journal.call.Call`) as it arrives: a model request clears the session's link; a
         connector call gets `prompt_ref` (unless it already has one)."""
-        if not m.get("prompts"):
+        if not call.prompts:
             return
-        session = m["session"]
+        session = call.identity.session
         with self.lock:
-            if m.get("model_api"):
+            if call.model_api:
                 self._current[session] = None
-            elif "prompt_ref" not in m:
+            elif call.prompt_ref is None:
                 if session not in self._current:
                     self._current[session] = _latest_model_hash(self.vault, session)
-                m["prompt_ref"] = self._current[session]
+                call.prompt_ref = self._current[session]
 
     def on_recorded(self, entry: object) -> None:
         """An appended entry: a model call becomes what the session's next calls follow."""
