@@ -12,9 +12,9 @@ to the journal package, where every rule (redaction, bodies, spilling, chaining)
 wait for the acknowledgement. mitmproxy's single event-loop thread is left to the proxy. With
 `broker_recorder=inline` the same recording runs in this process (the append in a thread).
 
-Identity: proxy credentials (`http://SESSION:AGENT@host:port`), else `X-Broker-Session`,
-`X-Broker-Agent`, `X-Broker-Principal` request headers, else the options. Credentials and these
-headers are removed before the request goes upstream and are never recorded.
+Identity (`broker.proxy.identity`): proxy credentials (`http://SESSION:AGENT@host:port`), else
+`X-Broker-Session`, `X-Broker-Agent`, `X-Broker-Principal` request headers, else the options.
+Credentials and these headers are removed before the request goes upstream and are never recorded.
 
 When an entry is written: for a buffered response, before the response is released to the
 client (the `response` hook waits until the entry is durable). Streamed responses (event streams,
@@ -33,8 +33,6 @@ waited is recorded here too, unless the dead service's entry for it is already o
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import logging
 import time
 import weakref
@@ -46,6 +44,7 @@ from mitmproxy import connection, ctx, exceptions, http
 from mitmproxy.net.http import url
 
 from broker.proxy.call_log import recorded_call_line
+from broker.proxy.identity import NO_CLAIMS, BadProxyCredentials, parse_proxy_auth, take_identity
 from broker.proxy.link import CallNoted, Recorded, RecorderLink, ServiceLost, ServiceUnavailable
 from broker.proxy.service import call_fields
 from broker.proxy.wire import sendable
@@ -57,7 +56,7 @@ from journal.models import MODES as PROMPT_MODES
 from journal.models import route_call
 from journal.models.capture import StreamHold
 from journal.models.linking import links_for
-from journal.record import Recorder, text_pairs, wire_text
+from journal.record import Recorder, text_pairs
 from journal.redact import is_token_exchange, redact_url
 from journal.store.url import store_target
 from journal.vault import SessionIdError, session_filename
@@ -65,10 +64,6 @@ from journal.writer import JournalError
 
 log = logging.getLogger("broker")
 
-SESSION_HEADER = b"x-broker-session"
-AGENT_HEADER = b"x-broker-agent"
-PRINCIPAL_HEADER = b"x-broker-principal"
-_IDENTITY_HEADERS = frozenset({b"proxy-authorization", SESSION_HEADER, AGENT_HEADER, PRINCIPAL_HEADER})
 ERROR_HEADER = "X-Broker-Error"
 _META = "broker"
 PLAYBACK_META = "broker_playback"
@@ -83,7 +78,6 @@ _SEAL_OPTIONS = frozenset({"broker_seal_key", "broker_checkpoint_entries", "brok
                            "broker_witness"})
 _SESSION_CACHE = 4096
 """Session ids already checked for a vault file name (the check runs once per id, not per call)."""
-_BAD_PROXY_AUTH = "proxy credentials unreadable: expected Basic base64(SESSION:AGENT) in UTF-8"
 
 
 _ORIGIN_CACHE = 1024
@@ -120,17 +114,6 @@ def _pretty_url(req: http.Request, origin: str) -> str:
     if req.first_line_format == "authority":
         return origin
     return origin + (req.path if req.path != "*" else "")
-
-
-def _parse_proxy_auth(value: str) -> tuple[str, str] | None:
-    scheme, _, token = value.partition(" ")
-    if scheme.lower() != "basic":
-        return None
-    try:
-        user, _, password = base64.b64decode(token.strip(), validate=True).decode("utf-8").partition(":")
-    except (binascii.Error, UnicodeDecodeError):
-        return None
-    return user, password
 
 
 class _Tracked:
@@ -291,11 +274,10 @@ class ConnectorJournal:
     def http_connect(self, flow: http.HTTPFlow) -> None:
         auth = flow.request.headers.pop("proxy-authorization", None)
         if auth:
-            creds = _parse_proxy_auth(auth)
-            if creds is None:
-                self._answer(flow, 400, _BAD_PROXY_AUTH)
-                return
-            self.identities[flow.client_conn] = creds
+            try:
+                self.identities[flow.client_conn] = parse_proxy_auth(auth)
+            except BadProxyCredentials as exc:
+                self._answer(flow, 400, str(exc))
 
     # -- request --------------------------------------------------------------------------------
 
@@ -323,40 +305,32 @@ class ConnectorJournal:
         req = flow.request
         # One pass over the raw header fields takes out the proxy credentials and X-Broker-* headers
         # (never forwarded, never recorded) and yields the recorded header fields.
-        fields = req.headers.fields
-        special: dict[bytes, bytes] = {}
-        for k, v in fields:
-            lk = k.lower()
-            if lk in _IDENTITY_HEADERS:
-                special.setdefault(lk, v)
-        if special:
-            fields = tuple((k, v) for k, v in fields if k.lower() not in _IDENTITY_HEADERS)
+        try:
+            fields, claims = take_identity(req.headers.fields)
+        except BadProxyCredentials as exc:  # never fall back to another session when they are unreadable
+            self._answer(flow, 400, str(exc))
+            return
+        if claims is not NO_CLAIMS:
             req.headers.fields = fields
-        creds = None
-        if b"proxy-authorization" in special:
-            creds = _parse_proxy_auth(wire_text(special[b"proxy-authorization"]))
-            if creds is None:  # never fall back to another session when the credentials are unreadable
-                self._answer(flow, 400, _BAD_PROXY_AUTH)
-                return
-        creds = creds or self.identities.get(flow.client_conn)
+        opts = self._opts
+        session, agent, principal = claims.resolve(
+            opts["broker_session"], opts["broker_agent"], opts["broker_principal"],
+            self.identities.get(flow.client_conn),
+        )
         pretty_host, origin = _origin(req)
         call_url = _pretty_url(req, origin)
         path = req.path.split("?", 1)[0]
         connector, model_api = route_call(self.registry, self.registry.match(pretty_host, path), pretty_host, path)
-        prompts = self._opts["broker_prompts"]
+        prompts = opts["broker_prompts"]
         if model_api is not None and prompts == "off":
             return  # model calls pass unrecorded unless prompt capture is on (docs/prompts.md)
         if connector is None:
-            if not self._opts["broker_record_unknown"]:
+            if not opts["broker_record_unknown"]:
                 if self._sealing:
-                    h_session = wire_text(special[SESSION_HEADER]) if SESSION_HEADER in special else None
                     token = is_token_exchange(req.method, call_url, text_pairs(fields), None)
-                    self._gap((creds[0] if creds and creds[0] else None) or h_session or self._opts["broker_session"],
-                              pretty_host, "token" if token else "passed")
+                    self._gap(session, pretty_host, "token" if token else "passed")
                 return
             connector = "unknown"
-        h_session = wire_text(special[SESSION_HEADER]) if SESSION_HEADER in special else None
-        session = (creds[0] if creds and creds[0] else None) or h_session or self._opts["broker_session"]
         if session not in self._sessions_ok:
             try:
                 session_filename(session)
@@ -367,11 +341,6 @@ class ConnectorJournal:
             if len(self._sessions_ok) >= _SESSION_CACHE:
                 self._sessions_ok.clear()
             self._sessions_ok.add(session)
-        h_agent = wire_text(special[AGENT_HEADER]) if AGENT_HEADER in special else None
-        agent = (creds[1] if creds and creds[1] else None) or h_agent or self._opts["broker_agent"] or "unknown"
-        principal = (wire_text(special[PRINCIPAL_HEADER]) if PRINCIPAL_HEADER in special else None) or (
-            self._opts["broker_principal"] or None
-        )
         call = _Tracked(session, agent, principal, connector, call_url, fields)
         if prompts != "off":
             call.prompts, call.model_api = prompts, model_api
