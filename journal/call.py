@@ -18,8 +18,8 @@ Header fields are (name, value) pairs of text or raw bytes (raw bytes are decode
 docs/contract.md "Wire text"). A body is raw bytes, a `Prepared` entry value (a capture point that
 already streamed it to a blob) or a `JsonValue` (MCP params and results).
 
-These are msgspec Structs so that the recording service's wire format (broker/proxy/wire.py) is the
-Call itself, encoded as MessagePack: bytes stay bytes, and nothing is pickled.
+These are msgspec Structs so that a capture point that hands its calls to another process can send
+the Call itself, encoded as MessagePack: bytes stay bytes, and nothing is pickled.
 """
 
 from __future__ import annotations

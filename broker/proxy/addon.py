@@ -16,14 +16,8 @@ Identity (`broker.proxy.identity`): proxy credentials (`http://SESSION:AGENT@hos
 `X-Broker-Session`, `X-Broker-Agent`, `X-Broker-Principal` request headers, else the options.
 Credentials and these headers are removed before the request goes upstream and are never recorded.
 
-When an entry is written: for a buffered response, before the response is released to the
-client (the `response` hook waits until the entry is durable). Streamed responses (event streams,
-unknown length, bodies over the spill threshold, JSON over JSON_PARSE_LIMIT) reach the client as
-they arrive, and the entry is written when the upstream body ends, before mitmproxy sends the end
-of the message. So that no client can hold a complete response before its entry is durable, a
-streamed response loses its Content-Length on the way to the client: an HTTP/1.1 client gets it
-chunked (the last chunk follows the entry), HTTP/1.0 delimited by the connection's close, HTTP/2
-by the end of the stream. The entry records the upstream's own headers.
+When an entry is written, and how a streamed body is captured and its end held back:
+`broker.proxy.streaming`.
 
 No call passes unrecorded when the recording service is gone: a call that finds no live service
 is recorded by this process instead (the `inline` path), and a call whose service died while it
@@ -41,15 +35,17 @@ from pathlib import Path
 
 import msgspec
 from mitmproxy import connection, ctx, exceptions, http
-from mitmproxy.net.http import url
 
 from broker.proxy.call_log import recorded_call_line
+from broker.proxy.coverage import CoverageCount
 from broker.proxy.identity import NO_CLAIMS, BadProxyCredentials, parse_proxy_auth, take_identity
 from broker.proxy.link import CallNoted, Recorded, RecorderLink, ServiceLost, ServiceUnavailable
+from broker.proxy.request_url import request_origin, request_url
 from broker.proxy.service import call_fields
+from broker.proxy.streaming import body_capture, captured_body, feeding, hold_back_the_end, must_stream
 from broker.proxy.wire import sendable
-from journal.bodies import JSON_PARSE_LIMIT, SPILL_THRESHOLD, BodyCapture, is_json_type
-from journal.call import Call, Identity, Prepared, Request, Response
+from journal.bodies import SPILL_THRESHOLD, BodyCapture
+from journal.call import Call, Identity, Request, Response
 from journal.checkpoint.autoseal import DEFAULT_ENTRIES, DEFAULT_SECONDS, AutosealConfig
 from journal.connectors import Registry
 from journal.models import MODES as PROMPT_MODES
@@ -78,42 +74,6 @@ _SEAL_OPTIONS = frozenset({"broker_seal_key", "broker_checkpoint_entries", "brok
                            "broker_witness"})
 _SESSION_CACHE = 4096
 """Session ids already checked for a vault file name (the check runs once per id, not per call)."""
-
-
-_ORIGIN_CACHE = 1024
-_origins: dict[tuple, tuple[str, str]] = {}
-
-
-def _origin(req: http.Request) -> tuple[str, str]:
-    """(pretty_host, URL up to the path) of a request, as `pretty_host` and `pretty_url` give them.
-
-    Cached by what they are computed from: mitmproxy parses the Host header again on every access,
-    which cost about 28 us per request, and a keep-alive client sends the same Host every time.
-    """
-    host_header = req.host_header
-    key = (req.first_line_format, req.scheme, host_header, req.host, req.port)
-    hit = _origins.get(key)
-    if hit is None:
-        if req.first_line_format == "authority":
-            hit = (req.pretty_host, req.pretty_url)
-        else:
-            pretty_host = req.pretty_host
-            if host_header:
-                _, port = url.parse_authority(host_header, check=False)
-                port = port or url.default_port(req.scheme) or 443
-            else:
-                pretty_host, port = req.host, req.port
-            hit = (pretty_host, url.unparse(req.scheme, pretty_host, port, ""))
-        if len(_origins) >= _ORIGIN_CACHE:
-            _origins.clear()
-        _origins[key] = hit
-    return hit
-
-
-def _pretty_url(req: http.Request, origin: str) -> str:
-    if req.first_line_format == "authority":
-        return origin
-    return origin + (req.path if req.path != "*" else "")
 
 
 class _Tracked:
@@ -165,9 +125,7 @@ class ConnectorJournal:
         self.inflight = 0  # recorded calls between requestheaders and their entry
         self._restarting: asyncio.Future | None = None
         self._restart_warned = False
-        self._sealing = False  # checkpoints on: count what is left unrecorded (declared coverage)
-        self._gaps: dict[tuple[str, str, str], int] = {}
-        self._gaps_sent = 0.0
+        self.coverage = CoverageCount(self._deliver_gaps)  # counts while checkpoints are written
         self.attribute: Callable[[http.HTTPFlow, str], dict | None] | None = None
         """Set by an embedder (the MCP shim's --through-broker): given a flow and its session, the MCP
         request that caused the call, recorded in the entry's `mcp` field; None when it cannot tell."""
@@ -222,7 +180,7 @@ class ConnectorJournal:
             if self.recorder is not None:
                 self.recorder._registry = self.registry
         sealing = updated & _SEAL_OPTIONS
-        self._sealing = bool(opts.broker_seal_key)
+        self.coverage.on = bool(opts.broker_seal_key)
         if "vault" in updated or "broker_spill_threshold" in updated or self.recorder is None or sealing:
             if self.recorder is not None:
                 self.recorder.close()
@@ -262,7 +220,7 @@ class ConnectorJournal:
                 log.error("journal: %s", exc)
 
     async def done(self) -> None:
-        self._flush_gaps()
+        self.coverage.flush()
         if self.link is not None:
             await self.link.aclose()
             self.link = None
@@ -317,8 +275,8 @@ class ConnectorJournal:
             opts["broker_session"], opts["broker_agent"], opts["broker_principal"],
             self.identities.get(flow.client_conn),
         )
-        pretty_host, origin = _origin(req)
-        call_url = _pretty_url(req, origin)
+        pretty_host, origin = request_origin(req)
+        call_url = request_url(req, origin)
         path = req.path.split("?", 1)[0]
         connector, model_api = route_call(self.registry, self.registry.match(pretty_host, path), pretty_host, path)
         prompts = opts["broker_prompts"]
@@ -326,9 +284,9 @@ class ConnectorJournal:
             return  # model calls pass unrecorded unless prompt capture is on (docs/prompts.md)
         if connector is None:
             if not opts["broker_record_unknown"]:
-                if self._sealing:
+                if self.coverage.on:
                     token = is_token_exchange(req.method, call_url, text_pairs(fields), None)
-                    self._gap(session, pretty_host, "token" if token else "passed")
+                    self.coverage.gap(session, pretty_host, "token" if token else "passed")
                 return
             connector = "unknown"
         if session not in self._sessions_ok:
@@ -336,7 +294,7 @@ class ConnectorJournal:
                 session_filename(session)
             except SessionIdError as exc:
                 self._answer(flow, 400, f"session id cannot be recorded: {exc}")
-                self._gap(session, pretty_host, "refused")
+                self.coverage.gap(session, pretty_host, "refused")
                 return
             if len(self._sessions_ok) >= _SESSION_CACHE:
                 self._sessions_ok.clear()
@@ -345,14 +303,16 @@ class ConnectorJournal:
         if prompts != "off":
             call.prompts, call.model_api = prompts, model_api
         # a model request is held whole (to be referenced), and so is a call playback answers
-        if self._must_stream(fields) and model_api is None and PLAYBACK_META not in flow.metadata:
+        threshold = opts["broker_spill_threshold"]
+        if must_stream(fields, threshold) and model_api is None and PLAYBACK_META not in flow.metadata:
             # Token exchanges leave no entry and no blob: known by URL here, before a body is captured
             # (one known only by its body is dropped by the recorder, which sees that body).
             if is_token_exchange(req.method, call_url, text_pairs(fields), None):
-                self._gap(session, pretty_host, "token")
+                self.coverage.gap(session, pretty_host, "token")
                 return
-            call.req_cap = self._capture(req.headers)
-            req.stream = self._streamer(call.req_cap)
+            assert self.recorder is not None
+            call.req_cap = body_capture(self.recorder.blobs, req.headers, threshold)
+            req.stream = feeding(call.req_cap)
         flow.metadata[_META] = call
         self.inflight += 1
 
@@ -365,7 +325,7 @@ class ConnectorJournal:
             if problem:
                 self.journal_failures += 1
                 self._answer(flow, 502, f"call not forwarded: the journal cannot record it ({problem})")
-                self._gap(call.session, flow.request.pretty_host, "refused")
+                self.coverage.gap(call.session, flow.request.pretty_host, "refused")
                 self._drop(flow)
                 return
         if self.link is not None and not self.link.live:
@@ -402,14 +362,17 @@ class ConnectorJournal:
         call: _Tracked | None = flow.metadata.get(_META)
         if call is None or flow.response is None:
             return
-        if self._must_stream(flow.response.headers.fields) and PLAYBACK_META not in flow.metadata:
+        threshold = self._opts["broker_spill_threshold"]
+        if must_stream(flow.response.headers.fields, threshold) and PLAYBACK_META not in flow.metadata:
             if is_token_exchange(flow.request.method, call.url, text_pairs(call.req_fields), None):
                 self._drop(flow)
                 return
-            call.resp_cap = StreamHold() if call.model_api else self._capture(flow.response.headers)
+            assert self.recorder is not None
+            call.resp_cap = (StreamHold() if call.model_api
+                             else body_capture(self.recorder.blobs, flow.response.headers, threshold))
             call.resp_fields = flow.response.headers.fields
-            flow.response.stream = self._streamer(call.resp_cap)
-            _hold_back_the_end(flow)
+            flow.response.stream = feeding(call.resp_cap)
+            hold_back_the_end(flow)
 
     async def response(self, flow: http.HTTPFlow) -> None:
         call: _Tracked | None = flow.metadata.pop(_META, None)
@@ -467,7 +430,7 @@ class ConnectorJournal:
             if call.call is None:  # not sent ahead (a streamed request, or no service then)
                 call.call = self._request_call(call, flow)
             if resp is not None:
-                response.body = self._body(resp, call.resp_cap)
+                response.body = captured_body(resp, call.resp_cap)
 
         if call.req_cap is not None or call.resp_cap is not None:
             await asyncio.to_thread(bodies)
@@ -520,7 +483,7 @@ class ConnectorJournal:
         return Call(
             Identity(call.session, call.agent, call.principal), call.connector,
             Request(sendable(flow.request.method), sendable(call.url), call.req_fields,
-                    self._body(flow.request, call.req_cap), dict(played) if played else None),
+                    captured_body(flow.request, call.req_cap), dict(played) if played else None),
             prompts=call.prompts, model_api=call.model_api,
             fail_closed=self._opts["broker_on_journal_error"] == "block",
         )
@@ -534,60 +497,6 @@ class ConnectorJournal:
             for cap in (call.req_cap, call.resp_cap):
                 if cap is not None:
                     cap.abort()
-
-    @staticmethod
-    def _body(message: http.Message, cap: BodyCapture | StreamHold | None):
-        if isinstance(cap, StreamHold):
-            return cap.data()
-        if cap is not None:
-            value, extra = cap.finish()
-            return Prepared(value, extra)
-        return message.raw_content or None
-
-    def _must_stream(self, fields: tuple[tuple[bytes, bytes], ...]) -> bool:
-        """Stream what could be big or long-lived; buffer the rest so its entry is durable before release.
-
-        JSON bodies of known length up to JSON_PARSE_LIMIT are buffered (bounded memory) so that their
-        small fields can stay in the entry and the response is held until the entry is on disk.
-        (One pass over the raw header fields: `Headers.get` costs a few microseconds per lookup.)
-        """
-        ctype = length = coding = None
-        for k, v in fields:
-            if len(k) in (12, 14, 17):  # content-type, content-length, transfer-encoding
-                lk = k.lower()
-                if lk == b"content-type" and ctype is None:
-                    ctype = v.decode("latin-1")
-                elif lk == b"content-length" and length is None:
-                    length = v
-                elif lk == b"transfer-encoding" and coding is None:
-                    coding = v
-        if ctype is not None and "text/event-stream" in ctype:
-            return True
-        if length is None:
-            return coding is not None and b"chunked" in coding.lower()
-        try:
-            size = int(length)
-        except ValueError:
-            return True
-        threshold = self._opts["broker_spill_threshold"]
-        limit = JSON_PARSE_LIMIT if is_json_type(ctype or "") else threshold
-        return size > max(limit, threshold)
-
-    def _capture(self, headers: http.Headers) -> BodyCapture:
-        assert self.recorder is not None
-        return BodyCapture(
-            self.recorder.blobs, headers.get("content-type"), headers.get("content-encoding"),
-            self._opts["broker_spill_threshold"],
-        )
-
-    @staticmethod
-    def _streamer(cap: BodyCapture | StreamHold):
-        def chunk(data: bytes) -> bytes:
-            if data:
-                cap.feed(data)
-            return data
-
-        return chunk
 
     def _journal_problem(self, session: str) -> str | None:
         """Why an entry for this session could not be written right now, or None (checked before the
@@ -615,28 +524,13 @@ class ConnectorJournal:
             log.error("journal: %s blocked, entry could not be written: %s", where, exc)
             self._answer(flow, 502, f"response withheld: the journal could not record this call ({exc})")
 
-    def _gap(self, session: str, host: str, what: str) -> None:
-        """Declared coverage (docs/checkpoints.md): a call left unrecorded, counted when sealing is on
-        and handed to the sealer about once a second."""
-        if not self._sealing:
-            return
-        key = (session, host, what)
-        self._gaps[key] = self._gaps.get(key, 0) + 1
-        if time.monotonic() - self._gaps_sent >= 1.0:
-            self._flush_gaps()
-
-    def _flush_gaps(self) -> None:
-        if not self._gaps:
-            return
-        gaps = [(s, h, w, n) for (s, h, w), n in self._gaps.items()]
+    def _deliver_gaps(self, gaps: list[tuple[str, str, str, int]]) -> bool:
         if self.link is not None:
-            if not self.link.send_coverage(gaps):
-                return  # the service is not connected: kept for the next flush
-        elif self.recorder is not None:
-            for s, h, w, n in gaps:
-                self.recorder.note_gap(s, h, w, n)
-        self._gaps.clear()
-        self._gaps_sent = time.monotonic()
+            return self.link.send_coverage(gaps)
+        if self.recorder is not None:
+            for session, host, what, n in gaps:
+                self.recorder.note_gap(session, host, what, n)
+        return True
 
     @staticmethod
     def _answer(flow: http.HTTPFlow, status: int, reason: str) -> None:
@@ -645,20 +539,4 @@ class ConnectorJournal:
             status, (reason + "\n").encode(), {"Content-Type": "text/plain; charset=utf-8", ERROR_HEADER: reason[:200]}
         )
 
-
-def _hold_back_the_end(flow: http.HTTPFlow) -> None:
-    """Re-frame a streamed response so that the client learns it is complete only from the end of the
-    message, which mitmproxy sends after the `response` hook (after the entry is durable): without a
-    Content-Length, the last bytes alone do not tell the client it has everything."""
-    resp = flow.response
-    assert resp is not None
-    if flow.request.method == "HEAD" or "content-length" not in resp.headers:
-        return
-    del resp.headers["content-length"]
-    version = flow.request.http_version
-    if version == "HTTP/1.1":
-        if "chunked" not in resp.headers.get("transfer-encoding", "").lower():
-            resp.headers["transfer-encoding"] = "chunked"
-    elif version == "HTTP/1.0":
-        resp.headers["connection"] = "close"  # delimited by the close that follows the message
 
