@@ -25,8 +25,7 @@ from typing import TYPE_CHECKING
 from journal.bodies import JSON_PARSE_LIMIT, SPILL_THRESHOLD, decoded_prefix, record_body, spill_large_strings
 from journal.call import Body, Call, Identity, JsonValue, Prepared, Request, Response
 from journal.canonical import CanonicalError, canonical_bytes, check_reads_back
-from journal.connectors import Registry
-from journal.connectors._http import effect_of_method, lower_headers
+from journal.connectors import Registry, effect_of_method, lower_headers
 from journal.entry import ContractError, format_ts
 from journal.redact import (
     is_token_exchange,

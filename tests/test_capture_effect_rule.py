@@ -18,8 +18,7 @@ from broker.proxy.link import Recorded, RecorderLink
 from broker.proxy.service import Service, call_fields
 from broker.proxy.wire import WholeCall, frame, split_to_service
 from journal.call import Call
-from journal.connectors import Registry
-from journal.connectors._http import effect_of_method, lower_headers
+from journal.connectors import Registry, effect_of_method, lower_headers
 from journal.reader import iter_entries
 from journal.record import Recorder
 from journal.vault import Vault
