@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from broker.proxy.link import Recorded, RecorderLink, ServiceLost
+from broker.proxy.link import Recorded, RecorderLink, ServiceLost, ServiceUnavailable
 from broker.proxy.wire import Ack, split_to_service
 from journal.reader import iter_entries
 from journal.vault import Vault
@@ -168,5 +168,24 @@ def test_a_service_killed_with_frames_queued_fails_the_waiting_calls(tmp_path):
         with pytest.raises(ServiceLost):
             await asyncio.wait_for(answer, 10)
         await link.aclose()
+
+    asyncio.run(main())
+
+
+def test_a_call_the_wire_cannot_carry_is_left_to_the_proxy_not_half_sent():
+    """A value MessagePack cannot encode (a lone surrogate in an error text, an integer past 64 bits)
+    never reaches the socket: `send_request` says not sent, and `record`/`finish` raise
+    ServiceUnavailable, on which the addon records the call in its own process."""
+    async def main():
+        t = _Transport()
+        link = _linked(t)
+        odd = material(0, error="reset by peer \udcff")
+        assert link.send_request(ahead(material(1, url=2**70))) is None
+        with pytest.raises(ServiceUnavailable, match="cannot be sent"):
+            await link.record(odd)
+        with pytest.raises(ServiceUnavailable):
+            await link.finish((1, 5), odd)
+        await asyncio.sleep(0)
+        assert t.writes == [] and not link._waiting
 
     asyncio.run(main())

@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
+import msgspec
+
 from broker.proxy.wire import Ack, Completion, Coverage, Forget, RequestAhead, WholeCall, frame, split_to_proxy
 from journal.call import Call
 from journal.store.url import is_database_url
@@ -49,6 +51,15 @@ class ServiceLost(JournalError):
 
 class CallNoted(JournalError):
     """The call could not be recorded, and the service wrote an entry saying so (the message says why)."""
+
+
+def _encoded(message: WholeCall | RequestAhead | Completion) -> bytearray:
+    """The frame of a call's message; ServiceUnavailable when the call holds something the wire cannot
+    carry (nothing of it is handed over: the proxy records it itself, where any value can be read)."""
+    try:
+        return frame(message)
+    except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as exc:
+        raise ServiceUnavailable(f"the call cannot be sent to the recording service ({exc})") from None
 
 
 class Recorded(NamedTuple):
@@ -101,8 +112,12 @@ class RecorderLink:
         transport = self._transport
         if transport is None or transport.is_closing():
             return None
+        try:
+            data = _encoded(RequestAhead(self._next_id + 1, call))
+        except ServiceUnavailable:
+            return None  # `finish` then fails the same way and the proxy records the call itself
         self._next_id += 1
-        self._send(transport, frame(RequestAhead(self._next_id, call)))
+        self._send(transport, data)
         return self._generation, self._next_id
 
     async def finish(self, sent: tuple[int, int] | None, call: Call) -> Recorded | bool:
@@ -134,9 +149,10 @@ class RecorderLink:
     async def _answer(self, transport: asyncio.Transport, message: WholeCall | Completion, session: str,
                       ) -> Recorded | bool:
         call_id = message.id
+        data = _encoded(message)
         fut = asyncio.get_running_loop().create_future()
         self._waiting[call_id] = fut
-        self._send(transport, frame(message), now=True)
+        self._send(transport, data, now=True)
         ack: Ack = await fut
         detail = ack.detail
         if ack.outcome == "ok":  # the service names the entry's seq and effect: the caller may log them
