@@ -3,8 +3,8 @@
 mitmproxy runs every hook of every flow on one event-loop thread. Redacting, encoding bodies,
 building the canonical form, hashing and waiting for the fsync there (or in a thread of the same
 process, which needs the same GIL) slows every call the proxy carries. So the broker hands each
-recorded call (a `journal.call.Call`) to this process over a socket pair and waits for its acknowledgement.
-This process works through whatever has arrived as one batch (one write and one fsync per session,
+recorded call (a `journal.call.Call`) to this process over a socket pair and waits for its
+acknowledgement. This process works through whatever has arrived as one batch (one write and one fsync per session,
 with its code and data warm) while the proxy goes on with other flows on the other CPU.
 
 Nothing here is specific to mitmproxy: `call_fields` is the whole mapping from a `journal.call.Call`
