@@ -848,7 +848,8 @@ def _sample_materials() -> list[dict]:
 def service_breakdown(root: Path, n: int, rounds: int = 3) -> list[tuple[str, float]]:
     """The recording service's work per call, stage by stage, timed in this process on the benchmark's
     two calls in turn (thread CPU time, best of `rounds` after a warm-up; no profiler)."""
-    from broker.proxy.service import material_fields
+    from bench.capture_bench import to_call
+    from broker.proxy.service import call_fields
     from journal.bodies import JSON_PARSE_LIMIT, decoded_prefix, fit_entry, record_body
     from journal.canonical import orjson_matches_jcs
     from journal.chain import GENESIS, chain_entry
@@ -878,9 +879,10 @@ def service_breakdown(root: Path, n: int, rounds: int = 3) -> list[tuple[str, fl
                 resp, header_value(sh, "content-type"), header_value(sh, "content-encoding"), fast.blobs),
         }
 
-    fields = [material_fields(fast, m) for m in samples]
+    calls = [to_call(m) for m in samples]
+    fields = [call_fields(fast, c) for c in calls]
     whole = {
-        "material_fields, whole (the above and the entry dict)": lambda k: material_fields(fast, samples[k % 2]),
+        "call_fields, whole (the above and the entry dict)": lambda k: call_fields(fast, calls[k % 2]),
         "validate_fields": lambda k: validate_fields(fields[k % 2]),
         "fit_entry (size check)": lambda k: fit_entry(fields[k % 2], fast.blobs),
         "orjson_matches_jcs + chain_entry (canonical form, SHA-256)": lambda k: chain_entry(

@@ -15,11 +15,11 @@ hands it to the recording service: raw header fields as bytes pairs, bodies as o
 
 Stages, each timed on its own (thread CPU time, per call; median of R rounds of N repetitions):
 
-- material: `frame` of the request and response halves in the proxy, and `split_frames` in the
-  service (the pickled wire format between them);
+- material: `frame` of the request and response halves in the proxy, and `split_to_service` in the
+  service (the MessagePack-encoded `Call` of broker/proxy/wire.py between them);
 - redaction: `redact_url`, `redact_headers` of both header lists, and the body scan of the decoded
   request and response bodies (what `record_body` redacts);
-- fields: `material_fields`, the service's whole mapping from material to entry fields (redaction,
+- fields: `call_fields`, the service's whole mapping from a `Call` to entry fields (redaction,
   decoding, parsing, classification included);
 - entry: what the writer does per entry before its write: `validate_fields`, `fit_entry`,
   `orjson_matches_jcs` and `chain_entry` (canonical form and SHA-256);
@@ -44,6 +44,7 @@ import sys
 import time
 from collections.abc import Callable
 
+import msgspec
 import orjson
 
 from bench import machine, scratch_dir, write_json
@@ -160,15 +161,23 @@ def calls() -> list[tuple[str, dict]]:
     return out
 
 
-REQUEST_KEYS = ("session", "agent", "principal", "connector", "method", "url", "request_headers", "request_body")
+def to_call(m: dict):
+    """The whole `journal.call.Call` of a call's material, as the addon builds it."""
+    from journal.call import Call, Identity, Request, Response
+
+    return Call(Identity(m["session"], m["agent"], m["principal"]), m["connector"],
+                Request(m["method"], m["url"], m["request_headers"], m["request_body"]),
+                Response(m["status"], m["response_headers"], m["response_body"], m["error"]),
+                ts=m["ts"], mcp=m["mcp"])
 
 
-def halves(m: dict) -> tuple[dict, dict]:
-    """The request and response halves as the addon sends them (`send_request`, then `finish`)."""
-    req = {k: m[k] for k in REQUEST_KEYS}
-    resp = {k: v for k, v in m.items() if k not in REQUEST_KEYS}
-    resp.update({"answered_by": None, "fail_closed": True})
-    return req, resp
+def halves(m: dict, call_id: int = 1) -> tuple:
+    """The two messages the addon sends for a call (`send_request`, then `finish`)."""
+    from broker.proxy.wire import Completion, RequestAhead
+
+    whole = to_call(m)
+    req = RequestAhead(call_id, msgspec.structs.replace(whole, response=None))
+    return req, Completion(call_id, whole.response, whole.ts, whole.mcp)
 
 
 def _mitm_messages(m: dict):
@@ -185,7 +194,8 @@ def stages(rec, m: dict) -> dict[str, Callable[[], object]]:
     """The timed stages of one call (closures over its prepared inputs)."""
     from mitmproxy.net.http.http1 import assemble, read
 
-    from broker.proxy.service import Service, frame, material_fields, split_frames
+    from broker.proxy.service import Service, call_fields
+    from broker.proxy.wire import frame, split_to_service
     from journal.bodies import ContentDecoder, fit_entry
     from journal.canonical import orjson_matches_jcs
     from journal.chain import GENESIS, chain_entry
@@ -194,7 +204,8 @@ def stages(rec, m: dict) -> dict[str, Callable[[], object]]:
     from journal.redact import header_value, redact_body, redact_headers, redact_url
 
     req_half, resp_half = halves(m)
-    wire = bytearray(frame(("request", 1, req_half)) + frame(("response", 1, resp_half)))
+    wire = bytearray(frame(req_half) + frame(resp_half))
+    whole = to_call(m)
     rh, sh = text_pairs(m["request_headers"]), text_pairs(m["response_headers"])
 
     def plain(body: bytes | None, headers) -> bytes | None:
@@ -205,7 +216,7 @@ def stages(rec, m: dict) -> dict[str, Callable[[], object]]:
 
     req_plain, resp_plain = plain(m["request_body"], rh), plain(m["response_body"], sh)
     req_type, resp_type = header_value(rh, "content-type"), header_value(sh, "content-type")
-    fields = material_fields(rec, m)
+    fields = call_fields(rec, whole)
     req, resp = _mitm_messages(m)
 
     def redaction() -> None:
@@ -229,10 +240,11 @@ def stages(rec, m: dict) -> dict[str, Callable[[], object]]:
         """What the recording service does per call, as `serve` does it: the request frame (its half
         prepared while the call is upstream), then the response frame, recorded and acknowledged."""
         call_id = next(ids)
-        frames, _ = split_frames(bytearray(frame(("request", call_id, req_half))))
+        req_half.id = resp_half.id = call_id
+        frames, _ = split_to_service(bytearray(frame(req_half)))
         service.handle(frames)
         service.prepare_pending()
-        frames, _ = split_frames(bytearray(frame(("response", call_id, resp_half))))
+        frames, _ = split_to_service(bytearray(frame(resp_half)))
         acks = service.handle(frames)
         frame(acks)
 
@@ -245,10 +257,10 @@ def stages(rec, m: dict) -> dict[str, Callable[[], object]]:
         read.read_response_head(head_s.split(b"\r\n")[:-2])
 
     return {
-        "material: frame (proxy)": lambda: (frame(("request", 1, req_half)), frame(("response", 1, resp_half))),
-        "material: split_frames (service)": lambda: split_frames(wire),
+        "material: frame (proxy)": lambda: (frame(req_half), frame(resp_half)),
+        "material: split_to_service (service)": lambda: split_to_service(wire),
         "redaction (url, headers, bodies)": redaction,
-        "fields (material_fields, whole)": lambda: material_fields(rec, m),
+        "fields (call_fields, whole)": lambda: call_fields(rec, whole),
         "entry (validate, fit, canonical, hash)": entry,
         "service, whole (frames, fields, append, no fsync)": whole_service,
         "baseline: mitmproxy HTTP/1 assemble + parse": mitmproxy_http1,
@@ -290,18 +302,19 @@ def format_rows(rows: list[dict]) -> str:
 
 
 def profile(rec, named: list[tuple[str, dict]], n: int) -> str:
-    """cProfile of `material_fields` over the calls, top functions by own time."""
+    """cProfile of `call_fields` over the calls, top functions by own time."""
     import cProfile
     import io
     import pstats
 
-    from broker.proxy.service import material_fields
+    from broker.proxy.service import call_fields
 
+    whole = [to_call(m) for _name, m in named]
     pr = cProfile.Profile()
     pr.enable()
     for _ in range(n):
-        for _name, m in named:
-            material_fields(rec, m)
+        for c in whole:
+            call_fields(rec, c)
     pr.disable()
     buf = io.StringIO()
     pstats.Stats(pr, stream=buf).sort_stats("tottime").print_stats(30)
@@ -314,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=None, help="rounds per stage (median reported); default 7, quick 3")
     p.add_argument("--calls", type=int, default=None, help="repetitions per round; default 200, quick 50")
     p.add_argument("--json", metavar="FILE", help="write the figures under the key capture_bench")
-    p.add_argument("--profile", action="store_true", help="also print a cProfile of material_fields")
+    p.add_argument("--profile", action="store_true", help="also print a cProfile of call_fields")
     args = p.parse_args(argv)
     rounds = args.rounds or (3 if args.quick else 7)
     n = args.calls or (50 if args.quick else 200)
@@ -329,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"capture_bench: {rounds} rounds x {n} repetitions (Drive upload: {max(1, n // 10)}), thread CPU time")
         print(format_rows(rows))
         if args.profile:
-            print("\n== cProfile of material_fields over the four calls\n" + profile(rec, named, max(1, n // 4)))
+            print("\n== cProfile of call_fields over the four calls\n" + profile(rec, named, max(1, n // 4)))
         if args.json:
             write_json(args.json, "capture_bench", {"machine": machine(), "rounds": rounds, "repetitions": n,
                                                      "rows": rows})  # fmt: skip

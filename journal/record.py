@@ -1,10 +1,11 @@
 """The Python API every capture point calls: redact, encode bodies, build the entry, append it.
 
 The broker (mitmproxy addon), the MCP shim and agents reporting their own calls all go through
-`Recorder.record`, so redaction, spilling and chaining happen one way only.
+`Recorder.record` with one `journal.call.Call`, so redaction, spilling and chaining happen one way only.
 
     from journal.record import Recorder
     rec = Recorder("./vault")
+    rec.record(call)   # a `journal.call.Call`, what every capture point builds
     rec.report_call(session="s1", agent="my-agent", principal="me@example.com",
                     method="GET", url="https://gmail.googleapis.com/gmail/v1/users/me/labels",
                     status=200, response_headers=[("Content-Type", "application/json")],
@@ -14,15 +15,17 @@ The broker (mitmproxy addon), the MCP shim and agents reporting their own calls 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from journal.bodies import SPILL_THRESHOLD, record_body, spill_large_strings
+from journal.bodies import JSON_PARSE_LIMIT, SPILL_THRESHOLD, decoded_prefix, record_body, spill_large_strings
+from journal.call import Body, Call, Identity, JsonValue, Prepared, Request, Response
 from journal.canonical import CanonicalError, canonical_bytes, check_reads_back
-from journal.connectors import Registry
+from journal.connectors import Registry, effect_of_method, lower_headers
 from journal.entry import ContractError, format_ts
 from journal.redact import (
     is_token_exchange,
@@ -35,6 +38,8 @@ from journal.writer import JournalWriter
 
 if TYPE_CHECKING:
     from journal.checkpoint.autoseal import AutosealConfig
+
+log = logging.getLogger("journal.record")
 
 Headers = Iterable[tuple[str, str]] | Iterable[list[str]]
 ANSWERED_BY = ("upstream", "capture", "none")
@@ -177,24 +182,6 @@ def _content_headers(headers: list[tuple[str, str]]) -> tuple[str | None, str | 
     return ctype, coding
 
 
-@dataclass(frozen=True)
-class Prepared:
-    """A body a capture point has already turned into its entry value (e.g. streamed to a blob)."""
-
-    value: object
-    extra: dict = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class JsonValue:
-    """A body that is already a JSON value (MCP params and results), not bytes."""
-
-    value: object
-
-
-Body = bytes | Prepared | JsonValue | None
-
-
 @dataclass
 class RequestHalf:
     """The request's part of an entry, redacted and encoded, kept while the call is upstream."""
@@ -244,55 +231,57 @@ class Recorder:
 
     # -- the general entry point ------------------------------------------------------------
 
-    def record(self, **call) -> dict | None:
-        """Append one entry (arguments as for `prepare`); returns it once durable, or None when the
-        call is a token exchange (docs/contract.md: those leave no entry and no blob)."""
-        fields = self.prepare(**call)
+    def record(self, call: Call) -> dict | None:
+        """Append one call's entry; returns it once durable, or None when the call is a token
+        exchange (docs/contract.md: those leave no entry and no blob)."""
+        fields = self.prepare(call)
         return None if fields is None else self.writer.append(fields)
 
-    def prepare(
-        self, *, session: str, agent: str, principal: str, connector: str, capture: str, effect: str,
-        method: str, url: str, request_headers: Headers, request_body: Body,
-        status: int | None, response_headers: Headers, response_body: Body,
-        error: str | None = None, mcp: dict | None = None, prompt_ref: str | None = None,
-        ts: datetime | str | None = None, request_extra: dict | None = None, response_extra: dict | None = None,
-        effect_basis: str = "rule", answered_by: str | None = None,
-    ) -> dict | None:
+    def prepare(self, call: Call) -> dict | None:
         """The entry fields for one call, redacted and encoded (large values already spilled to
         blobs), ready for `writer.append`; None for a token exchange. Split from `record` so a
         capture point can do this CPU work where it suits it and only wait for the durable append."""
-        half = self.prepare_request(
-            session=session, agent=agent, principal=principal, connector=connector, capture=capture,
-            effect=effect, method=method, url=url, request_headers=request_headers, request_body=request_body,
-            prompt_ref=prompt_ref, request_extra=request_extra, effect_basis=effect_basis,
-        )
-        if half is None:
-            return None
-        return self.prepare_response(
-            half, status=status, response_headers=response_headers, response_body=response_body, error=error,
-            mcp=mcp, ts=ts, response_extra=response_extra, answered_by=answered_by,
-        )
+        half = self.prepare_request(call)
+        return None if half is None else self.prepare_response(half, call)
 
-    def prepare_request(
-        self, *, session: str, agent: str, principal: str, connector: str, capture: str, effect: str,
-        method: str | bytes, url: str | bytes, request_headers: Headers, request_body: Body,
-        prompt_ref: str | None = None, request_extra: dict | None = None, effect_basis: str = "rule",
-    ) -> RequestHalf | None:
-        """The request's half of `prepare`, for a capture point that has the request before the
-        response (the broker, while the call is upstream); None for a token exchange.
+    def classify(
+        self, method: str, url: str, headers: list[tuple[str, str]], body: bytes | None, connector: str = "unknown",
+    ) -> tuple[str, str, str]:
+        """(connector, effect, effect_basis) of a call that brings no effect of its own: the connector
+        rules when one knows the call (basis "rule"; an "unknown" connector is then named), else the
+        method's meaning, override headers included (basis "default"). The one implementation every
+        capture point's calls go through. `body`: the raw request body (decoded here for the rules)."""
+        plain = None
+        if body:
+            plain = decoded_prefix(body, _content_headers(headers)[1], JSON_PARSE_LIMIT)
+        cls = self.registry.classify(method, url, headers, plain)
+        if cls is not None:
+            return (cls.connector if connector in ("unknown", "") else connector), cls.effect, "rule"
+        effect, _ = effect_of_method(method, lower_headers(headers))
+        return connector, effect, "default"
+
+    def prepare_request(self, call: Call) -> RequestHalf | None:
+        """The request's half of `prepare`, from the call's identity and request part, for a capture
+        point that has the request before the response (the broker, while the call is upstream);
+        None for a token exchange. A call without an effect is classified here (`classify`).
 
         Whether a call is a token exchange is decided from the request alone (its URL, or an OAuth
         grant in its body), never from what the response looks like: a call that merely returns a
         credential (a downloaded token file) is recorded, with the credential redacted."""
-        if effect_basis not in EFFECT_BASES:
-            raise ContractError(f"effect_basis must be one of {', '.join(EFFECT_BASES)}, not {effect_basis!r}")
-        method, method_l1 = wire_field(method)
-        url, url_l1 = wire_field(url)
-        req_headers, latin1 = text_pairs_marked(request_headers)
+        req, who = call.request, call.identity
+        method, method_l1 = wire_field(req.method)
+        url, url_l1 = wire_field(req.url)
+        req_headers, latin1 = text_pairs_marked(req.headers)
+        request_body = req.body
         raw_req = request_body if isinstance(request_body, bytes) else None
         if is_token_exchange(method, url, req_headers, raw_req):
-            self.note_gap(session, url, "token")
+            self.note_gap(who.session, url, "token")
             return None
+        connector, effect, effect_basis = call.connector, call.effect, call.effect_basis or "rule"
+        if effect is None:
+            connector, effect, effect_basis = self.classify(method, url, req_headers, raw_req, connector)
+        elif effect_basis not in EFFECT_BASES:
+            raise ContractError(f"effect_basis must be one of {', '.join(EFFECT_BASES)}, not {effect_basis!r}")
         request = {"method": method, "url": redact_url(url), "headers": redact_headers(req_headers)}
         request["body"], extra = self._body(request_body, req_headers)
         request.update(extra)
@@ -301,33 +290,31 @@ class Recorder:
         if marks:
             request["latin1"] = marks
         fields = {
-            "session": session, "agent": agent, "principal": principal, "connector": connector,
-            "capture": capture, "prompt_ref": prompt_ref, "effect": effect, "request": request,
+            "session": who.session, "agent": who.agent,
+            "principal": who.principal or principal_fingerprint(req_headers, url), "connector": connector,
+            "capture": call.capture, "prompt_ref": call.prompt_ref, "effect": effect, "request": request,
         }
-        return RequestHalf(fields, dict(request_extra or {}))
+        return RequestHalf(fields, dict(req.extra or {}))
 
-    def prepare_response(
-        self, half: RequestHalf, *, status: int | None, response_headers: Headers, response_body: Body,
-        error: str | None = None, mcp: dict | None = None, ts: datetime | str | None = None,
-        response_extra: dict | None = None, answered_by: str | None = None,
-    ) -> dict:
-        """The entry fields from a request half and the response.
-
-        `answered_by` (docs/contract.md): None means "upstream" when a status came with no error,
-        else "none"; a capture point that answered in the upstream's place says "capture"."""
-        resp_headers, latin1 = text_pairs_marked(response_headers)
+    def prepare_response(self, half: RequestHalf, call: Call) -> dict:
+        """The entry fields from a request half and the call's response part (with its `ts` and
+        `mcp`); a call without a response part is recorded as having had none."""
+        resp = call.response or Response(error="no response")
+        resp_headers, latin1 = text_pairs_marked(resp.headers)
         request = dict(half.fields["request"])
         request.update(half.request_extra)
+        status, error = resp.status, resp.error
         response: dict = {"status": status, "headers": redact_headers(resp_headers)}
-        response["body"], extra = self._body(response_body, resp_headers)
+        response["body"], extra = self._body(resp.body, resp_headers)
         response.update(extra)
-        response.update(response_extra or {})
+        response.update(resp.extra or {})
         if latin1:
             response["latin1"] = latin1
         if error is not None:
             response["error"] = error
         elif status is None:
             response["error"] = "no response"
+        answered_by = resp.answered_by
         if answered_by is None:
             answered_by = "upstream" if status is not None and error is None else "none"
         elif answered_by not in ANSWERED_BY:
@@ -335,8 +322,12 @@ class Recorder:
         if answered_by != "upstream" and "error" not in response:
             raise ContractError(f"a response answered by {answered_by!r} must say why in 'error'")
         response["answered_by"] = answered_by
+        mcp = call.mcp
         if mcp is not None:
-            mcp = self._json(mcp)
+            mcp = self.json_value(mcp)
+        ts = call.ts
+        if isinstance(ts, int | float) and not isinstance(ts, bool):
+            ts = datetime.fromtimestamp(ts, UTC)
         f = half.fields
         return {
             "ts": ts if isinstance(ts, str) else format_ts(ts),
@@ -352,6 +343,53 @@ class Recorder:
             "response": response,
         }
 
+    def prepare_unrecorded(self, call: Call, why: str) -> dict | None:
+        """Fields for an entry that says `call` could not be recorded (`why`), built from what of it
+        can still be read safely (identity, method, URL, header fields; no bodies); None when not
+        even that can be built. The one builder of such entries, for every capture point.
+
+        Under `fail_closed` the client gets 502 from the capture point, which is what the entry says;
+        otherwise the upstream's answer passed and the entry says that, with the error."""
+        who = call.identity
+        if not (isinstance(who.session, str) and isinstance(who.agent, str)):
+            return None
+        try:
+            resp = call.response
+            status = resp.status if resp is not None else None
+            upstream_status = status if isinstance(status, int) and 100 <= status <= 599 else None
+            error = f"the call could not be recorded ({why})"
+            if call.fail_closed:
+                error = f"response withheld: {error}"
+                if upstream_status is not None:
+                    error += f"; the upstream answered {upstream_status}"
+            if call.fail_closed or upstream_status is None:
+                status_out, answered = (502, "capture") if call.fail_closed else (None, "none")
+            else:
+                status_out, answered = upstream_status, "upstream"
+            try:
+                req_headers = text_pairs(call.request.headers or ())
+            except Exception:  # noqa: BLE001 - unreadable fields: record none rather than nothing at all
+                req_headers = []
+            decided = call.effect in ("read", "write")
+            ts = call.ts
+            if not isinstance(ts, int | float | str | datetime) or isinstance(ts, bool):
+                ts = None
+            noted = Call(
+                Identity(who.session, who.agent, who.principal if isinstance(who.principal, str) and who.principal
+                         else "anonymous"),
+                call.connector if isinstance(call.connector, str) and call.connector else "unknown",
+                Request(_safe_wire(call.request.method) or "?", _safe_wire(call.request.url), req_headers),
+                Response(status_out, (), None, None, {"error": error}, answered),
+                capture=call.capture if call.capture in ("broker", "gateway", "agent") else "broker",
+                effect=call.effect if decided else "write",
+                effect_basis=(call.effect_basis or "rule") if decided else "default",
+                ts=ts if ts is not None else datetime.now(UTC),
+            )
+            return self.prepare(noted)
+        except Exception:  # noqa: BLE001 - the caller then reports the failure without an entry
+            log.exception("no entry could be built for a call that failed to record")
+            return None
+
     def _body(self, body: Body, headers: list[tuple[str, str]]) -> tuple[object, dict]:
         if body is None or isinstance(body, bytes):
             if not body:
@@ -361,10 +399,12 @@ class Recorder:
         if isinstance(body, Prepared):
             return body.value, dict(body.extra)
         if isinstance(body, JsonValue):
-            return self._json(body.value), {}
+            return self.json_value(body.value), {}
         raise TypeError(f"unsupported body type {type(body).__name__}")
 
-    def _json(self, value: object) -> object:
+    def json_value(self, value: object) -> object:
+        """A JSON value as an entry holds it: redacted, checked to read back the same, large strings
+        spilled to blobs (MCP params, results and the `mcp` field; `JsonValue` bodies)."""
         value = redact_json_value(value)
         try:
             canonical_bytes(value)
@@ -385,23 +425,21 @@ class Recorder:
         """Record a call the agent made itself (capture "agent", the weakest evidence grade).
 
         The effect comes from the connector rules, never from the caller; a URL no connector
-        knows is recorded under `connector` (required then) with a method-based effect.
+        knows is recorded under `connector` (required then) with the method's effect (`classify`).
         """
         req_headers = text_pairs(request_headers)
-        cls = self.registry.classify(method, url, req_headers, request_body)
-        basis = "rule"
-        if cls is None:  # no connector rule knows it: the method's safe/unsafe meaning decides
-            if not connector:
-                raise ContractError(f"no connector recognises {url!r}; pass connector=")
-            effect = "read" if method.upper() in ("GET", "HEAD", "OPTIONS") else "write"
-            basis = "default"
-        else:
-            connector = connector or cls.connector
-            effect = cls.effect
-        return self.record(
-            session=session, agent=agent, principal=principal, connector=connector, capture="agent",
-            effect=effect, method=method.upper(), url=url, request_headers=req_headers,
+        if self.registry.classify(method, url, req_headers, None) is None and not connector:
+            raise ContractError(f"no connector recognises {url!r}; pass connector=")
+        return self.record(Call.make(
+            session=session, agent=agent, principal=principal, connector=connector or "unknown", capture="agent",
+            method=method.upper(), url=url, request_headers=req_headers,
             request_body=request_body, status=status, response_headers=response_headers,
-            response_body=response_body, error=error, prompt_ref=prompt_ref, ts=ts,
-            effect_basis=basis, answered_by=answered_by,
-        )
+            response_body=response_body, error=error, prompt_ref=prompt_ref, ts=ts, answered_by=answered_by,
+        ))
+
+
+def _safe_wire(value: object) -> str:
+    """A method or URL as text, whatever it holds (for the entry of a call that could not be recorded)."""
+    if isinstance(value, str | bytes):
+        return wire_field(value)[0]
+    return "" if value is None else repr(value)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from journal.call import Call
 from journal.record import JsonValue, Recorder  # noqa: E402
 from journal.vault import Vault  # noqa: E402
 
@@ -73,13 +74,13 @@ def build(vault_dir: Path) -> None:
         req_headers = [auth, ("User-Agent", "ops-assistant/1.4 google-api-python-client/2.202.0")]
         if req is not None:
             req_headers.append(JSON_REQ)
-        rec.record(
+        rec.record(Call.make(
             session=SESSION, agent=AGENT, principal=PRINCIPAL, connector=connector, capture=capture,
             effect=effect, method=method, url=url, request_headers=req_headers,
             request_body=j(req) if req is not None else None, status=status,
             response_headers=JSON_RESP if resp is not None else [("Content-Length", "0")],
             response_body=j(resp) if resp is not None else None, ts=ts(t),
-        )
+        ))
         calls += 1
 
     # 1-4: Gmail: find the vendor's mail, read it and its attachment, mark it read.
@@ -155,14 +156,14 @@ def build(vault_dir: Path) -> None:
     history = {"ok": True, "messages": [
         {"type": "message", "user": "U04DANA", "text": "Anyone heard from Northwind?", "ts": "1758525012.004100"}],
         "has_more": False}
-    rec.record(
+    rec.record(Call.make(
         session=SESSION, agent=AGENT, principal=PRINCIPAL, connector="slack", capture="gateway", effect="read",
         method="tools/call", url="stdio:slack-mcp-server", request_headers=[],
         request_body=JsonValue(mcp_history["params"]), status=200, response_headers=[],
         response_body=JsonValue({"jsonrpc": "2.0", "id": 7, "result": {
             "content": [{"type": "text", "text": json.dumps(history)}], "isError": False}}),
         mcp=mcp_history, ts=ts(24.550), effect_basis="annotations",  # the tool is annotated readOnlyHint
-    )
+    ))
 
     # 13-15: Slack over HTTPS: post a summary, react, edit it.
     posted_ts = "1758532468.009300"

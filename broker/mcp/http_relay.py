@@ -52,6 +52,7 @@ from broker.mcp.relay import (
     withhold,
 )
 from broker.mcp.upstream import UpstreamPool, UpstreamResponse
+from broker.proxy.identity import IDENTITY_HEADERS, Claims, take_identity
 from journal.record import principal_fingerprint, text_pairs, wire_text
 from journal.sse import event_fields, event_with_data, split_events
 from journal.vault import SessionIdError, session_filename
@@ -140,24 +141,24 @@ class HttpRelay:
         query = scope.get("query_string", b"")
         path_query = path + (b"?" + query if query else b"")
         target = self.origin + wire_text(path_query)
-        headers = text_pairs(scope["headers"])
+        # the X-Broker-* headers are read (by a gateway) and never forwarded nor recorded (docs/postgres.md)
+        headers, claims = take_identity(text_pairs(scope["headers"]), proxy_auth=False)
         who: tuple[str, str] | None = None
         if self.gateway is not None:
             try:
-                who, path = self.gateway.resolve(headers, path, scope.get("client"))
+                who, path = self.gateway.resolve(claims, headers, path, scope.get("client"))
             except SessionIdError as exc:
                 await _send_json(send, 400, error_response(None, -32600, f"broker gateway: {exc}").rstrip(b"\n"))
                 return
             path_query = path + (b"?" + query if query else b"")
             target = self.origin + wire_text(path_query)
-        headers = [(k, v) for k, v in headers if k.lower() not in GATEWAY_HEADERS]
         session = _session_scope(headers, query)
         exchange = _Exchange(session)
         principal = None
         if method == "POST" and body:
             principal = principal_for(headers, target, self.principal)
         forward = [(k, v) for k, v in scope["headers"]
-                   if k.decode("latin-1").lower() not in HOP_BY_HOP | GATEWAY_HEADERS]
+                   if k.decode("latin-1").lower() not in HOP_BY_HOP | IDENTITY_HEADERS]
         forward.append((b"accept-encoding", b"identity"))
         fresh: list[PendingCall] = []
         if method == "POST" and body:
@@ -481,14 +482,12 @@ class HttpRelay:
         self.tracked.clear()
 
 
-GATEWAY_HEADERS = frozenset({"x-broker-session", "x-broker-agent"})
-"""Request headers a shared gateway reads and never forwards."""
-
-
 class GatewaySessions:
     """A shared gateway (`--gateway`): which session and agent a request's calls are recorded under.
 
-    In order: the `X-Broker-Session` / `X-Broker-Agent` headers; a session as the first path segment
+    In order: the `X-Broker-Session` / `X-Broker-Agent` headers (`broker.proxy.identity`, as the
+    HTTPS proxy reads them; the gateway's principal stays --principal or the credential's
+    fingerprint); a session as the first path segment
     (`/<session>/mcp`, stripped before the request goes upstream); else one session per MCP session,
     `<--session>.<Mcp-Session-Id>`, or, in the 2026-07-28 era that has no MCP session, one per client
     connection, `<--session>.conn-<host>-<port>`. The agent defaults to `--agent`. A session id that
@@ -499,16 +498,13 @@ class GatewaySessions:
         self.identity = identity
         self.upstream_first = upstream_path.strip("/").split("/", 1)[0].encode()
 
-    def resolve(self, headers: list[tuple[str, str]], path: bytes, client) -> tuple[tuple[str, str], bytes]:
-        session = agent = None
+    def resolve(
+        self, claims: Claims, headers: list[tuple[str, str]], path: bytes, client,
+    ) -> tuple[tuple[str, str], bytes]:
+        session, agent = claims.session, claims.agent
         mcp_session = None
         for k, v in headers:
-            name = k.lower()
-            if name == "x-broker-session":
-                session = v
-            elif name == "x-broker-agent":
-                agent = v
-            elif name == SESSION_HEADER:
+            if k.lower() == SESSION_HEADER:
                 mcp_session = v
         parts = path.lstrip(b"/").split(b"/", 1)
         if len(parts) == 2 and parts[0] and parts[0] != self.upstream_first:

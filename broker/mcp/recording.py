@@ -43,9 +43,10 @@ from broker.mcp.entry_writer import EntryWriter
 from broker.mcp.messages import RECORDED_METHODS, Message, server_name
 from broker.mcp.oversize import OversizeLine
 from journal.bodies import encode_body
+from journal.call import Call, JsonValue, Prepared
 from journal.entry import ContractError
 from journal.models.linking import tool_call_prompt_ref
-from journal.record import JsonValue, Prepared, Recorder
+from journal.record import Recorder
 from journal.redact import REDACTED, contains_credential, redact_body, redact_json_value
 from journal.writer import JournalError
 
@@ -136,7 +137,7 @@ _NOT_A_PART = object()
 
 
 def _part(made: object, key: str, value: object) -> object:
-    """`Recorder._json(value)` read off `made = Recorder._json(whole)`, where `value = whole[key]`.
+    """`Recorder.json_value(value)` read off `made = Recorder.json_value(whole)`, where `value = whole[key]`.
 
     Redaction maps an object's values one by one (a key that is not a credential name keeps the
     redaction of its value), and the canonical-form check and spilling hold for every part of a
@@ -152,7 +153,7 @@ def _part(made: object, key: str, value: object) -> object:
 @dataclass
 class EarlyRequest:
     """The request's share of an entry, made while the call is upstream (`CallJournal.prepare_early`):
-    exactly what `Recorder.prepare` makes of the same request at the end (`Recorder._json`: redacted,
+    exactly what `Recorder.prepare` makes of the same request at the end (`Recorder.json_value`: redacted,
     checked for the canonical form, large strings spilled), only sooner."""
 
     mcp: object  # the entry's `mcp`: the JSON-RPC request
@@ -279,10 +280,10 @@ class CallJournal:
             return
         try:
             params = msg.value.get("params")
-            mcp = self.recorder._json(msg.value)  # noqa: SLF001 - the one implementation, as `prepare` calls it
+            mcp = self.recorder.json_value(msg.value)  # the one implementation, as `prepare` calls it
             body = None if params is None else _part(mcp, "params", params)
             if body is _NOT_A_PART:
-                body = self.recorder._json(params)  # noqa: SLF001
+                body = self.recorder.json_value(params)
             prompt_ref = self._prompt_ref(call)
         except Exception:  # noqa: BLE001 - the entry is made at the end instead, with its fallbacks
             return
@@ -410,7 +411,7 @@ class CallJournal:
         else:
             resp_body = None
         prompt_ref = call.early.prompt_ref if call.early is not None else self._prompt_ref(call)
-        fields = self.recorder.prepare(
+        fields = self.recorder.prepare(Call.make(
             session=call.session or self.identity.session, agent=call.agent or self.identity.agent,
             prompt_ref=prompt_ref,
             principal=call.principal or self.identity.principal, connector=self.connector, capture="gateway",
@@ -418,7 +419,7 @@ class CallJournal:
             request_body=req_body, status=status, response_headers=response_headers, response_body=resp_body,
             error=error, mcp=mcp, ts=received, request_extra=request_extra, response_extra=response_extra,
             effect_basis=call.basis, answered_by=answered_by,
-        )
+        ))
         if fields is not None and mcp_made is not None:
             fields["mcp"] = mcp_made
         return fields

@@ -8,22 +8,16 @@ Runs in stock mitmproxy:
 to the journal package, where every rule (redaction, bodies, spilling, chaining) lives. By default
 (`broker_recorder=process`) the recording itself happens in the recording service, a child process
 (`broker.proxy.service`, reached through `broker.proxy.link`): the hooks only gather each call's raw
-material, send the request half when the call goes upstream and the response half when it ends, and
+`journal.call.Call`, send its request half when the call goes upstream and the rest when it ends, and
 wait for the acknowledgement. mitmproxy's single event-loop thread is left to the proxy. With
 `broker_recorder=inline` the same recording runs in this process (the append in a thread).
 
-Identity: proxy credentials (`http://SESSION:AGENT@host:port`), else `X-Broker-Session`,
-`X-Broker-Agent`, `X-Broker-Principal` request headers, else the options. Credentials and these
-headers are removed before the request goes upstream and are never recorded.
+Identity (`broker.proxy.identity`): proxy credentials (`http://SESSION:AGENT@host:port`), else
+`X-Broker-Session`, `X-Broker-Agent`, `X-Broker-Principal` request headers, else the options.
+Credentials and these headers are removed before the request goes upstream and are never recorded.
 
-When an entry is written: for a buffered response, before the response is released to the
-client (the `response` hook waits until the entry is durable). Streamed responses (event streams,
-unknown length, bodies over the spill threshold, JSON over JSON_PARSE_LIMIT) reach the client as
-they arrive, and the entry is written when the upstream body ends, before mitmproxy sends the end
-of the message. So that no client can hold a complete response before its entry is durable, a
-streamed response loses its Content-Length on the way to the client: an HTTP/1.1 client gets it
-chunked (the last chunk follows the entry), HTTP/1.0 delimited by the connection's close, HTTP/2
-by the end of the stream. The entry records the upstream's own headers.
+When an entry is written, and how a streamed body is captured and its end held back:
+`broker.proxy.streaming`.
 
 No call passes unrecorded when the recording service is gone: a call that finds no live service
 is recorded by this process instead (the `inline` path), and a call whose service died while it
@@ -33,28 +27,32 @@ waited is recorded here too, unless the dead service's entry for it is already o
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import logging
 import time
 import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import msgspec
 from mitmproxy import connection, ctx, exceptions, http
-from mitmproxy.net.http import url
 
 from broker.proxy.call_log import recorded_call_line
-from broker.proxy.link import CallNoted, RecorderLink, ServiceLost, ServiceUnavailable
-from broker.proxy.service import failure_fields, material_fields
-from journal.bodies import JSON_PARSE_LIMIT, SPILL_THRESHOLD, BodyCapture, is_json_type
+from broker.proxy.coverage import CoverageCount
+from broker.proxy.identity import NO_CLAIMS, BadProxyCredentials, parse_proxy_auth, take_identity
+from broker.proxy.link import CallNoted, Recorded, RecorderLink, ServiceLost, ServiceUnavailable
+from broker.proxy.request_url import request_origin, request_url
+from broker.proxy.service import call_fields
+from broker.proxy.streaming import body_capture, captured_body, feeding, hold_back_the_end, must_stream
+from broker.proxy.wire import sendable
+from journal.bodies import SPILL_THRESHOLD, BodyCapture
+from journal.call import Call, Identity, Request, Response
 from journal.checkpoint.autoseal import DEFAULT_ENTRIES, DEFAULT_SECONDS, AutosealConfig
 from journal.connectors import Registry
 from journal.models import MODES as PROMPT_MODES
 from journal.models import route_call
 from journal.models.capture import StreamHold
 from journal.models.linking import links_for
-from journal.record import Prepared, Recorder, text_pairs, wire_text
+from journal.record import Recorder, text_pairs
 from journal.redact import is_token_exchange, redact_url
 from journal.store.url import store_target
 from journal.vault import SessionIdError, session_filename
@@ -62,10 +60,6 @@ from journal.writer import JournalError
 
 log = logging.getLogger("broker")
 
-SESSION_HEADER = b"x-broker-session"
-AGENT_HEADER = b"x-broker-agent"
-PRINCIPAL_HEADER = b"x-broker-principal"
-_IDENTITY_HEADERS = frozenset({b"proxy-authorization", SESSION_HEADER, AGENT_HEADER, PRINCIPAL_HEADER})
 ERROR_HEADER = "X-Broker-Error"
 _META = "broker"
 PLAYBACK_META = "broker_playback"
@@ -80,62 +74,14 @@ _SEAL_OPTIONS = frozenset({"broker_seal_key", "broker_checkpoint_entries", "brok
                            "broker_witness"})
 _SESSION_CACHE = 4096
 """Session ids already checked for a vault file name (the check runs once per id, not per call)."""
-_BAD_PROXY_AUTH = "proxy credentials unreadable: expected Basic base64(SESSION:AGENT) in UTF-8"
 
 
-_ORIGIN_CACHE = 1024
-_origins: dict[tuple, tuple[str, str]] = {}
-
-
-def _origin(req: http.Request) -> tuple[str, str]:
-    """(pretty_host, URL up to the path) of a request, as `pretty_host` and `pretty_url` give them.
-
-    Cached by what they are computed from: mitmproxy parses the Host header again on every access,
-    which cost about 28 us per request, and a keep-alive client sends the same Host every time.
-    """
-    host_header = req.host_header
-    key = (req.first_line_format, req.scheme, host_header, req.host, req.port)
-    hit = _origins.get(key)
-    if hit is None:
-        if req.first_line_format == "authority":
-            hit = (req.pretty_host, req.pretty_url)
-        else:
-            pretty_host = req.pretty_host
-            if host_header:
-                _, port = url.parse_authority(host_header, check=False)
-                port = port or url.default_port(req.scheme) or 443
-            else:
-                pretty_host, port = req.host, req.port
-            hit = (pretty_host, url.unparse(req.scheme, pretty_host, port, ""))
-        if len(_origins) >= _ORIGIN_CACHE:
-            _origins.clear()
-        _origins[key] = hit
-    return hit
-
-
-def _pretty_url(req: http.Request, origin: str) -> str:
-    if req.first_line_format == "authority":
-        return origin
-    return origin + (req.path if req.path != "*" else "")
-
-
-def _parse_proxy_auth(value: str) -> tuple[str, str] | None:
-    scheme, _, token = value.partition(" ")
-    if scheme.lower() != "basic":
-        return None
-    try:
-        user, _, password = base64.b64decode(token.strip(), validate=True).decode("utf-8").partition(":")
-    except (binascii.Error, UnicodeDecodeError):
-        return None
-    return user, password
-
-
-class _Call:
+class _Tracked:
     """What the addon tracks for one recorded flow (kept in flow.metadata)."""
 
     __slots__ = (
-        "session", "agent", "principal", "connector", "url", "req_fields", "req_cap", "resp_cap", "req_material",
-        "sent", "inline", "resp_fields", "prompt",
+        "session", "agent", "principal", "connector", "url", "req_fields", "req_cap", "resp_cap", "call",
+        "sent", "inline", "resp_fields", "prompts", "model_api",
     )
 
     def __init__(
@@ -147,12 +93,12 @@ class _Call:
         self.req_fields = req_fields  # as sent upstream (proxy credentials and X-Broker-* removed)
         self.req_cap: BodyCapture | None = None
         self.resp_cap: BodyCapture | None = None
-        self.req_material: dict | None = None  # the request half, once handed to the recording service
+        self.call: Call | None = None  # the request half, once built (handed to the recording service)
         self.sent: tuple[int, int] | None = None  # its handle there
         self.inline = False  # no live recording service when the call went upstream: recorded here
         self.resp_fields: tuple[tuple[bytes, bytes], ...] | None = None  # the upstream's, before re-framing
-        self.prompt: dict = {}  # prompt capture on: {"prompts": mode} (+ "model_api" for a model call)
-
+        self.prompts: str | None = None  # prompt capture on: its mode
+        self.model_api: str | None = None  # a model call's API
 
 
 def _autoseal(opts) -> AutosealConfig | None:
@@ -179,9 +125,7 @@ class ConnectorJournal:
         self.inflight = 0  # recorded calls between requestheaders and their entry
         self._restarting: asyncio.Future | None = None
         self._restart_warned = False
-        self._sealing = False  # checkpoints on: count what is left unrecorded (declared coverage)
-        self._gaps: dict[tuple[str, str, str], int] = {}
-        self._gaps_sent = 0.0
+        self.coverage = CoverageCount(self._deliver_gaps)  # counts while checkpoints are written
         self.attribute: Callable[[http.HTTPFlow, str], dict | None] | None = None
         """Set by an embedder (the MCP shim's --through-broker): given a flow and its session, the MCP
         request that caused the call, recorded in the entry's `mcp` field; None when it cannot tell."""
@@ -236,7 +180,7 @@ class ConnectorJournal:
             if self.recorder is not None:
                 self.recorder._registry = self.registry
         sealing = updated & _SEAL_OPTIONS
-        self._sealing = bool(opts.broker_seal_key)
+        self.coverage.on = bool(opts.broker_seal_key)
         if "vault" in updated or "broker_spill_threshold" in updated or self.recorder is None or sealing:
             if self.recorder is not None:
                 self.recorder.close()
@@ -276,7 +220,7 @@ class ConnectorJournal:
                 log.error("journal: %s", exc)
 
     async def done(self) -> None:
-        self._flush_gaps()
+        self.coverage.flush()
         if self.link is not None:
             await self.link.aclose()
             self.link = None
@@ -288,11 +232,10 @@ class ConnectorJournal:
     def http_connect(self, flow: http.HTTPFlow) -> None:
         auth = flow.request.headers.pop("proxy-authorization", None)
         if auth:
-            creds = _parse_proxy_auth(auth)
-            if creds is None:
-                self._answer(flow, 400, _BAD_PROXY_AUTH)
-                return
-            self.identities[flow.client_conn] = creds
+            try:
+                self.identities[flow.client_conn] = parse_proxy_auth(auth)
+            except BadProxyCredentials as exc:
+                self._answer(flow, 400, str(exc))
 
     # -- request --------------------------------------------------------------------------------
 
@@ -320,72 +263,61 @@ class ConnectorJournal:
         req = flow.request
         # One pass over the raw header fields takes out the proxy credentials and X-Broker-* headers
         # (never forwarded, never recorded) and yields the recorded header fields.
-        fields = req.headers.fields
-        special: dict[bytes, bytes] = {}
-        for k, v in fields:
-            lk = k.lower()
-            if lk in _IDENTITY_HEADERS:
-                special.setdefault(lk, v)
-        if special:
-            fields = tuple((k, v) for k, v in fields if k.lower() not in _IDENTITY_HEADERS)
+        try:
+            fields, claims = take_identity(req.headers.fields)
+        except BadProxyCredentials as exc:  # never fall back to another session when they are unreadable
+            self._answer(flow, 400, str(exc))
+            return
+        if claims is not NO_CLAIMS:
             req.headers.fields = fields
-        creds = None
-        if b"proxy-authorization" in special:
-            creds = _parse_proxy_auth(wire_text(special[b"proxy-authorization"]))
-            if creds is None:  # never fall back to another session when the credentials are unreadable
-                self._answer(flow, 400, _BAD_PROXY_AUTH)
-                return
-        creds = creds or self.identities.get(flow.client_conn)
-        pretty_host, origin = _origin(req)
-        call_url = _pretty_url(req, origin)
+        opts = self._opts
+        session, agent, principal = claims.resolve(
+            opts["broker_session"], opts["broker_agent"], opts["broker_principal"],
+            self.identities.get(flow.client_conn),
+        )
+        pretty_host, origin = request_origin(req)
+        call_url = request_url(req, origin)
         path = req.path.split("?", 1)[0]
         connector, model_api = route_call(self.registry, self.registry.match(pretty_host, path), pretty_host, path)
-        prompts = self._opts["broker_prompts"]
+        prompts = opts["broker_prompts"]
         if model_api is not None and prompts == "off":
             return  # model calls pass unrecorded unless prompt capture is on (docs/prompts.md)
         if connector is None:
-            if not self._opts["broker_record_unknown"]:
-                if self._sealing:
-                    h_session = wire_text(special[SESSION_HEADER]) if SESSION_HEADER in special else None
+            if not opts["broker_record_unknown"]:
+                if self.coverage.on:
                     token = is_token_exchange(req.method, call_url, text_pairs(fields), None)
-                    self._gap((creds[0] if creds and creds[0] else None) or h_session or self._opts["broker_session"],
-                              pretty_host, "token" if token else "passed")
+                    self.coverage.gap(session, pretty_host, "token" if token else "passed")
                 return
             connector = "unknown"
-        h_session = wire_text(special[SESSION_HEADER]) if SESSION_HEADER in special else None
-        session = (creds[0] if creds and creds[0] else None) or h_session or self._opts["broker_session"]
         if session not in self._sessions_ok:
             try:
                 session_filename(session)
             except SessionIdError as exc:
                 self._answer(flow, 400, f"session id cannot be recorded: {exc}")
-                self._gap(session, pretty_host, "refused")
+                self.coverage.gap(session, pretty_host, "refused")
                 return
             if len(self._sessions_ok) >= _SESSION_CACHE:
                 self._sessions_ok.clear()
             self._sessions_ok.add(session)
-        h_agent = wire_text(special[AGENT_HEADER]) if AGENT_HEADER in special else None
-        agent = (creds[1] if creds and creds[1] else None) or h_agent or self._opts["broker_agent"] or "unknown"
-        principal = (wire_text(special[PRINCIPAL_HEADER]) if PRINCIPAL_HEADER in special else None) or (
-            self._opts["broker_principal"] or None
-        )
-        call = _Call(session, agent, principal, connector, call_url, fields)
+        call = _Tracked(session, agent, principal, connector, call_url, fields)
         if prompts != "off":
-            call.prompt = {"prompts": prompts, "model_api": model_api} if model_api else {"prompts": prompts}
+            call.prompts, call.model_api = prompts, model_api
         # a model request is held whole (to be referenced), and so is a call playback answers
-        if self._must_stream(fields) and model_api is None and PLAYBACK_META not in flow.metadata:
+        threshold = opts["broker_spill_threshold"]
+        if must_stream(fields, threshold) and model_api is None and PLAYBACK_META not in flow.metadata:
             # Token exchanges leave no entry and no blob: known by URL here, before a body is captured
             # (one known only by its body is dropped by the recorder, which sees that body).
             if is_token_exchange(req.method, call_url, text_pairs(fields), None):
-                self._gap(session, pretty_host, "token")
+                self.coverage.gap(session, pretty_host, "token")
                 return
-            call.req_cap = self._capture(req.headers)
-            req.stream = self._streamer(call.req_cap)
+            assert self.recorder is not None
+            call.req_cap = body_capture(self.recorder.blobs, req.headers, threshold)
+            req.stream = feeding(call.req_cap)
         flow.metadata[_META] = call
         self.inflight += 1
 
     def _request(self, flow: http.HTTPFlow) -> None:
-        call: _Call | None = flow.metadata.get(_META)
+        call: _Tracked | None = flow.metadata.get(_META)
         if call is None or flow.response is not None:
             return
         if self._opts["broker_on_journal_error"] == "block":
@@ -393,7 +325,7 @@ class ConnectorJournal:
             if problem:
                 self.journal_failures += 1
                 self._answer(flow, 502, f"call not forwarded: the journal cannot record it ({problem})")
-                self._gap(call.session, flow.request.pretty_host, "refused")
+                self.coverage.gap(call.session, flow.request.pretty_host, "refused")
                 self._drop(flow)
                 return
         if self.link is not None and not self.link.live:
@@ -404,8 +336,8 @@ class ConnectorJournal:
         elif self.link is not None and call.req_cap is None:
             # The request half goes to the recording service now: it is redacted and classified there
             # while the call is upstream, so only the response half is left when the response arrives.
-            call.req_material = self._request_material(call, flow)
-            call.sent = self.link.send_request(call.req_material)
+            call.call = self._request_call(call, flow)
+            call.sent = self.link.send_request(call.call)
 
     def _restart_service(self) -> None:
         link = self.link
@@ -427,20 +359,23 @@ class ConnectorJournal:
     # -- response -------------------------------------------------------------------------------
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
-        call: _Call | None = flow.metadata.get(_META)
+        call: _Tracked | None = flow.metadata.get(_META)
         if call is None or flow.response is None:
             return
-        if self._must_stream(flow.response.headers.fields) and PLAYBACK_META not in flow.metadata:
+        threshold = self._opts["broker_spill_threshold"]
+        if must_stream(flow.response.headers.fields, threshold) and PLAYBACK_META not in flow.metadata:
             if is_token_exchange(flow.request.method, call.url, text_pairs(call.req_fields), None):
                 self._drop(flow)
                 return
-            call.resp_cap = StreamHold() if "model_api" in call.prompt else self._capture(flow.response.headers)
+            assert self.recorder is not None
+            call.resp_cap = (StreamHold() if call.model_api
+                             else body_capture(self.recorder.blobs, flow.response.headers, threshold))
             call.resp_fields = flow.response.headers.fields
-            flow.response.stream = self._streamer(call.resp_cap)
-            _hold_back_the_end(flow)
+            flow.response.stream = feeding(call.resp_cap)
+            hold_back_the_end(flow)
 
     async def response(self, flow: http.HTTPFlow) -> None:
-        call: _Call | None = flow.metadata.pop(_META, None)
+        call: _Tracked | None = flow.metadata.pop(_META, None)
         if call is None or flow.response is None:
             return
         resp = flow.response
@@ -456,7 +391,7 @@ class ConnectorJournal:
             self.inflight -= 1
 
     async def error(self, flow: http.HTTPFlow) -> None:
-        call: _Call | None = flow.metadata.pop(_META, None)
+        call: _Tracked | None = flow.metadata.pop(_META, None)
         if call is None:
             return
         msg = flow.error.msg if flow.error else "unknown error"
@@ -476,7 +411,7 @@ class ConnectorJournal:
 
     # -- helpers --------------------------------------------------------------------------------
 
-    async def _record(self, call: _Call, flow, status, resp_fields, resp: http.Response | None, error,
+    async def _record(self, call: _Tracked, flow, status, resp_fields, resp: http.Response | None, error,
                       ts: float, answered_by: str | None = None) -> None:
         """Hand the call's raw material to the recorder and wait until its entry is durable.
 
@@ -486,53 +421,51 @@ class ConnectorJournal:
         durable append waits in a thread.
         """
         assert self.recorder is not None
-        response = {
-            "status": status, "response_headers": resp_fields, "response_body": None, "error": error, "ts": ts,
-            "mcp": self.attribute(flow, call.session) if self.attribute is not None else None,
-            "answered_by": answered_by, "fail_closed": self._opts["broker_on_journal_error"] == "block",
-            **call.prompt,
-        }
+        response = Response(status, resp_fields, None, error, None, answered_by)
         played = flow.metadata.get(PLAYBACK_META) or {}
         if played.get("playback_of") and error is None:  # the broker answered, from a recorded entry
-            response["answered_by"], response["error"] = "capture", f"played back from {played['playback_of']}"
+            response.answered_by, response.error = "capture", f"played back from {played['playback_of']}"
 
         def bodies() -> None:
-            if call.req_material is None:  # not sent ahead (a streamed request, or no service then)
-                call.req_material = self._request_material(call, flow)
+            if call.call is None:  # not sent ahead (a streamed request, or no service then)
+                call.call = self._request_call(call, flow)
             if resp is not None:
-                response["response_body"] = self._body(resp, call.resp_cap)
+                response.body = captured_body(resp, call.resp_cap)
 
         if call.req_cap is not None or call.resp_cap is not None:
             await asyncio.to_thread(bodies)
         else:
             bodies()
-        request = call.req_material
-        assert request is not None
+        assert call.call is not None
+        whole = msgspec.structs.replace(
+            call.call, response=response, ts=ts,
+            mcp=self.attribute(flow, call.session) if self.attribute is not None else None,
+        )
         if self.link is None or call.inline:
-            recorded = await self._record_here(request | response, dedupe=False)
+            recorded = await self._record_here(whole, dedupe=False)
         else:
             try:
-                recorded = await self.link.finish(call.sent, request, response)  # sends it whole unless sent ahead
+                recorded = await self.link.finish(call.sent, whole)  # sends it whole unless sent ahead
             except ServiceUnavailable:
-                recorded = await self._record_here(request | response, dedupe=False)
+                recorded = await self._record_here(whole, dedupe=False)
             except ServiceLost:  # the dead service may have written it before it could say so
-                recorded = await self._record_here(request | response, dedupe=True)
+                recorded = await self._record_here(whole, dedupe=True)
         if recorded:
             self.recorded += 1
             if log.isEnabledFor(logging.INFO):  # broker run -v: one line per recorded call
                 log.info(recorded_call_line(recorded, call.session, call.connector, flow.request.method, status,
-                                            call.url, call.req_fields, flow.request.raw_content, self.registry))
+                                            call.url))
 
-    async def _record_here(self, material: dict, dedupe: bool) -> int | bool:
+    async def _record_here(self, whole: Call, dedupe: bool) -> Recorded | bool:
         """Record one call in this process (broker_recorder=inline, or no live recording service):
-        as the service would, including the entry that says a call could not be recorded. The
-        entry's seq, or False for a token exchange."""
+        as the service would, including the entry that says a call could not be recorded.
+        `Recorded`, or False for a token exchange."""
         assert self.recorder is not None
         try:
-            fields = material_fields(self.recorder, material)
+            fields = call_fields(self.recorder, whole)
         except Exception as exc:  # noqa: BLE001 - as in the service: this call fails alone
             why = f"{type(exc).__name__}: {exc}"
-            noted = failure_fields(self.recorder, material, why)
+            noted = self.recorder.prepare_unrecorded(whole, why)
             if noted is not None:
                 entry = await asyncio.to_thread(self.recorder.writer.append, noted, dedupe=dedupe)
                 raise CallNoted(f"{why} (entry {entry['seq']} says so)") from None
@@ -542,18 +475,18 @@ class ConnectorJournal:
         entry = await asyncio.to_thread(self.recorder.writer.append, fields, dedupe=dedupe)
         if "prompt_capture" in entry["request"]:
             links_for(self.recorder).on_recorded(entry)
-        return entry["seq"]
+        return Recorded(entry["seq"], entry["effect"])
 
-    def _request_material(self, call: _Call, flow: http.HTTPFlow) -> dict:
-        material = {
-            "session": call.session, "agent": call.agent, "principal": call.principal,
-            "connector": call.connector, "method": flow.request.method, "url": call.url,
-            "request_headers": call.req_fields, "request_body": self._body(flow.request, call.req_cap),
-            **call.prompt,
-        }
-        if flow.metadata.get(PLAYBACK_META):
-            material["request_extra"] = dict(flow.metadata[PLAYBACK_META])
-        return material
+    def _request_call(self, call: _Tracked, flow: http.HTTPFlow) -> Call:
+        """The request half of the call's `Call` (its response part comes in `_record`)."""
+        played = flow.metadata.get(PLAYBACK_META)
+        return Call(
+            Identity(call.session, call.agent, call.principal), call.connector,
+            Request(sendable(flow.request.method), sendable(call.url), call.req_fields,
+                    captured_body(flow.request, call.req_cap), dict(played) if played else None),
+            prompts=call.prompts, model_api=call.model_api,
+            fail_closed=self._opts["broker_on_journal_error"] == "block",
+        )
 
     def _drop(self, flow: http.HTTPFlow) -> None:
         call = flow.metadata.pop(_META, None)
@@ -564,60 +497,6 @@ class ConnectorJournal:
             for cap in (call.req_cap, call.resp_cap):
                 if cap is not None:
                     cap.abort()
-
-    @staticmethod
-    def _body(message: http.Message, cap: BodyCapture | StreamHold | None):
-        if isinstance(cap, StreamHold):
-            return cap.data()
-        if cap is not None:
-            value, extra = cap.finish()
-            return Prepared(value, extra)
-        return message.raw_content or None
-
-    def _must_stream(self, fields: tuple[tuple[bytes, bytes], ...]) -> bool:
-        """Stream what could be big or long-lived; buffer the rest so its entry is durable before release.
-
-        JSON bodies of known length up to JSON_PARSE_LIMIT are buffered (bounded memory) so that their
-        small fields can stay in the entry and the response is held until the entry is on disk.
-        (One pass over the raw header fields: `Headers.get` costs a few microseconds per lookup.)
-        """
-        ctype = length = coding = None
-        for k, v in fields:
-            if len(k) in (12, 14, 17):  # content-type, content-length, transfer-encoding
-                lk = k.lower()
-                if lk == b"content-type" and ctype is None:
-                    ctype = v.decode("latin-1")
-                elif lk == b"content-length" and length is None:
-                    length = v
-                elif lk == b"transfer-encoding" and coding is None:
-                    coding = v
-        if ctype is not None and "text/event-stream" in ctype:
-            return True
-        if length is None:
-            return coding is not None and b"chunked" in coding.lower()
-        try:
-            size = int(length)
-        except ValueError:
-            return True
-        threshold = self._opts["broker_spill_threshold"]
-        limit = JSON_PARSE_LIMIT if is_json_type(ctype or "") else threshold
-        return size > max(limit, threshold)
-
-    def _capture(self, headers: http.Headers) -> BodyCapture:
-        assert self.recorder is not None
-        return BodyCapture(
-            self.recorder.blobs, headers.get("content-type"), headers.get("content-encoding"),
-            self._opts["broker_spill_threshold"],
-        )
-
-    @staticmethod
-    def _streamer(cap: BodyCapture | StreamHold):
-        def chunk(data: bytes) -> bytes:
-            if data:
-                cap.feed(data)
-            return data
-
-        return chunk
 
     def _journal_problem(self, session: str) -> str | None:
         """Why an entry for this session could not be written right now, or None (checked before the
@@ -631,7 +510,7 @@ class ConnectorJournal:
             return str(exc)
         return None
 
-    def _journal_failed(self, flow: http.HTTPFlow, call: _Call, exc: Exception, streamed: bool) -> None:
+    def _journal_failed(self, flow: http.HTTPFlow, call: _Tracked, exc: Exception, streamed: bool) -> None:
         self.journal_failures += 1
         where = f"{flow.request.method} {redact_url(call.url)}"
         if self._opts["broker_on_journal_error"] != "block":
@@ -645,28 +524,13 @@ class ConnectorJournal:
             log.error("journal: %s blocked, entry could not be written: %s", where, exc)
             self._answer(flow, 502, f"response withheld: the journal could not record this call ({exc})")
 
-    def _gap(self, session: str, host: str, what: str) -> None:
-        """Declared coverage (docs/checkpoints.md): a call left unrecorded, counted when sealing is on
-        and handed to the sealer about once a second."""
-        if not self._sealing:
-            return
-        key = (session, host, what)
-        self._gaps[key] = self._gaps.get(key, 0) + 1
-        if time.monotonic() - self._gaps_sent >= 1.0:
-            self._flush_gaps()
-
-    def _flush_gaps(self) -> None:
-        if not self._gaps:
-            return
-        gaps = [(s, h, w, n) for (s, h, w), n in self._gaps.items()]
+    def _deliver_gaps(self, gaps: list[tuple[str, str, str, int]]) -> bool:
         if self.link is not None:
-            if not self.link.send_coverage(gaps):
-                return  # the service is not connected: kept for the next flush
-        elif self.recorder is not None:
-            for s, h, w, n in gaps:
-                self.recorder.note_gap(s, h, w, n)
-        self._gaps.clear()
-        self._gaps_sent = time.monotonic()
+            return self.link.send_coverage(gaps)
+        if self.recorder is not None:
+            for session, host, what, n in gaps:
+                self.recorder.note_gap(session, host, what, n)
+        return True
 
     @staticmethod
     def _answer(flow: http.HTTPFlow, status: int, reason: str) -> None:
@@ -675,20 +539,4 @@ class ConnectorJournal:
             status, (reason + "\n").encode(), {"Content-Type": "text/plain; charset=utf-8", ERROR_HEADER: reason[:200]}
         )
 
-
-def _hold_back_the_end(flow: http.HTTPFlow) -> None:
-    """Re-frame a streamed response so that the client learns it is complete only from the end of the
-    message, which mitmproxy sends after the `response` hook (after the entry is durable): without a
-    Content-Length, the last bytes alone do not tell the client it has everything."""
-    resp = flow.response
-    assert resp is not None
-    if flow.request.method == "HEAD" or "content-length" not in resp.headers:
-        return
-    del resp.headers["content-length"]
-    version = flow.request.http_version
-    if version == "HTTP/1.1":
-        if "chunked" not in resp.headers.get("transfer-encoding", "").lower():
-            resp.headers["transfer-encoding"] = "chunked"
-    elif version == "HTTP/1.0":
-        resp.headers["connection"] = "close"  # delimited by the close that follows the message
 

@@ -2,27 +2,20 @@
 
 One line per call, after its entry is durable: seq, session, connector, effect, method, status and the
 URL as the journal holds it (credentials removed by `journal.redact.redact_url`). The effect is the
-connector rules' answer (`Registry.classify`), as the recording service decides it.
+entry's own, as the recorder decided it (told back with the acknowledgement): never guessed again here.
 """
 
 from __future__ import annotations
 
-from journal.connectors import Registry
-from journal.record import text_pairs
+from broker.proxy.link import Recorded
 from journal.redact import redact_url
 
 
-def recorded_call_line(
-    seq: object, session: str, connector: str, method: str, status: int | None, url: str,
-    request_fields: tuple, request_body: bytes | None, registry: Registry,
-) -> str:
-    """`recorded seq=12 session=demo connector=gmail effect=read GET 200 https://...`; `seq` is the
-    recorder's answer (the entry's seq, or True when it did not name one: then `?`)."""
-    number = seq if isinstance(seq, int) and not isinstance(seq, bool) else "?"
-    try:
-        cls = registry.classify(method, url, text_pairs(request_fields), request_body)
-        effect = cls.effect if cls is not None else ("read" if method in ("GET", "HEAD", "OPTIONS") else "write")
-    except Exception:  # noqa: BLE001 - a log line never fails a call
-        effect = "?"
-    return (f"recorded seq={number} session={session} connector={connector} effect={effect} {method} "
-            f"{status if status is not None else '-'} {redact_url(url)}")
+def recorded_call_line(recorded: Recorded | bool, session: str, connector: str, method: str, status: int | None,
+                       url: str) -> str:
+    """`recorded seq=12 session=demo connector=gmail effect=read GET 200 https://...`; a seq or effect
+    the recorder did not name shows as `?`."""
+    seq = recorded.seq if isinstance(recorded, Recorded) else None
+    effect = recorded.effect if isinstance(recorded, Recorded) else None
+    return (f"recorded seq={seq if seq is not None else '?'} session={session} connector={connector} "
+            f"effect={effect or '?'} {method} {status if status is not None else '-'} {redact_url(url)}")

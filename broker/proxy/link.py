@@ -1,6 +1,6 @@
 """The proxy's end of the recording service (`broker.proxy.service`), for the connector-journal addon.
 
-`record(material)` sends one call's raw material to the service process and resolves once the
+`record(call)` sends one `journal.call.Call` to the service process and resolves once the
 service acknowledges it: the entry is durable, or the call was a token exchange, or it failed (a
 JournalError with the service's reason). `connect` starts the service (the addon calls it once the
 proxy runs). If the service exits, every call waiting on it fails with `ServiceLost` (its entry may
@@ -24,8 +24,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
-from broker.proxy.service import frame, split_frames
+import msgspec
+
+from broker.proxy.wire import Ack, Completion, Coverage, Forget, RequestAhead, WholeCall, frame, split_to_proxy
+from journal.call import Call
 from journal.store.url import is_database_url
 from journal.writer import JournalError, JournalStopped
 
@@ -47,6 +51,23 @@ class ServiceLost(JournalError):
 
 class CallNoted(JournalError):
     """The call could not be recorded, and the service wrote an entry saying so (the message says why)."""
+
+
+def _encoded(message: WholeCall | RequestAhead | Completion) -> bytearray:
+    """The frame of a call's message; ServiceUnavailable when the call holds something the wire cannot
+    carry (nothing of it is handed over: the proxy records it itself, where any value can be read)."""
+    try:
+        return frame(message)
+    except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as exc:
+        raise ServiceUnavailable(f"the call cannot be sent to the recording service ({exc})") from None
+
+
+class Recorded(NamedTuple):
+    """A call's entry is durable: its seq and effect as the entry holds them (None when not told).
+    Always truthy; a token exchange (nothing recorded) is False instead."""
+
+    seq: int | None
+    effect: str | None
 
 
 class RecorderLink:
@@ -71,10 +92,10 @@ class RecorderLink:
         """A service is connected right now (a request half handed over now reaches it)."""
         return self._transport is not None and not self._transport.is_closing()
 
-    async def record(self, material: dict) -> bool | int:
-        """The entry's seq (truthy) once the call's entry is durable, False for a token exchange
-        (nothing recorded); JournalError when it could not be recorded (ServiceUnavailable,
-        ServiceLost: see above)."""
+    async def record(self, call: Call) -> Recorded | bool:
+        """`Recorded` once the call's entry is durable, False for a token exchange (nothing
+        recorded); JournalError when it could not be recorded (ServiceUnavailable, ServiceLost: see
+        above)."""
         transport = self._transport
         if transport is None or transport.is_closing():
             try:
@@ -82,54 +103,66 @@ class RecorderLink:
             except JournalError as exc:
                 raise ServiceUnavailable(str(exc)) from None
         self._next_id += 1
-        return await self._answer(transport, ("call", self._next_id, material), material["session"])
+        return await self._answer(transport, WholeCall(self._next_id, call), call.identity.session)
 
-    def send_request(self, material: dict) -> tuple[int, int] | None:
-        """Hand over a call's request half while the call goes upstream, so the service prepares it
-        meanwhile; the handle for `finish`, or None when the service is not connected (then `finish`
-        sends the whole call)."""
+    def send_request(self, call: Call) -> tuple[int, int] | None:
+        """Hand over a call's request half (a Call without its response part) while the call goes
+        upstream, so the service prepares it meanwhile; the handle for `finish`, or None when the
+        service is not connected (then `finish` sends the whole call)."""
         transport = self._transport
         if transport is None or transport.is_closing():
             return None
+        try:
+            data = _encoded(RequestAhead(self._next_id + 1, call))
+        except ServiceUnavailable:
+            return None  # `finish` then fails the same way and the proxy records the call itself
         self._next_id += 1
-        self._send(transport, frame(("request", self._next_id, material)))
+        self._send(transport, data)
         return self._generation, self._next_id
 
-    async def finish(self, sent: tuple[int, int] | None, request: dict, response: dict) -> bool | int:
-        """As `record`, given the call in two halves: `sent` is the handle `send_request` gave for the
-        request half, or None when it was not sent ahead (then the whole call goes now)."""
+    async def finish(self, sent: tuple[int, int] | None, call: Call) -> Recorded | bool:
+        """As `record`, for a call whose request half may have gone ahead: `sent` is the handle
+        `send_request` gave, or None when it was not sent (then the whole call goes now). Of a call
+        sent ahead only the response part, `ts` and `mcp` go now."""
         transport = self._transport
         if sent is None or sent[0] != self._generation or transport is None or transport.is_closing():
-            return await self.record(request | response)  # not sent ahead, or to a service now gone
-        return await self._answer(transport, ("response", sent[1], response), request["session"])
+            return await self.record(call)  # not sent ahead, or to a service now gone
+        assert call.response is not None
+        ts = call.ts if isinstance(call.ts, int | float) and not isinstance(call.ts, bool) else None
+        completion = Completion(sent[1], call.response, ts, call.mcp)
+        return await self._answer(transport, completion, call.identity.session)
 
     def send_coverage(self, gaps: list[tuple[str, str, str, int]]) -> bool:
         """Calls the proxy left unrecorded (declared coverage); False when the service is not connected."""
         transport = self._transport
         if transport is None or transport.is_closing():
             return False
-        self._send(transport, frame(("coverage", 0, gaps)))
+        self._send(transport, frame(Coverage(gaps)))
         return True
 
     def forget(self, sent: tuple[int, int] | None) -> None:
         """The call of a request half sent ahead will not be recorded (blocked, dropped)."""
         transport = self._transport
         if sent is not None and sent[0] == self._generation and transport is not None and not transport.is_closing():
-            self._send(transport, frame(("forget", sent[1])))
+            self._send(transport, frame(Forget(sent[1])))
 
-    async def _answer(self, transport: asyncio.Transport, message: tuple, session: str) -> bool | int:
-        call_id = message[1]
+    async def _answer(self, transport: asyncio.Transport, message: WholeCall | Completion, session: str,
+                      ) -> Recorded | bool:
+        call_id = message.id
+        data = _encoded(message)
         fut = asyncio.get_running_loop().create_future()
         self._waiting[call_id] = fut
-        self._send(transport, frame(message), now=True)
-        outcome, detail, stopped = await fut
-        if outcome == "ok":  # the service names the entry's seq: the caller may log it
-            return detail if isinstance(detail, int) and not isinstance(detail, bool) and detail > 0 else True
-        if outcome == "skip":
+        self._send(transport, data, now=True)
+        ack: Ack = await fut
+        detail = ack.detail
+        if ack.outcome == "ok":  # the service names the entry's seq and effect: the caller may log them
+            seq = detail if isinstance(detail, int) and not isinstance(detail, bool) and detail > 0 else None
+            return Recorded(seq, ack.effect)
+        if ack.outcome == "skip":
             return False
-        if outcome == "noted":
+        if ack.outcome == "noted":
             raise CallNoted(detail)
-        if stopped:
+        if ack.stopped:
             self.stopped[session] = detail
             raise JournalStopped(detail)
         raise JournalError(detail)
@@ -188,11 +221,11 @@ class RecorderLink:
         self._generation += 1
         return transport
 
-    def _acknowledged(self, acks: list) -> None:
-        for call_id, outcome, detail, stopped in acks:
-            fut = self._waiting.pop(call_id, None)
+    def _acknowledged(self, acks: list[Ack]) -> None:
+        for ack in acks:
+            fut = self._waiting.pop(ack.id, None)
             if fut is not None and not fut.done():
-                fut.set_result((outcome, detail, stopped))
+                fut.set_result(ack)
 
     def _lost(self, transport: asyncio.BaseTransport) -> None:
         if self._transport is transport:
@@ -287,7 +320,7 @@ class _Outbox:
 
     def __init__(self, transport: asyncio.Transport) -> None:
         self.transport = transport
-        self.frames: list[bytes] = []
+        self.frames: list[bytes | bytearray] = []
         self.timer: asyncio.TimerHandle | None = None
 
     def put(self, data: bytes, now: bool = False) -> None:
@@ -326,7 +359,7 @@ class _Acks(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.buf += data
-        batches, used = split_frames(self.buf)
+        batches, used = split_to_proxy(self.buf)
         if used:
             del self.buf[:used]
         for acks in batches:

@@ -25,6 +25,7 @@ from mitmproxy.addonmanager import traverse
 from broker.proxy.addon import _META as JOURNAL_META
 from broker.proxy.addon import ERROR_HEADER, PLAYBACK_META
 from journal.bodies import SPILL_THRESHOLD
+from journal.call import Call
 from journal.export.recorded_body import body_bytes, header
 from journal.playback import Miss, RecordedSession
 from journal.record import Recorder
@@ -146,12 +147,11 @@ class Playback:
             return _refusal(f"playback: no connector recognises {host}; nothing recorded answers it")
         if call.session == recorded.session:
             return _refusal(f"playback: the new run must be recorded under another session than {recorded.session!r}")
-        fields = self._recorder.prepare(
+        fields = self._recorder.prepare(Call.make(
             session=call.session, agent=call.agent, principal="playback", connector=call.connector,
             capture="broker", effect="read", method=flow.request.method, url=call.url,
             request_headers=call.req_fields, request_body=flow.request.raw_content or None,
-            status=None, response_headers=[], response_body=None,
-        )
+        ))
         if fields is None:
             self.unmatched += 1
             return _refusal("playback: token exchanges are never recorded, so no recorded call answers one")

@@ -8,10 +8,12 @@
 
 One module per connector (gmail, calendar, drive, slack, github, graph), listed in
 `registry.BUILTIN_MODULES`; `graphql` types GraphQL operations; `_http` and `_google` hold
-what several connectors share. docs/connectors.md describes the module interface, the TOML
+what several connectors share (`effect_of_method`, the rule for a call no connector knows, is
+exported for the Recorder). docs/connectors.md describes the module interface, the TOML
 format and how to add a connector.
 """
 
+from ._http import effect_of_method, lower_headers
 from .registry import BUILTIN_MODULES, Classification, Registry
 
-__all__ = ["BUILTIN_MODULES", "Classification", "Registry"]
+__all__ = ["BUILTIN_MODULES", "Classification", "Registry", "effect_of_method", "lower_headers"]

@@ -1,6 +1,6 @@
 """Model-call entries: the bodies of a call to a model API with every text referenced.
 
-Called by the recording service (`broker.proxy.service`) for material the addon marks with
+Called by the recording service (`broker.proxy.service`) for calls the addon marks with
 `model_api` and `prompts` (the mode). Order, as for every body: decoded, redacted, then the texts
 are replaced by references (so in `full` mode no credential reaches a blob either).
 
@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import hashlib
 
+from msgspec.structs import replace
+
 from journal.bodies import JSON_PARSE_LIMIT, decoded_prefix, media_type, parse_json_strict
+from journal.call import Call, Prepared, Response
 from journal.models import APIS
 from journal.models.refs import Referencer
-from journal.record import Prepared, Recorder, text_pairs
+from journal.record import Recorder, text_pairs
 from journal.redact import header_value, redact_body, redact_json_value
 
 MODEL_BODY_LIMIT = 64 << 20
@@ -39,47 +42,50 @@ def _opaque(r: Referencer, body: bytes, ctype: str | None) -> object:
     return r.raw(redact_body(body, ctype))
 
 
-def request_material(recorder: Recorder, m: dict) -> dict:
-    """The material of a model call's request with its body referenced and its effect read."""
-    mode, api = m["prompts"], APIS[m["model_api"]]
-    headers = text_pairs(m["request_headers"])
-    out = dict(m, request_headers=headers, effect="read")
-    body = m.get("request_body")
+def request_material(recorder: Recorder, call: Call) -> Call:
+    """A model call with its request body referenced and its effect read."""
+    mode, api = call.prompts, APIS[call.model_api]
+    headers = text_pairs(call.request.headers)
+    body = call.request.body
     extra = {"prompt_capture": mode, "model_api": api.NAME}
+
+    def out(prepared: Prepared) -> Call:
+        return replace(call, effect="read", request=replace(call.request, headers=headers, body=prepared))
+
     if not isinstance(body, bytes) or not body:
         # The addon never streams a model call's request (it could not be referenced): no body here.
         why = {"body_error": "request body not captured"} if body is not None else {}
-        out["request_body"] = Prepared(None, {**extra, **why})
-        return out
+        return out(Prepared(None, {**extra, **why}))
     r = Referencer(mode, recorder.blobs)
     ctype = header_value(headers, "content-type")
     plain = _plain(body, headers)
     if plain is None:
-        out["request_body"] = Prepared(_opaque(r, body, ctype), {**extra, "content_encoding_error": "not decoded"})
-        return out
+        return out(Prepared(_opaque(r, body, ctype), {**extra, "content_encoding_error": "not decoded"}))
     ok, value = parse_json_strict(plain)
     if ok and isinstance(value, dict):
         value = api.reference_request(redact_json_value(value), r)
     else:
         value = _opaque(r, plain, ctype)
-    out["request_body"] = Prepared(value, extra)
-    return out
+    return out(Prepared(value, extra))
 
 
-def response_material(recorder: Recorder, m: dict) -> dict:
-    """The response half of a model call's material with its body referenced (streams assembled)."""
-    mode, api = m["prompts"], APIS[m["model_api"]]
-    headers = text_pairs(m.get("response_headers") or ())
-    out = dict(m, response_headers=headers)
-    body = m.get("response_body")
+def response_material(recorder: Recorder, call: Call) -> Call:
+    """A model call with its response body referenced (streams assembled)."""
+    mode, api = call.prompts, APIS[call.model_api]
+    resp = call.response or Response()
+    headers = text_pairs(resp.headers or ())
+    body = resp.body
+
+    def out(prepared: Prepared | None) -> Call:
+        return replace(call, response=replace(resp, headers=headers, body=prepared if prepared is not None else body))
+
     if not isinstance(body, bytes) or not body:
-        return out
+        return out(None)
     r = Referencer(mode, recorder.blobs)
     ctype = header_value(headers, "content-type")
     plain = _plain(body, headers)
     if plain is None:
-        out["response_body"] = Prepared(_opaque(r, body, ctype), {"content_encoding_error": "not decoded"})
-        return out
+        return out(Prepared(_opaque(r, body, ctype), {"content_encoding_error": "not decoded"}))
     extra: dict = {}
     value: object = None
     if media_type(ctype) == "text/event-stream":
@@ -96,10 +102,8 @@ def response_material(recorder: Recorder, m: dict) -> dict:
         elif ok and isinstance(parsed, dict):
             value = parsed
     if isinstance(value, dict):
-        out["response_body"] = Prepared(api.reference_response(redact_json_value(value), r), extra)
-    else:
-        out["response_body"] = Prepared(_opaque(r, plain, ctype), extra)
-    return out
+        return out(Prepared(api.reference_response(redact_json_value(value), r), extra))
+    return out(Prepared(_opaque(r, plain, ctype), extra))
 
 
 def _stream_info(fmt: str, plain: bytes, events: int | None = None) -> dict:
@@ -110,31 +114,34 @@ def _stream_info(fmt: str, plain: bytes, events: int | None = None) -> dict:
     return {"format": fmt, "events": events, "sha256": hashlib.sha256(plain).hexdigest(), "size": len(plain)}
 
 
-def body_digest(m: dict) -> dict:
+def body_digest(response: Response | None) -> dict:
     """`{"body_sha256": ...}` for a connector call's response recorded while prompt capture is on:
     the SHA-256 of its decoded, redacted body (what a tool result shown to the model would hold)."""
-    body = m.get("response_body")
+    body = response.body if response is not None else None
     if not isinstance(body, bytes) or not body:
         return {}
-    headers = text_pairs(m.get("response_headers") or ())
+    headers = text_pairs(response.headers or ())
     plain = decoded_prefix(body, header_value(headers, "content-encoding"), JSON_PARSE_LIMIT)
     if plain is None:
         return {}
     return {"body_sha256": hashlib.sha256(redact_body(plain, header_value(headers, "content-type"))).hexdigest()}
 
 
-def complete(recorder: Recorder, m: dict, *, request: bool) -> dict:
-    """The hook the recording service calls on every call's material (request or response half):
+def complete(recorder: Recorder, call: Call, *, request: bool) -> Call:
+    """The hook the recording service calls on every call (request half, then response half):
     model calls get their bodies referenced; connector calls recorded with prompt capture on get
-    `response.body_sha256`. Material without `prompts` is returned as it is."""
-    if not m.get("prompts"):
-        return m
-    if m.get("model_api"):
-        return request_material(recorder, m) if request else response_material(recorder, m)
+    `response.body_sha256`. A call without `prompts` is returned as it is."""
+    if not call.prompts:
+        return call
+    if call.model_api:
+        return request_material(recorder, call) if request else response_material(recorder, call)
     if request:
-        return m
-    digest = body_digest(m)
-    return dict(m, response_extra={**(m.get("response_extra") or {}), **digest}) if digest else m
+        return call
+    digest = body_digest(call.response)
+    if not digest:
+        return call
+    assert call.response is not None
+    return replace(call, response=replace(call.response, extra={**(call.response.extra or {}), **digest}))
 
 
 class StreamHold:

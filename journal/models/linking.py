@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -27,6 +28,9 @@ from journal.canonical import canonical_bytes
 from journal.models import APIS
 from journal.redact import redact_json_value
 from journal.store.interface import SessionLines
+
+if TYPE_CHECKING:
+    from journal.call import Call
 
 
 def is_model_entry(entry: dict) -> bool:
@@ -62,19 +66,19 @@ class PromptLinks:
         self.lock = threading.Lock()
         self._current: dict[str, str | None] = {}
 
-    def on_request(self, m: dict) -> None:
-        """A call's request material as it arrives: a model request clears the session's link; a
+    def on_request(self, call: Call) -> None:
+        """A call (`journal.call.Call`) as it arrives: a model request clears the session's link; a
         connector call gets `prompt_ref` (unless it already has one)."""
-        if not m.get("prompts"):
+        if not call.prompts:
             return
-        session = m["session"]
+        session = call.identity.session
         with self.lock:
-            if m.get("model_api"):
+            if call.model_api:
                 self._current[session] = None
-            elif "prompt_ref" not in m:
+            elif call.prompt_ref is None:
                 if session not in self._current:
                     self._current[session] = _latest_model_hash(self.source, session)
-                m["prompt_ref"] = self._current[session]
+                call.prompt_ref = self._current[session]
 
     def on_recorded(self, entry: object) -> None:
         """An appended entry: a model call becomes what the session's next calls follow."""

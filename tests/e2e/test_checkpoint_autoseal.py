@@ -143,6 +143,7 @@ def test_broker_run_seals_as_it_records_and_a_witness_cosigns(tmp_path, key, rec
 
 def test_declared_coverage_from_the_api_and_the_service_frame(tmp_path, key):
     from broker.proxy.service import Service
+    from broker.proxy.wire import Coverage, frame, split_to_service
 
     signer, path = key
     vault = Vault.create(tmp_path / "vault")
@@ -152,7 +153,8 @@ def test_declared_coverage_from_the_api_and_the_service_frame(tmp_path, key):
                            url="https://oauth2.googleapis.com/token", status=200, connector="google",
                            request_body=b"grant_type=refresh_token&refresh_token=x") is None
     gaps = [("s1", "unknown.example", "passed", 3), ("s2", "api.example", "refused", 1)]
-    assert Service(rec).handle([("coverage", 0, gaps)]) == []  # never acknowledged
+    messages, _ = split_to_service(frame(Coverage(gaps)))
+    assert Service(rec).handle(messages) == []  # never acknowledged
     rec.close()
     result = audit(vault, signer.verifier())
     assert result.coverage == ["s1: oauth2.googleapis.com: 1 token", "s1: unknown.example: 3 passed",

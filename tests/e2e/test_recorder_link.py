@@ -8,12 +8,12 @@ import signal
 
 import pytest
 
-from broker.proxy.link import RecorderLink, ServiceLost
-from broker.proxy.service import split_frames
+from broker.proxy.link import Recorded, RecorderLink, ServiceLost, ServiceUnavailable
+from broker.proxy.wire import Ack, split_to_service
 from journal.reader import iter_entries
 from journal.vault import Vault
 from journal.verify import verify_session
-from tests.e2e.test_service import _halves, material
+from tests.e2e.test_service import ahead, material
 
 
 class _Transport(asyncio.Transport):
@@ -45,10 +45,11 @@ class _Transport(asyncio.Transport):
         self.closing = True
 
 
-def _frames(data: bytes) -> list:
-    frames, used = split_frames(bytearray(data))
+def _frames(data: bytes) -> list[tuple[str, int]]:
+    """(kind, id) of each message in `data`."""
+    messages, used = split_to_service(bytearray(data))
     assert used == len(data)
-    return frames
+    return [(type(m).__struct_config__.tag, getattr(m, "id", 0)) for m in messages]
 
 
 def _linked(transport: _Transport) -> RecorderLink:
@@ -63,8 +64,7 @@ def test_frames_of_one_turn_leave_in_one_write_in_order_after_the_turn():
         t = _Transport()
         link = _linked(t)
         order: list[str] = []
-        req, resp = _halves(material(0))
-        sent = link.send_request(req)
+        sent = link.send_request(ahead(material(0)))
         # mitmproxy continues the request hook with a callback queued after it: that continuation
         # (which writes the request upstream) must come before the request half is written
         asyncio.get_running_loop().call_soon(lambda: order.append(f"continuation, {len(t.writes)} writes"))
@@ -75,9 +75,8 @@ def test_frames_of_one_turn_leave_in_one_write_in_order_after_the_turn():
             await asyncio.sleep(0)
         assert order == ["continuation, 0 writes"]
         assert len(t.writes) == 1  # one write for the whole turn
-        kinds = [(m[0], m[1]) for m in _frames(t.writes[0])]
-        assert kinds == [("request", sent[1]), ("forget", 99), ("coverage", 0)]
-        link._acknowledged([(sent[1], "ok", 7, False)])
+        assert _frames(t.writes[0]) == [("request", sent[1]), ("forget", 99), ("coverage", 0)]
+        link._acknowledged([Ack(sent[1], "ok", 7)])
 
     asyncio.run(main())
 
@@ -86,15 +85,13 @@ def test_a_frame_a_call_waits_on_leaves_at_once_after_what_is_queued():
     async def main():
         t = _Transport()
         link = _linked(t)
-        req, resp = _halves(material(0))
-        other = link.send_request(_halves(material(1))[0])  # queued, of another flow
+        other = link.send_request(ahead(material(1)))  # queued, of another flow
         sent = (1, 50)
-        answer = asyncio.ensure_future(link.finish(sent, req, resp))
+        answer = asyncio.ensure_future(link.finish(sent, material(0)))
         await asyncio.sleep(0)  # the response half's task has run once: written, not held for the turn
-        assert [[(m[0], m[1]) for m in _frames(w)] for w in t.writes] == [[("request", other[1]),
-                                                                           ("response", 50)]]
-        link._acknowledged([(50, "ok", 3, False)])
-        assert await answer == 3
+        assert [_frames(w) for w in t.writes] == [[("request", other[1]), ("response", 50)]]
+        link._acknowledged([Ack(50, "ok", 3, False, "read")])
+        assert await answer == Recorded(3, "read")
 
     asyncio.run(main())
 
@@ -103,13 +100,13 @@ def test_request_halves_of_each_turn_get_their_own_write():
     async def main():
         t = _Transport()
         link = _linked(t)
-        first = link.send_request(_halves(material(0))[0])
+        first = link.send_request(ahead(material(0)))
         await asyncio.sleep(0)
         await asyncio.sleep(0)
-        second = link.send_request(_halves(material(1))[0])
+        second = link.send_request(ahead(material(1)))
         await asyncio.sleep(0)
         await asyncio.sleep(0)
-        assert [[m[1] for m in _frames(w)] for w in t.writes] == [[first[1]], [second[1]]]
+        assert [[i for _, i in _frames(w)] for w in t.writes] == [[first[1]], [second[1]]]
 
     asyncio.run(main())
 
@@ -118,17 +115,17 @@ def test_the_end_follows_what_is_queued_and_a_lost_service_drops_the_queue():
     async def main():
         t = _Transport()
         link = _linked(t)
-        link.send_request(_halves(material(0))[0])
+        link.send_request(ahead(material(0)))
         link._shut_write(drain=True)  # closing: what is queued is written first, then the end
         assert len(t.writes) == 1 and t.eof
 
         t2 = _Transport()
         link = _linked(t2)
-        req, resp = _halves(material(1))
-        sent = link.send_request(req)
-        answer = asyncio.ensure_future(link.finish(sent, req, resp))
+        call = material(1)
+        sent = link.send_request(ahead(call))
+        answer = asyncio.ensure_future(link.finish(sent, call))
         await asyncio.sleep(0)  # the response half is written (with the request half before it)
-        link.send_request(_halves(material(2))[0])  # queued for the next turn
+        link.send_request(ahead(material(2)))  # queued for the next turn
         link._lost(t2)  # the service hung up meanwhile
         with pytest.raises(ServiceLost):
             await answer
@@ -147,14 +144,14 @@ def test_queued_halves_reach_a_real_service_and_closing_records_them(tmp_path):
         await link.connect()
         calls = []
         for i in range(20):  # twenty calls in one turn: one write, one batch for the service
-            req, resp = _halves(material(i))
-            calls.append(asyncio.ensure_future(link.finish(link.send_request(req), req, resp)))
-        assert sorted(await asyncio.gather(*calls)) == list(range(1, 21))
-        req, resp = _halves(material(20))
-        last = asyncio.ensure_future(link.finish(link.send_request(req), req, resp))
+            call = material(i)
+            calls.append(asyncio.ensure_future(link.finish(link.send_request(ahead(call)), call)))
+        assert sorted(r.seq for r in await asyncio.gather(*calls)) == list(range(1, 21))
+        call = material(20)
+        last = asyncio.ensure_future(link.finish(link.send_request(ahead(call)), call))
         await asyncio.sleep(0)  # the response half is queued: closing now must still send it
         await link.aclose()
-        assert await last == 21
+        assert (await last).seq == 21
 
     asyncio.run(main())
     assert verify_session(Vault(vault), "svc").intact
@@ -166,10 +163,29 @@ def test_a_service_killed_with_frames_queued_fails_the_waiting_calls(tmp_path):
         link = RecorderLink(str(tmp_path / "vault"), 1 << 20)
         await link.connect()
         os.kill(link.proc.pid, signal.SIGKILL)
-        req, resp = _halves(material(0))
-        answer = asyncio.ensure_future(link.finish(link.send_request(req), req, resp))
+        call = material(0)
+        answer = asyncio.ensure_future(link.finish(link.send_request(ahead(call)), call))
         with pytest.raises(ServiceLost):
             await asyncio.wait_for(answer, 10)
         await link.aclose()
+
+    asyncio.run(main())
+
+
+def test_a_call_the_wire_cannot_carry_is_left_to_the_proxy_not_half_sent():
+    """A value MessagePack cannot encode (a lone surrogate in an error text, an integer past 64 bits)
+    never reaches the socket: `send_request` says not sent, and `record`/`finish` raise
+    ServiceUnavailable, on which the addon records the call in its own process."""
+    async def main():
+        t = _Transport()
+        link = _linked(t)
+        odd = material(0, error="reset by peer \udcff")
+        assert link.send_request(ahead(material(1, url=2**70))) is None
+        with pytest.raises(ServiceUnavailable, match="cannot be sent"):
+            await link.record(odd)
+        with pytest.raises(ServiceUnavailable):
+            await link.finish((1, 5), odd)
+        await asyncio.sleep(0)
+        assert t.writes == [] and not link._waiting
 
     asyncio.run(main())

@@ -11,14 +11,17 @@ import socket
 import threading
 import time
 
+import msgspec
 import pytest
 
 import broker.proxy.link as recorder_link
-from broker.proxy.link import RecorderLink
-from broker.proxy.service import Service, frame, material_fields, serve, split_frames
+from broker.proxy.link import Recorded, RecorderLink
+from broker.proxy.service import Service, call_fields, serve
+from broker.proxy.wire import Completion, Forget, RequestAhead, WholeCall, frame, split_to_proxy, split_to_service
 from journal.blobstore import is_ref_object
+from journal.call import Call, Prepared
 from journal.reader import iter_entries
-from journal.record import Prepared, Recorder, principal_fingerprint
+from journal.record import Recorder, principal_fingerprint
 from journal.store.memory_store import MemoryWriter
 from journal.vault import Vault
 from journal.verify import verify_lines, verify_session
@@ -27,7 +30,8 @@ from journal.writer import JournalError
 CANARY = "ya29.SERVICEcanary0SERVICEcanary0SERVICE"
 
 
-def material(n: int = 0, **over) -> dict:
+def material(n: int = 0, **over) -> Call:
+    """A whole call as the addon hands it over: raw header fields, bodies as on the wire."""
     body = gzip.compress(json.dumps({"labels": [{"id": f"L{n}", "name": "Inbox"}]}).encode())
     m = {
         "session": "svc", "agent": "agent-s", "principal": None, "connector": "gmail", "method": "GET",
@@ -39,17 +43,34 @@ def material(n: int = 0, **over) -> dict:
         "response_body": body, "error": None, "ts": 1790000000.25 + n, "mcp": None,
     }
     m.update(over)
-    return m
+    return Call.make(**m)
 
 
-def slack_token_exchange() -> dict:
+def slack_token_exchange() -> Call:
     return material(connector="slack", method="POST", url="https://slack.com/api/oauth.v2.access",
                     request_body=b"code=abc&client_secret=shh", response_body=b'{"ok":true,"access_token":"xoxb-1"}')
 
 
-def test_material_fields_decodes_headers_fingerprints_and_classifies():
-    rec = Recorder(MemoryWriter())
-    f = material_fields(rec, material())
+def over_the_wire(*messages) -> list:
+    """Messages as the service receives them: framed by the proxy, read back from the bytes."""
+    decoded, used = split_to_service(bytearray(b"".join(frame(m) for m in messages)))
+    assert used == sum(len(frame(m)) for m in messages)
+    return decoded
+
+
+def ahead(call: Call) -> Call:
+    """The request half of a call, as the addon sends it ahead while the call is upstream."""
+    return msgspec.structs.replace(call, response=None)
+
+
+def _halves(call: Call, call_id: int) -> tuple[RequestAhead, Completion]:
+    """The two messages of a call whose request half went ahead."""
+    return RequestAhead(call_id, ahead(call)), Completion(call_id, call.response, call.ts, call.mcp)
+
+
+def test_call_fields_decodes_headers_fingerprints_and_classifies(tmp_path):
+    rec = Recorder(tmp_path)
+    f = call_fields(rec, material())
     assert f["principal"] == principal_fingerprint([("Authorization", f"Bearer {CANARY}")], "")
     assert dict(f["request"]["headers"])["X-Odd"] == "café"  # not UTF-8: read as Latin-1, nothing lost
     assert dict(f["request"]["headers"])["Authorization"] == "[never captured]"
@@ -58,11 +79,11 @@ def test_material_fields_decodes_headers_fingerprints_and_classifies():
     slack = material(connector="slack", method="POST", url="https://slack.com/api/conversations.history",
                      request_body=b"channel=C1",
                      request_headers=((b"Content-Type", b"application/x-www-form-urlencoded"),))
-    assert material_fields(rec, slack)["effect"] == "read"  # by method name, not by HTTP method
+    assert call_fields(rec, slack)["effect"] == "read"  # by method name, not by HTTP method
     unknown = material(connector="unknown", method="DELETE", url="https://example.org/x")
-    assert (material_fields(rec, unknown)["connector"], material_fields(rec, unknown)["effect"]) == ("unknown", "write")
-    assert material_fields(rec, material(principal="alice@example.com"))["principal"] == "alice@example.com"
-    assert material_fields(rec, slack_token_exchange()) is None
+    assert (call_fields(rec, unknown)["connector"], call_fields(rec, unknown)["effect"]) == ("unknown", "write")
+    assert call_fields(rec, material(principal="alice@example.com"))["principal"] == "alice@example.com"
+    assert call_fields(rec, slack_token_exchange()) is None
     rec.close()
 
 
@@ -70,10 +91,10 @@ def test_record_batch_answers_every_call_in_order():
     journal = MemoryWriter()
     rec = Recorder(journal)
     calls = [(1, material(1)), (2, slack_token_exchange()), (3, material(3, method=None)), (4, material(4))]
-    acks = Service(rec).handle([("call", call_id, m) for call_id, m in calls])
-    assert [(a[0], a[1]) for a in acks] == [(1, "ok"), (2, "skip"), (3, "noted"), (4, "ok")]
-    assert [a[2] for a in acks if a[1] == "ok"] == [1, 3]
-    assert "entry 2 says so" in acks[2][2]
+    acks = Service(rec).handle(over_the_wire(*(WholeCall(call_id, m) for call_id, m in calls)))
+    assert [(a.id, a.outcome) for a in acks] == [(1, "ok"), (2, "skip"), (3, "noted"), (4, "ok")]
+    assert [(a.detail, a.effect) for a in acks if a.outcome == "ok"] == [(1, "read"), (3, "read")]
+    assert "entry 2 says so" in acks[2].detail
     rec.close()
     assert verify_lines("svc", journal.lines_after("svc")).entries == 3
     failed = journal.entries("svc")[1]
@@ -88,7 +109,7 @@ def test_serve_records_frames_from_a_socket_until_it_closes(tmp_path):
     t = threading.Thread(target=serve, args=(theirs, rec))
     t.start()
     big = material(7, response_body=b"x" * (3 << 20), response_headers=((b"Content-Type", b"text/plain"),))
-    ours.sendall(b"".join(frame(("call", i, material(i))) for i in range(5)) + frame(("call", 99, big)))
+    ours.sendall(b"".join(frame(WholeCall(i, material(i))) for i in range(5)) + frame(WholeCall(99, big)))
     ours.shutdown(socket.SHUT_WR)
     t.join(30)  # serve returns at the end of input, having answered everything
     assert not t.is_alive()
@@ -96,10 +117,10 @@ def test_serve_records_frames_from_a_socket_until_it_closes(tmp_path):
     buf = bytearray()
     while chunk := ours.recv(65536):
         buf += chunk
-    batches, used = split_frames(buf)
+    batches, used = split_to_proxy(buf)
     assert used == len(buf)
     acks = [a for batch in batches for a in batch]
-    assert sorted(a[0] for a in acks) == [0, 1, 2, 3, 4, 99] and {a[1] for a in acks} == {"ok"}
+    assert sorted(a.id for a in acks) == [0, 1, 2, 3, 4, 99] and {a.outcome for a in acks} == {"ok"}
     rec.close()
     entries = list(iter_entries(Vault(tmp_path), "svc"))
     spilled = entries[-1]["response"]["body"]  # 3 MiB spilled to a blob by the service
@@ -124,7 +145,7 @@ def test_link_records_through_a_service_process_and_drains_on_close(tmp_path):
     async def main():
         link = RecorderLink(str(vault), 1 << 20)
         await link.connect()
-        assert await link.record(material(0)) == 1  # the entry's seq
+        assert await link.record(material(0)) == Recorded(1, "read")  # the entry's seq and effect
         assert await link.record(slack_token_exchange()) is False
         # calls in flight when the proxy stops are still recorded and acknowledged
         pending = [asyncio.ensure_future(link.record(material(i))) for i in range(1, 41)]
@@ -180,32 +201,29 @@ def test_link_fails_waiting_calls_when_the_service_dies(tmp_path):
 def test_prepared_bodies_travel_to_the_service(tmp_path):
     rec = Recorder(tmp_path)
     ref = rec.blobs.put_bytes(b"streamed body")
-    acks = Service(rec).handle([("call", 1, material(1, response_body=Prepared(ref, {"encoding": "spilled"})))])
-    assert acks[0][1] == "ok", acks
+    acks = Service(rec).handle(over_the_wire(
+        WholeCall(1, material(1, response_body=Prepared(ref, {"encoding": "spilled"})))))
+    assert acks[0].outcome == "ok", acks
     (e,) = iter_entries(Vault(tmp_path), "svc")
     assert e["response"]["body"] == ref
     rec.close()
 
 
-def _halves(m: dict) -> tuple[dict, dict]:
-    resp_keys = ("status", "response_headers", "response_body", "error", "ts", "mcp")
-    return {k: v for k, v in m.items() if k not in resp_keys}, {k: m[k] for k in resp_keys}
-
-
 def test_a_request_half_sent_ahead_is_prepared_before_its_response_arrives(tmp_path):
     svc = Service(Recorder(tmp_path))
-    req, resp = _halves(material(1))
-    assert svc.handle([("request", 7, req)]) == []  # nothing to acknowledge yet
+    req, resp = _halves(material(1), 7)
+    assert svc.handle(over_the_wire(req)) == []  # nothing to acknowledge yet
     svc.prepare_pending()
     assert not svc.raw and 7 in svc.halves  # prepared while the call is upstream
-    (ack,) = svc.handle([("response", 7, resp)])
-    assert ack[:2] == (7, "ok") and not svc.halves
-    whole = material_fields(Recorder(tmp_path / "other"), material(1))
+    (ack,) = svc.handle(over_the_wire(resp))
+    assert (ack.id, ack.outcome) == (7, "ok") and not svc.halves
+    whole = call_fields(Recorder(tmp_path / "other"), material(1))
     (e,) = iter_entries(Vault(tmp_path), "svc")
-    assert {k: e[k] for k in whole} == whole  # the same entry as from the whole material at once
+    assert {k: e[k] for k in whole} == whole  # the same entry as from the whole call at once
     # request and response in one batch: the request half is prepared on demand
-    (ack,) = svc.handle([("request", 8, req), ("response", 8, resp)])
-    assert ack[:2] == (8, "ok")
+    req.id = resp.id = 8
+    (ack,) = svc.handle(over_the_wire(req, resp))
+    assert (ack.id, ack.outcome) == (8, "ok")
     svc.prepare_pending()
     assert not svc.halves and not svc.raw  # nothing kept once the call is recorded
 
@@ -213,26 +231,25 @@ def test_a_request_half_sent_ahead_is_prepared_before_its_response_arrives(tmp_p
 def test_request_halves_forgotten_missing_or_token_exchanges(tmp_path):
     rec = Recorder(tmp_path)
     svc = Service(rec)
-    req, resp = _halves(material(1))
-    svc.handle([("request", 1, req), ("forget", 1)])
+    req, resp = _halves(material(1), 1)
+    svc.handle(over_the_wire(req, Forget(1)))
     svc.prepare_pending()
     assert not svc.halves and not svc.raw
-    (ack,) = svc.handle([("response", 1, resp)])  # forgotten (or sent to a service that restarted)
-    assert ack[1] == "error" and "not here" in ack[2]
-    treq, tresp = _halves(slack_token_exchange())
-    (ack,) = svc.handle([("request", 2, treq), ("response", 2, tresp)])
-    assert ack[1] == "skip"
+    (ack,) = svc.handle(over_the_wire(resp))  # forgotten (or sent to a service that restarted)
+    assert ack.outcome == "error" and "not here" in ack.detail
+    (ack,) = svc.handle(over_the_wire(*_halves(slack_token_exchange(), 2)))
+    assert ack.outcome == "skip"
     # a response that looks like a token grant from an endpoint that is not a token exchange is
     # recorded (an agent reading a credentials file leaves a trace), with the credential redacted
     looks = material(3, url="https://auth.example.org/o/exchange", connector="unknown", method="POST",
                      request_body=b"x" * (3 << 20), request_headers=((b"Content-Type", b"text/plain"),),
                      response_headers=((b"Content-Type", b"application/json"),),
                      response_body=b'{"access_token": "at-SECRET-1", "token_type": "Bearer", "expires_in": 3600}')
-    breq, bresp = _halves(looks)
-    svc.handle([("request", 3, breq)])
+    breq, bresp = _halves(looks, 3)
+    svc.handle(over_the_wire(breq))
     svc.prepare_pending()
-    (ack,) = svc.handle([("response", 3, bresp)])
-    assert ack[1] == "ok"
+    (ack,) = svc.handle(over_the_wire(bresp))
+    assert ack.outcome == "ok"
     rec.close()
     (entry,) = iter_entries(Vault(tmp_path), "svc")
     assert entry["response"]["body"]["access_token"] == "[never captured]"
@@ -246,15 +263,15 @@ def test_link_sends_request_halves_ahead_and_falls_back_after_a_restart(tmp_path
     async def main():
         link = RecorderLink(str(vault), 1 << 20)
         await link.connect()
-        req, resp = _halves(material(0))
-        sent = link.send_request(req)
+        call = material(0)
+        sent = link.send_request(ahead(call))
         assert sent is not None
-        assert await link.finish(sent, req, resp)
-        req1, resp1 = _halves(material(1))
-        sent = link.send_request(req1)
+        assert await link.finish(sent, call)
+        call1 = material(1)
+        sent = link.send_request(ahead(call1))
         os.kill(link.proc.pid, signal.SIGKILL)  # the request half dies with this service
         await _hung_up(link)
-        assert await link.finish(sent, req1, resp1)  # sent whole to the new service
+        assert await link.finish(sent, call1)  # sent whole to the new service
         link.forget(sent)  # harmless for a handle of a service that is gone
         await link.aclose()
 
@@ -266,17 +283,44 @@ def test_link_sends_request_halves_ahead_and_falls_back_after_a_restart(tmp_path
 def test_service_answers_unknown_kinds_skips_malformed_messages_and_bounds_its_state(tmp_path, monkeypatch):
     rec = Recorder(tmp_path)
     svc = Service(rec)
-    acks = svc.handle([("bogus", 1, {}), "not a tuple", (None, "x"), ("call", 2, material(2))])
-    assert [(a[0], a[1]) for a in acks] == [(1, "error"), (2, "ok")]
-    assert "unknown frame" in acks[0][2]
+    def raw(obj: object) -> bytes:
+        payload = msgspec.msgpack.encode(obj)
+        return len(payload).to_bytes(4, "big") + payload
+
+    # a call whose Call does not decode (no connector, a session that is not text) is acknowledged
+    # with an error, with an entry saying so when its identity can be read
+    bad_call = {"identity": {"session": "svc", "agent": "a", "principal": "al"}, "request": {"method": "GET",
+                "url": "https://gmail.googleapis.com/x", "headers": [[b"Authorization", CANARY.encode()]]}}
+    no_identity = {"identity": {"session": 5, "agent": "a"}, "connector": "gmail", "request": {}}
+    wire = b"".join([raw(["bogus", 1, {}]), raw("not a message"), raw([None, "x"]), b"\0\0\0\2\xc1\xc1",
+                     raw(["call", 3, bad_call]), raw(["call", 4, no_identity]), frame(WholeCall(2, material(2)))])
+    messages, used = split_to_service(bytearray(wire))
+    assert used == len(wire)
+    acks = svc.handle(messages)
+    assert [(a.id, a.outcome) for a in acks] == [(1, "error"), (3, "noted"), (4, "error"), (2, "ok")]
+    assert "could not be read" in acks[0].detail
     monkeypatch.setattr(Service, "MAX_HALVES", 2)
-    req = _halves(material(3))[0]
-    svc.handle([("request", i, req) for i in (10, 11, 12)])
+    svc.handle(over_the_wire(*(_halves(material(3), i)[0] for i in (10, 11, 12))))
     svc.prepare_pending()
     assert list(svc.halves) == [11, 12]  # the oldest dropped; its response gets an error, not a hang
-    (ack,) = svc.handle([("response", 10, _halves(material(3))[1])])
-    assert ack[1] == "error"
+    (ack,) = svc.handle(over_the_wire(_halves(material(3), 10)[1]))
+    assert ack.outcome == "error"
     rec.close()
+    noted = next(e for e in iter_entries(Vault(tmp_path), "svc") if e["response"]["status"] == 502)
+    assert "could not be recorded" in noted["response"]["error"] and noted["principal"] == "al"
+    assert CANARY not in json.dumps(noted)
+
+
+def test_the_wire_keeps_bytes_bytes_and_costs_no_more_than_the_call(tmp_path):
+    """A frame holds the Call's bodies as MessagePack bin (no base64, no pickle): a 1 MiB body adds
+    1 MiB and a few bytes; and a read-back Call records the same entry as the one sent."""
+    body = bytes(range(256)) * 4096
+    call = material(5, response_body=body, response_headers=((b"Content-Type", b"application/octet-stream"),))
+    data = frame(WholeCall(5, call))
+    assert len(body) < len(data) < len(body) + 2048
+    (got,) = over_the_wire(WholeCall(5, call))
+    assert isinstance(got.call.response.body, bytes) and got.call.response.body == body
+    assert call_fields(Recorder(tmp_path / "a"), got.call) == call_fields(Recorder(tmp_path / "b"), call)
 
 
 def test_link_reports_a_service_that_cannot_start_and_does_not_spin(tmp_path, monkeypatch):

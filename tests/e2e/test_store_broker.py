@@ -14,6 +14,7 @@ import httpx
 import pytest
 import rfc8785
 
+from journal.call import Call
 from journal.record import Recorder
 from journal.store.postgres_store import PostgresStore
 from tests.support import postgres_server as _pg
@@ -103,8 +104,8 @@ def test_readers_and_erase_on_a_database_store(pg_url, tmp_path):
     rec = Recorder(pg_url)  # the Python API, given a store URL
     try:
         big = "q" * (2 << 20)
-        rec.record(**_call("s-api", body=big))
-        rec.record(**_call("s-api", body="small"))
+        rec.record(Call.make(**_call("s-api", body=big)))
+        rec.record(Call.make(**_call("s-api", body="small")))
     finally:
         rec.close()
     store = PostgresStore(pg_url)
@@ -164,7 +165,7 @@ def test_mcp_shim_records_into_postgres(pg_url, tmp_path):
 def test_erase_in_a_file_vault_from_the_command_line(tmp_path):
     rec = Recorder(tmp_path / "v")
     try:
-        entry = rec.record(**_call("s-file", body="z" * (2 << 20)))
+        entry = rec.record(Call.make(**_call("s-file", body="z" * (2 << 20))))
     finally:
         rec.close()
     digest = entry["response"]["body"]["sha256"]
@@ -182,8 +183,8 @@ def test_erase_in_a_file_vault_from_the_command_line(tmp_path):
 def test_seal_a_database_store_through_a_pulled_vault(pg_url, tmp_path):
     rec = Recorder(pg_url)
     try:
-        rec.record(**_call("s-seal", body="one"))
-        rec.record(**_call("s-seal", body="two"))
+        rec.record(Call.make(**_call("s-seal", body="one")))
+        rec.record(Call.make(**_call("s-seal", body="two")))
     finally:
         rec.close()
     keys = _broker("keygen", "--out", str(tmp_path / "keys"))

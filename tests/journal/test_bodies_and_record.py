@@ -13,6 +13,7 @@ import pytest
 
 from journal.blobstore import BlobStore
 from journal.bodies import BodyCapture, encode_body, parse_json_strict, record_body
+from journal.call import Call
 from journal.entry import ContractError
 from journal.reader import iter_entries
 from journal.record import JsonValue, Recorder
@@ -146,7 +147,7 @@ def _record(rec: Recorder, **over):
         response_body=b'{"labels": []}',
     )
     args.update(over)
-    return rec.record(**args)
+    return rec.record(Call.make(**args))
 
 
 def test_recorder_redacts_before_anything_reaches_disk(tmp_path):
@@ -208,11 +209,11 @@ def test_mcp_values_are_recorded_redacted_and_spilled(tmp_path):
     assert e["mcp"]["params"]["arguments"]["api_key"] == "[never captured]"
     assert e["response"]["body"]["result"]["content"][0]["data"]["size"] == T + 1
     with pytest.raises(ContractError):
-        Recorder(tmp_path).record(
+        Recorder(tmp_path).record(Call.make(
             session="s1", agent="a", principal="p", connector="x", capture="gateway", effect="read", method="m",
             url="u", request_headers=[], request_body=JsonValue({"n": 1e16}), status=200,
             response_headers=[], response_body=None,
-        )
+        ))
 
 
 def test_agent_report_takes_effect_from_rules_not_the_agent(tmp_path):
@@ -265,9 +266,9 @@ def test_recorder_takes_header_fields_as_raw_bytes_or_text(tmp_path):
     assert text_pairs([(b"A", b"1"), ("B", "2")]) == [("A", "1"), ("B", "2")]  # mixed
     assert text_pairs([(b"A", b"x\x00y")]) == [("A", "x\x00y")]  # a NUL does not shift the pairs
     rec = Recorder(tmp_path)
-    f = rec.prepare(session="s", agent="a", principal="p", connector="gmail", capture="agent", effect="read",
+    f = rec.prepare(Call.make(session="s", agent="a", principal="p", connector="gmail", capture="agent", effect="read",
                     method="GET", url="https://gmail.googleapis.com/x", request_headers=raw[:2], request_body=None,
-                    status=200, response_headers=[("Content-Type", "text/plain")], response_body=b"ok")
+                    status=200, response_headers=[("Content-Type", "text/plain")], response_body=b"ok"))
     assert f["request"]["headers"] == [["Content-Type", "application/json"], ["X-Odd", "café"]]
     rec.close()
 

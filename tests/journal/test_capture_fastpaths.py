@@ -18,9 +18,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import journal.redact as redact
-from broker.proxy.service import material_fields
+from broker.proxy.service import call_fields
 from journal.blobstore import BlobStore
 from journal.bodies import BodyCapture, record_body
+from journal.call import Call
 from journal.record import Recorder, decode_headers, text_pairs_marked
 from journal.redact import (
     REDACTED,
@@ -234,13 +235,11 @@ def test_decoded_headers_are_read_as_the_raw_fields(fields) -> None:
          "url": "https://gmail.googleapis.com/gmail/v1/users/me/labels", "request_headers": fields,
          "request_body": None, "status": 200, "response_headers": (), "response_body": None, "error": None,
          "ts": 1796000000.0, "mcp": None}  # fmt: skip
-    half = rec.prepare_request(session="s", agent="a", principal="p", connector="gmail", capture="broker",
-                               effect="read", method="GET", url=m["url"], request_headers=decode_headers(fields),
-                               request_body=None)  # fmt: skip
-    raw = rec.prepare_request(session="s", agent="a", principal="p", connector="gmail", capture="broker",
-                              effect="read", method="GET", url=m["url"], request_headers=fields, request_body=None)
+    half = rec.prepare_request(Call.make(**(m | {"principal": "p", "effect": "read",
+                                                 "request_headers": decode_headers(fields)})))
+    raw = rec.prepare_request(Call.make(**(m | {"principal": "p", "effect": "read"})))
     assert half == raw
-    assert material_fields(rec, m)["request"]["headers"] == raw.fields["request"]["headers"]
+    assert call_fields(rec, Call.make(**m))["request"]["headers"] == raw.fields["request"]["headers"]
     rec.close()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from broker.cli import cli
+from journal.call import Call
 from journal.diff import diff_calls, diff_sessions, render
 from journal.record import Recorder
 
@@ -30,9 +31,9 @@ def test_removed_and_added(tmp_path):
 def test_cli_exit_codes_and_text(tmp_path, capsys):
     rec = Recorder(tmp_path)
     for session, status in (("a", 200), ("b", 200), ("c", 404)):
-        rec.record(session=session, agent="x", principal="p", connector="gmail", capture="broker", effect="read",
-                   method="GET", url="https://gmail.googleapis.com/gmail/v1/users/me/labels", request_headers=[],
-                   request_body=None, status=status, response_headers=[], response_body=None)
+        rec.record(Call.make(session=session, agent="x", principal="p", connector="gmail", capture="broker",
+                   effect="read", method="GET", url="https://gmail.googleapis.com/gmail/v1/users/me/labels",
+                   request_headers=[], request_body=None, status=status, response_headers=[], response_body=None))
     rec.close()
     assert cli.main(["diff", "a", "b", "--vault", str(tmp_path)], standalone_mode=False) == 0
     assert cli.main(["diff", "a", "c", "--vault", str(tmp_path)], standalone_mode=False) == 1

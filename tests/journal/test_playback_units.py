@@ -7,6 +7,7 @@ import json
 import pytest
 
 from broker.proxy.playback import recorded_response
+from journal.call import Call
 from journal.playback import Miss, RecordedSession, match_key
 from journal.record import Recorder
 from journal.vault import VaultError
@@ -16,9 +17,9 @@ from tests.support.export_factories import BIG, GMAIL, PNG, SESSION, record_expo
 def record(root, calls):
     rec = Recorder(root)
     for method, url, body, status in calls:
-        rec.record(session="s", agent="a", principal="p", connector="gmail", capture="broker", effect="read",
+        rec.record(Call.make(session="s", agent="a", principal="p", connector="gmail", capture="broker", effect="read",
                    method=method, url=url, request_headers=[("Content-Type", "application/json")],
-                   request_body=body, status=status, response_headers=[], response_body=None)
+                   request_body=body, status=status, response_headers=[], response_body=None))
     rec.close()
 
 

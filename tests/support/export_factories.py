@@ -6,6 +6,7 @@ import gzip
 
 import orjson
 
+from journal.call import Call
 from journal.record import JsonValue, Recorder
 
 SESSION = "export-1"
@@ -47,15 +48,15 @@ def record_export_session(root, session: str = SESSION) -> list[dict]:
              request_headers=[("Content-Type", "application/json")], request_body=b'{"channel": "C1", "text": "hi"}',
              status=None, response_headers=[], response_body=None, error="upstream timed out"),
     ]
-    out = [rec.record(**common, **c) for c in calls]
+    out = [rec.record(Call.make(**common, **c)) for c in calls]
     mcp_call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call",
                 "params": {"name": "search_notes", "arguments": {"q": "x"}, "_meta": {"traceparent": MCP_TRACEPARENT}}}
     result = {"jsonrpc": "2.0", "id": 7, "result": {"content": [{"type": "text", "text": "found"}], "isError": False}}
     for url in ("stdio:notes-server", "http://127.0.0.1:9/mcp"):
-        out.append(rec.record(
+        out.append(rec.record(Call.make(
             session=session, agent="bot/1", principal="alice@example.com", connector="notes", capture="gateway",
             effect="read", method="tools/call", url=url, request_headers=[], request_body=JsonValue(mcp_call["params"]),
             status=200, response_headers=[], response_body=JsonValue(result), mcp=mcp_call,
-        ))
+        )))
     rec.close()
     return out

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from journal.call import Call
 from journal.connectors import Registry
 from journal.record import JsonValue, Recorder
 
@@ -84,12 +85,12 @@ class SessionBuilder:
         else:
             resp_body = j(resp) if resp is not None else None
         resp_headers = [("Content-Type", resp_type)] if resp_body is not None else [("Content-Length", "0")]
-        entry = self.rec.record(
+        entry = self.rec.record(Call.make(
             session=self.session, agent=self.agent, principal=self.principal, connector=connector, capture=capture,
             effect=effect, method=method, url=url, request_headers=req_headers, request_body=body, status=status,
             response_headers=resp_headers if status is not None else [], response_body=resp_body, error=error,
             ts=self.ts(),
-        )
+        ))
         assert entry is not None
         return entry
 
@@ -116,12 +117,12 @@ class SessionBuilder:
                    "params": {"name": tool, "arguments": arguments}}
         response = {"jsonrpc": "2.0", "id": self.n + 1, "result": {
             "content": [{"type": "text", "text": json.dumps(result)}], "isError": is_error}}
-        entry = self.rec.record(
+        entry = self.rec.record(Call.make(
             session=self.session, agent=self.agent, principal=self.principal, connector=connector, capture="gateway",
             effect=effect, method="tools/call", url=server, request_headers=[],
             request_body=JsonValue(request["params"]), status=200, response_headers=[],
             response_body=JsonValue(response), mcp=request, ts=self.ts(),
-        )
+        ))
         assert entry is not None
         return entry
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from mitmproxy import http
 
-from broker.proxy.addon import _origin, _pretty_url
+from broker.proxy.request_url import request_origin as _origin
+from broker.proxy.request_url import request_url as _pretty_url
 
 CASES = [
     ("GET", "https://gmail.googleapis.com/gmail/v1/users/me/labels?x=1", [(b"Host", b"gmail.googleapis.com")]),
@@ -66,7 +67,7 @@ def test_a_response_is_never_released_unrecorded_whatever_the_failure(tmp_path, 
         def broken(*_a, **_k):
             raise KeyError("method")
 
-        monkeypatch.setattr(cj, "material_fields", broken)
+        monkeypatch.setattr(cj, "call_fields", broken)
         asyncio.run(addon.response(f))
     assert f.response.status_code == 502 and "journal" in f.response.text
     assert addon.inflight == 0
@@ -80,7 +81,7 @@ def test_an_unforeseen_failure_before_forwarding_answers_502_instead_of_passing_
     addon = cj.ConnectorJournal()
     with taddons.context(addon) as tctx:
         tctx.configure(addon, vault=str(tmp_path / "vault"), broker_recorder="inline")
-        monkeypatch.setattr(cj, "_origin", lambda req: 1 / 0)
+        monkeypatch.setattr(cj, "request_origin", lambda req: 1 / 0)
         f = tflow.tflow()
         f.request = http.Request.make("GET", "https://gmail.googleapis.com/gmail/v1/users/me/labels", b"",
                                       [(b"Host", b"gmail.googleapis.com")])

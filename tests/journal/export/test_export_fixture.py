@@ -7,6 +7,7 @@ import hashlib
 import orjson
 import pytest
 
+from journal.call import Call
 from journal.canonical import canonical_bytes
 from journal.chain import GENESIS
 from journal.export.fixture import SCHEMA, build_fixture, expected_call, fixture_bytes
@@ -21,19 +22,19 @@ def record_session(root, session: str = "incident-7") -> list[dict]:
     rec = Recorder(root, spill_threshold=64)
     out = []
     try:
-        out.append(rec.record(
+        out.append(rec.record(Call.make(
             session=session, agent="bot", principal="alice@example.com", connector="gmail", capture="broker",
             effect="read", method="GET", url=GMAIL + "/messages?access_token=" + SECRET,
             request_headers=[("Authorization", "Bearer " + SECRET)], request_body=None,
             status=200, response_headers=[("Content-Type", "application/json")],
             response_body=orjson.dumps({"messages": [{"id": "m1"}], "note": "x" * 100}),
-        ))
-        out.append(rec.record(
+        )))
+        out.append(rec.record(Call.make(
             session=session, agent="bot", principal="alice@example.com", connector="gmail", capture="broker",
             effect="write", method="POST", url="https://gmail.googleapis.com/gmail/v1/users/me/messages/m1/modify",
             request_headers=[("Content-Type", "application/json")], request_body=b'{"removeLabelIds": ["UNREAD"]}',
             status=None, response_headers=[], response_body=None, error="upstream timed out",
-        ))
+        )))
     finally:
         rec.close()
     return out

@@ -11,6 +11,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from broker.cli import cli
+from journal.call import Call
 from journal.export.otel import build_otlp, otlp_protobuf, parse_traceparent
 from journal.record import Recorder
 from tests.support.export_factories import BIG, MCP_TRACEPARENT, SECRET, SESSION, TRACEPARENT, record_export_session
@@ -101,12 +102,12 @@ def test_two_agent_traces_are_linked(vault):
 def test_one_agent_trace_is_joined(tmp_path):
     rec = Recorder(tmp_path)
     for i, tp in enumerate([TRACEPARENT, None]):
-        rec.record(
+        rec.record(Call.make(
             session="joined", agent="a", principal="p", connector="gmail", capture="broker", effect="read",
             method="GET", url=f"https://gmail.googleapis.com/gmail/v1/users/me/messages/m{i}",
             request_headers=[("traceparent", tp)] if tp else [], request_body=None, status=200,
             response_headers=[], response_body=None,
-        )
+        ))
     rec.close()
     root, traced, untraced = read_back(build_otlp(tmp_path, "joined")).resource_spans[0].scope_spans[0].spans
     agent_trace, agent_span, _ = parse_traceparent(TRACEPARENT)
