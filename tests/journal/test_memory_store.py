@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+from journal.call import Call
 from journal.entry import ContractError
 from journal.record import Recorder
 from journal.store.memory_store import MemoryWriter
@@ -76,10 +77,11 @@ def test_threads_chain_one_session_without_gaps():
 def test_a_recorder_records_into_memory():
     mem = MemoryWriter()
     rec = Recorder(mem)
-    entry = rec.record(session="s1", agent="a", principal="p", connector="gmail", capture="broker", effect="read",
-                       method="GET", url="https://gmail.googleapis.com/gmail/v1/users/me/messages",
-                       request_headers=[("Authorization", "Bearer secret")], request_body=None, status=200,
-                       response_headers=[("Content-Type", "application/json")], response_body=b'{"messages": []}')
+    entry = rec.record(Call.make(
+        session="s1", agent="a", principal="p", connector="gmail", capture="broker", effect="read",
+        method="GET", url="https://gmail.googleapis.com/gmail/v1/users/me/messages",
+        request_headers=[("Authorization", "Bearer secret")], request_body=None, status=200,
+        response_headers=[("Content-Type", "application/json")], response_body=b'{"messages": []}'))
     assert mem.entries("s1") == [entry]
     assert b"secret" not in b"".join(mem.lines_after("s1"))  # the Recorder's redaction ran
 
