@@ -13,6 +13,7 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from journal.confine import NotConfined, open_blob
 from journal.vault import fsync_dir
 
 CHUNK = 1 << 20
@@ -151,13 +152,17 @@ class BlobStore(WriterBackedBlobs):
             fsync_dir(self.base)
 
     def check(self, digest: str, size: int | None = None) -> str | None:
-        """None when the blob is present and hashes to its name (and size); else what is wrong."""
-        path = self.path_for(digest)
-        if not path.is_file():
+        """None when the blob is present and hashes to its name (and size); else what is wrong. Only a regular
+        file reached through no symlink inside the vault counts as present (journal/confine.py)."""
+        try:
+            f = open_blob(self.root, digest)
+        except FileNotFoundError:
             return f"blob {digest} is missing"
+        except NotConfined as exc:
+            return f"blob {digest} is missing: {exc}"
         h = hashlib.sha256()
         n = 0
-        with open(path, "rb") as f:
+        with f:
             while chunk := f.read(CHUNK):
                 h.update(chunk)
                 n += len(chunk)

@@ -14,6 +14,21 @@ GENESIS = "0" * 64
 """`prev` of seq 1."""
 
 
+def line_link(line: bytes) -> tuple[int, str, str] | None:
+    """(seq, prev, hash) of a journal line, or None when the line is not a JSON object holding an integer
+    `seq` and string `prev` and `hash` (a line read from a store that may be hostile: no exception)."""
+    try:
+        entry = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(entry, dict):
+        return None
+    seq, prev, digest = entry.get("seq"), entry.get("prev"), entry.get("hash")
+    if type(seq) is not int or not isinstance(prev, str) or not isinstance(digest, str):
+        return None
+    return seq, prev, digest
+
+
 def entry_hash(entry: dict) -> str:
     """SHA-256 (hex) of the canonical form of the entry without its `hash` key."""
     body = {k: v for k, v in entry.items() if k != "hash"}

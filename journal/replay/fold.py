@@ -21,6 +21,7 @@ Memory is bounded whatever the session's length: what the views need is appended
 
 from __future__ import annotations
 
+import os
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -32,6 +33,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from journal.confine import open_regular
 from journal.connectors._http import normalise_host, normalise_path, parse_query
 from journal.vault import Vault
 from journal.verify import SessionReport, verify_session
@@ -949,7 +951,7 @@ def _lines_from(path: Path, offset: int) -> Iterator[tuple[int, bytes]]:
     """(index from 0, bytes) of each line of the file from `offset` (a line start) on, block-wise."""
     index = 0
     rest = b""
-    with open(path, "rb") as f:
+    with os.fdopen(open_regular(path), "rb") as f:  # never a symlink (journal/confine.py)
         f.seek(offset)
         while block := f.read(_BLOCK):
             buf = rest + block if rest else block

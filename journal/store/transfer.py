@@ -12,8 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-import orjson
-
+from journal.chain import line_link
 from journal.store.interface import Store, StoreError
 
 
@@ -51,9 +50,12 @@ def _copy_session(source: Store, target: Store, session: str) -> int:
     lines = source.iter_lines(session)
     if have:
         for line in lines:
-            entry = orjson.loads(line)
-            if entry["seq"] == have:
-                if entry["hash"] != head:
+            link = line_link(line)
+            if link is None or link[0] > have:
+                raise StoreError(f"session {session!r} differs between {source.url} and {target.url} before "
+                                 f"seq {have}: refusing to copy (verify both)")
+            if link[0] == have:
+                if link[2] != head:
                     raise StoreError(f"session {session!r} differs between {source.url} and {target.url} at "
                                      f"seq {have}: refusing to copy (verify both)")
                 break
