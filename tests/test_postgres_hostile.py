@@ -144,3 +144,75 @@ def test_a_seq_gap_put_in_by_the_owner_is_reported_as_removed(writer_url, pg_url
                      ("s1", 4, entry["prev"], orjson.loads(line)["hash"], line))
         conn.execute("ALTER TABLE journal_entries ENABLE TRIGGER journal_entries_chain")
     _check_reported(writer_url, pg_url, tmp_path, "removed", 3)
+
+
+# -- the chain trigger against what the writer role can create -----------------------------------------
+
+
+def _gap_row(url: str) -> tuple:
+    """s1's seq 4 after seq 2 (no seq 3), with a well-formed line."""
+    entry = _next_entry(url, "s1")
+    entry["seq"], entry["prev"] = entry["seq"] + 1, "a" * 64
+    line = _hashed_line(entry)
+    return ("s1", entry["seq"], entry["prev"], orjson.loads(line)["hash"], line)
+
+
+_INSERT = "INSERT INTO public.journal_entries (session, seq, prev, hash, line) VALUES (%s, %s, %s, %s, %s)"
+
+
+def _refused(conn, row: tuple) -> None:
+    with pytest.raises(psycopg.errors.IntegrityConstraintViolation, match="gap"):
+        conn.execute(_INSERT, row)
+
+
+def test_a_temp_table_does_not_shadow_the_chain_triggers_table(writer_url, pg_url):
+    row = _gap_row(pg_url)
+    with psycopg.connect(writer_url, autocommit=True) as conn:
+        conn.execute("CREATE TEMP TABLE journal_entries (session text, seq bigint, prev text, hash text, line bytea)")
+        conn.execute("INSERT INTO pg_temp.journal_entries VALUES (%s, 3, %s, %s, '')", ("s1", "b" * 64, "a" * 64))
+        _refused(conn, row)
+    assert len(_lines(pg_url, "s1")) == 2
+
+
+def test_a_schema_first_in_the_writers_search_path_does_not_shadow_the_trigger(writer_url, pg_url):
+    """A database where the writer role may create schemas: its own journal_entries, its own `-`, `=`, `<>` and
+    repeat(), its schema first in its search path (even before pg_catalog), set for the role itself."""
+    role = writer_url.split("://", 1)[1].split("@", 1)[0]
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'GRANT CREATE ON DATABASE "{conn.info.dbname}" TO "{role}"')
+    row = _gap_row(pg_url)
+    with psycopg.connect(writer_url, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA evil")
+        conn.execute("CREATE TABLE evil.journal_entries (session text, seq bigint, prev text, hash text, line bytea)")
+        conn.execute("INSERT INTO evil.journal_entries VALUES (%s, 3, %s, %s, '')", ("s1", "b" * 64, "a" * 64))
+        conn.execute("CREATE FUNCTION evil.repeat(text, integer) RETURNS text LANGUAGE sql AS $$ SELECT 'x' $$")
+        conn.execute("CREATE FUNCTION evil.never_differs(text, text) RETURNS boolean LANGUAGE sql "
+                     "AS $$ SELECT false $$")
+        conn.execute("CREATE OPERATOR evil.<> (LEFTARG = text, RIGHTARG = text, FUNCTION = evil.never_differs)")
+        conn.execute("CREATE FUNCTION evil.minus(bigint, integer) RETURNS bigint LANGUAGE sql "
+                     "AS $$ SELECT $1 OPERATOR(pg_catalog.-) 2 $$")
+        conn.execute("CREATE OPERATOR evil.- (LEFTARG = bigint, RIGHTARG = integer, FUNCTION = evil.minus)")
+        conn.execute(f'ALTER ROLE "{role}" SET search_path = evil, pg_catalog, public')
+        conn.execute("SET search_path = evil, pg_catalog, public")
+        _refused(conn, row)
+        fork = _next_entry(pg_url, "s1")
+        fork["prev"] = "c" * 64  # a fork: only evil.<> would let it through
+        line = _hashed_line(fork)
+        with pytest.raises(psycopg.errors.IntegrityConstraintViolation, match="fork"):
+            conn.execute(_INSERT, ("s1", fork["seq"], fork["prev"], orjson.loads(line)["hash"], line))
+    with psycopg.connect(writer_url, autocommit=True) as conn:  # a new session: the role's own search_path
+        _refused(conn, row)
+    assert len(_lines(pg_url, "s1")) == 2
+
+
+def test_an_existing_version_1_store_is_upgraded_by_migrate(pg_url):
+    from journal.store.postgres_schema import MIGRATIONS
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(MIGRATIONS[1])
+        conn.execute("INSERT INTO journal_schema (version) VALUES (1)")
+    r = _broker("store", "migrate", "--store", pg_url)
+    assert r.returncode == 0 and "schema version 1 -> 2" in r.stdout, r.stdout + r.stderr
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        config = conn.execute("SELECT proconfig FROM pg_proc WHERE proname = 'journal_chain_check'").fetchone()[0]
+        assert config == ["search_path=pg_catalog, pg_temp"]

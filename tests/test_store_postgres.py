@@ -16,6 +16,7 @@ import rfc8785
 from journal.chain import GENESIS, chain_entry
 from journal.store import BlobErased, StoreError, open_store
 from journal.store.file_store import FileStore
+from journal.store.postgres_schema import CURRENT_VERSION
 from journal.store.postgres_store import PostgresStore
 from journal.store.transfer import copy_store
 from journal.verify import verify_session
@@ -276,8 +277,9 @@ def test_schema_is_versioned_created_on_first_use_and_refused_when_newer(pg_url)
         pg = PostgresStore(pg_url)
         with pg.writer() as w:  # first use creates it
             w.append(fields(n=1))
-        assert pg.schema_version(conn) == 1
-        assert PostgresStore(pg_url).migrate() == (1, 1)  # `broker store migrate` on a current schema: nothing
+        assert pg.schema_version(conn) == CURRENT_VERSION
+        now = (CURRENT_VERSION, CURRENT_VERSION)
+        assert PostgresStore(pg_url).migrate() == now  # `broker store migrate` on a current schema: nothing
         conn.execute("INSERT INTO journal_schema (version) VALUES (99)")
     result = PostgresStore(pg_url).writer().append_many([fields(n=2)])[0]
     assert isinstance(result, StoreError) and "newer than this broker" in str(result)
