@@ -9,7 +9,8 @@ from contextlib import contextmanager
 import click
 import orjson
 
-from broker.store_options import pulled_vault, reading_vault, store_option
+from broker.store_options import pulled_vault, reading_vault, store_option, unmapped_sessions
+from journal.checkpoint.note import load_verifier
 from journal.entry import parse_ts
 from journal.reader import iter_entries
 from journal.seal import load_public_key
@@ -68,9 +69,12 @@ def _total_bytes(vault: Vault, sessions: list[str]) -> int:
 @click.option("--witness", "witness_urls", multiple=True, metavar="URL",
               help="Ask this witness for the newest size it cosigned per session (repeatable).")
 @click.option("--require-sealed", is_flag=True, help="Entries after the last checkpoint are a break, not a note.")
+@click.option("--erasure-key", "erasure_keys", multiple=True, metavar="VKEY",
+              help="Honour a tombstone only when signed by this key (`broker erase --signing-key`; repeatable). "
+              "Without one no tombstone counts: an erased blob is reported missing.")
 def verify(vault_dir: str, store: str | None, sessions: tuple[str, ...], as_json: bool, no_blobs: bool,
            seal_key: str | None, witness_keys: tuple[str, ...], witness_urls: tuple[str, ...],
-           require_sealed: bool) -> int:
+           require_sealed: bool, erasure_keys: tuple[str, ...]) -> int:
     """Check every session's hash chain, canonical form, contract, blobs and (with --seal-key) checkpoints.
 
     Exit 0 when every session is intact, 1 when any is broken, 2 on a usage error.
@@ -81,7 +85,7 @@ def verify(vault_dir: str, store: str | None, sessions: tuple[str, ...], as_json
         if store:  # checkpoints of a database store live in the vault it was pulled into and sealed in
             vault_dir = str(pulled_vault(store, vault_dir, list(sessions) or None).root)
         return verify_checkpoints(vault_dir, sessions, as_json, no_blobs, seal_key, witness_keys, witness_urls,
-                                  require_sealed)
+                                  require_sealed, erasure_keys)
     if witness_keys or witness_urls or require_sealed:
         raise click.UsageError("--witness-key, --witness and --require-sealed need a --seal-key verifier key")
     public = load_public_key(seal_key) if seal_key else None
@@ -91,11 +95,19 @@ def verify(vault_dir: str, store: str | None, sessions: tuple[str, ...], as_json
         vault = reading_vault(store, vault_dir, blobs=not no_blobs)
     names = _select(vault, sessions)
     with _progress(_total_bytes(vault, names), "verifying") as advance:
-        reports = verify_sessions(vault, names, check_blobs=not no_blobs, progress=advance, seal_key=public)
+        reports = verify_sessions(vault, names, check_blobs=not no_blobs, progress=advance, seal_key=public,
+                                  erasure_keys=[load_verifier(k) for k in erasure_keys])
     print_reports(reports, as_json)
-    if not names and not as_json:
+    unmapped = unmapped_sessions()
+    for session, why in unmapped.items():  # rows of a database store no vault file can hold: not verified
+        if as_json:
+            click.echo(orjson.dumps({"session": session, "intact": False, "kind": "contract_violation",
+                                     "broken_at_seq": 1, "detail": why}).decode())
+        else:
+            click.echo(f"{session!r}: BROKEN at seq 1: contract_violation: {why}; not verified")
+    if not names and not as_json and not unmapped:
         click.echo(f"no sessions in {vault.root}")
-    return 0 if all(r.intact for r in reports) else 1
+    return 0 if all(r.intact for r in reports) and not unmapped else 1
 
 
 def is_legacy_key(path: str) -> bool:

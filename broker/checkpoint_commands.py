@@ -18,17 +18,19 @@ from journal.vault import Vault
 
 
 def verify_checkpoints(vault_dir: str, sessions: tuple[str, ...], as_json: bool, no_blobs: bool, seal_key: str,
-                       witness_keys: tuple[str, ...], witness_urls: tuple[str, ...], require_sealed: bool) -> int:
+                       witness_keys: tuple[str, ...], witness_urls: tuple[str, ...], require_sealed: bool,
+                       erasure_keys: tuple[str, ...] = ()) -> int:
     """`broker verify --seal-key VKEY`: the chain of each session, then checkpoints, index and witnesses."""
     key = load_verifier(seal_key)
     wkeys = [load_verifier(k) for k in witness_keys]
+    ekeys = [load_verifier(k) for k in erasure_keys]
     clients = [WitnessClient(u, None) for u in witness_urls]
     vault = Vault.open_existing(vault_dir)
     names = _select(vault, sessions)
     checked = {}
     with _progress(_total_bytes(vault, names), "verifying") as advance:
         for s in names:
-            checked[s] = session_tree(vault, s, check_blobs=not no_blobs, progress=advance)
+            checked[s] = session_tree(vault, s, check_blobs=not no_blobs, progress=advance, erasure_keys=ekeys)
     audit = audit_vault(vault, checked, key, witness_keys=wkeys, witnesses=clients, require_sealed=require_sealed,
                         selected=list(sessions) or None)
     print_reports(audit.reports, as_json)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from journal.confine import NotConfined, open_blob
@@ -124,8 +124,9 @@ class WriterBackedBlobs:
 
 
 class BlobStore(WriterBackedBlobs):
-    def __init__(self, vault_root: str | os.PathLike) -> None:
+    def __init__(self, vault_root: str | os.PathLike, *, erasure_keys: Sequence[object] = ()) -> None:
         self.root = Path(vault_root)
+        self.erasure_keys = list(erasure_keys)  # verifier keys whose signed tombstones count (erasure_signature.py)
         self.base = self.root / "blobs" / "sha256"
         self.tmp_dir = self.root / "blobs" / "tmp"
 

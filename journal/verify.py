@@ -33,7 +33,7 @@ import functools
 import hashlib
 import itertools
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -46,6 +46,7 @@ from journal.chain import GENESIS
 from journal.confine import NotConfined, is_blob_name
 from journal.entry import ContractError, is_valid_entry, validate_entry
 from journal.erasure import read_tombstone
+from journal.erasure_signature import erasure_signer
 from journal.forked_call import ForkedCall, can_fork, usable_cpus
 from journal.reader import LineBlock, iter_line_blocks
 from journal.seal import Seal, check_signature, read_seal
@@ -91,7 +92,7 @@ class _Break(Exception):
 def verify_session(
     vault: Vault, session: str, *, check_blobs: bool = True, progress: Callable[[int], None] | None = None,
     on_entry: Callable[[dict], None] | None = None, seal_key: Ed25519PublicKey | None = None,
-    workers: int | None = None,
+    workers: int | None = None, erasure_keys: Sequence[object] = (),
 ) -> SessionReport:
     """Verify one session file. `progress` gets byte counts as lines are read; `on_entry` each good entry;
     `seal_key` (a public key held outside the vault) checks the session's seal. `workers`: processes to
@@ -106,14 +107,15 @@ def verify_session(
         report.detail = f"session file not read: {exc}"
         return report
     seal = read_seal(vault, session)
-    walk = _Walk(session, report, BlobStore(vault.root) if check_blobs else None,
+    walk = _Walk(session, report, BlobStore(vault.root, erasure_keys=erasure_keys) if check_blobs else None,
                  seal.entries if seal is not None else None, on_entry, progress)
     _verify_file(walk, path, workers)
     report.erased = [tombstone for _, tombstone in walk.erased]
     report.notes += walk.tool_lists.notes()  # docs/prompts.md: tool definitions changed within the session
     for t in report.erased:
         report.notes.append(
-            f"blob {t['sha256']} erased on {t.get('erased_at')} by {t.get('erased_by')}: {t.get('reason')}"
+            f"blob {t['sha256']} erased on {t.get('erased_at')} by {t.get('erased_by')}: {t.get('reason')} "
+            f"(signed by erasure key {t.get('signed_by')})"
         )
     for q in sorted(path.parent.glob(path.name + ".torn-*")):
         report.notes.append(f"torn tail quarantined by the writer: {q.name} ({q.lstat().st_size} bytes)")
@@ -536,9 +538,16 @@ def _check_blobs(
                         tombstone = read_tombstone(blobs.root, digest)
                     except VaultError as exc:
                         tombstone, cache[digest] = None, f"{cache[digest]} ({exc})"
-                    if tombstone is not None:
+                    signer = erasure_signer(tombstone, blobs.erasure_keys) if tombstone is not None else None
+                    if signer is not None:
                         cache[digest] = None
-                        erased.append((digest, tombstone))
+                        erased.append((digest, {**tombstone, "signed_by": signer}))
+                    elif tombstone is not None:  # a claim anyone who can write the vault could make
+                        cache[digest] = (
+                            f"{cache[digest]}; a tombstone says it was erased on {tombstone.get('erased_at')} by "
+                            f"{tombstone.get('erased_by')} ({tombstone.get('reason')}), but it is not signed by a "
+                            "given --erasure-key: not honoured"
+                        )
         problem = cache[digest]
         if problem is not None:
             kind = "blob_missing" if "missing" in problem else "blob_corrupt"

@@ -216,3 +216,15 @@ def test_an_existing_version_1_store_is_upgraded_by_migrate(pg_url):
     with psycopg.connect(pg_url, autocommit=True) as conn:
         config = conn.execute("SELECT proconfig FROM pg_proc WHERE proname = 'journal_chain_check'").fetchone()[0]
         assert config == ["search_path=pg_catalog, pg_temp"]
+
+
+def test_a_session_name_that_maps_to_no_file_is_named_not_a_stop(writer_url, tmp_path):
+    with psycopg.connect(writer_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO journal_sessions (session) VALUES (%s)", ("bad\x01name",))
+    for args in (["verify", "--store", writer_url], ["pull", "--from", writer_url, "--to", str(tmp_path / "pulled")]):
+        r = _broker(*args)
+        assert "Traceback" not in r.stderr, r.stderr
+        assert r.returncode == 1, (r.stdout, r.stderr)
+        assert "'bad\\x01name': BROKEN at seq 1: contract_violation" in r.stdout
+        if args[0] == "verify":
+            assert "s1: intact (2 entries)" in r.stdout and "s2: intact (3 entries)" in r.stdout

@@ -123,6 +123,7 @@ class Api:
         for i, data in enumerate(lines, start):
             entry = parse_line(data)
             row = entry_row(entry, i) if entry is not None else {"line": i, "unreadable": True}
+            row["raw"] = data.decode("utf-8", errors="replace")  # the page draws and hashes this, not the fields
             if i < first:
                 prev_ts = row.get("ts")
                 continue

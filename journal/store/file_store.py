@@ -35,7 +35,9 @@ def _write_all(fd: int, buf: bytearray) -> None:
 
 
 def _tombstone(data: dict) -> Tombstone:
-    return Tombstone(data["sha256"], data.get("size"), data["erased_at"], data["erased_by"], data["reason"])
+    note = data.get("note")
+    return Tombstone(data["sha256"], data.get("size"), data["erased_at"], data["erased_by"], data["reason"],
+                     note if isinstance(note, str) else None)
 
 
 class FileStore:
@@ -144,14 +146,14 @@ class FileStore:
                 if t is not None:
                     yield _tombstone(t)
 
-    def erase_blob(self, digest: str, *, reason: str, by: str) -> Tombstone:
+    def erase_blob(self, digest: str, *, reason: str, by: str, signer: object | None = None) -> Tombstone:
         path = self.blobs.path_for(digest)
         existing = read_tombstone(self.vault.root, digest)
         if not path.is_file():
             if existing is not None:
                 return _tombstone(existing)
             raise StoreError(f"no blob {digest} in {self.url}")
-        t = Tombstone(digest, path.stat().st_size, format_ts(), by, reason)
+        t = Tombstone(digest, path.stat().st_size, format_ts(), by, reason).signed(signer)
         erase_file_blob(self.vault.root, t.as_dict())
         return t
 

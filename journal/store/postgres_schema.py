@@ -185,12 +185,14 @@ END $fn$;
 
 _V2 = (
     "DO $do$ BEGIN EXECUTE pg_catalog.replace($body$" + _V2_FUNCTIONS
-    + "$body$, '{schema}', pg_catalog.quote_ident(pg_catalog.current_schema())); END $do$;"
+    + "$body$, '{schema}', pg_catalog.quote_ident(pg_catalog.current_schema())); END $do$;\n"
+    + "ALTER TABLE journal_tombstones ADD COLUMN note text;\n"
 )
 """Version 2: every trigger function names its tables with the schema they were created in and runs with
 `search_path` fixed to pg_catalog then pg_temp, so nothing the writer role creates (a TEMP TABLE
 journal_entries, a function or operator of the same name, a schema put first in its own search_path)
-is what a trigger reads or calls: each function and operator is pg_catalog's, spelled out."""
+is what a trigger reads or calls: each function and operator is pg_catalog's, spelled out. And
+`journal_tombstones.note`: the erasure key's signature (journal/erasure_signature.py)."""
 
 MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2}
 """version -> the SQL that brings the schema from version - 1 to it (version 1 creates it)."""

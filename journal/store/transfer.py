@@ -13,7 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from journal.chain import line_link
-from journal.store.interface import Store, StoreError
+from journal.store.interface import BlobErased, Store, StoreError
+from journal.vault import SessionIdError, session_filename
 
 
 @dataclass
@@ -21,6 +22,8 @@ class CopyReport:
     sessions: dict[str, int] = field(default_factory=dict)  # session -> lines copied
     blobs: int = 0
     tombstones: int = 0
+    unmapped: dict[str, str] = field(default_factory=dict)  # session ids that map to no file name -> why
+    tombstones_not_applied: int = 0  # tombstones of blobs whose bytes the source still holds
 
     @property
     def lines(self) -> int:
@@ -33,16 +36,36 @@ def copy_store(source: Store, target: Store, *, blobs: bool = True, sessions: li
         for digest in source.blob_digests():
             if target.has_blob(digest):
                 continue
-            ref = target.put_blob(source.read_blob(digest))
+            try:
+                ref = target.put_blob(source.read_blob(digest))
+            except BlobErased:  # its bytes are gone; the tombstone follows below
+                continue
             if ref["sha256"] != digest:
                 raise StoreError(f"blob {digest} in {source.url} holds bytes hashing to {ref['sha256']}")
             report.blobs += 1
     for tombstone in source.tombstones():
+        if _holds_bytes(source, tombstone.sha256):  # a claim of erasure over bytes still there: not applied
+            report.tombstones_not_applied += 1
+            continue
         target.put_tombstone(tombstone)
         report.tombstones += 1
     for session in sessions if sessions is not None else source.sessions():
+        try:
+            session_filename(session)
+        except SessionIdError as exc:  # a database row no vault can hold: named, the others copied
+            report.unmapped[session] = str(exc)
+            continue
         report.sessions[session] = _copy_session(source, target, session)
     return report
+
+
+def _holds_bytes(source: Store, digest: str) -> bool:
+    """True when `source` still holds the blob's bytes (so a tombstone for it erased nothing)."""
+    try:
+        next(iter(source.read_blob(digest)), None)
+    except StoreError:  # BlobErased, or missing
+        return False
+    return True
 
 
 def _copy_session(source: Store, target: Store, session: str) -> int:
