@@ -21,7 +21,6 @@ import os
 import re
 import stat
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import BinaryIO
 
 from journal.vault import VaultError
@@ -115,12 +114,6 @@ def read_chunks(f: BinaryIO) -> Iterator[bytes]:
     with f:
         while chunk := f.read(CHUNK):
             yield chunk
-
-
-def session_parts(vault_root: Path, path: Path) -> tuple[str, ...]:
-    """The components of `path` (a file in the vault's journal/) below the vault root."""
-    rel = path.relative_to(vault_root)
-    return rel.parts
 
 
 def open_regular(path: str | os.PathLike) -> int:
