@@ -10,9 +10,10 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from journal.confine import NotConfined, open_blob
 from journal.errors import BrokerError
 from journal.vault import fsync_dir
 
@@ -124,8 +125,9 @@ class WriterBackedBlobs:
 
 
 class BlobStore(WriterBackedBlobs):
-    def __init__(self, vault_root: str | os.PathLike) -> None:
+    def __init__(self, vault_root: str | os.PathLike, *, erasure_keys: Sequence[object] = ()) -> None:
         self.root = Path(vault_root)
+        self.erasure_keys = list(erasure_keys)  # verifier keys whose signed tombstones count (erasure_signature.py)
         self.base = self.root / "blobs" / "sha256"
         self.tmp_dir = self.root / "blobs" / "tmp"
 
@@ -152,13 +154,17 @@ class BlobStore(WriterBackedBlobs):
             fsync_dir(self.base)
 
     def check(self, digest: str, size: int | None = None) -> str | None:
-        """None when the blob is present and hashes to its name (and size); else what is wrong."""
-        path = self.path_for(digest)
-        if not path.is_file():
+        """None when the blob is present and hashes to its name (and size); else what is wrong. Only a regular
+        file reached through no symlink inside the vault counts as present (journal/confine.py)."""
+        try:
+            f = open_blob(self.root, digest)
+        except FileNotFoundError:
             return f"blob {digest} is missing"
+        except NotConfined as exc:
+            return f"blob {digest} is missing: {exc}"
         h = hashlib.sha256()
         n = 0
-        with open(path, "rb") as f:
+        with f:
             while chunk := f.read(CHUNK):
                 h.update(chunk)
                 n += len(chunk)

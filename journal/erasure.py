@@ -16,6 +16,7 @@ from pathlib import Path
 import orjson
 
 from journal.canonical import canonical_bytes
+from journal.confine import NotConfined, open_file_inside
 from journal.vault import VaultError, fsync_dir, write_atomically
 
 _HEX64 = re.compile(r"[0-9a-f]{64}\Z")
@@ -31,9 +32,12 @@ def read_tombstone(vault_root: str | os.PathLike, digest: str) -> dict | None:
     """The tombstone of an erased blob, or None when it was never erased."""
     path = tombstone_path(vault_root, digest)
     try:
-        data = orjson.loads(path.read_bytes())
+        with open_file_inside(vault_root, ("blobs", "erased", path.name)) as f:
+            data = orjson.loads(f.read())
     except FileNotFoundError:
         return None
+    except NotConfined as exc:
+        raise VaultError(f"tombstone {path} is unreadable ({exc})") from None
     except (OSError, orjson.JSONDecodeError) as exc:
         raise VaultError(f"tombstone {path} is unreadable ({exc})") from None
     return data if isinstance(data, dict) else None

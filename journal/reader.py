@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import orjson
 
+from journal.confine import open_regular
 from journal.errors import InputError
 from journal.vault import Vault
 
@@ -46,8 +47,9 @@ class LineBlock:
 def iter_line_blocks(path: str | os.PathLike, start: int = 0, stop: int | None = None) -> Iterator[LineBlock]:
     """Yield the lines from byte `start` (a line start) to `stop` (default: the end of the file as it
     grows while being read), a quarter megabyte at a time; lines are split on b"\\n" only, as iter_lines does.
-    A last line without a newline before `stop` or the end comes alone, as `torn`."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    A last line without a newline before `stop` or the end comes alone, as `torn`. A symlink or anything
+    but a regular file is refused (journal/confine.py)."""
+    fd = open_regular(path)
     try:
         pos = start
         while stop is None or pos < stop:

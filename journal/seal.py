@@ -29,6 +29,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from journal.canonical import canonical_bytes
+from journal.confine import NotConfined, open_file_inside
 from journal.entry import format_ts
 from journal.vault import Vault, VaultError, session_filename, write_atomically
 
@@ -142,10 +143,14 @@ def write_seal(vault: Vault, session: str, entries: int, head: str, key: Ed25519
 
 def read_seal(vault: Vault, session: str) -> Seal | None:
     path = seal_path(vault, session)
-    if not path.exists():
-        return None
     try:
-        d = orjson.loads(path.read_bytes())
+        with open_file_inside(vault.root, ("seals", path.name)) as f:
+            d = orjson.loads(f.read())
+    except FileNotFoundError:
+        return None
+    except (NotConfined, OSError, orjson.JSONDecodeError) as exc:
+        raise SealError(f"seal {path} is unreadable: {exc}") from None
+    try:
         if d.get("format") != SEAL_FORMAT:
             raise ValueError(f"format {d.get('format')!r}")
         return Seal(d["session"], int(d["entries"]), d["head"], d["key_id"], d["sealed_at"], d["signature"])

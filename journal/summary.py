@@ -7,10 +7,12 @@ verifier's verdict, not a second opinion.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 from journal.checkpoint.checkpoint import Checkpoint, read_checkpoint_note
 from journal.checkpoint.note import NoteError, parse_note
+from journal.confine import NotConfined
 from journal.seal import read_seal
 from journal.vault import Vault
 from journal.verify import verify_session
@@ -18,7 +20,11 @@ from journal.verify import verify_session
 
 def count_lines(vault: Vault, session: str) -> int:
     """Lines in a session file (entries, when the chain is broken and the verifier stopped early)."""
-    with open(vault.session_path(session), "rb") as f:
+    try:
+        f = os.fdopen(vault.open_session(session), "rb")
+    except NotConfined:  # not read (journal/confine.py); the verifier's report says why
+        return 0
+    with f:
         return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
 
 

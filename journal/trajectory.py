@@ -20,6 +20,7 @@ import json
 from dataclasses import dataclass, field
 
 from journal.canonical import canonical_bytes
+from journal.confine import open_blob
 from journal.models import APIS
 from journal.models.linking import is_model_entry, model_api_of
 from journal.models.refs import is_text_ref
@@ -123,7 +124,9 @@ def _matches(part: object, recorded: list[_Recorded], vault: Vault) -> list[int]
         if hits or "ref" not in part:
             return hits
         try:
-            text = vault.blob_path(part["ref"]).read_bytes().decode("utf-8", "replace")
+            vault.blob_path(part["ref"])  # refuses a ref that is not blobs/sha256/<hh>/<64 hex>
+            with open_blob(vault.root, part["ref"].rsplit("/", 1)[-1]) as f:
+                text = f.read().decode("utf-8", "replace")
         except (OSError, VaultError):
             return []
     elif isinstance(part, str):

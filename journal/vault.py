@@ -193,10 +193,20 @@ class Vault:
         return out
 
     def require_session(self, session: str) -> Path:
-        path = self.session_path(session)
-        if not path.is_file():
-            raise VaultError(f"no session {session!r} in {self.root}")
-        return path
+        """The session's file, checked to be a regular file inside the vault reached through no symlink
+        (journal/confine.py: NotConfined otherwise; VaultError when there is no such session)."""
+        os.close(self.open_session(session))
+        return self.session_path(session)
+
+    def open_session(self, session: str) -> int:
+        """A read-only descriptor of the session's file, opened as journal/confine.py's `open_inside` does."""
+        from journal.confine import open_inside  # confine builds on this module's VaultError
+
+        name = session_filename(session)
+        try:
+            return open_inside(self.root, ("journal", name))
+        except FileNotFoundError:
+            raise VaultError(f"no session {session!r} in {self.root}") from None
 
     def blob_path(self, ref: str) -> Path:
         """Absolute path of a blob `ref` (relative to the vault root), refusing anything else."""

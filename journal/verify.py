@@ -33,7 +33,7 @@ import functools
 import hashlib
 import itertools
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -43,13 +43,15 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from journal.blobstore import BlobStore, is_ref_object
 from journal.canonical import CanonicalError, canonical_value, is_canonical_line, keys_may_sort_differently
 from journal.chain import GENESIS, unsplice_hash
+from journal.confine import NotConfined, is_blob_name
 from journal.entry import ContractError, is_valid_entry, validate_entry
 from journal.erasure import read_tombstone
+from journal.erasure_signature import erasure_signer
 from journal.forked_call import ForkedCall, can_fork, usable_cpus
 from journal.reader import LineBlock, iter_line_blocks
 from journal.seal import Seal, check_signature, read_seal
 from journal.trajectory import ToolListWatch
-from journal.vault import Vault
+from journal.vault import Vault, VaultError
 
 KINDS = (
     "edited", "removed", "inserted", "reordered", "torn_tail", "not_canonical",
@@ -89,27 +91,33 @@ class _Break(Exception):
 def verify_session(
     vault: Vault, session: str, *, check_blobs: bool = True, progress: Callable[[int], None] | None = None,
     on_entry: Callable[[dict], None] | None = None, seal_key: Ed25519PublicKey | None = None,
-    workers: int | None = None,
+    workers: int | None = None, erasure_keys: Sequence[object] = (),
 ) -> SessionReport:
     """Verify one session file. `progress` gets byte counts as lines are read; `on_entry` each good entry;
     `seal_key` (a public key held outside the vault) checks the session's seal. `workers`: processes to
     share the file among (default: one per CPU, and per 4 MB, for files of PARALLEL_MIN_BYTES and more, when
     there is no `on_entry` and the process has no other thread; 1 keeps to this process). The report is the same
     whichever way the lines were shared."""
-    path = vault.require_session(session)
-    seal = read_seal(vault, session)
     report = SessionReport(session)
-    walk = _Walk(session, report, BlobStore(vault.root) if check_blobs else None,
+    try:
+        path = vault.require_session(session)
+    except NotConfined as exc:  # a finding for this session, not a stop for the others
+        report.intact, report.broken_at_seq, report.kind = False, 1, "contract_violation"
+        report.detail = f"session file not read: {exc}"
+        return report
+    seal = read_seal(vault, session)
+    walk = _Walk(session, report, BlobStore(vault.root, erasure_keys=erasure_keys) if check_blobs else None,
                  seal.entries if seal is not None else None, on_entry, progress)
     _verify_file(walk, path, workers)
     report.erased = [tombstone for _, tombstone in walk.erased]
     report.notes += walk.tool_lists.notes()  # docs/prompts.md: tool definitions changed within the session
     for t in report.erased:
         report.notes.append(
-            f"blob {t['sha256']} erased on {t.get('erased_at')} by {t.get('erased_by')}: {t.get('reason')}"
+            f"blob {t['sha256']} erased on {t.get('erased_at')} by {t.get('erased_by')}: {t.get('reason')} "
+            f"(signed by erasure key {t.get('signed_by')})"
         )
     for q in sorted(path.parent.glob(path.name + ".torn-*")):
-        report.notes.append(f"torn tail quarantined by the writer: {q.name} ({q.stat().st_size} bytes)")
+        report.notes.append(f"torn tail quarantined by the writer: {q.name} ({q.lstat().st_size} bytes)")
     _check_seal(report, seal, seal_key, walk.sealed_hash)
     return report
 
@@ -536,16 +544,29 @@ def _check_blobs(
 ) -> None:
     for ref in _refs(entry):
         digest = ref["sha256"]
+        if not is_blob_name(digest):  # never resolved: a name like ../../etc/hostname would read outside the vault
+            raise _Break("contract_violation", f"a blob reference names sha256 {str(digest)[:80]!r}, "
+                         "not 64 lowercase hex digits; not resolved")
         if digest not in cache:
             if ref["ref"] != f"blobs/sha256/{digest[:2]}/{digest}":
                 cache[digest] = f"ref {ref['ref']!r} does not match sha256 {digest}"
             else:
                 cache[digest] = blobs.check(digest, ref["size"] if isinstance(ref["size"], int) else None)
                 if cache[digest] is not None and "missing" in cache[digest]:
-                    tombstone = read_tombstone(blobs.root, digest)
-                    if tombstone is not None:
+                    try:
+                        tombstone = read_tombstone(blobs.root, digest)
+                    except VaultError as exc:
+                        tombstone, cache[digest] = None, f"{cache[digest]} ({exc})"
+                    signer = erasure_signer(tombstone, blobs.erasure_keys) if tombstone is not None else None
+                    if signer is not None:
                         cache[digest] = None
-                        erased.append((digest, tombstone))
+                        erased.append((digest, {**tombstone, "signed_by": signer}))
+                    elif tombstone is not None:  # a claim anyone who can write the vault could make
+                        cache[digest] = (
+                            f"{cache[digest]}; a tombstone says it was erased on {tombstone.get('erased_at')} by "
+                            f"{tombstone.get('erased_by')} ({tombstone.get('reason')}), but it is not signed by a "
+                            "given --erasure-key: not honoured"
+                        )
         problem = cache[digest]
         if problem is not None:
             kind = "blob_missing" if "missing" in problem else "blob_corrupt"

@@ -12,6 +12,7 @@ from broker.cli.options import (
     pulled_vault,
     reading_vault,
     store_option,
+    unmapped_sessions,
     vault_option,
 )
 from broker.cli.progress import progress_bar
@@ -52,9 +53,12 @@ def _total_bytes(vault: Vault, sessions: list[str]) -> int:
 @click.option("--witness", "witness_urls", multiple=True, metavar="URL",
               help="Ask this witness for the newest size it cosigned per session (repeatable).")
 @click.option("--require-sealed", is_flag=True, help="Entries after the last checkpoint are a break, not a note.")
+@click.option("--erasure-key", "erasure_keys", type=VERIFIER_KEY, multiple=True,
+              help="Honour a tombstone only when signed by this key (`broker erase --signing-key`; repeatable). "
+              "Without one no tombstone counts: an erased blob is reported missing.")
 def verify(vault_dir: str, store: str | None, sessions: tuple[str, ...], as_json: bool, no_blobs: bool,
            seal_key: Verifier | Ed25519PublicKey | None, witness_keys: tuple[Verifier, ...],
-           witness_urls: tuple[str, ...], require_sealed: bool) -> int:
+           witness_urls: tuple[str, ...], require_sealed: bool, erasure_keys: tuple[Verifier, ...]) -> int:
     """Check every session's hash chain, canonical form, contract, blobs and (with --seal-key) checkpoints.
 
     Exit 0 when every session is intact, 1 when any is broken, 2 on a usage error.
@@ -63,7 +67,7 @@ def verify(vault_dir: str, store: str | None, sessions: tuple[str, ...], as_json
         if store:  # checkpoints of a database store live in the vault it was pulled into and sealed in
             vault_dir = str(pulled_vault(store, vault_dir, list(sessions) or None).root)
         return verify_checkpoints(vault_dir, sessions, as_json, no_blobs, seal_key, witness_keys, witness_urls,
-                                  require_sealed)
+                                  require_sealed, erasure_keys)
     if witness_keys or witness_urls or require_sealed:
         raise click.UsageError("--witness-key, --witness and --require-sealed need a --seal-key verifier key")
     public = seal_key  # a legacy .pub key checks the old .seal files
@@ -73,15 +77,24 @@ def verify(vault_dir: str, store: str | None, sessions: tuple[str, ...], as_json
         vault = reading_vault(store, vault_dir, blobs=not no_blobs)
     names = _select(vault, sessions)
     with progress_bar(_total_bytes(vault, names), "verifying") as advance:
-        reports = verify_sessions(vault, names, check_blobs=not no_blobs, progress=advance, seal_key=public)
+        reports = verify_sessions(vault, names, check_blobs=not no_blobs, progress=advance, seal_key=public,
+                                  erasure_keys=list(erasure_keys))
     print_reports(reports, as_json)
-    if not names and not as_json:
+    unmapped = unmapped_sessions()
+    for session, why in unmapped.items():  # rows of a database store no vault file can hold: not verified
+        if as_json:
+            click.echo(orjson.dumps({"session": session, "intact": False, "kind": "contract_violation",
+                                     "broken_at_seq": 1, "detail": why}).decode())
+        else:
+            click.echo(f"{session!r}: BROKEN at seq 1: contract_violation: {why}; not verified")
+    if not names and not as_json and not unmapped:
         click.echo(f"no sessions in {vault.root}")
-    return 0 if all(r.intact for r in reports) else 1
+    return 0 if all(r.intact for r in reports) and not unmapped else 1
 
 
 def verify_checkpoints(vault_dir: str, sessions: tuple[str, ...], as_json: bool, no_blobs: bool, key: Verifier,
-                       witness_keys: tuple[Verifier, ...], witness_urls: tuple[str, ...], require_sealed: bool) -> int:
+                       witness_keys: tuple[Verifier, ...], witness_urls: tuple[str, ...], require_sealed: bool,
+                       erasure_keys: tuple[Verifier, ...] = ()) -> int:
     """`broker verify --seal-key VKEY`: the chain of each session, then checkpoints, index and witnesses."""
     wkeys = list(witness_keys)
     clients = [WitnessClient(u, None) for u in witness_urls]
@@ -90,7 +103,8 @@ def verify_checkpoints(vault_dir: str, sessions: tuple[str, ...], as_json: bool,
     checked = {}
     with progress_bar(_total_bytes(vault, names), "verifying") as advance:
         for s in names:
-            checked[s] = session_tree(vault, s, check_blobs=not no_blobs, progress=advance)
+            checked[s] = session_tree(vault, s, check_blobs=not no_blobs, progress=advance,
+                                      erasure_keys=list(erasure_keys))
     audit = audit_vault(vault, checked, key, witness_keys=wkeys, witnesses=clients, require_sealed=require_sealed,
                         selected=list(sessions) or None)
     print_reports(audit.reports, as_json)

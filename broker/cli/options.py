@@ -43,7 +43,17 @@ def reading_vault(store: str | None, vault_dir: str, *, blobs: bool = True) -> V
         return Vault.open_existing(vault_dir)
     if not is_database_url(store):
         return Vault.open_existing(store)
-    return click.get_current_context().with_resource(open_store(store).reading_vault(blobs=blobs))
+    db = open_store(store)
+    ctx = click.get_current_context()
+    vault = ctx.with_resource(db.reading_vault(blobs=blobs))
+    ctx.meta["unmapped_sessions"] = getattr(db, "unmapped", {})
+    return vault
+
+
+def unmapped_sessions() -> dict[str, str]:
+    """Session ids the database store read by `reading_vault` holds but no vault file can be named for -> why
+    (findings for the reader to report: such a row was not verified)."""
+    return click.get_current_context().meta.get("unmapped_sessions", {})
 
 
 def pulled_vault(store: str | None, vault_dir: str, sessions: list[str] | None) -> Vault:

@@ -7,7 +7,8 @@ import socket
 
 import click
 
-from broker.cli.options import store_option
+from broker.cli.options import SIGNER_KEY, store_option
+from journal.checkpoint.note import Signer
 from journal.store import StoreError, open_store
 from journal.store.postgres_store import PostgresStore
 from journal.store.transfer import copy_store
@@ -29,7 +30,9 @@ def pull(source: str, target: str, no_blobs: bool, sessions: tuple[str, ...]) ->
         src.close()
     click.echo(f"pulled {report.lines} entries of {len(report.sessions)} sessions, {report.blobs} blobs, "
                f"{report.tombstones} tombstones into {dst.url}")
-    broken = 0
+    broken = len(report.unmapped)
+    for s, why in report.unmapped.items():
+        click.echo(f"{s!r}: BROKEN at seq 1: contract_violation: {why}; not pulled")
     for s in report.sessions:
         r = verify_session(dst.vault, s, check_blobs=not no_blobs)
         if not r.intact:
@@ -102,11 +105,16 @@ def migrate(store: str | None, roles: tuple[str, ...]) -> int:
 @click.option("--blob", "digest", required=True, metavar="SHA256", help="SHA-256 of the blob to erase.")
 @click.option("--reason", required=True, help="Why (retention rule, a person's request ...); kept in the tombstone.")
 @click.option("--by", "by", default=None, help="Who erases (default: user@host).")
-def erase(store: str | None, vault_dir: str, digest: str, reason: str, by: str | None) -> int:
+@click.option("--signing-key", type=SIGNER_KEY, default=None,
+              help="Erasure signer key (NAME.key from `broker keygen`): verifiers given its NAME.vkey as --erasure-key "
+              "report the blob erased; an unsigned tombstone is reported missing.")
+def erase(store: str | None, vault_dir: str, digest: str, reason: str, by: str | None,
+          signing_key: Signer | None) -> int:
     """Delete a blob's bytes and leave a tombstone (sha256, when, by whom, why); the chain still verifies."""
+    signer = signing_key
     target = open_store(store or vault_dir)
     who = by or f"{getpass.getuser()}@{socket.gethostname()}"
-    t = target.erase_blob(digest.lower(), reason=reason, by=who)
+    t = target.erase_blob(digest.lower(), reason=reason, by=who, signer=signer)
     target.close()
     click.echo(f"erased blob {t.sha256} ({t.size} bytes) on {t.erased_at} by {t.erased_by}: {t.reason}")
     return 0

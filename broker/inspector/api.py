@@ -9,18 +9,20 @@ shows itself.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 
 import orjson
 from starlette.requests import Request
-from starlette.responses import FileResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 
+from journal.confine import NotConfined, open_blob, read_chunks
 from journal.errors import BrokerError
 from journal.export.recorded_body import BlobUnavailable, BodyUndecodable, body_kind, decode_body, header
 from journal.replay.labels import resource_id, title
 from journal.replay.plan import plan_dict
 from journal.search import Query, search
-from journal.summary import entry_row
+from journal.summary import entry_row, summarize_session
 from journal.vault import SessionIdError, Vault, VaultError
 
 from .sessions import SessionIndex, parse_line
@@ -85,9 +87,15 @@ class Api:
     def sessions(self, request: Request) -> Response:
         """Every session's summary; with `names=1` only the ids and file sizes (at once, for a large vault)."""
         if request.query_params.get("names"):
-            return json_response([{"session": s, "bytes": self.vault.session_path(s).stat().st_size}
+            return json_response([{"session": s, "bytes": self.vault.session_path(s).lstat().st_size}
                                   for s in self.vault.sessions()])
-        return json_response([self.index.summary(s) for s in self.vault.sessions()])
+        return json_response([self._summary(s) for s in self.vault.sessions()])
+
+    def _summary(self, session: str) -> dict:
+        try:
+            return self.index.summary(session)
+        except NotConfined:  # a session file that is not read: its row says why (journal/confine.py)
+            return summarize_session(self.vault, session)
 
     # -- one session ----------------------------------------------------------------------------------
 
@@ -115,6 +123,7 @@ class Api:
         for i, data in enumerate(lines, start):
             entry = parse_line(data)
             row = entry_row(entry, i) if entry is not None else {"line": i, "unreadable": True}
+            row["raw"] = data.decode("utf-8", errors="replace")  # the page draws and hashes this, not the fields
             if i < first:
                 prev_ts = row.get("ts")
                 continue
@@ -144,10 +153,10 @@ class Api:
         end = head["bytes"]  # the whole file: a torn last line is part of what the page must judge
         if offset > end:
             offset = end
-        path = self.vault.session_path(sid)
+        f = os.fdopen(self.vault.open_session(sid), "rb")  # a regular file inside the vault, no link followed
 
         def chunks():
-            with open(path, "rb") as f:
+            with f:
                 f.seek(offset)
                 left = end - offset
                 while left > 0:
@@ -192,11 +201,16 @@ class Api:
         digest = request.query_params.get("sha256", "")
         if not _HEX64.match(digest):
             raise ApiError(400, "parameter sha256 must be 64 lowercase hex digits")
-        path = self.vault.blob_path(f"blobs/sha256/{digest[:2]}/{digest}")
-        if not path.is_file():
-            raise ApiError(404, f"blob {digest} is not in the vault")
-        return FileResponse(path, media_type="application/octet-stream", filename=f"{digest}.bin",
-                            content_disposition_type="attachment", headers={"cache-control": "no-store"})
+        try:
+            f = open_blob(self.vault.root, digest)  # a regular file inside the vault, no link followed
+        except FileNotFoundError:
+            raise ApiError(404, f"blob {digest} is not in the vault") from None
+        except NotConfined as exc:
+            raise ApiError(404, f"blob {digest} is not served: {exc}") from None
+        return StreamingResponse(read_chunks(f), media_type="application/octet-stream", headers={
+            "content-disposition": f'attachment; filename="{digest}.bin"', "cache-control": "no-store",
+            "content-length": str(os.fstat(f.fileno()).st_size),
+        })
 
     def body(self, request: Request) -> Response:
         """A recorded body as a file: base64 bodies decoded, text and JSON as recorded."""

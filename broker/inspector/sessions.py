@@ -18,6 +18,7 @@ from pathlib import Path
 
 import orjson
 
+from journal.confine import open_regular
 from journal.replay import Replay, replay_session
 from journal.replay.views import Views
 from journal.summary import summarize_session
@@ -63,8 +64,8 @@ class SessionIndex:
 
     def _index(self, s: _Session) -> int:
         """Bring the line index up to date; return the file size."""
-        size = os.stat(s.path).st_size
-        with open(s.path, "rb") as f:
+        with os.fdopen(open_regular(s.path), "rb") as f:  # never a symlink swapped in (journal/confine.py)
+            size = os.fstat(f.fileno()).st_size
             if s.indexed:
                 if size < s.indexed or not self._tail_still(f, s):
                     s.starts, s.indexed, s.tail = array("q"), 0, b""
@@ -107,7 +108,7 @@ class SessionIndex:
             if first > last:
                 return total, []
             end = s.starts[last] if last < total else s.indexed
-            with open(s.path, "rb") as f:
+            with os.fdopen(open_regular(s.path), "rb") as f:
                 f.seek(s.starts[first - 1])
                 data = f.read(end - s.starts[first - 1])
         base = s.starts[first - 1]

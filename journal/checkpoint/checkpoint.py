@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from journal.checkpoint.note import NoteError
+from journal.confine import read_inside
 from journal.vault import SESSION_SUFFIX, Vault, session_filename, write_atomically
 
 CHECKPOINT_SUFFIX = ".checkpoint"
@@ -70,11 +71,8 @@ def checkpoint_path(vault: Vault, session: str) -> Path:
 
 
 def read_checkpoint_note(vault: Vault, session: str) -> bytes | None:
-    path = checkpoint_path(vault, session)
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        return None
+    """The checkpoint note's bytes; None when there is none (a symlink counts as none: journal/confine.py)."""
+    return read_inside(vault.root, ("seals", checkpoint_path(vault, session).name))
 
 
 def write_checkpoint_note(vault: Vault, session: str, note: bytes) -> Path:
@@ -127,7 +125,4 @@ def write_leaves(vault: Vault, session: str, leaf_hashes: bytes) -> None:
 
 
 def read_leaves(vault: Vault, session: str) -> bytes | None:
-    try:
-        return leaves_path(vault, session).read_bytes()
-    except FileNotFoundError:
-        return None
+    return read_inside(vault.root, ("seals", leaves_path(vault, session).name))

@@ -22,12 +22,14 @@ stays listed (with the largest size sealed) after its file is gone, which is the
 from __future__ import annotations
 
 import base64
+import os
 import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from journal.checkpoint.note import NoteError, Signer, Verifier, open_note, sign_note
+from journal.confine import read_inside
 from journal.vault import Vault, write_atomically
 
 INDEX_FORMAT = "connector-journal-index/1"
@@ -94,10 +96,11 @@ def index_path(vault: Vault) -> Path:
 def read_index(vault: Vault, verifier: Verifier) -> VaultIndex | None:
     """The index, its signature checked with `verifier`; None when there is none; NoteError when it
     does not verify or does not parse."""
-    try:
-        msg = index_path(vault).read_bytes()
-    except FileNotFoundError:
+    if not os.path.lexists(index_path(vault)):
         return None
+    msg = read_inside(vault.root, ("seals", INDEX_NAME))
+    if msg is None:
+        raise NoteError(f"{INDEX_NAME} is not a regular file inside the vault (a symlink?); not read")
     opened = open_note(msg, [verifier])
     return VaultIndex.parse(opened.text)
 

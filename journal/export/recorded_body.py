@@ -17,6 +17,7 @@ from typing import Literal, NamedTuple
 from journal.blobstore import is_ref_object
 from journal.bodies import is_json_type
 from journal.canonical import canonical_bytes
+from journal.confine import NotConfined, is_blob_name, open_blob
 from journal.vault import Vault, VaultError
 
 
@@ -54,11 +55,16 @@ def base64_bytes(body: dict) -> bytes:
 
 def read_blob(vault: Vault, ref: dict) -> bytes:
     """The bytes of a blob reference, checked against its SHA-256 (an export never hands on wrong bytes)."""
-    path = vault.blob_path(ref["ref"])
+    digest = ref["sha256"]
+    if not is_blob_name(digest) or ref["ref"] != f"blobs/sha256/{digest[:2]}/{digest}":
+        raise BlobUnavailable(f"{str(ref['ref'])[:120]!r} is not a blob reference of this vault (run `broker verify`)")
     try:
-        data = path.read_bytes()
+        with open_blob(vault.root, digest) as f:
+            data = f.read()
     except FileNotFoundError:
         raise BlobUnavailable(f"blob {ref['ref']} is missing from {vault.root} (run `broker verify`)") from None
+    except NotConfined as exc:
+        raise BlobUnavailable(f"blob {ref['ref']} is not read: {exc} (run `broker verify`)") from None
     if hashlib.sha256(data).hexdigest() != ref["sha256"]:
         raise BlobUnavailable(f"blob {ref['ref']} does not hold the bytes its name says (run `broker verify`)")
     return data

@@ -14,10 +14,9 @@ from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
-import orjson
-
 from journal.blobstore import CHUNK, BlobStore
-from journal.chain import GENESIS
+from journal.chain import GENESIS, line_link
+from journal.confine import NotConfined, is_blob_name, open_blob, read_chunks
 from journal.entry import format_ts
 from journal.erasure import erase_file_blob, read_tombstone
 from journal.reader import SessionTail, iter_entries, iter_lines
@@ -36,7 +35,9 @@ def _write_all(fd: int, buf: bytearray) -> None:
 
 
 def _tombstone(data: dict) -> Tombstone:
-    return Tombstone(data["sha256"], data.get("size"), data["erased_at"], data["erased_by"], data["reason"])
+    note = data.get("note")
+    return Tombstone(data["sha256"], data.get("size"), data["erased_at"], data["erased_by"], data["reason"],
+                     note if isinstance(note, str) else None)
 
 
 class FileStore:
@@ -65,36 +66,43 @@ class FileStore:
         return iter_entries(self.vault, session)
 
     def head(self, session: str) -> tuple[int, str]:
+        """(seq, hash) of the session's last line; (0, GENESIS) when there is none. StoreError when the
+        vault's own lines do not make a head to continue from (a broken session: `broker verify` says where)."""
         path = self.vault.session_path(session)
-        if not path.is_file():
+        if not os.path.lexists(path):
             return 0, GENESIS
         seq, digest = 0, GENESIS
         for line in iter_lines(path):
-            entry = orjson.loads(line.data)
-            seq, digest = entry["seq"], entry["hash"]
+            link = line_link(line.data)
+            if link is None or link[0] != seq + 1 or link[1] != digest or not line.data.endswith(b"\n"):
+                raise StoreError(f"session {session!r} in {self.url} is broken at line {line.index + 1}; "
+                                 "nothing is appended to it (run `broker verify`)")
+            seq, digest = link[0], link[2]
         return seq, digest
 
     def append_lines(self, session: str, lines: Iterable[bytes]) -> int:
-        """Append lines chained elsewhere, under the writer's flock, checking each continues the chain."""
+        """Append lines chained elsewhere, under the writer's flock. The first must continue the vault's chain
+        (else the copies diverge: refused); after it each line is written as the source holds it, one line per
+        line, so that a malformed or unchained line in the source becomes the file verifier's finding at its
+        seq (a line holding no final newline gets one, so the lines after it stay lines)."""
         path = self.vault.session_path(session)
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             seq, prev = self.head(session)
             count = 0
             buf = bytearray()
             for line in lines:
-                entry = orjson.loads(line)
-                if entry["seq"] != seq + 1 or entry["prev"] != prev or not line.endswith(b"\n"):
-                    _write_all(fd, buf)
-                    raise StoreError(
-                        f"session {session!r}: line for seq {entry.get('seq')} does not continue the "
-                        f"vault's chain at seq {seq}"
-                    )
-                buf += line
+                if count == 0:
+                    link = line_link(line)
+                    if link is None or link[0] != seq + 1 or link[1] != prev:
+                        raise StoreError(
+                            f"session {session!r}: the line for seq {seq + 1} does not continue the vault's chain "
+                            f"at seq {seq}"
+                        )
+                buf += line if line.endswith(b"\n") else line + b"\n"
                 if len(buf) >= CHUNK:
                     _write_all(fd, buf)
-                seq, prev = entry["seq"], entry["hash"]
                 count += 1
             _write_all(fd, buf)
             os.fdatasync(fd)
@@ -103,27 +111,31 @@ class FileStore:
             os.close(fd)
 
     def has_blob(self, digest: str) -> bool:
-        return self.blobs.path_for(digest).is_file()
+        return is_blob_name(digest) and self.blobs.path_for(digest).is_file()
 
     def blob_digests(self) -> Iterator[str]:
+        """The blob names in the vault; a file under blobs/sha256/ that is not a blob name in its place is
+        skipped (never resolved: journal/confine.py)."""
         base = self.blobs.base
         if base.is_dir():
             for sub in sorted(base.iterdir()):
+                if sub.is_symlink() or not sub.is_dir():
+                    continue
                 for blob in sorted(sub.iterdir()):
-                    yield blob.name
+                    if is_blob_name(blob.name) and blob.name[:2] == sub.name:
+                        yield blob.name
 
     def read_blob(self, digest: str) -> Iterator[bytes]:
-        path = self.blobs.path_for(digest)
         try:
-            f = open(path, "rb")
+            f = open_blob(self.vault.root, digest)
         except FileNotFoundError:
             t = read_tombstone(self.vault.root, digest)
             if t is not None:
                 raise BlobErased(_tombstone(t)) from None
             raise StoreError(f"blob {digest} is missing from {self.url}") from None
-        with f:
-            while chunk := f.read(CHUNK):
-                yield chunk
+        except NotConfined as exc:
+            raise StoreError(f"blob {digest} in {self.url} is not read: {exc}") from None
+        yield from read_chunks(f)
 
     def put_blob(self, chunks: Iterable[bytes]) -> dict:
         return self.blobs.put_stream(chunks)
@@ -132,18 +144,20 @@ class FileStore:
         folder = Path(self.vault.root) / "blobs" / "erased"
         if folder.is_dir():
             for path in sorted(folder.glob("*.json")):
+                if not is_blob_name(path.stem):
+                    continue
                 t = read_tombstone(self.vault.root, path.stem)
                 if t is not None:
                     yield _tombstone(t)
 
-    def erase_blob(self, digest: str, *, reason: str, by: str) -> Tombstone:
+    def erase_blob(self, digest: str, *, reason: str, by: str, signer: object | None = None) -> Tombstone:
         path = self.blobs.path_for(digest)
         existing = read_tombstone(self.vault.root, digest)
         if not path.is_file():
             if existing is not None:
                 return _tombstone(existing)
             raise StoreError(f"no blob {digest} in {self.url}")
-        t = Tombstone(digest, path.stat().st_size, format_ts(), by, reason)
+        t = Tombstone(digest, path.stat().st_size, format_ts(), by, reason).signed(signer)
         erase_file_blob(self.vault.root, t.as_dict())
         return t
 

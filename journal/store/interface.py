@@ -45,10 +45,23 @@ class Tombstone:
     erased_at: str  # YYYY-MM-DDTHH:MM:SS.mmmZ
     erased_by: str
     reason: str
+    note: str | None = None  # the erasure key's signed note over the other fields (journal/erasure_signature.py)
 
     def as_dict(self) -> dict:
-        return {"sha256": self.sha256, "size": self.size, "erased_at": self.erased_at,
-                "erased_by": self.erased_by, "reason": self.reason}
+        d = {"sha256": self.sha256, "size": self.size, "erased_at": self.erased_at,
+             "erased_by": self.erased_by, "reason": self.reason}
+        if self.note is not None:
+            d["note"] = self.note
+        return d
+
+    def signed(self, signer: object | None) -> Tombstone:
+        """This tombstone with its note signed by `signer` (a journal.checkpoint.note.Signer); as is when None."""
+        if signer is None:
+            return self
+        from journal.erasure_signature import sign_tombstone
+
+        return Tombstone(self.sha256, self.size, self.erased_at, self.erased_by, self.reason,
+                         sign_tombstone(self.as_dict(), signer))  # type: ignore[arg-type]
 
 
 class BlobWriting(Protocol):
@@ -127,7 +140,7 @@ class Store(Protocol):
         ...
     def put_blob(self, chunks: Iterable[bytes]) -> dict: ...
     def tombstones(self) -> Iterator[Tombstone]: ...
-    def erase_blob(self, digest: str, *, reason: str, by: str) -> Tombstone: ...
+    def erase_blob(self, digest: str, *, reason: str, by: str, signer: object | None = None) -> Tombstone: ...
     def put_tombstone(self, tombstone: Tombstone) -> None: ...
     def reading_vault(self, *, blobs: bool = True) -> AbstractContextManager[Vault]:
         """A file vault holding this store's entries, for the one file verifier and the readers."""

@@ -14,12 +14,14 @@ Version 1:
   (`journal_blob_chunks`) inserted as they stream in, in one transaction per blob.
 - `journal_tombstones`: sha256, size, when, by whom, why (docs/contract.md, "Erasure").
 
+Version 2: the trigger functions qualified and their search_path fixed (see `_V2`).
+
 `grant_writer(role)` gives a broker's role what it needs and no more: SELECT and INSERT.
 """
 
 from __future__ import annotations
 
-CURRENT_VERSION = 1
+CURRENT_VERSION = 2
 SCHEMA_LOCK = 0x6A6F75726E616C  # advisory lock key for creating / migrating the schema ("journal")
 
 TABLES = ("journal_schema", "journal_sessions", "journal_entries", "journal_blobs", "journal_blob_chunks",
@@ -131,7 +133,68 @@ CREATE TRIGGER journal_chunks_no_truncate BEFORE TRUNCATE ON journal_blob_chunks
     FOR EACH STATEMENT EXECUTE FUNCTION journal_refuse_change();
 """
 
-MIGRATIONS: dict[int, str] = {1: _V1}
+_V2_FUNCTIONS = r"""
+CREATE OR REPLACE FUNCTION {schema}.journal_chain_check() RETURNS trigger LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+    before text;
+BEGIN
+    IF NEW.seq = 1 THEN
+        IF NEW.prev OPERATOR(pg_catalog.<>) pg_catalog.repeat('0', 64) THEN
+            RAISE EXCEPTION USING ERRCODE = 'integrity_constraint_violation',
+                MESSAGE = pg_catalog.format('journal: seq 1 of session %L must have prev of 64 zeros', NEW.session);
+        END IF;
+        RETURN NEW;
+    END IF;
+    SELECT e.hash INTO before FROM {schema}.journal_entries e
+        WHERE e.session OPERATOR(pg_catalog.=) NEW.session AND e.seq OPERATOR(pg_catalog.=) NEW.seq - 1;
+    IF before IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'integrity_constraint_violation',
+            MESSAGE = pg_catalog.format('journal: seq %s of session %L has no seq %s before it (a gap)',
+                                        NEW.seq, NEW.session, NEW.seq - 1);
+    END IF;
+    IF before OPERATOR(pg_catalog.<>) NEW.prev THEN
+        RAISE EXCEPTION USING ERRCODE = 'integrity_constraint_violation',
+            MESSAGE = pg_catalog.format('journal: seq %s of session %L does not follow seq %s (a fork)',
+                                        NEW.seq, NEW.session, NEW.seq - 1);
+    END IF;
+    RETURN NEW;
+END $fn$;
+
+CREATE OR REPLACE FUNCTION {schema}.journal_refuse_change() RETURNS trigger LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+    RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+        MESSAGE = pg_catalog.format('journal: %s is append-only, %s refused', TG_TABLE_NAME, TG_OP);
+END $fn$;
+
+CREATE OR REPLACE FUNCTION {schema}.journal_chunk_change() RETURNS trigger LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+    IF TG_OP OPERATOR(pg_catalog.=) 'DELETE' AND EXISTS (
+        SELECT 1 FROM {schema}.journal_blobs b JOIN {schema}.journal_tombstones t USING (sha256)
+        WHERE b.upload OPERATOR(pg_catalog.=) OLD.upload
+    ) THEN
+        RETURN OLD;
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+        MESSAGE = pg_catalog.format('journal: blob bytes are deleted only by an erasure with a tombstone, %s refused',
+                                    TG_OP);
+END $fn$;
+"""
+
+_V2 = (
+    "DO $do$ BEGIN EXECUTE pg_catalog.replace($body$" + _V2_FUNCTIONS
+    + "$body$, '{schema}', pg_catalog.quote_ident(pg_catalog.current_schema())); END $do$;\n"
+    + "ALTER TABLE journal_tombstones ADD COLUMN note text;\n"
+)
+"""Version 2: every trigger function names its tables with the schema they were created in and runs with
+`search_path` fixed to pg_catalog then pg_temp, so nothing the writer role creates (a TEMP TABLE
+journal_entries, a function or operator of the same name, a schema put first in its own search_path)
+is what a trigger reads or calls: each function and operator is pg_catalog's, spelled out. And
+`journal_tombstones.note`: the erasure key's signature (journal/erasure_signature.py)."""
+
+MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2}
 """version -> the SQL that brings the schema from version - 1 to it (version 1 creates it)."""
 
 

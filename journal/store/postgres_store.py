@@ -76,6 +76,14 @@ def _race(exc: BaseException) -> bool:
     return sqlstate in ("23505", "23000")
 
 
+def _file_order(session: str) -> tuple[int, str]:
+    """The file vault's order; an id no file can be named for (a row anyone with INSERT could add) last."""
+    try:
+        return 0, session_filename(session)
+    except SessionIdError:
+        return 1, session
+
+
 class PostgresStore:
     """A journal store in one PostgreSQL database. Thread-safe; connections are opened as needed."""
 
@@ -85,6 +93,7 @@ class PostgresStore:
         self._schema_checked = False
         self._idle: list = []
         self._lock = threading.Lock()
+        self.unmapped: dict[str, str] = {}  # by reading_vault: session ids no vault file can hold -> why
 
     # -- connections ------------------------------------------------------------------------
 
@@ -241,7 +250,7 @@ class PostgresStore:
     def sessions(self) -> list[str]:
         with self._pooled() as conn:
             names = [r[0] for r in conn.execute("SELECT session FROM journal_sessions")]
-        return sorted(names, key=session_filename)  # the file vault's order
+        return sorted(names, key=_file_order)  # the file vault's order
 
     def head(self, session: str) -> tuple[int, str]:
         with self._pooled() as conn:
@@ -278,21 +287,20 @@ class PostgresStore:
             return conn.execute("SELECT 1 FROM journal_blobs WHERE sha256 = %s", (digest,)).fetchone() is not None
 
     def blob_digests(self) -> Iterator[str]:
+        """Every blob with a row, tombstone or not: a tombstone is a claim (anyone with INSERT can write one),
+        so bytes still held are offered; `read_blob` says BlobErased when they are really gone."""
         with self._pooled() as conn:
-            rows = conn.execute(
-                "SELECT b.sha256 FROM journal_blobs b WHERE NOT EXISTS "
-                "(SELECT 1 FROM journal_tombstones t WHERE t.sha256 = b.sha256) ORDER BY b.sha256"
-            ).fetchall()
+            rows = conn.execute("SELECT sha256 FROM journal_blobs ORDER BY sha256").fetchall()
         for (digest,) in rows:
             yield digest
 
     def read_blob(self, digest: str) -> Iterator[bytes]:
         with self._pooled() as conn:
-            t = self._tombstone(conn, digest)
-            if t is not None:
-                raise BlobErased(t)
             row = conn.execute("SELECT chunks, upload FROM journal_blobs WHERE sha256 = %s", (digest,)).fetchone()
+            t = self._tombstone(conn, digest)
             if row is None:
+                if t is not None:
+                    raise BlobErased(t)
                 raise StoreError(f"blob {digest} is missing from {self.shown}")
             chunks, upload = row
             for n in range(chunks):
@@ -300,6 +308,8 @@ class PostgresStore:
                     "SELECT data FROM journal_blob_chunks WHERE upload = %s AND n = %s", (upload, n)
                 ).fetchone()
                 if got is None:
+                    if t is not None:
+                        raise BlobErased(t)
                     raise StoreError(f"blob {digest}: chunk {n} is missing from {self.shown}")
                 yield bytes(got[0])
 
@@ -308,19 +318,20 @@ class PostgresStore:
 
     def _tombstone(self, conn, digest: str) -> Tombstone | None:
         row = conn.execute(
-            "SELECT sha256, size, erased_at, erased_by, reason FROM journal_tombstones WHERE sha256 = %s", (digest,)
+            "SELECT sha256, size, erased_at, erased_by, reason, note FROM journal_tombstones WHERE sha256 = %s",
+            (digest,),
         ).fetchone()
         return Tombstone(*row) if row else None
 
     def tombstones(self) -> Iterator[Tombstone]:
         with self._pooled() as conn:
             rows = conn.execute(
-                "SELECT sha256, size, erased_at, erased_by, reason FROM journal_tombstones ORDER BY sha256"
+                "SELECT sha256, size, erased_at, erased_by, reason, note FROM journal_tombstones ORDER BY sha256"
             ).fetchall()
         for row in rows:
             yield Tombstone(*row)
 
-    def erase_blob(self, digest: str, *, reason: str, by: str) -> Tombstone:
+    def erase_blob(self, digest: str, *, reason: str, by: str, signer: object | None = None) -> Tombstone:
         """Tombstone and chunk deletion in one transaction, then VACUUM so the bytes leave the table files."""
         with self._pooled() as conn:
             with conn.transaction():
@@ -328,7 +339,7 @@ class PostgresStore:
                 row = conn.execute("SELECT size FROM journal_blobs WHERE sha256 = %s", (digest,)).fetchone()
                 if existing is None and row is None:
                     raise StoreError(f"no blob {digest} in {self.shown}")
-                t = existing or Tombstone(digest, row[0], format_ts(), by, reason)
+                t = existing or Tombstone(digest, row[0], format_ts(), by, reason).signed(signer)
                 self._put_tombstone(conn, t)
             self._vacuum(conn)
         return t
@@ -342,8 +353,9 @@ class PostgresStore:
     @staticmethod
     def _put_tombstone(conn, t: Tombstone) -> None:
         conn.execute(
-            "INSERT INTO journal_tombstones (sha256, size, erased_at, erased_by, reason) VALUES (%s, %s, %s, %s, %s) "
-            "ON CONFLICT (sha256) DO NOTHING", (t.sha256, t.size, t.erased_at, t.erased_by, t.reason),
+            "INSERT INTO journal_tombstones (sha256, size, erased_at, erased_by, reason, note) "
+            "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (sha256) DO NOTHING",
+            (t.sha256, t.size, t.erased_at, t.erased_by, t.reason, t.note),
         )
         conn.execute(
             "DELETE FROM journal_blob_chunks WHERE upload = (SELECT upload FROM journal_blobs WHERE sha256 = %s)",
@@ -368,7 +380,7 @@ class PostgresStore:
 
         with tempfile.TemporaryDirectory(prefix="broker-pull-") as tmp:
             target = FileStore(tmp, create=True)
-            copy_store(self, target, blobs=blobs)
+            self.unmapped = copy_store(self, target, blobs=blobs).unmapped
             yield target.vault
 
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-import orjson
-
-from journal.store.interface import Store, StoreError
+from journal.chain import line_link
+from journal.store.interface import BlobErased, Store, StoreError
+from journal.vault import SessionIdError, session_filename
 
 
 @dataclass
@@ -22,6 +22,8 @@ class CopyReport:
     sessions: dict[str, int] = field(default_factory=dict)  # session -> lines copied
     blobs: int = 0
     tombstones: int = 0
+    unmapped: dict[str, str] = field(default_factory=dict)  # session ids that map to no file name -> why
+    tombstones_not_applied: int = 0  # tombstones of blobs whose bytes the source still holds
 
     @property
     def lines(self) -> int:
@@ -34,16 +36,36 @@ def copy_store(source: Store, target: Store, *, blobs: bool = True, sessions: li
         for digest in source.blob_digests():
             if target.has_blob(digest):
                 continue
-            ref = target.put_blob(source.read_blob(digest))
+            try:
+                ref = target.put_blob(source.read_blob(digest))
+            except BlobErased:  # its bytes are gone; the tombstone follows below
+                continue
             if ref["sha256"] != digest:
                 raise StoreError(f"blob {digest} in {source.url} holds bytes hashing to {ref['sha256']}")
             report.blobs += 1
     for tombstone in source.tombstones():
+        if _holds_bytes(source, tombstone.sha256):  # a claim of erasure over bytes still there: not applied
+            report.tombstones_not_applied += 1
+            continue
         target.put_tombstone(tombstone)
         report.tombstones += 1
     for session in sessions if sessions is not None else source.sessions():
+        try:
+            session_filename(session)
+        except SessionIdError as exc:  # a database row no vault can hold: named, the others copied
+            report.unmapped[session] = str(exc)
+            continue
         report.sessions[session] = _copy_session(source, target, session)
     return report
+
+
+def _holds_bytes(source: Store, digest: str) -> bool:
+    """True when `source` still holds the blob's bytes (so a tombstone for it erased nothing)."""
+    try:
+        next(iter(source.read_blob(digest)), None)
+    except StoreError:  # BlobErased, or missing
+        return False
+    return True
 
 
 def _copy_session(source: Store, target: Store, session: str) -> int:
@@ -51,9 +73,12 @@ def _copy_session(source: Store, target: Store, session: str) -> int:
     lines = source.iter_lines(session)
     if have:
         for line in lines:
-            entry = orjson.loads(line)
-            if entry["seq"] == have:
-                if entry["hash"] != head:
+            link = line_link(line)
+            if link is None or link[0] > have:
+                raise StoreError(f"session {session!r} differs between {source.url} and {target.url} before "
+                                 f"seq {have}: refusing to copy (verify both)")
+            if link[0] == have:
+                if link[2] != head:
                     raise StoreError(f"session {session!r} differs between {source.url} and {target.url} at "
                                      f"seq {have}: refusing to copy (verify both)")
                 break

@@ -15,7 +15,9 @@ import pytest
 import rfc8785
 
 from journal.call import Call
+from journal.checkpoint.note import Signer
 from journal.record import Recorder
+from journal.store.postgres_schema import CURRENT_VERSION
 from journal.store.postgres_store import PostgresStore
 from tests.support import postgres_server as _pg
 from tests.support.broker_harness import BIN, BrokerProcess
@@ -114,19 +116,31 @@ def test_readers_and_erase_on_a_database_store(pg_url, tmp_path):
     digest = entries[0]["response"]["body"]["sha256"]
     listed = _broker("sessions", "--store", pg_url, "--json")
     assert listed.returncode == 0 and json.loads(listed.stdout)["verifies"] is True
-    erased = _broker("erase", "--store", pg_url, "--blob", digest, "--reason", "retention 30d", "--by", "ops")
+    key, vkey = _erasure_keys(tmp_path)
+    erased = _broker("erase", "--store", pg_url, "--blob", digest, "--reason", "retention 30d", "--by", "ops",
+                     "--signing-key", key)
     assert erased.returncode == 0, erased.stderr
-    verified = _broker("verify", "--store", pg_url, "--json")
+    verified = _broker("verify", "--store", pg_url, "--json", "--erasure-key", vkey)
     report = json.loads(verified.stdout)
     assert verified.returncode == 0 and report["intact"] is True
     assert any("erased" in n and "retention 30d" in n and "ops" in n for n in report["notes"])
+    unkeyed = _broker("verify", "--store", pg_url, "--json")  # no erasure key given: no tombstone counts
+    assert unkeyed.returncode == 1 and json.loads(unkeyed.stdout)["kind"] == "blob_missing"
     plan = _broker("revert-plan", "--store", pg_url, "--vault", str(tmp_path / "local"), "s-api")
-    assert plan.returncode == 0, plan.stderr
+    assert plan.returncode == 1, plan.stderr  # replay is given no erasure key: the erased blob counts as missing
     assert (tmp_path / "local" / "views" / "s-api").is_dir()
-    pushed = _broker("push", "--from", str(tmp_path / "local"), "--to", pg_url)  # nothing new: a no-op
-    assert pushed.returncode == 0 and "pushed 0 entries" in pushed.stdout
+    pushed = _broker("push", "--from", str(tmp_path / "local"), "--to", pg_url)  # push verifies without an erasure key
+    assert pushed.returncode == 1 and "not pushed, BROKEN at seq 1: blob_missing" in pushed.stdout
     migrated = _broker("store", "migrate", "--store", pg_url)
-    assert migrated.returncode == 0 and "version 1" in migrated.stdout
+    assert migrated.returncode == 0 and f"version {CURRENT_VERSION}" in migrated.stdout
+
+
+def _erasure_keys(tmp_path) -> tuple[str, str]:
+    """Files of an erasure signer key and its verifier key."""
+    signer = Signer.generate("erasure.example")
+    (tmp_path / "erasure.key").write_text(signer.key_text() + "\n")
+    (tmp_path / "erasure.vkey").write_text(signer.verifier().vkey() + "\n")
+    return str(tmp_path / "erasure.key"), str(tmp_path / "erasure.vkey")
 
 
 def _call(session: str, body: str) -> dict:
@@ -169,10 +183,12 @@ def test_erase_in_a_file_vault_from_the_command_line(tmp_path):
     finally:
         rec.close()
     digest = entry["response"]["body"]["sha256"]
-    erased = _broker("erase", "--vault", str(tmp_path / "v"), "--blob", digest, "--reason", "retention", "--by", "ops")
+    key, vkey = _erasure_keys(tmp_path)
+    erased = _broker("erase", "--vault", str(tmp_path / "v"), "--blob", digest, "--reason", "retention", "--by", "ops",
+                     "--signing-key", key)
     assert erased.returncode == 0, erased.stderr
     assert not (tmp_path / "v" / "blobs" / "sha256" / digest[:2] / digest).exists()
-    verified = _broker("verify", "--vault", str(tmp_path / "v"), "--json")
+    verified = _broker("verify", "--vault", str(tmp_path / "v"), "--json", "--erasure-key", vkey)
     report = json.loads(verified.stdout)
     assert verified.returncode == 0 and report["intact"] is True
     assert any(f"blob {digest} erased" in n and "by ops: retention" in n for n in report["notes"])

@@ -14,8 +14,10 @@ import pytest
 import rfc8785
 
 from journal.chain import GENESIS, chain_entry
+from journal.checkpoint.note import Signer
 from journal.store import BlobErased, StoreError, open_store
 from journal.store.file_store import FileStore
+from journal.store.postgres_schema import CURRENT_VERSION
 from journal.store.postgres_store import PostgresStore
 from journal.store.transfer import copy_store
 from journal.verify import verify_session
@@ -236,7 +238,9 @@ def test_erasure_keeps_the_chain_in_both_stores(pg_url, tmp_path):
         e = w.append(fields(n=1, response={"status": 200, "headers": [], "body": body}))
         w.append(fields(n=2))
     digest = e["response"]["body"]["sha256"]
-    t = pg.erase_blob(digest, reason="subject request #12", by="dpo@example.com")
+    signer = Signer.generate("erasure.example")
+    keys = [signer.verifier()]
+    t = pg.erase_blob(digest, reason="subject request #12", by="dpo@example.com", signer=signer)
     assert (t.sha256, t.reason, t.erased_by) == (digest, "subject request #12", "dpo@example.com")
     with pytest.raises(BlobErased, match="subject request #12"):
         list(pg.read_blob(digest))
@@ -244,7 +248,7 @@ def test_erasure_keeps_the_chain_in_both_stores(pg_url, tmp_path):
         assert conn.execute("SELECT count(*) FROM journal_blob_chunks").fetchone()[0] == 0
     target = FileStore(tmp_path / "pulled", create=True)
     copy_store(pg, target)
-    r = verify_session(target.vault, "s1")
+    r = verify_session(target.vault, "s1", erasure_keys=keys)
     assert r.intact and r.entries == 2
     assert [x["sha256"] for x in r.erased] == [digest]
     assert any("erased" in n and "subject request #12" in n for n in r.notes)
@@ -253,9 +257,9 @@ def test_erasure_keeps_the_chain_in_both_stores(pg_url, tmp_path):
         fe = fw.append(fields(n=1, response={"status": 200, "headers": [], "body": body + "!"}))
     fs = FileStore(tmp_path / "v")
     fd = fe["response"]["body"]["sha256"]
-    fs.erase_blob(fd, reason="retention", by="ops")
+    fs.erase_blob(fd, reason="retention", by="ops", signer=signer)
     assert not fs.blobs.path_for(fd).exists()
-    r = verify_session(fs.vault, "s1")
+    r = verify_session(fs.vault, "s1", erasure_keys=keys)
     assert r.intact and r.erased[0]["reason"] == "retention"
     copy_store(fs, pg, sessions=[])
     assert {t.sha256 for t in pg.tombstones()} == {digest, fd}
@@ -276,8 +280,9 @@ def test_schema_is_versioned_created_on_first_use_and_refused_when_newer(pg_url)
         pg = PostgresStore(pg_url)
         with pg.writer() as w:  # first use creates it
             w.append(fields(n=1))
-        assert pg.schema_version(conn) == 1
-        assert PostgresStore(pg_url).migrate() == (1, 1)  # `broker store migrate` on a current schema: nothing
+        assert pg.schema_version(conn) == CURRENT_VERSION
+        now = (CURRENT_VERSION, CURRENT_VERSION)
+        assert PostgresStore(pg_url).migrate() == now  # `broker store migrate` on a current schema: nothing
         conn.execute("INSERT INTO journal_schema (version) VALUES (99)")
     result = PostgresStore(pg_url).writer().append_many([fields(n=2)])[0]
     assert isinstance(result, StoreError) and "newer than this broker" in str(result)

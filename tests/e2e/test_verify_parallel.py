@@ -9,6 +9,7 @@ each is verified in one process and cut into 2 and 5 ranges checked by forked wo
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import threading
@@ -21,13 +22,19 @@ from hypothesis import strategies as st
 import journal.verify as verify
 from journal.blobstore import BlobStore
 from journal.chain import GENESIS, chain_entry
+from journal.checkpoint.note import Signer
 from journal.erasure import write_tombstone
+from journal.erasure_signature import sign_tombstone
 from journal.reader import iter_lines
 from journal.seal import generate_keypair, load_private_key, load_public_key, read_seal, write_seal
 from journal.trajectory import ToolListWatch
 from journal.vault import Vault
-from journal.verify import SessionReport, verify_session
+from journal.verify import SessionReport
 from tests.support.journal_factories import fields
+
+ERASER = Signer.generate("eraser.example")
+KEYS = [ERASER.verifier()]  # the blob_erased tombstone is signed by it: honoured only with it
+verify_session = functools.partial(verify.verify_session, erasure_keys=KEYS)
 
 SETTINGS = settings(max_examples=150, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -40,7 +47,7 @@ def reference_report(vault: Vault, session: str, seal_key=None) -> SessionReport
     seal = read_seal(vault, session)
     sealed_hash = None
     report = SessionReport(session)
-    blobs = BlobStore(vault.root)
+    blobs = BlobStore(vault.root, erasure_keys=KEYS)
     blob_ok: dict = {}
     erased: list = []
     expected_prev = GENESIS
@@ -75,7 +82,8 @@ def reference_report(vault: Vault, session: str, seal_key=None) -> SessionReport
     report.notes += tool_lists.notes()
     for t in report.erased:
         report.notes.append(
-            f"blob {t['sha256']} erased on {t.get('erased_at')} by {t.get('erased_by')}: {t.get('reason')}"
+            f"blob {t['sha256']} erased on {t.get('erased_at')} by {t.get('erased_by')}: {t.get('reason')} "
+            f"(signed by erasure key {t.get('signed_by')})"
         )
     for q in sorted(path.parent.glob(path.name + ".torn-*")):
         report.notes.append(f"torn tail quarantined by the writer: {q.name} ({q.stat().st_size} bytes)")
@@ -141,8 +149,8 @@ def _make_blobs(vault: Vault) -> dict:
     bad.write_bytes(b"tampered")
     store.path_for(refs["blob_gone"]["sha256"]).unlink()
     gone = refs["blob_erased"]["sha256"]
-    write_tombstone(vault.root, {"sha256": gone, "erased_at": "2026-12-01T00:00:00.000Z", "erased_by": "dpo",
-                                 "reason": "request"})
+    tombstone = {"sha256": gone, "erased_at": "2026-12-01T00:00:00.000Z", "erased_by": "dpo", "reason": "request"}
+    write_tombstone(vault.root, {**tombstone, "note": sign_tombstone(tombstone, ERASER)})
     store.path_for(gone).unlink()
     return refs
 

@@ -327,9 +327,11 @@
         untrusted.push("the browser could not check the chain");
       } else {
         const b = this.check ? this.check.verdict() : null;
-        if (!b || (this.checking && b.intact)) {
-          browserBadge = el("span", { class: "badge info", id: "browser-verdict", dataset: { state: "checking" } },
-            `browser: checking… ${fmt(this.check ? this.check.entries : 0)} entries`);
+        if (!b || this.checking) { // no verdict, partial or not, until the whole file is read
+          const read = this.check ? this.check.bytes : 0;
+          const pct = this.fileBytes ? ` (${Math.min(100, Math.floor((100 * read) / this.fileBytes))}% of ${fmt(this.fileBytes)} bytes)` : "";
+          browserBadge = el("span", { class: "badge info", id: "browser-verdict", dataset: { state: "checking", bytes: String(read) } },
+            `browser: checking the chain… ${fmt(this.check ? this.check.entries : 0)} entries${pct}`);
         } else {
           browserBadge = el("span", { class: `badge ${b.intact ? "ok" : "bad"}`, id: "browser-verdict",
             dataset: { state: b.intact ? "intact" : "broken", seq: b.broken_at_seq ?? "", kind: b.kind ?? "" }, title: b.detail || "" },
@@ -353,9 +355,29 @@
       if (this.rowsDrawn) this.markUntrusted();
     }
 
+    // Each row shows its raw line (from /api/session/entries) only; it is trusted when the hash recomputed
+    // here from that line is the hash the chain checked in this browser holds at its seq. Until the check
+    // has reached it, it is unchecked; a row that is not the chain's entry is untrusted, whatever the
+    // verdicts say (a server serving one file to the check and another to the timeline is caught here).
     markUntrusted() {
+      const crypto = Canonical.hasCrypto();
+      const hashes = this.check && crypto ? this.check.hashes : null;
       for (const tr of this.body.querySelectorAll("tr[data-line]")) {
-        tr.classList.toggle("untrusted", Number(tr.dataset.line) >= this.brokenAt);
+        const line = Number(tr.dataset.line);
+        let state;
+        if (line >= this.brokenAt || this.checkError) state = "untrusted";
+        else if (!crypto || tr.dataset.hash === undefined) state = "trusted"; // no Web Crypto: the verdicts alone
+        else if (!hashes) state = "unchecked"; // the check has not started
+        else {
+          const chained = hashes[line - 1];
+          if (chained === undefined) state = this.checking ? "unchecked" : "untrusted";
+          else state = chained === tr.dataset.hash ? "trusted" : "untrusted";
+        }
+        tr.dataset.chain = state;
+        tr.classList.toggle("untrusted", state === "untrusted");
+        tr.classList.toggle("unchecked", state === "unchecked");
+        tr.title = state === "untrusted" ? "not the entry the chain checked in this browser holds at this seq"
+          : state === "unchecked" ? "not yet checked by this browser" : "";
       }
     }
 
@@ -372,6 +394,7 @@
       const head = await api("session/head", { session: this.session }).catch((err) => { clear(this.body, failure(err)); return null; });
       if (!head) return;
       this.total = head.lines;
+      this.fileBytes = head.bytes;
       this.from = this.seq ? Math.floor((this.seq - 1) / PAGE) * PAGE + 1 : 1;
       await this.loadRows();
       if (this.seq) await this.openEntry(this.seq, false);
@@ -383,15 +406,18 @@
       if (this.stopped) return;
       this.total = page.total;
       let prevTs = page.prev_ts;
-      clear(this.rowsBox, page.rows.map((r) => {
+      const rows = await Promise.all(page.rows.map((r) => rowFromRaw(r)));
+      if (this.stopped) return;
+      clear(this.rowsBox, rows.map((r) => {
         const g = gap(prevTs, r.ts);
         prevTs = r.ts;
         if (r.unreadable) {
-          return el("tr", { class: "row untrusted", dataset: { line: r.line }, onclick: () => this.openEntry(r.line) },
+          return el("tr", { class: "row untrusted", dataset: { line: r.line, hash: "" }, onclick: () => this.openEntry(r.line) },
             el("td", { class: "num" }, r.line), el("td", { colspan: 9 }, "(this line is not a JSON object)"));
         }
         const answered = r.answered_by === null || r.answered_by === undefined ? "" : r.answered_by;
-        return el("tr", { class: `row ${r.line === this.seq ? "selected" : ""}`, dataset: { line: r.line }, onclick: () => this.openEntry(r.line) },
+        const data = r.hash === undefined ? { line: r.line } : { line: r.line, hash: r.hash };
+        return el("tr", { class: `row ${r.line === this.seq ? "selected" : ""}`, dataset: data, onclick: () => this.openEntry(r.line) },
           el("td", { class: "num" }, r.seq === r.line ? r.line : `${r.line} (claims ${show(r.seq)})`), el("td", {}, show(r.ts)), el("td", {}, g),
           el("td", {}, show(r.connector)), el("td", {}, show(r.effect)), el("td", {}, show(r.capture)), el("td", {}, show(r.method)),
           el("td", { class: "num" }, r.status === null ? "—" : show(r.status)), el("td", { class: "url" }, show(r.url)),
@@ -423,6 +449,7 @@
       if (head.lines === this.total && (!this.check || this.check.bytes === head.bytes)) return;
       const onLastPage = this.from + PAGE > this.total;
       this.total = head.lines;
+      this.fileBytes = head.bytes;
       if (onLastPage) await this.loadRows(); else this.drawPager();
       if (this.check && !this.checking && head.bytes > this.check.bytes) await this.feedRaw(this.check.bytes);
       const now = Date.now();
@@ -480,6 +507,26 @@
   }
 
   // -- rendering an entry ---------------------------------------------------------------------------------
+  // A timeline row drawn from its raw line alone, with the hash recomputed here from that line's content
+  // (undefined without Web Crypto: then the rows follow the verdicts only).
+  async function rowFromRaw(r) {
+    let e;
+    try { e = JSON.parse(r.raw); } catch (_) { e = null; }
+    if (e === null || typeof e !== "object" || Array.isArray(e)) return { line: r.line, unreadable: true };
+    const req = e.request && typeof e.request === "object" ? e.request : {};
+    const resp = e.response && typeof e.response === "object" ? e.response : {};
+    const row = { line: r.line, seq: e.seq, ts: e.ts, connector: e.connector, effect: e.effect, capture: e.capture,
+      method: req.method, url: req.url, status: resp.status === undefined ? null : resp.status, answered_by: resp.answered_by, error: resp.error };
+    if (Canonical.hasCrypto()) {
+      try {
+        const rest = Object.assign({}, e);
+        delete rest.hash;
+        row.hash = await Canonical.sha256Hex(Canonical.canonicalize(rest, true));
+      } catch (_) { row.hash = ""; }
+    }
+    return row;
+  }
+
   async function renderEntry(page, got, n) {
     const box = page.entryBox;
     const raw = got.raw;
@@ -520,8 +567,13 @@
           hashLine.className = okHash ? "" : "error";
           hashLine.dataset.ok = String(okHash);
           hashLine.dataset.chained = String(chained === mine);
+          const notChain = okHash && chained !== undefined && chained !== mine;
+          if (notChain) hashLine.className = "error";
+          hashLine.dataset.untrusted = String(notChain);
           hashLine.textContent = okHash
-            ? `recomputed here: ${mine} matches the recorded hash` + (chained === mine ? ", and the chain checked in this browser holds it at this seq" : "")
+            ? `recomputed here: ${mine} matches the recorded hash` + (chained === mine ? ", and the chain checked in this browser holds it at this seq"
+              : notChain ? `, but the chain checked in this browser holds ${chained} at this seq: this is not the recorded entry, untrusted`
+                : page.checking ? " (the chain check has not reached it yet)" : "")
             : `recomputed here: ${mine}, the recorded hash differs: this entry was edited`;
         };
         say();

@@ -1,0 +1,247 @@
+"""Readers against a hand-built hostile vault: names that try to reach outside it.
+
+Whoever wrote the vault may have put in entries whose blob `sha256` is a path, blobs and session files
+that are symlinks to files elsewhere, a FIFO where a blob belongs. Every reader (verify, exports, pull,
+the inspector) must read none of it: a finding at the entry's seq, never bytes from outside, never a
+stop for the other sessions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+from starlette.testclient import TestClient
+
+from broker.inspector import create_app
+from journal.confine import NotConfined, open_blob, open_inside
+from journal.export.recorded_body import BlobUnavailable, read_blob
+from journal.store.file_store import FileStore
+from journal.store.interface import StoreError
+from journal.store.transfer import copy_store
+from journal.vault import Vault
+from journal.vault_verify import verify_sessions
+from journal.verify import verify_session
+from journal.writer import JournalWriter
+from tests.support.journal_factories import fields
+
+ROOT = Path(__file__).resolve().parents[2]
+SECRET = b"secret outside the vault: root:x:0:0\n"
+
+
+def _broker(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, NO_COLOR="1")
+    return subprocess.run([sys.executable, "-m", "broker.cli", *args], capture_output=True, text=True, cwd=ROOT,
+                          env=env, timeout=120)
+
+
+def _outside(tmp_path: Path) -> Path:
+    """A file outside the vault, as /etc/hostname would be."""
+    path = tmp_path / "outside" / "hostname"
+    path.parent.mkdir(exist_ok=True)
+    path.write_bytes(SECRET)
+    return path
+
+
+def _ref(digest: str, size: int) -> dict:
+    return {"sha256": digest, "size": size, "ref": f"blobs/sha256/{digest[:2]}/{digest}"}
+
+
+def _session_with_body(vault: Vault, session: str, body: object, n: int = 3) -> None:
+    """n entries; the response body of seq 2 is `body`."""
+    with JournalWriter(vault, durable=False) as w:
+        for i in range(1, n + 1):
+            f = fields(session=session, n=i)
+            if i == 2:
+                f["response"]["body"] = body
+            w.append(f)
+
+
+def _intact(vault: Vault, session: str, n: int = 3) -> None:
+    with JournalWriter(vault, durable=False) as w:
+        for i in range(1, n + 1):
+            w.append(fields(session=session, n=i))
+
+
+def _traversal(tmp_path: Path, outside: Path) -> dict:
+    """A ref whose sha256 climbs from blobs/sha256/<hh>/ to `outside`."""
+    vault_blobs = tmp_path / "v" / "blobs" / "sha256" / "xx"
+    up = os.path.relpath(outside, vault_blobs)
+    return {"sha256": up, "size": len(SECRET), "ref": f"blobs/sha256/{up[:2]}/{up}"}
+
+
+@pytest.mark.parametrize("with_blobs_dir", [True, False])
+def test_a_blob_name_that_is_a_path_is_a_finding_not_a_read(tmp_path, with_blobs_dir):
+    outside = _outside(tmp_path)
+    vault = Vault.create(tmp_path / "v")
+    if not with_blobs_dir:
+        (vault.root / "blobs" / "sha256").rmdir()
+        (vault.root / "blobs").rmdir()
+    _intact(vault, "a-good")
+    _session_with_body(vault, "b-hostile", _traversal(tmp_path, outside))
+    _intact(vault, "c-good")
+    r = _broker("verify", "--vault", str(vault.root))
+    assert r.returncode == 1, r.stderr
+    assert "Traceback" not in r.stderr
+    assert "a-good: intact (3 entries)" in r.stdout
+    assert "c-good: intact (3 entries)" in r.stdout
+    assert "b-hostile: BROKEN at seq 2: contract_violation" in r.stdout
+    assert hashlib.sha256(SECRET).hexdigest() not in r.stdout + r.stderr
+
+
+def test_a_blob_symlinked_outside_is_missing_not_read(tmp_path):
+    outside = _outside(tmp_path)
+    digest = hashlib.sha256(SECRET).hexdigest()
+    vault = Vault.create(tmp_path / "v")
+    link = vault.root / "blobs" / "sha256" / digest[:2] / digest
+    link.parent.mkdir(parents=True)
+    link.symlink_to(outside)
+    _session_with_body(vault, "s", _ref(digest, len(SECRET)))
+    report = verify_session(vault, "s")
+    assert (report.intact, report.broken_at_seq, report.kind) == (False, 2, "blob_missing")
+    assert "symlink" in report.detail
+    with pytest.raises(NotConfined):
+        open_blob(vault.root, digest)
+    with pytest.raises(BlobUnavailable, match="not read"):
+        read_blob(vault, _ref(digest, len(SECRET)))
+
+
+def test_a_blob_directory_symlinked_outside_is_not_followed(tmp_path):
+    outside = _outside(tmp_path)
+    digest = hashlib.sha256(SECRET).hexdigest()
+    (outside.parent / digest).write_bytes(SECRET)
+    vault = Vault.create(tmp_path / "v")
+    (vault.root / "blobs" / "sha256" / digest[:2]).symlink_to(outside.parent, target_is_directory=True)
+    _session_with_body(vault, "s", _ref(digest, len(SECRET)))
+    report = verify_session(vault, "s")
+    assert (report.intact, report.kind) == (False, "blob_missing")
+
+
+def test_a_fifo_where_a_blob_belongs_does_not_hang_the_reader(tmp_path):
+    digest = "ab" * 32
+    vault = Vault.create(tmp_path / "v")
+    fifo = vault.root / "blobs" / "sha256" / digest[:2] / digest
+    fifo.parent.mkdir(parents=True)
+    os.mkfifo(fifo)
+    _session_with_body(vault, "s", _ref(digest, 10))
+    report = verify_session(vault, "s")
+    assert (report.intact, report.kind) == (False, "blob_missing")
+    assert "not a regular file" in report.detail
+
+
+def test_a_session_file_symlinked_outside_is_a_finding_and_the_others_are_verified(tmp_path):
+    vault = Vault.create(tmp_path / "v")
+    _intact(vault, "good")
+    foreign = Vault.create(tmp_path / "foreign")
+    _intact(foreign, "leak")  # a well-formed session outside: the old code verified it as if it were in the vault
+    (vault.journal_dir / "leak.jsonl").symlink_to(foreign.session_path("leak"))
+    reports = {r.session: r for r in verify_sessions(vault, vault.sessions(), workers=1)}
+    assert reports["good"].intact
+    leak = reports["leak"]
+    assert (leak.intact, leak.broken_at_seq, leak.kind, leak.entries) == (False, 1, "contract_violation", 0)
+    assert "symlink" in leak.detail
+    r = _broker("verify", "--vault", str(vault.root))
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "good: intact" in r.stdout and "leak: BROKEN at seq 1: contract_violation" in r.stdout
+
+
+def test_a_journal_directory_symlinked_outside_is_not_followed(tmp_path):
+    foreign = Vault.create(tmp_path / "foreign")
+    _intact(foreign, "leak")
+    vault = Vault.create(tmp_path / "v")
+    vault.journal_dir.rmdir()
+    vault.journal_dir.symlink_to(foreign.journal_dir, target_is_directory=True)
+    report = verify_session(vault, "leak")
+    assert (report.intact, report.kind) == (False, "contract_violation")
+    with pytest.raises(NotConfined):
+        open_inside(vault.root, ("journal", "leak.jsonl"))
+
+
+@pytest.mark.parametrize("parts", [("..", "x"), ("journal", "../x"), ("journal", "."), ("",)])
+def test_names_that_leave_the_vault_are_refused_before_any_open(tmp_path, parts):
+    vault = Vault.create(tmp_path / "v")
+    with pytest.raises(NotConfined):
+        open_inside(vault.root, parts)
+
+
+def test_inspector_serves_no_symlinked_session_or_blob(tmp_path):
+    outside = _outside(tmp_path)
+    digest = hashlib.sha256(SECRET).hexdigest()
+    vault = Vault.create(tmp_path / "v")
+    _intact(vault, "good")
+    (vault.journal_dir / "leak.jsonl").symlink_to(outside)
+    blob = vault.root / "blobs" / "sha256" / digest[:2] / digest
+    blob.parent.mkdir(parents=True)
+    blob.symlink_to(outside)
+    client = TestClient(create_app(Vault.open_existing(vault.root)), base_url="http://127.0.0.1")
+    raw = client.get("/api/session/raw", params={"session": "leak"})
+    assert raw.status_code == 404 and SECRET not in raw.content
+    got = client.get("/api/blob", params={"sha256": digest})
+    assert got.status_code == 404 and SECRET not in got.content
+    for path in ("/api/session/entries", "/api/session/head", "/api/session/entry"):
+        r = client.get(path, params={"session": "leak", "seq": 1})
+        assert r.status_code == 404 and SECRET not in r.content
+    assert client.get("/api/session/raw", params={"session": "good"}).status_code == 200
+    names = client.get("/api/sessions", params={"names": 1}).json()
+    assert {n["session"] for n in names} == {"good", "leak"}
+    assert client.get("/api/sessions").status_code == 200
+
+
+def test_inspector_still_serves_a_real_blob(tmp_path):
+    vault = Vault.create(tmp_path / "v")
+    ref = FileStore(vault.root).put_blob([b"real bytes"])
+    client = TestClient(create_app(Vault.open_existing(vault.root)), base_url="http://127.0.0.1")
+    got = client.get("/api/blob", params={"sha256": ref["sha256"]})
+    assert got.status_code == 200 and got.content == b"real bytes"
+
+
+def test_export_does_not_inline_bytes_from_outside(tmp_path):
+    outside = _outside(tmp_path)
+    digest = hashlib.sha256(SECRET).hexdigest()
+    vault = Vault.create(tmp_path / "v")
+    blob = vault.root / "blobs" / "sha256" / digest[:2] / digest
+    blob.parent.mkdir(parents=True)
+    blob.symlink_to(outside)
+    _session_with_body(vault, "s", _ref(digest, len(SECRET)))
+    out = tmp_path / "s.har"
+    r = _broker("export", "--vault", str(vault.root), "--format", "har", "--inline-blobs", "--out", str(out), "s")
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert not out.exists() or b"root:x:0:0" not in out.read_bytes()
+    traversal = _traversal(tmp_path, outside)
+    with pytest.raises(BlobUnavailable):
+        read_blob(vault, traversal)
+
+
+def test_pull_from_a_hostile_file_vault_copies_nothing_from_outside(tmp_path):
+    outside = _outside(tmp_path)
+    digest = hashlib.sha256(SECRET).hexdigest()
+    source = FileStore(tmp_path / "src", create=True)
+    blob = source.vault.root / "blobs" / "sha256" / digest[:2] / digest
+    blob.parent.mkdir(parents=True)
+    blob.symlink_to(outside)
+    (source.vault.root / "blobs" / "sha256" / "zz").mkdir()
+    (source.vault.root / "blobs" / "sha256" / "zz" / "..%2f..%2fetc").write_bytes(b"x")
+    target = FileStore(tmp_path / "dst", create=True)
+    with pytest.raises(StoreError, match="not read"):
+        copy_store(source, target)
+    assert not any(p.is_file() and p.read_bytes() == SECRET for p in (tmp_path / "dst").rglob("*"))
+    assert list(source.blob_digests()) == [digest]  # the stray name is never offered for reading
+
+
+def test_a_symlinked_tombstone_is_not_read(tmp_path):
+    outside = tmp_path / "tomb.json"
+    outside.write_bytes(orjson.dumps({"sha256": "cd" * 32, "erased_at": "x", "erased_by": "y", "reason": "z"}))
+    digest = "cd" * 32
+    vault = Vault.create(tmp_path / "v")
+    (vault.root / "blobs" / "erased").mkdir()
+    (vault.root / "blobs" / "erased" / f"{digest}.json").symlink_to(outside)
+    _intact(vault, "good")
+    _session_with_body(vault, "s", _ref(digest, 10))
+    reports = {r.session: r for r in verify_sessions(vault, vault.sessions(), workers=1)}
+    assert reports["good"].intact
+    assert (reports["s"].intact, reports["s"].kind, reports["s"].erased) == (False, "blob_missing", [])
