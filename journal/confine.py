@@ -23,7 +23,7 @@ import stat
 from collections.abc import Iterator, Sequence
 from typing import BinaryIO
 
-from journal.vault import VaultError
+from journal.errors import VaultError
 
 _HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

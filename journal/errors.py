@@ -5,7 +5,8 @@ The `broker` command (broker/cli/exit_codes.py) prints a `BrokerError` as one li
 So every message says what is wrong and what to do about it.
 
 The areas keep their own classes where they were (each derives from `BrokerError`):
-- journal/vault.py: `VaultError` (a vault, a session, a seal, a checkpoint, a key: reading the record);
+- here: `VaultError` (a vault, a session, a seal, a checkpoint, a key: reading the record;
+  journal/vault.py re-exports it);
   `SessionIdError`, journal/seal.py `SealError`, journal/checkpoint/note.py `NoteError`,
   journal/checkpoint/sealer.py `SealRefused`, journal/checkpoint/proof_bundle.py `BundleError`,
   journal/export/recorded_body.py `BlobUnavailable` derive from it;
@@ -38,3 +39,7 @@ class PeerError(BrokerError, ValueError):
 
 class JournalError(BrokerError):
     """The journal could not take an entry; the message says why (journal/writer.py re-exports it)."""
+
+
+class VaultError(BrokerError):
+    """A vault that is missing, not a vault, or not usable; the message says what to do."""

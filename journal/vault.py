@@ -23,7 +23,8 @@ from pathlib import Path
 
 import orjson
 
-from journal.errors import BrokerError
+from journal.confine import open_inside
+from journal.errors import VaultError
 
 FORMAT = "connector-journal/1"
 MAX_ENCODED_SESSION = 200
@@ -56,10 +57,6 @@ def write_atomically(path: Path, data: bytes) -> None:
         Path(tmp).unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
-
-
-class VaultError(BrokerError):
-    """A vault that is missing, not a vault, or not usable; the message says what to do."""
 
 
 class SessionIdError(VaultError):
@@ -200,7 +197,6 @@ class Vault:
 
     def open_session(self, session: str) -> int:
         """A read-only descriptor of the session's file, opened as journal/confine.py's `open_inside` does."""
-        from journal.confine import open_inside  # confine builds on this module's VaultError
 
         name = session_filename(session)
         try:

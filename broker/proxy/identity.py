@@ -20,6 +20,7 @@ import binascii
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from journal.errors import InputError
 from journal.record import wire_text
 
 SESSION_HEADER = "x-broker-session"
@@ -34,7 +35,7 @@ _WITH_AUTH = IDENTITY_HEADERS | {PROXY_AUTHORIZATION}
 _NAMES = {n: n for n in _WITH_AUTH} | {n.encode(): n for n in _WITH_AUTH}
 _NAMES_NO_AUTH = {n: n for n in IDENTITY_HEADERS} | {n.encode(): n for n in IDENTITY_HEADERS}
 
-class BadProxyCredentials(ValueError):
+class BadProxyCredentials(InputError):
     """Proxy credentials that cannot be read: the call is refused (400), never given a default session."""
 
     def __init__(self) -> None:
