@@ -227,6 +227,7 @@ _T_DOTTED = _Elements(rb"[" + _TOK + rb"]*(?:\.[" + _TOK + rb"]+)*", 2)
 _T_BEARER = _Elements(rb"[A-Za-z0-9._~+/=_\-]*", 1)
 _T_XOXD = _Elements(rb"[A-Za-z0-9%+/=_\-]*", 1)
 _T_HOOK = _Elements(rb"[A-Za-z0-9_/+\-]*(?:\\/[A-Za-z0-9_/+\-]*)*", 2)
+_T_PCT_HOOK = _Elements(rb"(?:[A-Za-z0-9_+\-]|%2[Ff])*", 3)
 _T_JSON_STRING = _Elements(rb'[^"\\]*(?:\\[\s\S][^"\\]*)*', 2)
 _T_URL_VALUE = _Elements(rb"[^&\s\"'<>\\#)}]*", 1)
 _T_FORM_VALUE = _Elements(rb"[^&]*", 1)
@@ -295,7 +296,7 @@ _Tail = _Elements | _Until | str | type | None
 _Rule = tuple[bytes, bytes, _Tail | tuple, str]
 
 _SP = rb"(?:[ \t]|\+|%20)"  # a space as written in text or in a URL-encoded form
-_PEM_BODY = rb"(?=(?:[ \t\r\n+]|\\{1,3}[nrt]|%0[AaDd9]|%20){0,8}[A-Za-z0-9+/])"
+_PEM_BODY = rb"(?=(?:[ \t\r\n+]|\\{1,3}[nrt]|%0[AaDd9]|%20){0,8}(?:[A-Za-z0-9+/]|%2[BbFf]))"
 _T_SSH2 = _Until(b"---- END", strip_cr=False)
 _T_PUTTY = _Until(b"Private-MAC", strip_cr=False)
 _T_BASIC = _Elements(rb"[A-Za-z0-9+/=]*(?:%(?:2[BbFf]|3[Dd])[A-Za-z0-9+/=]*)*", 3)
@@ -327,6 +328,14 @@ def _prefix_rule(prefix: str, rest: str) -> tuple[_Rule, tuple[str, str]]:
 
 _PREFIX_RULES = tuple(_prefix_rule(p, shape.rest) for shape in PREFIX_SHAPES for p in shape.prefixes)
 
+# Assignments at the start of a line: INI, .env, YAML, properties (`aws_secret_access_key = ...`,
+# `export DB_PASSWORD=...`, `password: ...`), a credential name after up to three identifier words
+# (DB_, AWS_, spring.datasource.). The line may sit in a JSON string (\n escaped) or in a URL-encoded
+# form value (%0A, or the value's start). true, false and null stay.
+_ID_WORDS = rb"(?:[A-Za-z0-9]{1,32}[_.\-]){0,3}"
+_ASSIGN_NAME = (
+    rb"[ \t]{0,16}(?:export[ \t]{1,4})?" + _ID_WORDS + rb"(?:" + _BODY_ALT.encode() + rb")[ \t]{0,8}[=:][ \t]{0,8}"
+)
 _VALUE_RULES: tuple[_Rule, ...] = (
     # 'Bearer <token>': the token needs 20+ characters and a digit, so prose ("bearer of") stays.
     (rb"(?i:bearer)(?:[ \t]{1,8}|\+|%20)",
@@ -354,6 +363,8 @@ _VALUE_RULES: tuple[_Rule, ...] = (
     (b"", rb"github_pat_[A-Za-z0-9_]{22}", _T_TOKEN, "text"),
     # Slack webhook / response_url capability URLs: everything after the first path segment goes.
     (rb"hooks\.slack\.com\\?/[A-Za-z0-9_\-]{1,32}\\?/", rb"(?=[A-Za-z0-9_\-])", _T_HOOK, "text"),
+    # ... and URL-encoded (a form field holding the URL).
+    (rb"hooks\.slack\.com%2[Ff][A-Za-z0-9_\-]{1,32}%2[Ff]", rb"(?=[A-Za-z0-9_\-])", _T_PCT_HOOK, "text"),
     # Other webhook capability URLs, keep in step with _WEBHOOK_PATHS (redact_url, which also knows
     # Telegram bot URLs by their host). All start at the "hook" of "webhook" (with a lookbehind for the
     # rest), so the "h" trigger the Slack rule has covers them with no new trigger character:
@@ -381,12 +392,16 @@ _VALUE_RULES: tuple[_Rule, ...] = (
     (rb"%2[Ff]%2[Ff]", rb"(?=" + _PCT_CHAR + rb"{0,256}%3[Aa](?:" + _PCT_CHAR + rb"|%3[Aa]){1,256}%40)",
      _T_PCT_USERINFO, "text"),
     # Connection strings: Azure AccountKey= / SharedAccessKey=, ;Password= (ADO.NET, ODBC).
-    (rb"(?:AccountKey|SharedAccessKey|SharedAccessSignature)(?:=|%3[Dd])", rb"(?=[^;\"'\s&<>\\%])", _T_CONN, "text"),
-    (rb";[ \t]{0,4}(?i:password|pwd)[ \t]{0,4}=", rb"(?=[^;\"'\s\\])", _T_CONN, "text"),
+    (rb"(?:AccountKey|SharedAccessKey|SharedAccessSignature)(?:=|%3[Dd])",
+     rb"(?!\[never)(?=[^;\"'\s&<>\\%])", _T_CONN, "text"),
+    (rb";[ \t]{0,4}(?i:password|pwd)[ \t]{0,4}=", rb"(?!\[never)(?=[^;\"'\s\\])", _T_CONN, "text"),
     # .npmrc `//registry/:_authToken=...`
-    (rb"(?<=:)_(?:authToken|auth|password)=", rb"(?=[^\s\"'\\])", _T_CONN, "text"),
+    (rb"(?<=:)_(?:authToken|auth|password)=", rb"(?!\[never)(?=[^\s\"'\\])", _T_CONN, "text"),
     # Telegram bot token (detect-secrets telegram_token.py): the bot id stays, the secret after ':' goes.
-    (rb"(?<=[0-9]{8}):", rb"[0-9A-Za-z_\-]{35}", _T_TOKEN, "text"),
+    (rb"(?<=[0-9]{8})(?::|%3[Aa])", rb"[0-9A-Za-z_\-]{35}", _T_TOKEN, "text"),
+    # Line assignments (see _ASSIGN_NAME).
+    (rb"(?:(?<![\s\S])|\r?\n|\\r\\n|\\n)" + _ASSIGN_NAME + rb"[\"']?(?:(?i:bearer|basic|token)[ \t]{1,8})?+",
+     rb"(?!(?:true|false|null)(?![A-Za-z0-9_])|\[never)(?=[^\s\"'\\])", _Elements(rb"[^\r\n\"'\\]*", 1), "text"),
     # The catalogue (journal/secret_shapes.py): tokens known by their prefix, which stays.
     *(rule for rule, _t in _PREFIX_RULES),
 )  # fmt: skip
@@ -433,28 +448,19 @@ _MULTIPART_RULE: _Rule = (
     b"", _MULTIPART, "text",
 )  # fmt: skip
 
-# Assignments at the start of a line: INI, .env, YAML, properties (`aws_secret_access_key = ...`,
-# `export DB_PASSWORD=...`, `password: ...`), a credential name after up to three identifier words
-# (DB_, AWS_, spring.datasource.). The line may sit in a JSON string (\n escaped) or in a URL-encoded
-# form value (%0A, or the value's start). true, false and null stay.
-_ID_WORDS = rb"(?:[A-Za-z0-9]{1,32}[_.\-]){0,3}"
-_ASSIGN_NAME = (
-    rb"[ \t]{0,16}(?:export[ \t]{1,4})?" + _ID_WORDS + rb"(?:" + _BODY_ALT.encode() + rb")[ \t]{0,8}[=:][ \t]{0,8}"
-)
 _PCT_SP = rb"(?:\+|%20|%09)"
 _PCT_ASSIGN_NAME = (
-    _PCT_SP + rb"{0,16}" + _ID_WORDS + rb"(?:" + _BODY_ALT.encode() + rb")" + _PCT_SP + rb"{0,8}(?:%3[Dd]|%3[Aa])"
+    _PCT_SP + rb"{0,16}(?:export" + _PCT_SP + rb"{1,4})?" + _ID_WORDS + rb"(?:" + _BODY_ALT.encode() + rb")"
+    + _PCT_SP + rb"{0,8}(?:%3[Dd]|%3[Aa])"
     + _PCT_SP + rb"{0,8}"
 )  # fmt: skip
 _PCT_VALUE_CHAR = rb"(?:[^&\s%]|%(?!0[AaDd]|2[27])[0-9A-Fa-f]{2})"
 _TEXT_RULES: tuple[_Rule, ...] = (
-    (rb"(?:(?<![\s\S])|\r?\n|\\r\\n|\\n)" + _ASSIGN_NAME + rb"[\"']?(?:(?i:bearer|basic|token)[ \t]{1,8})?",
-     rb"(?!(?:true|false|null)(?![A-Za-z0-9_]))(?=[^\s\"'\\])", _Elements(rb"[^\r\n\"'\\]*", 1), "text"),
     (rb"(?:%0[Aa]|%0[Dd]%0[Aa]|=)" + _PCT_ASSIGN_NAME + rb"(?:%2[27])?",
-     rb"(?!(?:true|false|null)(?![A-Za-z0-9_]))(?=" + _PCT_VALUE_CHAR + rb")",
+     rb"(?!(?:true|false|null)(?![A-Za-z0-9_])|\[never)(?=" + _PCT_VALUE_CHAR + rb")",
      _Elements(_PCT_VALUE_CHAR + rb"*", 3), "text"),
     # XML elements named like a credential: <SecretAccessKey>...</SecretAccessKey> (AWS IAM answers).
-    (rb"<(?:" + _BODY_ALT.encode() + rb")>", rb"(?=[^<])", _Elements(rb"[^<]*", 1), "text"),
+    (rb"<(?:" + _BODY_ALT.encode() + rb")>", rb"(?!\[never)(?=[^<])", _Elements(rb"[^<]*", 1), "text"),
 )  # fmt: skip
 
 _BINARY, _TEXT, _FORM, _MULTI = "binary", "text", "form", "multipart"
@@ -538,8 +544,10 @@ _VALUE_TRIGGER_CONDS: dict[str, list[str]] = {
     "-": [r"(?=----BEGIN(?:[ \t]|\+|%20))", "(?=--- BEGIN SSH2 )"],
     "B": ["(?=(?i:earer|asic))"], "b": ["(?=(?i:earer|asic))"], "P": ["(?=rivate-Lines:)"],
     "S": ["(?=haredAccess(?:Key|Signature)(?:=|%3[Dd]))"],
-    "/": [r"(?=\\?/[A-Za-z0-9._~!$&()*+,;=%\-]{0,128}:[A-Za-z0-9._~!$&()*+,;=%:\-]{1,128}@)"], "%": ["(?=2[Ff]%2[Ff])"],
+    "/": [r"(?=\\?/[A-Za-z0-9._~!$&()*+,;=%\-]{0,128}:[A-Za-z0-9._~!$&()*+,;=%:\-]{1,128}@)"],
+    "%": ["(?=2[Ff]%2[Ff])", "(?<=[0-9]{8}%)(?=3[Aa])"],
     ";": [r"(?=[ \t]{0,4}(?i:password|pwd)[ \t]{0,4}=)"], "_": ["(?<=:_)"], ":": ["(?<=[0-9]{8}:)"],
+    "\n": [f"(?={_ASSIGN_NAME.decode()})"], "\\": [f"(?=(?:r\\\\)?n{_ASSIGN_NAME.decode()})"],
 }  # fmt: skip
 for _rule, (_char, _cond) in _PREFIX_RULES:
     _conds = _VALUE_TRIGGER_CONDS.setdefault(_char, [])
@@ -560,9 +568,9 @@ def _text_trigger_conds(key_alt: str, in_json_key_alt: str, kind: str) -> dict[s
     conds = {k: list(v) for k, v in _VALUE_TRIGGER_CONDS.items()}
     extra = {
         '"': [f'(?=(?:{key_alt})")'],
-        "\\": [f'(?="(?:{in_json_key_alt})\\\\")', f"u0026(?=(?:{url})=)", f"(?=(?:r\\\\)?n{_ASSIGN_LOOK})"],
+        "\\": [f'(?="(?:{in_json_key_alt})\\\\")', f"u0026(?=(?:{url})=)"],
         "?": [f"(?=(?:{url})=)"], "&": [f"(?:amp;)?(?=(?:{url})=)"],
-        "\n": [f"(?={_ASSIGN_LOOK})"], "%": [f"(?=(?:0[Dd]%)?0[Aa]{_PCT_ASSIGN_LOOK})"],
+        "%": [f"(?=(?:0[Dd]%)?0[Aa]{_PCT_ASSIGN_LOOK})"],
         "=": [f"(?={_PCT_ASSIGN_LOOK})"], "<": [f"(?=(?:{_BODY_ALT})>)"],
     }  # fmt: skip
     if kind == _MULTI:
@@ -571,11 +579,11 @@ def _text_trigger_conds(key_alt: str, in_json_key_alt: str, kind: str) -> dict[s
     for char, cs in extra.items():
         conds.setdefault(char, []).extend(cs)
     # The JSON key triggers first: they are the ones that fire in JSON, the commonest body.
+    conds["\\"] = conds["\\"][1:] + conds["\\"][:1]  # the escaped-newline condition after the key ones
     order = ['"', "\\"]
     return {c: conds[c] for c in order} | {c: v for c, v in conds.items() if c not in order}
 
 
-_ASSIGN_LOOK = _ASSIGN_NAME.decode()
 _PCT_ASSIGN_LOOK = _PCT_ASSIGN_NAME.decode()
 _VALUE_TRIGGERS = _triggers(_VALUE_TRIGGER_CONDS)
 _VALUE_TRIGGER_RE = re.compile(_VALUE_TRIGGERS)
