@@ -66,7 +66,7 @@ _URL_NAMES = (
 # they are mostly not credentials (Graph/GitHub error `code`, GitHub `license.key`, Calendar
 # conference `key`, code-running tool params); an OAuth code never travels in a JSON body outside
 # the token exchanges, which are dropped whole. Header names appear as JSON keys in Graph `$batch`.
-_BODY_NAMES = tuple(n for n in _URL_NAMES if n not in ("key", "code", "ticket", "session_id")) + (
+_BODY_NAMES = tuple(n for n in _URL_NAMES if n not in ("key", "code", "ticket", "session_id", "jwt")) + (
     "authorization", "proxy_authorization", "cookie", "set_cookie", "x_api_key", "x_goog_api_key",
     "ocp_apim_subscription_key", "private_token", "x_auth_token", "x_access_token", "credential",
     "client_key", "upload_url", "response_url", "@microsoft.graph.downloadUrl", "@content.downloadUrl",
@@ -307,32 +307,67 @@ _T_PCT_USERINFO = _Elements(rb"(?:[A-Za-z0-9._~!$'()*+,;=\-]|%(?!40)[0-9A-Fa-f]{
 _T_CONN = _Elements(rb"(?:[^;\"'\s&<>\\%]|%(?!3[Bb])[0-9A-Fa-f]{2})*", 3)
 
 
+# First characters of the hand-written value rules' triggers, less 'e' (a tenth of all prose): a prefix
+# starting with one of these adds no trigger character.
+_CHEAP_FIRST = frozenset("1GxyABgbh")
+
+
 def _prefix_rule(prefix: str, rest: str) -> tuple[_Rule, tuple[str, str]]:
     """A catalogue prefix as a rule, plus its trigger (character, condition).
 
-    The rule starts at the prefix's first `_`, `-` or `.` (rare in prose, so its trigger costs little),
-    or at its first character when that is an upper-case letter; what comes before is a lookbehind, so
-    the prefix stays whole in the output. Like AIza or ghp_, a prefix glued to 8 or more base64
-    characters on its left is part of a base64 run, not a token standing alone.
+    The rule starts where its trigger costs least (each character that can start a rule slows the scan
+    of every body where it occurs): at the prefix's first character when other rules already start
+    there, else at its first `_` or `-` (rare in prose), else at a rarely seen letter inside it that
+    other rules already use; what comes before is a lookbehind, so the prefix stays whole. Like AIza or
+    ghp_, a prefix glued to 8 or more base64 characters on its left is part of a base64 run, not a token
+    standing alone.
     """
-    i = next((j for j, c in enumerate(prefix) if c in "_-."), None)
-    if i is None:
-        if not prefix[0].isupper():
-            raise ValueError(f"catalogue prefix {prefix!r} needs a _, - or . or an upper-case first letter")
-        i = 0
+    i = 0 if prefix[0] in _CHEAP_FIRST else next((j for j, c in enumerate(prefix) if c in "_-"), -1)
+    if i < 0:
+        i = next((j for j, c in enumerate(prefix) if c in "1GxyAB"), -1)
+    if i < 0:
+        raise ValueError(f"catalogue prefix {prefix!r} needs a _ or -, or one of 1GxyAB, to start its rule")
     before, after = re.escape(prefix[:i]).encode(), re.escape(prefix[i:]).encode()
     keep = (rb"(?<=" + before + rb")" if before else b"") + rb"(?<![" + _TOK + rb"]{8}" + before + rb")" + after
     cond = f"(?<={re.escape(prefix[: i + 1])})" if i else f"(?={re.escape(prefix[1:])})"
     return (keep, rest.encode(), _T_TOKEN, "text"), (prefix[i], cond)
 
 
+# Schemes whose URLs often carry a password (databases, git, web), each with a character the value
+# rules' triggers already have (so no new trigger character): redis, amqp, ftp, smtp, ldap have none and
+# are not covered in bodies (redact_url covers every scheme).
+_USERINFO_SCHEMES = ("http", "https", "postgres", "postgresql", "mysql", "mongodb", "mongodb+srv", "mariadb",
+                     "git", "git+ssh", "jdbc:mysql", "jdbc:postgresql", "jdbc:mariadb")  # fmt: skip
+
+
+def _userinfo_rules() -> list[tuple[_Rule, tuple[str, str]]]:
+    """The rules for user:password@ after each scheme of `_USERINFO_SCHEMES` (raw and URL-encoded)."""
+    out = []
+    for scheme in _USERINFO_SCHEMES:
+        i = 0 if scheme[0] in _CHEAP_FIRST else next(j for j, c in enumerate(scheme) if c in "1GxyABgb")
+        before, after = re.escape(scheme[:i]).encode(), re.escape(scheme[i:]).encode()
+        keep = (rb"(?<=" + before + rb")" if before else b"") + rb"(?<![A-Za-z0-9+.\-]" + before + rb")" + after
+        raw_look = rb"(?=" + _UI_CHAR + rb"{0,128}+:(?:" + _UI_CHAR + rb"|:){1,128}+@)"
+        pct_look = rb"(?=" + _PCT_CHAR + rb"{0,256}%3[Aa](?:" + _PCT_CHAR + rb"|%3[Aa]){1,256}%40)"
+        raw = (keep + rb":\\?/\\?/", raw_look, _T_USERINFO, "text")
+        pct = (keep + rb"%3[Aa]%2[Ff]%2[Ff]", pct_look, _T_PCT_USERINFO, "text")
+        # The trigger reads on up to the '@' (a URL without a password, the common case, never gets as far
+        # as trying the rules).
+        look = (b"(?::\\\\?/\\\\?/" + raw_look + b"|%3[Aa]%2[Ff]%2[Ff]" + pct_look + b")").decode()
+        after_i = re.escape(scheme[i + 1 :])
+        cond = f"(?<={re.escape(scheme[: i + 1])})(?={after_i}{look})" if i else f"(?={after_i}{look})"
+        out += [(raw, (scheme[i], cond)), (pct, (scheme[i], cond))]
+    return out
+
+
+_USERINFO_RULES = _userinfo_rules()
 _PREFIX_RULES = tuple(_prefix_rule(p, shape.rest) for shape in PREFIX_SHAPES for p in shape.prefixes)
 
 # Assignments at the start of a line: INI, .env, YAML, properties (`aws_secret_access_key = ...`,
 # `export DB_PASSWORD=...`, `password: ...`), a credential name after up to three identifier words
 # (DB_, AWS_, spring.datasource.). The line may sit in a JSON string (\n escaped) or in a URL-encoded
 # form value (%0A, or the value's start). true, false and null stay.
-_ID_WORDS = rb"(?:[A-Za-z0-9]{1,32}[_.\-]){0,3}"
+_ID_WORDS = rb"(?:[A-Za-z0-9]{1,32}+[_.\-]){0,3}"
 _ASSIGN_NAME = (
     rb"[ \t]{0,16}(?:export[ \t]{1,4})?" + _ID_WORDS + rb"(?:" + _BODY_ALT.encode() + rb")[ \t]{0,8}[=:][ \t]{0,8}"
 )
@@ -382,23 +417,21 @@ _VALUE_RULES: tuple[_Rule, ...] = (
      _PEM_BODY, _T_PEM, "text"),
     (rb"---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----", _PEM_BODY, _T_SSH2, "text"),
     # PuTTY key file: the private lines go, up to the MAC line.
-    (rb"Private-Lines:[ \t]{0,8}[0-9]{1,4}", rb"(?=\r?\n|\\r?\\n|%0[AaDd])", _T_PUTTY, "text"),
+    (rb"(?<=Private)-Lines:[ \t]{0,8}[0-9]{1,4}", rb"(?=\r?\n|\\r?\\n|%0[AaDd])", _T_PUTTY, "text"),
     # `Basic <base64 of user:password>` in any text; prose ("basic setup") has no base64 word after it.
     (rb"(?i:basic)(?:[ \t]{1,8}|\+|%20)",
      rb"(?=[A-Za-z0-9+/]{0,300}(?:[0-9+/=]|%2[BbFf]|%3[Dd]|[a-z][A-Z]))[A-Za-z0-9+/]{8}", _T_BASIC, "text"),
-    # user:password@ in a URL written in a body (as written, JSON-escaped slashes, URL-encoded).
-    (rb"(?:(?<=[A-Za-z0-9]:)|(?<=[A-Za-z0-9]:\\))/\\?/",
-     rb"(?=" + _UI_CHAR + rb"{0,128}:(?:" + _UI_CHAR + rb"|:){1,128}@)", _T_USERINFO, "text"),
-    (rb"%2[Ff]%2[Ff]", rb"(?=" + _PCT_CHAR + rb"{0,256}%3[Aa](?:" + _PCT_CHAR + rb"|%3[Aa]){1,256}%40)",
-     _T_PCT_USERINFO, "text"),
-    # Connection strings: Azure AccountKey= / SharedAccessKey=, ;Password= (ADO.NET, ODBC).
-    (rb"(?:AccountKey|SharedAccessKey|SharedAccessSignature)(?:=|%3[Dd])",
+    # user:password@ in a URL written in a body (as written, JSON-escaped slashes, URL-encoded), for the
+    # schemes of `_USERINFO_SCHEMES`.
+    *(rule for rule, _t in _USERINFO_RULES),
+    # Connection strings: Azure AccountKey= / SharedAccessKey= / SharedAccessSignature=.
+    (rb"(?:AccountKey|(?<=Shared)Access(?:Key|Signature))(?:=|%3[Dd])",
      rb"(?!\[never)(?=[^;\"'\s&<>\\%])", _T_CONN, "text"),
-    (rb";[ \t]{0,4}(?i:password|pwd)[ \t]{0,4}=", rb"(?!\[never)(?=[^;\"'\s\\])", _T_CONN, "text"),
     # .npmrc `//registry/:_authToken=...`
     (rb"(?<=:)_(?:authToken|auth|password)=", rb"(?!\[never)(?=[^\s\"'\\])", _T_CONN, "text"),
     # Telegram bot token (detect-secrets telegram_token.py): the bot id stays, the secret after ':' goes.
-    (rb"(?<=[0-9]{8})(?::|%3[Aa])", rb"[0-9A-Za-z_\-]{35}", _T_TOKEN, "text"),
+    # Bot secrets start AA; the rule starts there, so no trigger at every ':' of a JSON body is needed.
+    (rb"(?:(?<=[0-9]{8}:)|(?<=[0-9]{8}%3[Aa]))", rb"AA[0-9A-Za-z_\-]{33}", _T_TOKEN, "text"),
     # Line assignments (see _ASSIGN_NAME).
     (rb"(?:(?<![\s\S])|\r?\n|\\r\\n|\\n)" + _ASSIGN_NAME + rb"[\"']?(?:(?i:bearer|basic|token)[ \t]{1,8})?+",
      rb"(?!(?:true|false|null)(?![A-Za-z0-9_])|\[never)(?=[^\s\"'\\])", _Elements(rb"[^\r\n\"'\\]*", 1), "text"),
@@ -455,13 +488,15 @@ _PCT_ASSIGN_NAME = (
     + _PCT_SP + rb"{0,8}"
 )  # fmt: skip
 _PCT_VALUE_CHAR = rb"(?:[^&\s%]|%(?!0[AaDd]|2[27])[0-9A-Fa-f]{2})"
-_TEXT_RULES: tuple[_Rule, ...] = (
-    (rb"(?:%0[Aa]|%0[Dd]%0[Aa]|=)" + _PCT_ASSIGN_NAME + rb"(?:%2[27])?",
+# Line assignments inside a URL-encoded form value (form bodies only).
+_FORM_ASSIGN_RULE: _Rule = (
+    rb"(?:%0[Aa]|%0[Dd]%0[Aa])" + _PCT_ASSIGN_NAME + rb"(?:%2[27])?",
      rb"(?!(?:true|false|null)(?![A-Za-z0-9_])|\[never)(?=" + _PCT_VALUE_CHAR + rb")",
-     _Elements(_PCT_VALUE_CHAR + rb"*", 3), "text"),
-    # XML elements named like a credential: <SecretAccessKey>...</SecretAccessKey> (AWS IAM answers).
-    (rb"<(?:" + _BODY_ALT.encode() + rb")>", rb"(?!\[never)(?=[^<])", _Elements(rb"[^<]*", 1), "text"),
+     _Elements(_PCT_VALUE_CHAR + rb"*", 3), "text",
 )  # fmt: skip
+# XML elements named like a credential: <SecretAccessKey>...</SecretAccessKey> (AWS IAM answers); text
+# kinds only (a declared binary type holds no XML worth a trigger at every '<').
+_XML_RULE: _Rule = (rb"<(?:" + _BODY_ALT.encode() + rb")>", rb"(?!\[never)(?=[^<])", _Elements(rb"[^<]*", 1), "text")
 
 _BINARY, _TEXT, _FORM, _MULTI = "binary", "text", "form", "multipart"
 
@@ -473,12 +508,14 @@ def _kind_rules(kind: str, esc: bool) -> tuple[_Rule, ...]:
     A declared binary type gets the text rules too: octet-stream is often JSON or form text (a Drive
     download of token.json, a form posted with a wrong type), and what is stored as base64 must not hold
     a credential either. In real binary data the key and form heads practically never occur."""
-    text = (*_JSON_RULES_BY_ESC[esc], _URL_PARAM_RULE, *_TEXT_RULES, *_VALUE_RULES)
+    common = (*_JSON_RULES_BY_ESC[esc], _URL_PARAM_RULE)
     if kind == _FORM:
-        return (_FORM_RULE, *text)
+        return (_FORM_RULE, *common, _FORM_ASSIGN_RULE, _XML_RULE, *_VALUE_RULES)
     if kind == _MULTI:
-        return (_MULTIPART_RULE, *text)
-    return text
+        return (_MULTIPART_RULE, *common, _XML_RULE, *_VALUE_RULES)
+    if kind == _TEXT:
+        return (*common, _XML_RULE, *_VALUE_RULES)
+    return (*common, *_VALUE_RULES)
 
 
 _RULES_BY_KIND: dict[str, tuple[_Rule, ...]] = {
@@ -539,28 +576,89 @@ def _kind(content_type: str | None) -> tuple[str, bytes]:
 # the tests compare against a trigger-less scan.
 _VALUE_TRIGGER_CONDS: dict[str, list[str]] = {
     "e": ["(?=yJ)"], "y": [r"(?=a29\.)"], "1": ["(?=//0|%2[Ff]%2[Ff]0)"],
-    "A": ["(?=Iza)", "(?=ccountKey(?:=|%3[Dd]))"], "G": ["(?=OCSPX-)"], "x": ["(?=ox|app-)"],
+    "A": ["(?=Iza|ccountKey(?:=|%3[Dd]))", "(?<=:A)", "(?<=%3AA)", "(?<=%3aA)", "(?<=SharedA)"],
+    "G": ["(?=OCSPX-)"], "x": ["(?=ox|app-)"],
     "g": ["(?=h[pousr]_|ithub_pat_)"], "h": [r"(?=ooks\.(?:slack|zapier)\.com|ook)"],
-    "-": [r"(?=----BEGIN(?:[ \t]|\+|%20))", "(?=--- BEGIN SSH2 )"],
-    "B": ["(?=(?i:earer|asic))"], "b": ["(?=(?i:earer|asic))"], "P": ["(?=rivate-Lines:)"],
-    "S": ["(?=haredAccess(?:Key|Signature)(?:=|%3[Dd]))"],
-    "/": [r"(?=\\?/[A-Za-z0-9._~!$&()*+,;=%\-]{0,128}:[A-Za-z0-9._~!$&()*+,;=%:\-]{1,128}@)"],
-    "%": ["(?=2[Ff]%2[Ff])", "(?<=[0-9]{8}%)(?=3[Aa])"],
-    ";": [r"(?=[ \t]{0,4}(?i:password|pwd)[ \t]{0,4}=)"], "_": ["(?<=:_)"], ":": ["(?<=[0-9]{8}:)"],
+    "-": [r"(?=----BEGIN(?:[ \t]|\+|%20)|--- BEGIN SSH2 )", "(?<=Private-)"],
+    "B": ["(?=(?i:earer|asic))"], "b": ["(?=(?i:earer|asic))"], "_": ["(?<=:_)"],
     "\n": [f"(?={_ASSIGN_NAME.decode()})"], "\\": [f"(?=(?:r\\\\)?n{_ASSIGN_NAME.decode()})"],
 }  # fmt: skip
-for _rule, (_char, _cond) in _PREFIX_RULES:
-    _conds = _VALUE_TRIGGER_CONDS.setdefault(_char, [])
-    if _cond not in _conds:
-        _conds.append(_cond)
+
+
+def _balanced(pattern: str) -> bool:
+    """True when `pattern` is one regex (its parentheses pair up), so `(?=pattern)` is one lookahead."""
+    try:
+        re.compile(pattern)
+    except re.error:
+        return False
+    return True
+
+
+def _prefix_trigger_conds() -> dict[str, list[str]]:
+    """The catalogue's (and the URL schemes') trigger conditions, by character: lookbehinds of one width
+    joined into one, lookaheads into one (a character such as '_' is tried against a few assertions,
+    not one per prefix)."""
+    return _merged_conds((*_PREFIX_RULES, *_USERINFO_RULES))
+
+
+def _merged_conds(rules: tuple) -> dict[str, list[str]]:
+    by_char: dict[str, dict[int, set[str]]] = {}
+    ahead: dict[str, set[str]] = {}
+    out_whole: dict[str, list[str]] = {}
+    for _rule, (char, cond) in rules:
+        if cond.startswith("(?<=") and not _balanced(cond[4:-1]):  # a lookbehind and then more: kept whole
+            out_whole.setdefault(char, []).append(cond)
+        elif cond.startswith("(?<="):
+            body = cond[4:-1]
+            by_char.setdefault(char, {}).setdefault(len(re.sub(r"\\(.)", r"\1", body)), set()).add(body)
+        else:
+            ahead.setdefault(char, set()).add(cond[3:-1])
+    out: dict[str, list[str]] = {}
+    for char, widths in by_char.items():
+        out[char] = [f"(?<={'|'.join(sorted(bodies))})" for _w, bodies in sorted(widths.items())]
+    for char, bodies in ahead.items():
+        out.setdefault(char, []).append(f"(?={'|'.join(sorted(bodies))})")
+    for char, conds in out_whole.items():
+        out.setdefault(char, []).extend(conds)
+    return out
+
+
+for _char, _conds in _prefix_trigger_conds().items():
+    _VALUE_TRIGGER_CONDS.setdefault(_char, []).extend(_conds)
 
 
 def _triggers(conds: dict[str, list[str]]) -> bytes:
-    """One alternative per first character: the character, then any of its conditions."""
-    return b"|".join(
-        re.escape(char).encode() + (b"(?:" + "|".join(cs).encode() + b")" if len(cs) > 1 else cs[0].encode())
-        for char, cs in conds.items()
-    )
+    """One alternative per first character: the character, then any of its conditions. The plain
+    lookaheads of a character are joined into one (its alternatives start with literals, which the
+    engine rejects quickly), tried before the conditions with lookbehinds."""
+
+    def one(char: str, cs: list[str]) -> str:
+        ahead = [c[3:-1] for c in cs if c.startswith("(?=") and _balanced(c[3:-1])]
+        rest = [c for c in cs if not (c.startswith("(?=") and _balanced(c[3:-1]))]
+        if len(rest) > 1:  # several lookbehinds: first one check of the character before this one
+            before = _chars_before(char, rest)
+            if before:
+                rest = [f"(?<=[{re.escape(before)}]{re.escape(char)})(?:{'|'.join(rest)})"]
+        parts = ([f"(?={'|'.join(ahead)})"] if ahead else []) + rest
+        return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
+
+    return b"|".join(re.escape(char).encode() + one(char, cs).encode() for char, cs in conds.items())
+
+
+def _chars_before(char: str, conds: list[str]) -> str:
+    """The characters just before `char` that the lookbehind conditions accept, or "" when a condition
+    is not a plain lookbehind of literals ending with `char`."""
+    out = set()
+    for cond in conds:
+        body = cond[4:].partition(")")[0] if cond.startswith("(?<=") else ""
+        for alt in body.split("|") if body else [""]:
+            plain = re.sub(r"\\(.)", r"\1", alt)
+            if len(plain) < 2 or plain[-1] != char or any(c in plain for c in "[]()?*+{}"):
+                return ""
+            out.add(plain[-2])
+    return "".join(sorted(out))
+
+
 
 
 def _text_trigger_conds(key_alt: str, in_json_key_alt: str, kind: str) -> dict[str, list[str]]:
@@ -570,9 +668,11 @@ def _text_trigger_conds(key_alt: str, in_json_key_alt: str, kind: str) -> dict[s
         '"': [f'(?=(?:{key_alt})")'],
         "\\": [f'(?="(?:{in_json_key_alt})\\\\")', f"u0026(?=(?:{url})=)"],
         "?": [f"(?=(?:{url})=)"], "&": [f"(?:amp;)?(?=(?:{url})=)"],
-        "%": [f"(?=(?:0[Dd]%)?0[Aa]{_PCT_ASSIGN_LOOK})"],
-        "=": [f"(?={_PCT_ASSIGN_LOOK})"], "<": [f"(?=(?:{_BODY_ALT})>)"],
     }  # fmt: skip
+    if kind != _BINARY:
+        extra["<"] = [f"(?=(?:{_BODY_ALT})>)"]
+    if kind == _FORM:
+        extra["%"] = [f"(?=(?:0[Dd]%)?0[Aa]{_PCT_ASSIGN_LOOK})"]
     if kind == _MULTI:
         extra["C"] = ["(?=(?i:ontent-disposition))"]
         extra["c"] = ["(?=(?i:ontent-disposition))"]

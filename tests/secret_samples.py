@@ -105,7 +105,7 @@ def _needle_of(text: str) -> str:
 # Credentials known by the name they are given (JSON key, form field, query parameter, INI line, XML).
 KEYWORD_NAMES = ("SecretAccessKey", "pwd", "pass", "passphrase", "secretKey", "secret_key", "Secret-Key", "auth",
                  "connectionString", "password", "client_secret", "access_token", "api_key", "aws_secret_access_key",
-                 "private_token", "jwt", "apiSecret", "db_password")  # fmt: skip
+                 "private_token", "apiSecret", "db_password")  # fmt: skip
 QUERY_ONLY_NAMES = ("sessionid", "key", "code")
 
 
