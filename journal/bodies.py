@@ -12,8 +12,9 @@ Body values in an entry:
   holding the exact decoded bytes. Inside a JSON body, a string value over the threshold is
   replaced by such an object (the bytes are the UTF-8 of the string).
 
-Content-encodings (gzip, deflate, br, zstd) are decoded before recording. A body that fails to
-decode is recorded as received and the message carries `content_encoding_error`.
+Content-encodings (gzip, deflate as zlib or raw deflate, br, zstd) are decoded before recording. A body
+that fails to decode, or has an encoding the broker does not know, is not kept (the value is null) and
+the message carries `content_encoding_error`: bytes that cannot be read cannot be redacted either.
 """
 
 from __future__ import annotations
@@ -129,6 +130,33 @@ class _Zlib(_Stage):
         return out
 
 
+class _Deflate(_Stage):
+    """`deflate` as servers send it: zlib-wrapped (RFC 9110) or raw deflate (RFC 1951, no header), which
+    many servers send and browsers accept. The first two bytes tell: a zlib header is CM 8 with a check
+    making the 16-bit value a multiple of 31, which raw deflate data starting a block rarely is."""
+
+    def __init__(self) -> None:
+        self._head = b""
+        self._d: _Zlib | None = None
+
+    def feed(self, data: bytes) -> bytes:
+        if self._d is None:
+            self._head += data
+            if len(self._head) < 2:
+                return b""
+            data, self._head = self._head, b""
+            zlib_header = data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
+            self._d = _Zlib(zlib.MAX_WBITS if zlib_header else -zlib.MAX_WBITS)
+        return self._d.feed(data)
+
+    def flush(self) -> bytes:
+        if self._d is None:
+            if self._head:
+                raise ValueError("deflate stream is truncated")
+            return b""
+        return self._d.flush()
+
+
 class _Brotli(_Stage):
     def __init__(self) -> None:
         import brotli  # shipped with mitmproxy
@@ -160,7 +188,7 @@ def _make_stage(coding: str) -> _Stage:
     if coding in ("gzip", "x-gzip"):
         return _Zlib(16 + zlib.MAX_WBITS)
     if coding == "deflate":
-        return _Zlib(zlib.MAX_WBITS)
+        return _Deflate()
     if coding == "br":
         return _Brotli()
     if coding == "zstd":
@@ -286,6 +314,7 @@ class BodyCapture:
     _blob: BlobWriter | None = None
     _raw_size: int = 0
     _errors: list[str] = field(default_factory=list)
+    _omitted: bool = False
     failure: str | None = None
 
     def __post_init__(self) -> None:
@@ -293,7 +322,8 @@ class BodyCapture:
             self._decoder: ContentDecoder | None = ContentDecoder(self.content_encoding)
         except ValueError as exc:
             self._decoder = None
-            self._errors.append(str(exc))
+            self._errors.append(f"{exc}: the body is not kept")
+            self._omitted = True
         self._redactor = StreamingRedactor(self.content_type) if self.redact else None
         self._hold = JSON_PARSE_LIMIT if is_json_type(self.content_type) else self.threshold
 
@@ -309,20 +339,28 @@ class BodyCapture:
 
     def _feed(self, raw: bytes) -> None:
         self._raw_size += len(raw)
+        if self._omitted:
+            return
         data = raw
         if self._decoder is not None and self._decoder.active:
             try:
                 data = self._decoder.feed(raw)
-            except Exception as exc:  # noqa: BLE001 - any codec failure: keep the bytes as received
-                self._decoder_failed(exc, raw)
+            except Exception as exc:  # noqa: BLE001 - any codec failure: the body is not kept
+                self._decoder_failed(exc)
                 return
         self._emit(data)
 
-    def _decoder_failed(self, exc: Exception, raw: bytes) -> None:
+    def _decoder_failed(self, exc: Exception) -> None:
         self._errors.append(f"content-encoding {self.content_encoding!r} did not decode: {exc}")
+        self._omit()
+
+    def _omit(self) -> None:
+        """Keep nothing of this body: what cannot be decoded cannot be redacted, and may hold a credential."""
+        self._omitted = True
         self._decoder = None
-        # Earlier decoded output is already emitted; from here on bytes are kept as received.
-        self._emit(raw)
+        self.abort()
+        self._blob = None
+        self._buf = bytearray()
 
     def _emit(self, data: bytes) -> None:
         if self._redactor is not None:
@@ -351,10 +389,12 @@ class BodyCapture:
                 if tail:
                     self._emit(tail)
             except Exception as exc:  # noqa: BLE001
-                self._errors.append(f"content-encoding {self.content_encoding!r} did not decode: {exc}")
-        if self._redactor is not None:
+                self._decoder_failed(exc)
+        if self._redactor is not None and not self._omitted:
             self._sink(self._redactor.close())
         extra = {"content_encoding_error": "; ".join(self._errors)} if self._errors else {}
+        if self._omitted:
+            return None, extra
         if self._blob is not None:
             return self._blob.commit(), extra
         return encode_body(bytes(self._buf), self.content_type, self.store, self.threshold), extra

@@ -15,6 +15,7 @@ The broker (mitmproxy addon), the MCP shim and agents reporting their own calls 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import logging
 import os
 from collections.abc import Iterable, Iterator
@@ -27,6 +28,7 @@ from journal.call import Body, Call, Identity, JsonValue, Prepared, Request, Res
 from journal.canonical import CanonicalError, canonical_bytes, check_reads_back
 from journal.connectors import Registry, effect_of_method, lower_headers
 from journal.entry import ContractError, format_ts
+from journal.fingerprint_key import fingerprint_key
 from journal.redact import (
     is_token_exchange,
     redact_headers,
@@ -150,8 +152,10 @@ _CRED_HEADERS = ("authorization", "x-goog-api-key", "x-api-key", "api-key", "pri
 def principal_fingerprint(headers: list[tuple[str, str]], url: str) -> str:
     """A stable name for the account a call acted as, derived from its credential but not revealing it.
 
-    SHA-256 of the credential (truncated to 16 hex): tokens are high-entropy, so the fingerprint
-    cannot be turned back into the credential, and calls made as different accounts stay apart.
+    HMAC-SHA-256 of the credential under the installation's key (journal/fingerprint_key.py, kept
+    outside the vault), truncated to 16 hex: equal for one credential across sessions of one
+    installation, so calls made as different accounts stay apart, and not testable by guessing for
+    whoever holds only the vault (a password in a Basic credential is not high-entropy).
     """
     cred = None
     for k, v in headers:
@@ -168,7 +172,8 @@ def principal_fingerprint(headers: list[tuple[str, str]], url: str) -> str:
                 break
     if cred is None:
         return "anonymous"
-    return "fp:" + hashlib.sha256(b"connector-broker principal\0" + cred.encode()).hexdigest()[:16]
+    digest = hmac.new(fingerprint_key(), b"connector-broker principal\0" + cred.encode(), hashlib.sha256)
+    return "fp:" + digest.hexdigest()[:16]
 
 
 def _content_headers(headers: list[tuple[str, str]]) -> tuple[str | None, str | None]:

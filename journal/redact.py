@@ -24,6 +24,8 @@ import re
 from collections.abc import Iterable
 from urllib.parse import unquote, unquote_plus
 
+from journal.secret_shapes import KEYWORD_NAMES, PREFIX_SHAPES
+
 __all__ = [
     "HARMLESS_HEADER_NAMES",
     "REDACTED",
@@ -55,13 +57,16 @@ _URL_NAMES = (
     # extras: same meaning, other spellings / other grants
     "passwd", "secret", "auth_token", "session_token", "private_key", "subject_token",
     "actor_token", "device_code",
+    # issue 23: more spellings of the same things (journal/secret_shapes.py lists where they come from)
+    *KEYWORD_NAMES,
+    "auth", "jwt", "session_id", "private_token",
 )  # fmt: skip
 
 # JSON keys and multipart field names. `key`, `code` and `ticket` are left out on purpose: in JSON
 # they are mostly not credentials (Graph/GitHub error `code`, GitHub `license.key`, Calendar
 # conference `key`, code-running tool params); an OAuth code never travels in a JSON body outside
 # the token exchanges, which are dropped whole. Header names appear as JSON keys in Graph `$batch`.
-_BODY_NAMES = tuple(n for n in _URL_NAMES if n not in ("key", "code", "ticket")) + (
+_BODY_NAMES = tuple(n for n in _URL_NAMES if n not in ("key", "code", "ticket", "session_id", "jwt")) + (
     "authorization", "proxy_authorization", "cookie", "set_cookie", "x_api_key", "x_goog_api_key",
     "ocp_apim_subscription_key", "private_token", "x_auth_token", "x_access_token", "credential",
     "client_key", "upload_url", "response_url", "@microsoft.graph.downloadUrl", "@content.downloadUrl",
@@ -135,7 +140,7 @@ _HEADER_NAMES = frozenset(
 # passphrase, bearer, jwt, assertion and private.
 _HEADER_NAME_RE = re.compile(
     r"(?i)(auth|token|secret|api-?key|signature|session|cookie|passw|credential|otp"
-    r"|(?:^|[-_.])(?:[a-z0-9]*key|sig|hmac|pwd|passphrase|bearer|jwt|assertion|private)(?:$|[-_.]))"
+    r"|(?:^|[-_.])(?:[a-z0-9]*key|sig|hmac|pwd|pass|passphrase|bearer|jwt|assertion|private)(?:$|[-_.]))"
 )
 # Known harmless names the pattern would catch: their values are nonces, ids or flags, useful to an
 # auditor and never a credential (a credential value pattern in them is still redacted, as in any
@@ -166,8 +171,8 @@ _LINK_URL_RE = re.compile(r"<([^>]*)>")
 # header block of about 1.7 KiB). It is also the most a StreamingRedactor holds back, plus a
 # multipart boundary.
 _HOLD = 4096
-# Original bytes kept before the scan position, for lookbehinds (the widest, office365.com\/web,
-# looks back 18 bytes).
+# Original bytes kept before the scan position, for lookbehinds (the widest, the guard before a catalogue
+# prefix such as AGE-SECRET-KEY-1, looks back 11 bytes; office365.com\/web 18).
 _CONTEXT = 24
 
 
@@ -222,6 +227,7 @@ _T_DOTTED = _Elements(rb"[" + _TOK + rb"]*(?:\.[" + _TOK + rb"]+)*", 2)
 _T_BEARER = _Elements(rb"[A-Za-z0-9._~+/=_\-]*", 1)
 _T_XOXD = _Elements(rb"[A-Za-z0-9%+/=_\-]*", 1)
 _T_HOOK = _Elements(rb"[A-Za-z0-9_/+\-]*(?:\\/[A-Za-z0-9_/+\-]*)*", 2)
+_T_PCT_HOOK = _Elements(rb"(?:[A-Za-z0-9_+\-]|%2[Ff])*", 3)
 _T_JSON_STRING = _Elements(rb'[^"\\]*(?:\\[\s\S][^"\\]*)*', 2)
 _T_URL_VALUE = _Elements(rb"[^&\s\"'<>\\#)}]*", 1)
 _T_FORM_VALUE = _Elements(rb"[^&]*", 1)
@@ -289,6 +295,82 @@ class _JsonValue:
 _Tail = _Elements | _Until | str | type | None
 _Rule = tuple[bytes, bytes, _Tail | tuple, str]
 
+_SP = rb"(?:[ \t]|\+|%20)"  # a space as written in text or in a URL-encoded form
+_PEM_BODY = rb"(?=(?:[ \t\r\n+]|\\{1,3}[nrt]|%0[AaDd9]|%20){0,8}(?:[A-Za-z0-9+/]|%2[BbFf]))"
+_T_SSH2 = _Until(b"---- END", strip_cr=False)
+_T_PUTTY = _Until(b"Private-MAC", strip_cr=False)
+_T_BASIC = _Elements(rb"[A-Za-z0-9+/=]*(?:%(?:2[BbFf]|3[Dd])[A-Za-z0-9+/=]*)*", 3)
+_UI_CHAR = rb"[A-Za-z0-9._~!$&()*+,;=%\-]"  # userinfo (RFC 3986) less ':' and quotes
+_T_USERINFO = _Elements(rb"[A-Za-z0-9._~!$&()*+,;=%:\-]*", 1)
+_PCT_CHAR = rb"(?:[A-Za-z0-9._~!$'()*+,;=\-]|%(?!2[Ff]|40|3[Aa])[0-9A-Fa-f]{2})"
+_T_PCT_USERINFO = _Elements(rb"(?:[A-Za-z0-9._~!$'()*+,;=\-]|%(?!40)[0-9A-Fa-f]{2})*", 3)
+_T_CONN = _Elements(rb"(?:[^;\"'\s&<>\\%]|%(?!3[Bb])[0-9A-Fa-f]{2})*", 3)
+
+
+# First characters of the hand-written value rules' triggers, less 'e' (a tenth of all prose): a prefix
+# starting with one of these adds no trigger character.
+_CHEAP_FIRST = frozenset("1GxyABgbh")
+
+
+def _prefix_rule(prefix: str, rest: str) -> tuple[_Rule, tuple[str, str]]:
+    """A catalogue prefix as a rule, plus its trigger (character, condition).
+
+    The rule starts where its trigger costs least (each character that can start a rule slows the scan
+    of every body where it occurs): at the prefix's first character when other rules already start
+    there, else at its first `_` or `-` (rare in prose), else at a rarely seen letter inside it that
+    other rules already use; what comes before is a lookbehind, so the prefix stays whole. Like AIza or
+    ghp_, a prefix glued to 8 or more base64 characters on its left is part of a base64 run, not a token
+    standing alone.
+    """
+    i = 0 if prefix[0] in _CHEAP_FIRST else next((j for j, c in enumerate(prefix) if c in "_-"), -1)
+    if i < 0:
+        i = next((j for j, c in enumerate(prefix) if c in "1GxyAB"), -1)
+    if i < 0:
+        raise ValueError(f"catalogue prefix {prefix!r} needs a _ or -, or one of 1GxyAB, to start its rule")
+    before, after = re.escape(prefix[:i]).encode(), re.escape(prefix[i:]).encode()
+    keep = (rb"(?<=" + before + rb")" if before else b"") + rb"(?<![" + _TOK + rb"]{8}" + before + rb")" + after
+    cond = f"(?<={re.escape(prefix[: i + 1])})" if i else f"(?={re.escape(prefix[1:])})"
+    return (keep, rest.encode(), _T_TOKEN, "text"), (prefix[i], cond)
+
+
+# Schemes whose URLs often carry a password (databases, git, web), each with a character the value
+# rules' triggers already have (so no new trigger character): redis, amqp, ftp, smtp, ldap have none and
+# are not covered in bodies (redact_url covers every scheme).
+_USERINFO_SCHEMES = ("http", "https", "postgres", "postgresql", "mysql", "mongodb", "mongodb+srv", "mariadb",
+                     "git", "git+ssh", "jdbc:mysql", "jdbc:postgresql", "jdbc:mariadb")  # fmt: skip
+
+
+def _userinfo_rules() -> list[tuple[_Rule, tuple[str, str]]]:
+    """The rules for user:password@ after each scheme of `_USERINFO_SCHEMES` (raw and URL-encoded)."""
+    out = []
+    for scheme in _USERINFO_SCHEMES:
+        i = 0 if scheme[0] in _CHEAP_FIRST else next(j for j, c in enumerate(scheme) if c in "1GxyABgb")
+        before, after = re.escape(scheme[:i]).encode(), re.escape(scheme[i:]).encode()
+        keep = (rb"(?<=" + before + rb")" if before else b"") + rb"(?<![A-Za-z0-9+.\-]" + before + rb")" + after
+        raw_look = rb"(?=" + _UI_CHAR + rb"{0,128}+:(?:" + _UI_CHAR + rb"|:){1,128}+@)"
+        pct_look = rb"(?=" + _PCT_CHAR + rb"{0,256}%3[Aa](?:" + _PCT_CHAR + rb"|%3[Aa]){1,256}%40)"
+        raw = (keep + rb":\\?/\\?/", raw_look, _T_USERINFO, "text")
+        pct = (keep + rb"%3[Aa]%2[Ff]%2[Ff]", pct_look, _T_PCT_USERINFO, "text")
+        # The trigger reads on up to the '@' (a URL without a password, the common case, never gets as far
+        # as trying the rules).
+        look = (b"(?::\\\\?/\\\\?/" + raw_look + b"|%3[Aa]%2[Ff]%2[Ff]" + pct_look + b")").decode()
+        after_i = re.escape(scheme[i + 1 :])
+        cond = f"(?<={re.escape(scheme[: i + 1])})(?={after_i}{look})" if i else f"(?={after_i}{look})"
+        out += [(raw, (scheme[i], cond)), (pct, (scheme[i], cond))]
+    return out
+
+
+_USERINFO_RULES = _userinfo_rules()
+_PREFIX_RULES = tuple(_prefix_rule(p, shape.rest) for shape in PREFIX_SHAPES for p in shape.prefixes)
+
+# Assignments at the start of a line: INI, .env, YAML, properties (`aws_secret_access_key = ...`,
+# `export DB_PASSWORD=...`, `password: ...`), a credential name after up to three identifier words
+# (DB_, AWS_, spring.datasource.). The line may sit in a JSON string (\n escaped) or in a URL-encoded
+# form value (%0A, or the value's start). true, false and null stay.
+_ID_WORDS = rb"(?:[A-Za-z0-9]{1,32}+[_.\-]){0,3}"
+_ASSIGN_NAME = (
+    rb"[ \t]{0,16}(?:export[ \t]{1,4})?" + _ID_WORDS + rb"(?:" + _BODY_ALT.encode() + rb")[ \t]{0,8}[=:][ \t]{0,8}"
+)
 _VALUE_RULES: tuple[_Rule, ...] = (
     # 'Bearer <token>': the token needs 20+ characters and a digit, so prose ("bearer of") stays.
     (rb"(?i:bearer)(?:[ \t]{1,8}|\+|%20)",
@@ -316,6 +398,8 @@ _VALUE_RULES: tuple[_Rule, ...] = (
     (b"", rb"github_pat_[A-Za-z0-9_]{22}", _T_TOKEN, "text"),
     # Slack webhook / response_url capability URLs: everything after the first path segment goes.
     (rb"hooks\.slack\.com\\?/[A-Za-z0-9_\-]{1,32}\\?/", rb"(?=[A-Za-z0-9_\-])", _T_HOOK, "text"),
+    # ... and URL-encoded (a form field holding the URL).
+    (rb"hooks\.slack\.com%2[Ff][A-Za-z0-9_\-]{1,32}%2[Ff]", rb"(?=[A-Za-z0-9_\-])", _T_PCT_HOOK, "text"),
     # Other webhook capability URLs, keep in step with _WEBHOOK_PATHS (redact_url, which also knows
     # Telegram bot URLs by their host). All start at the "hook" of "webhook" (with a lookbehind for the
     # rest), so the "h" trigger the Slack rule has covers them with no new trigger character:
@@ -327,25 +411,61 @@ _VALUE_RULES: tuple[_Rule, ...] = (
      rb"hook\\?/", rb"(?=[0-9A-Za-z])", _T_HOOK_PATH, "text"),
     # Zapier catch hooks: hooks.zapier.com/hooks/catch/<account>/<secret>/.
     (rb"hooks\.zapier\.com\\?/hooks\\?/", rb"(?=[0-9A-Za-z])", _T_HOOK_PATH, "text"),
-    # PEM private keys: the armour stays, the key material goes.
-    (rb"-----BEGIN (?:[A-Z0-9]+ ){0,3}PRIVATE KEY-----", rb"(?=[ \t\r\n]{0,4}[A-Za-z0-9+/])", _T_PEM, "text"),
+    # PEM private keys (RSA, EC, DSA, PKCS#8, ENCRYPTED, OPENSSH, PGP ... BLOCK, SSH2): the armour stays, the
+    # key material goes; also with its newlines escaped in JSON (\n, \\n) and as a URL-encoded form sends it.
+    (b"-----BEGIN" + _SP + b"(?:[A-Z0-9]+" + _SP + b"){0,3}PRIVATE" + _SP + b"KEY(?:" + _SP + b"BLOCK)?-----",
+     _PEM_BODY, _T_PEM, "text"),
+    (rb"---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----", _PEM_BODY, _T_SSH2, "text"),
+    # PuTTY key file: the private lines go, up to the MAC line.
+    (rb"(?<=Private)-Lines:[ \t]{0,8}[0-9]{1,4}", rb"(?=\r?\n|\\r?\\n|%0[AaDd])", _T_PUTTY, "text"),
+    # `Basic <base64 of user:password>` in any text; prose ("basic setup") has no base64 word after it.
+    (rb"(?i:basic)(?:[ \t]{1,8}|\+|%20)",
+     rb"(?=[A-Za-z0-9+/]{0,300}(?:[0-9+/=]|%2[BbFf]|%3[Dd]|[a-z][A-Z]))[A-Za-z0-9+/]{8}", _T_BASIC, "text"),
+    # user:password@ in a URL written in a body (as written, JSON-escaped slashes, URL-encoded), for the
+    # schemes of `_USERINFO_SCHEMES`.
+    *(rule for rule, _t in _USERINFO_RULES),
+    # Connection strings: Azure AccountKey= / SharedAccessKey= / SharedAccessSignature=.
+    (rb"(?:AccountKey|(?<=Shared)Access(?:Key|Signature))(?:=|%3[Dd])",
+     rb"(?!\[never)(?=[^;\"'\s&<>\\%])", _T_CONN, "text"),
+    # .npmrc `//registry/:_authToken=...`
+    (rb"(?<=:)_(?:authToken|auth|password)=", rb"(?!\[never)(?=[^\s\"'\\])", _T_CONN, "text"),
+    # Telegram bot token (detect-secrets telegram_token.py): the bot id stays, the secret after ':' goes.
+    # Bot secrets start AA; the rule starts there, so no trigger at every ':' of a JSON body is needed.
+    (rb"(?:(?<=[0-9]{8}:)|(?<=[0-9]{8}%3[Aa]))", rb"AA[0-9A-Za-z_\-]{33}", _T_TOKEN, "text"),
+    # Line assignments (see _ASSIGN_NAME).
+    (rb"(?:(?<![\s\S])|\r?\n|\\r\\n|\\n)" + _ASSIGN_NAME + rb"[\"']?(?:(?i:bearer|basic|token)[ \t]{1,8})?+",
+     rb"(?!(?:true|false|null)(?![A-Za-z0-9_])|\[never)(?=[^\s\"'\\])", _Elements(rb"[^\r\n\"'\\]*", 1), "text"),
+    # The catalogue (journal/secret_shapes.py): tokens known by their prefix, which stays.
+    *(rule for rule, _t in _PREFIX_RULES),
 )  # fmt: skip
 
 # A credential key with a string value: the string's content goes. With any other value but true, false
 # and null (a number, an array, an object: everything under the key), the value becomes a JSON string.
-_JSON_KEY = b'"(?:' + _JSON_KEY_ALT.encode() + rb')"[ \t\r\n]{0,32}:[ \t\r\n]{0,32}'
-_JSON_KEY_RULE: _Rule = (_JSON_KEY + b'"', b"", _T_JSON_STRING, "text")
-_JSON_KEY_NUMBER_RULE: _Rule = (_JSON_KEY, rb"(?=[-0-9])", _T_NUMBER, "json")
-_JSON_KEY_VALUE_RULE: _Rule = (_JSON_KEY, rb"(?=[\[{])", _JsonValue, "json")
-# The same pair inside a JSON string holding JSON (MCP tool results, webhook payloads): \"token\": \"...\".
-# The tail walks the inner string: an inner escape is an escaped backslash plus one (escaped) character.
+def _json_rules(key_alt: str, in_json_key_alt: str) -> tuple[_Rule, ...]:
+    """The JSON key rules for a spelling of the key names (plain, or with \\uXXXX escapes)."""
+    # A credential key with a string value: the string's content goes. With any other value but true,
+    # false and null (a number, an array, an object: everything under the key), the value becomes a JSON
+    # string.
+    key = b'"(?:' + key_alt.encode() + rb')"[ \t\r\n]{0,32}:[ \t\r\n]{0,32}'
+    # The same pair inside a JSON string holding JSON (MCP tool results, webhook payloads): \"token\": \"...\".
+    # The tail walks the inner string: an inner escape is an escaped backslash plus one (escaped) character.
+    esc_key = rb'\\"(?:' + in_json_key_alt.encode() + rb')\\"(?:[ \t]|\\[nrt]){0,32}:(?:[ \t]|\\[nrt]){0,32}'
+    return (
+        (key + b'"', b"", _T_JSON_STRING, "text"),
+        (key, rb"(?=[-0-9])", _T_NUMBER, "json"),
+        (key, rb"(?=[\[{])", _JsonValue, "json"),
+        (esc_key + rb'\\"', b"", _T_JSON_IN_JSON, "text"),
+        (esc_key, rb"(?=[-0-9])", _T_NUMBER, "json-in-json"),
+        (esc_key, rb"(?=[\[{])", (_JsonValue, True), "json-in-json"),
+    )
+
+
 _T_JSON_IN_JSON = _Elements(rb'[^"\\]*(?:(?:\\[^"\\]|\\\\(?:\\[\s\S]|[^"\\]))[^"\\]*)*', 4)
-_JSON_ESC_KEY = (
-    rb'\\"(?:' + _JSON_IN_JSON_KEY_ALT.encode() + rb')\\"(?:[ \t]|\\[nrt]){0,32}:(?:[ \t]|\\[nrt]){0,32}'
-)
-_JSON_ESC_KEY_RULE: _Rule = (_JSON_ESC_KEY + rb'\\"', b"", _T_JSON_IN_JSON, "text")
-_JSON_ESC_KEY_NUMBER_RULE: _Rule = (_JSON_ESC_KEY, rb"(?=[-0-9])", _T_NUMBER, "json-in-json")
-_JSON_ESC_KEY_VALUE_RULE: _Rule = (_JSON_ESC_KEY, rb"(?=[\[{])", (_JsonValue, True), "json-in-json")
+# JSON keys as written: plain, or with \uXXXX escapes (inside a JSON string holding JSON the escape's
+# backslash may itself be escaped: \\u0077). The escaped spelling is only needed where a name-character
+# escape occurs (`_NAME_ESCAPE`); its regex is several times larger, so it is compiled only then.
+_JSON_RULES_BY_ESC = {False: _json_rules(_BODY_ALT, _BODY_ALT), True: _json_rules(_JSON_KEY_ALT, _JSON_IN_JSON_KEY_ALT)}
+
 # name=value after ?, &, &amp; or \u0026 (URLs inside text), and at the start of the body: form-encoded
 # credentials whatever the declared content type (password=... sent as text/plain or octet-stream).
 # Not after every newline: that trigger cost 15% of the scan of prose.
@@ -361,19 +481,45 @@ _MULTIPART_RULE: _Rule = (
     b"", _MULTIPART, "text",
 )  # fmt: skip
 
-_JSON_RULES = (
-    _JSON_KEY_RULE, _JSON_KEY_NUMBER_RULE, _JSON_KEY_VALUE_RULE,
-    _JSON_ESC_KEY_RULE, _JSON_ESC_KEY_NUMBER_RULE, _JSON_ESC_KEY_VALUE_RULE,
+_PCT_SP = rb"(?:\+|%20|%09)"
+_PCT_ASSIGN_NAME = (
+    _PCT_SP + rb"{0,16}(?:export" + _PCT_SP + rb"{1,4})?" + _ID_WORDS + rb"(?:" + _BODY_ALT.encode() + rb")"
+    + _PCT_SP + rb"{0,8}(?:%3[Dd]|%3[Aa])"
+    + _PCT_SP + rb"{0,8}"
 )  # fmt: skip
+_PCT_VALUE_CHAR = rb"(?:[^&\s%]|%(?!0[AaDd]|2[27])[0-9A-Fa-f]{2})"
+# Line assignments inside a URL-encoded form value (form bodies only).
+_FORM_ASSIGN_RULE: _Rule = (
+    rb"(?:%0[Aa]|%0[Dd]%0[Aa])" + _PCT_ASSIGN_NAME + rb"(?:%2[27])?",
+     rb"(?!(?:true|false|null)(?![A-Za-z0-9_])|\[never)(?=" + _PCT_VALUE_CHAR + rb")",
+     _Elements(_PCT_VALUE_CHAR + rb"*", 3), "text",
+)  # fmt: skip
+# XML elements named like a credential: <SecretAccessKey>...</SecretAccessKey> (AWS IAM answers); text
+# kinds only (a declared binary type holds no XML worth a trigger at every '<').
+_XML_RULE: _Rule = (rb"<(?:" + _BODY_ALT.encode() + rb")>", rb"(?!\[never)(?=[^<])", _Elements(rb"[^<]*", 1), "text")
+
 _BINARY, _TEXT, _FORM, _MULTI = "binary", "text", "form", "multipart"
-# A declared binary type gets the text rules too: octet-stream is often JSON or form text (a Drive
-# download of token.json, a form posted with a wrong type), and what is stored as base64 must not hold
-# a credential either. In real binary data the key and form heads practically never occur.
+
+
+def _kind_rules(kind: str, esc: bool) -> tuple[_Rule, ...]:
+    """The rules of a kind, in order; the same count and tails for both spellings of JSON keys, so a
+    match's rule index means the same rule in both.
+
+    A declared binary type gets the text rules too: octet-stream is often JSON or form text (a Drive
+    download of token.json, a form posted with a wrong type), and what is stored as base64 must not hold
+    a credential either. In real binary data the key and form heads practically never occur."""
+    common = (*_JSON_RULES_BY_ESC[esc], _URL_PARAM_RULE)
+    if kind == _FORM:
+        return (_FORM_RULE, *common, _FORM_ASSIGN_RULE, _XML_RULE, *_VALUE_RULES)
+    if kind == _MULTI:
+        return (_MULTIPART_RULE, *common, _XML_RULE, *_VALUE_RULES)
+    if kind == _TEXT:
+        return (*common, _XML_RULE, *_VALUE_RULES)
+    return (*common, *_VALUE_RULES)
+
+
 _RULES_BY_KIND: dict[str, tuple[_Rule, ...]] = {
-    _BINARY: (*_JSON_RULES, _URL_PARAM_RULE, *_VALUE_RULES),
-    _TEXT: (*_JSON_RULES, _URL_PARAM_RULE, *_VALUE_RULES),
-    _FORM: (_FORM_RULE, *_JSON_RULES, _URL_PARAM_RULE, *_VALUE_RULES),
-    _MULTI: (_MULTIPART_RULE, *_JSON_RULES, _URL_PARAM_RULE, *_VALUE_RULES),
+    kind: _kind_rules(kind, False) for kind in (_BINARY, _TEXT, _FORM, _MULTI)
 }
 
 
@@ -386,8 +532,15 @@ def _compile(rules: tuple[_Rule, ...]) -> re.Pattern[bytes]:
     )
 
 
-_REGEX_BY_KIND = {kind: _compile(rules) for kind, rules in _RULES_BY_KIND.items()}
-_VALUE_RE = _compile(_VALUE_RULES)
+@functools.cache
+def _kind_regex(kind: str, esc: bool) -> re.Pattern[bytes]:
+    """The rule alternation of a kind, compiled on first use (not at import: every command imports this
+    module, and most never redact a body of every kind)."""
+    return _compile(_kind_rules(kind, esc))
+
+
+_VALUE_RE = _compile(_VALUE_RULES)  # small: no key names in it
+
 
 _TEXT_TYPES = ("application/xml", "application/javascript", "application/graphql", "application/x-ndjson",
                "application/jsonl", "application/ld+json")  # fmt: skip
@@ -417,44 +570,150 @@ def _kind(content_type: str | None) -> tuple[str, bytes]:
 
 # Every byte where a rule of a kind can start: a cheap first pass, since Python's regex engine skips
 # quickly to these bytes, whereas the rule alternation itself is tried at every byte (about 1.5 MB/s).
-# The rules after '?', '&', '&amp;' or '\\u0026' start at the trigger's end. Keep in step with the
-# rules above; the tests compare against a trigger-less scan.
-_VALUE_TRIGGERS = (
-    rb"e(?=yJ)|y(?=a29\.)|1(?=//0|%2[Ff]%2[Ff]0)|A(?=Iza)|G(?=OCSPX-)|x(?=ox|app-)"
-    rb"|g(?=h[pousr]_|ithub_pat_)|h(?=ooks\.(?:slack|zapier)\.com|ook)|-(?=----BEGIN )|B(?=(?i:earer))|b(?=(?i:earer))"
-)
-def _text_triggers(key_alt: str, in_json_key_alt: str) -> bytes:
-    return (
-        # One alternative per first character, each starting with a literal: sre then skips quickly to the
-        # bytes where one can start (a character class, or two alternatives for one byte, cost that).
-        b'"(?=(?:' + key_alt.encode() + b')")'
-        + rb'|\\(?:(?="(?:' + in_json_key_alt.encode() + rb')\\")|u0026(?=(?:' + _URL_ALT.encode() + rb")=))"
-        + rb"|\?(?=(?:" + _URL_ALT.encode() + rb")=)|&(?:amp;)?(?=(?:" + _URL_ALT.encode() + rb")=)|"
-        + _VALUE_TRIGGERS
-    )
+# One alternative per first character, each starting with a literal: sre then skips quickly to the
+# bytes where one can start (a character class, or two alternatives for one byte, cost that). The rules
+# after '?', '&', '&amp;' or '\\u0026' start at the trigger's end. Keep in step with the rules above;
+# the tests compare against a trigger-less scan.
+# A line that starts like an assignment (an identifier, then = or :): the rule checks the name. Reading
+# the line's first word once costs less at every newline of prose than comparing it with the names.
+_ASSIGN_LOOK = r"[ \t]{0,16}(?:export[ \t]{1,4})?[A-Za-z0-9_.\-]{1,100}+[ \t]{0,8}[=:]"
+_VALUE_TRIGGER_CONDS: dict[str, list[str]] = {
+    "e": ["(?=yJ)"], "y": [r"(?=a29\.)"], "1": ["(?=//0|%2[Ff]%2[Ff]0)"],
+    "A": ["(?=Iza|ccountKey(?:=|%3[Dd]))", "(?<=:A)", "(?<=%3AA)", "(?<=%3aA)", "(?<=SharedA)"],
+    "G": ["(?=OCSPX-)"], "x": ["(?=ox|app-)"],
+    "g": ["(?=h[pousr]_|ithub_pat_)"], "h": [r"(?=ooks\.(?:slack|zapier)\.com|ook)"],
+    "-": [r"(?=----BEGIN(?:[ \t]|\+|%20)|--- BEGIN SSH2 )", "(?<=Private-)"],
+    "B": ["(?=(?i:earer|asic))"], "b": ["(?=(?i:earer|asic))"], "_": ["(?<=:_)"],
+    "\n": [f"(?={_ASSIGN_LOOK})"], "\\": [f"(?=(?:r\\\\)?n{_ASSIGN_LOOK})"],
+}  # fmt: skip
 
 
-_MULTI_TRIGGERS = rb"C(?=(?i:ontent-disposition))|c(?=(?i:ontent-disposition))|"
+def _balanced(pattern: str) -> bool:
+    """True when `pattern` is one regex (its parentheses pair up), so `(?=pattern)` is one lookahead."""
+    try:
+        re.compile(pattern)
+    except re.error:
+        return False
+    return True
+
+
+def _prefix_trigger_conds() -> dict[str, list[str]]:
+    """The catalogue's (and the URL schemes') trigger conditions, by character: lookbehinds of one width
+    joined into one, lookaheads into one (a character such as '_' is tried against a few assertions,
+    not one per prefix)."""
+    return _merged_conds((*_PREFIX_RULES, *_USERINFO_RULES))
+
+
+def _merged_conds(rules: tuple) -> dict[str, list[str]]:
+    by_char: dict[str, dict[int, set[str]]] = {}
+    ahead: dict[str, set[str]] = {}
+    out_whole: dict[str, list[str]] = {}
+    for _rule, (char, cond) in rules:
+        if cond.startswith("(?<=") and not _balanced(cond[4:-1]):  # a lookbehind and then more: kept whole
+            out_whole.setdefault(char, []).append(cond)
+        elif cond.startswith("(?<="):
+            body = cond[4:-1]
+            by_char.setdefault(char, {}).setdefault(len(re.sub(r"\\(.)", r"\1", body)), set()).add(body)
+        else:
+            ahead.setdefault(char, set()).add(cond[3:-1])
+    out: dict[str, list[str]] = {}
+    for char, widths in by_char.items():
+        out[char] = [f"(?<={'|'.join(sorted(bodies))})" for _w, bodies in sorted(widths.items())]
+    for char, bodies in ahead.items():
+        out.setdefault(char, []).append(f"(?={'|'.join(sorted(bodies))})")
+    for char, conds in out_whole.items():
+        out.setdefault(char, []).extend(conds)
+    return out
+
+
+for _char, _conds in _prefix_trigger_conds().items():
+    _VALUE_TRIGGER_CONDS.setdefault(_char, []).extend(_conds)
+
+
+def _triggers(conds: dict[str, list[str]]) -> bytes:
+    """One alternative per first character: the character, then any of its conditions. The plain
+    lookaheads of a character are joined into one (its alternatives start with literals, which the
+    engine rejects quickly), tried before the conditions with lookbehinds."""
+
+    def one(char: str, cs: list[str]) -> str:
+        ahead = [c[3:-1] for c in cs if c.startswith("(?=") and _balanced(c[3:-1])]
+        rest = [c for c in cs if not (c.startswith("(?=") and _balanced(c[3:-1]))]
+        if len(rest) > 1:  # several lookbehinds: first one check of the character before this one
+            before = _chars_before(char, rest)
+            if before:
+                rest = [f"(?<=[{re.escape(before)}]{re.escape(char)})(?:{'|'.join(rest)})"]
+        parts = ([f"(?={'|'.join(ahead)})"] if ahead else []) + rest
+        return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
+
+    return b"|".join(re.escape(char).encode() + one(char, cs).encode() for char, cs in conds.items())
+
+
+def _chars_before(char: str, conds: list[str]) -> str:
+    """The characters just before `char` that the lookbehind conditions accept, or "" when a condition
+    is not a plain lookbehind of literals ending with `char`."""
+    out = set()
+    for cond in conds:
+        body = cond[4:].partition(")")[0] if cond.startswith("(?<=") else ""
+        for alt in body.split("|") if body else [""]:
+            plain = re.sub(r"\\(.)", r"\1", alt)
+            if len(plain) < 2 or plain[-1] != char or any(c in plain for c in "[]()?*+{}"):
+                return ""
+            out.add(plain[-2])
+    return "".join(sorted(out))
+
+
+
+
+def _text_trigger_conds(key_alt: str, in_json_key_alt: str, kind: str) -> dict[str, list[str]]:
+    url = _URL_ALT
+    conds = {k: list(v) for k, v in _VALUE_TRIGGER_CONDS.items()}
+    extra = {
+        '"': [f'(?=(?:{key_alt})")'],
+        "\\": [f'(?="(?:{in_json_key_alt})\\\\")', f"u0026(?=(?:{url})=)"],
+        "?": [f"(?=(?:{url})=)"], "&": [f"(?:amp;)?(?=(?:{url})=)"],
+    }  # fmt: skip
+    if kind != _BINARY:
+        extra["<"] = [f"(?=(?:{_BODY_ALT})>)"]
+    if kind == _FORM:
+        extra["%"] = [f"(?=(?:0[Dd]%)?0[Aa]{_PCT_ASSIGN_LOOK})"]
+    if kind == _MULTI:
+        extra["C"] = ["(?=(?i:ontent-disposition))"]
+        extra["c"] = ["(?=(?i:ontent-disposition))"]
+    for char, cs in extra.items():
+        conds.setdefault(char, []).extend(cs)
+    # The JSON key triggers first: they are the ones that fire in JSON, the commonest body.
+    conds["\\"] = conds["\\"][1:] + conds["\\"][:1]  # the escaped-newline condition after the key ones
+    order = ['"', "\\"]
+    return {c: conds[c] for c in order} | {c: v for c, v in conds.items() if c not in order}
+
+
+_PCT_ASSIGN_LOOK = _PCT_ASSIGN_NAME.decode()
+_VALUE_TRIGGERS = _triggers(_VALUE_TRIGGER_CONDS)
 _VALUE_TRIGGER_RE = re.compile(_VALUE_TRIGGERS)
 # Two trigger sets per kind: JSON keys as written plainly, and keys that may hold \uXXXX escapes. The
 # second costs more at every quote, and is needed only where an escape of a name character (a letter,
 # digit, _, -, @ or .) occurs: `_NAME_ESCAPE` finds one (in JSON inside JSON too: \\u0077 holds \u0077).
-_PLAIN_TEXT_TRIGGERS = _text_triggers(_BODY_ALT, _BODY_ALT)
-_ESC_TEXT_TRIGGERS = _text_triggers(_JSON_KEY_ALT, _JSON_IN_JSON_KEY_ALT)
 _NAME_ESCAPE = re.compile(rb"\\u00(?:[2-7][0-9a-fA-F])")
-_TRIGGERS_BY_KIND = {
-    kind: (re.compile(prefix + _PLAIN_TEXT_TRIGGERS), re.compile(prefix + _ESC_TEXT_TRIGGERS))
-    for kind, prefix in ((_BINARY, b""), (_TEXT, b""), (_FORM, b""), (_MULTI, _MULTI_TRIGGERS))
-}
+
+
+@functools.cache
+def _kind_triggers(kind: str, esc: bool) -> re.Pattern[bytes]:
+    """Trigger regex of a kind for one spelling of JSON keys, compiled on first use."""
+    if esc:
+        return re.compile(_triggers(_text_trigger_conds(_JSON_KEY_ALT, _JSON_IN_JSON_KEY_ALT, kind)))
+    return re.compile(_triggers(_text_trigger_conds(_BODY_ALT, _BODY_ALT, kind)))
+
+
 _TRIGGER_BACK = 6  # longest trigger ('\\u0026'): a trigger may start this far before the scan position
 
 
 # Long runs of base64url characters (attachment and message data in Gmail JSON, `raw` mail) hold
 # triggers at about one byte in six, and a rule can start at almost none of them. Inside a run
-# [a, b) of these bytes, at any position p with a + 8 <= p < b - _RUN_TAIL, no rule can match
+# [a, b) of these bytes, at any position p with a + _RUN_HEAD <= p < b - _RUN_TAIL, no rule can match
 # except one starting with GOCSPX-, xapp- or github_pat_ (whose heads are all base64url characters):
 # - the rules guarded by _LB (1//0, AIza, xox?-, xoxd-, gh?_) need fewer than 8 token characters
-#   before them, and there are 8;
+#   before them, and there are 8; so do the catalogue prefixes (sk_live_, glpat-, AKIA, ...), before the
+#   prefix's first character, which is at most the prefix's length before the rule's start;
 # - every other value rule needs a byte that is not base64url within 2052 bytes of its start: the
 #   JWT's '.' (its first segment is at most 2048 characters, matched possessively), the '.' of ya29.,
 #   the space, '+' or '%' after Bearer, the '.' or '/' of the webhook URLs, the space of the PEM armour;
@@ -466,7 +725,7 @@ _TRIGGER_BACK = 6  # longest trigger ('\\u0026'): a trigger may start this far b
 # the tests compare it with a scan that tries every rule at every byte.
 _RUN_TABLE = bytes(0x61 if chr(c).isascii() and (chr(c).isalnum() or chr(c) in "_-") else 0x2E for c in range(256))
 _RUN_MIN = 4096  # runs shorter than this are scanned as they are
-_RUN_HEAD = 8
+_RUN_HEAD = 8 + max(len(p) for shape in PREFIX_SHAPES for p in shape.prefixes)
 _RUN_TAIL = 2112
 _RUN_LITERALS = (b"GOCSPX-", b"xapp-", b"github_pat_")
 # Bytes a trigger's lookahead reads past its start at most (the longest: a key of the body name list
@@ -576,9 +835,8 @@ class StreamingRedactor:
 
     def __init__(self, content_type: str | None) -> None:
         kind, boundary = _kind(content_type)
+        self._kind = kind
         self._rules = _RULES_BY_KIND[kind]
-        self._regex = _REGEX_BY_KIND[kind]
-        self._plain_triggers, self._esc_triggers = _TRIGGERS_BY_KIND[kind]
         text = _RU if kind == _FORM else _R
         self._replacements = {
             "text": text, "url": _RU, "json": b'"' + text + b'"', "json-in-json": b'\\"' + text + b'\\"',
@@ -624,7 +882,10 @@ class StreamingRedactor:
         safe = n if final else n - _HOLD  # a head starting at or before `safe` is fully decidable
         # Escaped keys can only match where a name-character escape occurs in what is scanned now.
         esc = _NAME_ESCAPE.search(buf, max(0, pos - _TRIGGER_BACK)) is not None
-        triggers = self._esc_triggers if esc else self._plain_triggers
+        use_triggers = self._use_triggers
+        # Without triggers (the tests' reference scan) every rule in its widest spelling.
+        regex = _kind_regex(self._kind, esc or not use_triggers)
+        triggers = _kind_triggers(self._kind, esc) if use_triggers else None
         skips: list[tuple[int, int]] | None = None
         out: list[bytes] = []
         while True:
@@ -636,8 +897,8 @@ class StreamingRedactor:
             if pos >= n or pos > safe:
                 break
             if skips is None:  # once per buffer, when a scan reaches this far
-                skips = _run_interiors(buf, pos) if self._use_triggers else []
-            m = _search(self._regex, triggers if self._use_triggers else None, buf, pos, safe, skips)
+                skips = _run_interiors(buf, pos) if use_triggers else []
+            m = _search(regex, triggers, buf, pos, safe, skips)
             if m is None:
                 end = max(pos, min(n, safe + (0 if final else 1)))
                 out.append(buf[pos:end])
@@ -690,9 +951,8 @@ def _body_plainly_clean(body: bytes, kind: str) -> bool:
     nothing before it there) and no trigger of the kind occurs anywhere, so `_search`, which only tries
     trigger positions, finds nothing either. Decided in two C-level searches, which saves setting up a
     StreamingRedactor for the many short clean bodies and strings (headers' JSON, MCP params)."""
-    plain, escaped = _TRIGGERS_BY_KIND[kind]
-    triggers = escaped if _NAME_ESCAPE.search(body) else plain
-    return triggers.search(body) is None and _REGEX_BY_KIND[kind].match(body, 0) is None
+    esc = _NAME_ESCAPE.search(body) is not None
+    return _kind_triggers(kind, esc).search(body) is None and _kind_regex(kind, esc).match(body, 0) is None
 
 
 def contains_credential(data: bytes | str) -> bool:

@@ -12,10 +12,15 @@ import functools
 import multiprocessing.process
 import os
 import subprocess
+import tempfile
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+
+# The principal fingerprint's per-installation key (journal/fingerprint_key.py): the tests' own, never the
+# key of the user running them; processes the tests start inherit it.
+os.environ.setdefault("BROKER_FINGERPRINT_KEY_FILE", os.path.join(tempfile.mkdtemp(prefix="broker-fp-"), "fp.key"))
 
 _started: list[str] = []
 """What the running test started, one line per process, cleared before each test."""
