@@ -12,13 +12,19 @@ import httpx
 import pytest
 
 from journal.checkpoint.autoseal import AutosealConfig
-from journal.checkpoint.checkpoint import Checkpoint, checkpoint_path
-from journal.checkpoint.note import Signer, parse_note
+from journal.checkpoint.note import Signer
 from journal.checkpoint.witness import WitnessClient
 from journal.record import Recorder
 from journal.vault import Vault
 from tests.support.broker_harness import BrokerProcess
-from tests.support.checkpoint_harness import audit, report_of, witness_server
+from tests.support.checkpoint_harness import (
+    audit,
+    checkpoint_size,
+    record_reads,
+    report_of,
+    signer_key_file,
+    witness_server,
+)
 from tests.support.upstreams import Upstream
 
 GMAIL = "https://gmail.googleapis.com/gmail/v1/users/me"
@@ -26,23 +32,7 @@ GMAIL = "https://gmail.googleapis.com/gmail/v1/users/me"
 
 @pytest.fixture
 def key(tmp_path):
-    signer = Signer.generate("vault.example/auto")
-    path = tmp_path / "keys" / "auto.key"
-    path.parent.mkdir()
-    path.write_text(signer.key_text() + "\n")
-    return signer, path
-
-
-def _record(rec: Recorder, n: int, session: str = "s1", start: int = 1) -> None:
-    for i in range(start, start + n):
-        rec.report_call(session=session, agent="a", principal="p", method="GET", url=f"{GMAIL}/messages/m{i}",
-                        status=200, response_headers=[("Content-Type", "application/json")],
-                        response_body=b'{"id": "m%d"}' % i)
-
-
-def _size(vault: Vault, session: str = "s1") -> int:
-    path = checkpoint_path(vault, session)
-    return Checkpoint.parse(parse_note(path.read_bytes()).text).size if path.exists() else 0
+    return signer_key_file(tmp_path, "auto")
 
 
 def _wait_for(predicate, timeout: float = 20) -> None:
@@ -70,10 +60,10 @@ def test_every_n_entries_and_at_close(tmp_path, key):
     signer, path = key
     vault = Vault.create(tmp_path / "vault")
     rec = Recorder(vault.root, autoseal=AutosealConfig(str(path), entries=3, seconds=3600), durable=False)
-    _record(rec, 7)
-    _wait_for(lambda: _size(vault) >= 6)
+    record_reads(rec, 7)
+    _wait_for(lambda: checkpoint_size(vault) >= 6)
     rec.close()
-    assert _size(vault) == 7  # the clean stop's checkpoint
+    assert checkpoint_size(vault) == 7  # the clean stop's checkpoint
     result = audit(vault, signer.verifier())
     r = report_of(result, "s1")
     assert r.intact and "checkpoint checked: 7 entries" in r.notes
@@ -84,13 +74,13 @@ def test_every_t_seconds_and_a_second_process_continues(tmp_path, key):
     signer, path = key
     vault = Vault.create(tmp_path / "vault")
     rec = Recorder(vault.root, autoseal=AutosealConfig(str(path), entries=1000, seconds=0.2), durable=False)
-    _record(rec, 2)
-    _wait_for(lambda: _size(vault) == 2)
+    record_reads(rec, 2)
+    _wait_for(lambda: checkpoint_size(vault) == 2)
     rec.close()
     rec = Recorder(vault.root, autoseal=AutosealConfig(str(path), entries=1000, seconds=3600), durable=False)
-    _record(rec, 3, start=3)
+    record_reads(rec, 3, start=3)
     rec.close()
-    assert _size(vault) == 5
+    assert checkpoint_size(vault) == 5
     assert report_of(audit(vault, signer.verifier(), require_sealed=True), "s1").intact
 
 
@@ -98,14 +88,14 @@ def test_a_tampered_session_is_not_resealed(tmp_path, key):
     signer, path = key
     vault = Vault.create(tmp_path / "vault")
     rec = Recorder(vault.root, autoseal=AutosealConfig(str(path), entries=1000, seconds=3600), durable=False)
-    _record(rec, 4)
+    record_reads(rec, 4)
     rec.close()
     lines = vault.session_path("s1").read_bytes().splitlines(keepends=True)
     vault.session_path("s1").write_bytes(b"".join(lines[:2]))  # cut
     rec = Recorder(vault.root, autoseal=AutosealConfig(str(path), entries=1000, seconds=3600), durable=False)
-    _record(rec, 1, start=3)
+    record_reads(rec, 1, start=3)
     rec.close()
-    assert _size(vault) == 4 and rec.autosealer.problems  # the old checkpoint stands; the refusal is reported
+    assert checkpoint_size(vault) == 4 and rec.autosealer.problems  # the old checkpoint stands; the refusal is reported
     assert report_of(audit(vault, signer.verifier()), "s1").kind == "seal_mismatch"
 
 
@@ -127,9 +117,9 @@ def test_broker_run_seals_as_it_records_and_a_witness_cosigns(tmp_path, key, rec
                 grant = {"grant_type": "refresh_token", "refresh_token": "1//0gREFRESH", "client_id": "x"}
                 assert c.post("https://oauth2.googleapis.com/token", data=grant).status_code == 200
             vault = Vault(b.vault)
-            _wait_for(lambda: _size(vault, "sealed") >= 2)
+            _wait_for(lambda: checkpoint_size(vault, "sealed") >= 2)
             assert b.stop(signal.SIGTERM) == 0
-        assert _size(vault, "sealed") == 3
+        assert checkpoint_size(vault, "sealed") == 3
         result = audit(vault, signer.verifier(), witness_keys=[wkey.cosigner_verifier()],
                        witnesses=[WitnessClient(url)], require_sealed=True)
         r = report_of(result, "sealed")
@@ -148,7 +138,7 @@ def test_declared_coverage_from_the_api_and_the_service_frame(tmp_path, key):
     signer, path = key
     vault = Vault.create(tmp_path / "vault")
     rec = Recorder(vault.root, autoseal=AutosealConfig(str(path), entries=1000, seconds=3600), durable=False)
-    _record(rec, 1)
+    record_reads(rec, 1)
     assert rec.report_call(session="s1", agent="a", principal="p", method="POST",
                            url="https://oauth2.googleapis.com/token", status=200, connector="google",
                            request_body=b"grant_type=refresh_token&refresh_token=x") is None
@@ -182,5 +172,5 @@ def test_broker_mcp_seals_at_a_clean_stop(tmp_path, key):
     finally:
         shim.kill()
     vault = Vault(shim.vault)
-    assert _size(vault) == 2
+    assert checkpoint_size(vault) == 2
     assert report_of(audit(vault, signer.verifier(), require_sealed=True), "s1").intact

@@ -11,8 +11,6 @@ from broker.proxy.service import Service
 from broker.proxy.wire import WholeCall
 from journal.chain import chain_entry
 from journal.checkpoint.autoseal import AutosealConfig
-from journal.checkpoint.checkpoint import Checkpoint, checkpoint_path
-from journal.checkpoint.note import Signer, parse_note
 from journal.models.linking import tool_call_prompt_ref
 from journal.record import Recorder
 from journal.store import StoreError
@@ -22,7 +20,7 @@ from journal.store.transfer import copy_store
 from journal.vault import Vault
 from tests.e2e.test_prompts import _anthropic_material, _gmail_material, _send
 from tests.support import postgres_server as _pg
-from tests.support.checkpoint_harness import audit, report_of
+from tests.support.checkpoint_harness import audit, checkpoint_size, record_reads, report_of, signer_key_file
 from tests.support.journal_factories import fields
 
 postgres_server, pg_url = _pg.postgres_server, _pg.pg_url  # fixtures
@@ -76,23 +74,7 @@ def test_the_exact_tool_call_tie_reads_a_database_store(pg_url):
 
 @pytest.fixture
 def key(tmp_path):
-    signer = Signer.generate("vault.example/pg")
-    path = tmp_path / "keys" / "pg.key"
-    path.parent.mkdir()
-    path.write_text(signer.key_text() + "\n")
-    return signer, path
-
-
-def _record(rec: Recorder, n: int, session: str = "s1", start: int = 1) -> None:
-    for i in range(start, start + n):
-        rec.report_call(session=session, agent="a", principal="p", method="GET", url=f"{GMAIL}/messages/m{i}",
-                        status=200, response_headers=[("Content-Type", "application/json")],
-                        response_body=b'{"id": "m%d"}' % i)
-
-
-def _size(vault: Vault, session: str = "s1") -> int:
-    path = checkpoint_path(vault, session)
-    return Checkpoint.parse(parse_note(path.read_bytes()).text).size if path.exists() else 0
+    return signer_key_file(tmp_path, "pg")
 
 
 def test_autoseal_on_a_database_store_writes_checkpoints_that_verify(pg_url, tmp_path, key):
@@ -100,13 +82,13 @@ def test_autoseal_on_a_database_store_writes_checkpoints_that_verify(pg_url, tmp
     home = tmp_path / "seals"
     config = AutosealConfig(str(path), entries=3, seconds=3600, vault_dir=str(home))
     rec = Recorder(pg_url, autoseal=config, durable=False)
-    _record(rec, 7)
+    record_reads(rec, 7)
     rec.close()
-    assert rec.autosealer.problems == [] and _size(Vault.open_existing(home)) == 7
+    assert rec.autosealer.problems == [] and checkpoint_size(Vault.open_existing(home)) == 7
     rec = Recorder(pg_url, autoseal=config, durable=False)  # a second process continues the checkpoints
-    _record(rec, 2, start=8)
+    record_reads(rec, 2, start=8)
     rec.close()
-    assert _size(Vault.open_existing(home)) == 9
+    assert checkpoint_size(Vault.open_existing(home)) == 9
 
     db = PostgresStore(pg_url)  # `broker verify --store URL --vault DIR --seal-key PUB`: pull, then check
     try:
@@ -139,8 +121,8 @@ def test_autoseal_does_not_seal_a_database_session_whose_chain_was_edited(pg_url
         db.close()
     config = AutosealConfig(str(path), entries=1, seconds=3600, vault_dir=str(tmp_path / "seals"))
     rec = Recorder(pg_url, autoseal=config, durable=False)
-    _record(rec, 1, start=3)
+    record_reads(rec, 1, start=3)
     rec.close()
     assert any("not sealed" in p and "edited" in p for p in rec.autosealer.problems)
-    assert _size(Vault.open_existing(tmp_path / "seals")) == 0
+    assert checkpoint_size(Vault.open_existing(tmp_path / "seals")) == 0
 

@@ -9,9 +9,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from journal.checkpoint.audit import audit_vault, session_tree
-from journal.checkpoint.note import Signer, Verifier
+from journal.checkpoint.checkpoint import Checkpoint, checkpoint_path
+from journal.checkpoint.note import Signer, Verifier, parse_note
 from journal.checkpoint.sealer import Sealer
 from journal.checkpoint.witness import Witness, WitnessClient, app
+from journal.record import Recorder
 from journal.vault import Vault
 from journal.writer import JournalWriter
 from tests.support.journal_factories import fields
@@ -61,3 +63,29 @@ def audit(vault: Vault, key: Verifier, **kwargs):
 
 def report_of(result, session: str):
     return next(r for r in result.reports if r.session == session)
+
+
+GMAIL = "https://gmail.googleapis.com/gmail/v1/users/me"
+
+
+def signer_key_file(tmp_path: Path, name: str) -> tuple[Signer, Path]:
+    """A new signer and its key file (`broker keygen`'s form) under tmp_path/keys."""
+    signer = Signer.generate(f"vault.example/{name}")
+    path = tmp_path / "keys" / f"{name}.key"
+    path.parent.mkdir()
+    path.write_text(signer.key_text() + "\n")
+    return signer, path
+
+
+def record_reads(rec: Recorder, n: int, session: str = "s1", start: int = 1) -> None:
+    """n Gmail message reads, numbered from `start`, recorded through `rec`."""
+    for i in range(start, start + n):
+        rec.report_call(session=session, agent="a", principal="p", method="GET", url=f"{GMAIL}/messages/m{i}",
+                        status=200, response_headers=[("Content-Type", "application/json")],
+                        response_body=b'{"id": "m%d"}' % i)
+
+
+def checkpoint_size(vault: Vault, session: str = "s1") -> int:
+    """The size the session's checkpoint claims; 0 when it has none."""
+    path = checkpoint_path(vault, session)
+    return Checkpoint.parse(parse_note(path.read_bytes()).text).size if path.exists() else 0
