@@ -78,6 +78,7 @@ def mcp(
     from journal.vault import session_filename
 
     CallJournal.record_tool_lists = record_tools_list  # one shim per process
+    checkpoint_home = vault_dir  # a database store's checkpoints go into --vault
     vault_dir = store_or_vault(store, vault_dir)
     argv = list(command)
     if argv and argv[0] == "--":
@@ -108,7 +109,7 @@ def mcp(
     except EffectsFileError as exc:
         raise click.BadParameter(str(exc), param_hint="--effects") from None
     max_line = max_message_mib << 20
-    seal = autoseal_config(seal_key, checkpoint_entries, checkpoint_seconds, witness)
+    seal = autoseal_config(seal_key, checkpoint_entries, checkpoint_seconds, witness, store, checkpoint_home)
     if seal is not None and through_broker:
         raise click.UsageError("--seal-key does not apply to --through-broker yet; seal with `broker seal`")
     threshold = spill_threshold if spill_threshold is not None else SPILL_THRESHOLD

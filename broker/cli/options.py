@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable
+from pathlib import Path
 
 import click
 
@@ -120,13 +121,16 @@ def seal_options(f: Callable) -> Callable:
 
 
 def autoseal_config(seal_key: str | None, entries: int, seconds: float, witness: tuple[str, ...],
-                    ) -> AutosealConfig | None:
-    """The settings (the key was checked as the command line was parsed, before anything listens)."""
+                    store: str | None = None, vault_dir: str = "") -> AutosealConfig | None:
+    """The settings (the key was checked as the command line was parsed, before anything listens). With a
+    database `store` the checkpoints go into the --vault directory, where `broker verify --store URL --vault
+    DIR --seal-key VKEY` reads them."""
     if not seal_key:
         if witness:
             raise click.UsageError("--witness needs --seal-key")
         return None
-    return AutosealConfig(seal_key, entries, seconds, list(witness))
+    home = str(Path(vault_dir).resolve()) if store and is_database_url(store) else ""
+    return AutosealConfig(seal_key, entries, seconds, list(witness), vault_dir=home)
 
 
 def parse_listen(listen: str, param_hint: str = "--listen") -> tuple[str, int]:

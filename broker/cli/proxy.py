@@ -96,7 +96,7 @@ def run(
         raise click.BadParameter(str(exc), param_hint="--resolve") from None
     if connectors_file:
         Registry.builtin().with_file(connectors_file)  # a bad file is one clear error, before listening
-    seal = autoseal_config(seal_key, checkpoint_entries, checkpoint_seconds, witness)
+    seal = autoseal_config(seal_key, checkpoint_entries, checkpoint_seconds, witness, store, vault_dir)
     vault_dir = store_or_vault(store, vault_dir)
     shown = check_store(vault_dir)  # an unusable store is one clear error, before listening
     if playback:
@@ -120,6 +120,7 @@ def run(
     if seal is not None:
         config.seal_key, config.witness = str(Path(seal.key_path).resolve()), seal.witnesses
         config.checkpoint_entries, config.checkpoint_seconds = seal.entries, seal.seconds
+        config.checkpoint_vault = seal.vault_dir
 
     def announce_port(bound: int) -> None:
         click.echo(f"broker: listening on http://{host}:{bound}" + (f" ({workers} workers)" if workers > 1 else ""))

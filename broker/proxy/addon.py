@@ -108,6 +108,7 @@ def _autoseal(opts) -> AutosealConfig | None:
     return AutosealConfig(
         str(Path(opts.broker_seal_key).resolve()), opts.broker_checkpoint_entries, opts.broker_checkpoint_seconds,
         list(opts.broker_witness),
+        vault_dir=str(Path(opts.broker_checkpoint_vault).resolve()) if opts.broker_checkpoint_vault else "",
     )
 
 class ConnectorJournal:
@@ -155,6 +156,9 @@ class ConnectorJournal:
         loader.add_option("broker_checkpoint_entries", int, DEFAULT_ENTRIES, "A checkpoint every N entries.")
         loader.add_option("broker_checkpoint_seconds", float, DEFAULT_SECONDS, "A checkpoint every T seconds.")
         loader.add_option("broker_witness", Sequence[str], [], "tlog-witness URL to cosign each checkpoint.")
+        loader.add_option(
+            "broker_checkpoint_vault", str, "", "Vault directory for checkpoints when the journal is a database store."
+        )
         loader.add_option(
             "broker_prompts", str, "off",
             "Prompt capture: off (model API calls pass unrecorded), refs (model calls recorded with every "

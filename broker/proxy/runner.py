@@ -63,6 +63,7 @@ class ProxyConfig:
     seal_key: str = ""  # checkpoints while recording (journal/checkpoint/autoseal.py)
     checkpoint_entries: int | None = None
     checkpoint_seconds: float | None = None
+    checkpoint_vault: str = ""  # where checkpoints go when the journal is a database store
     witness: list[str] = field(default_factory=list)
     prompts: str = "off"
     playback: str = ""  # a recorded session that answers every call (addons/playback.py); "" for none
@@ -174,6 +175,8 @@ class EmbeddedProxy:
                 update["broker_checkpoint_entries"] = c.checkpoint_entries
             if c.checkpoint_seconds is not None:
                 update["broker_checkpoint_seconds"] = c.checkpoint_seconds
+            if c.checkpoint_vault:
+                update["broker_checkpoint_vault"] = c.checkpoint_vault
         if c.playback:
             update["broker_playback"] = c.playback
         if c.upstream_ca:

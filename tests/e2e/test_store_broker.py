@@ -19,8 +19,10 @@ from journal.checkpoint.note import Signer
 from journal.record import Recorder
 from journal.store.postgres_schema import CURRENT_VERSION
 from journal.store.postgres_store import PostgresStore
+from journal.vault import Vault
 from tests.support import postgres_server as _pg
 from tests.support.broker_harness import BIN, BrokerProcess
+from tests.support.checkpoint_harness import checkpoint_size
 from tests.support.journal_factories import fields
 from tests.support.upstreams import Upstream
 
@@ -218,3 +220,29 @@ def test_seal_a_database_store_through_a_pulled_vault(pg_url, tmp_path):
     checked = _broker("verify", "--store", pg_url, "--vault", local, "--seal-key", str(public), "--json")
     report = json.loads(checked.stdout)
     assert checked.returncode == 0 and report["entries"] == 3
+
+
+@pytest.mark.parametrize("recorder", ["process", "inline"])
+def test_broker_run_seals_a_database_store_into_its_vault(upstream, pg_url, tmp_path, recorder):
+    """`broker run --store URL --vault DIR --seal-key KEY`: entries go to the database, checkpoints into DIR,
+    and `broker verify --store URL --vault DIR --seal-key VKEY` checks them (issue 20: autoseal could not
+    build its Recorder on a database store)."""
+    signer = Signer.generate("vault.example/pg-run")
+    key = tmp_path / "pg-run.key"
+    key.write_text(signer.key_text() + "\n")
+    vkey = tmp_path / "pg-run.vkey"
+    vkey.write_text(signer.verifier().vkey() + "\n")
+    seals = tmp_path / "seals"
+    with BrokerProcess(tmp_path, upstream, "--store", pg_url, "--recorder", recorder, "--seal-key", str(key),
+                       "--checkpoint-entries", "2", vault=seals) as b:
+        with _client(b, "s-sealed") as c:
+            for _ in range(4):
+                assert c.get(f"{GMAIL}/labels").status_code == 200
+    assert [e["seq"] for e in PostgresStore(pg_url).iter_entries("s-sealed")] == [1, 2, 3, 4]
+    assert checkpoint_size(Vault.open_existing(seals), "s-sealed") >= 2
+    assert not (seals / "journal" / "s-sealed.jsonl").exists()  # the entries live in the database only
+    checked = _broker("verify", "--store", pg_url, "--vault", str(seals), "--seal-key", str(vkey), "--json",
+                      "s-sealed")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    report = json.loads(checked.stdout.splitlines()[0])
+    assert report["intact"] is True
