@@ -9,6 +9,8 @@ usage error. Nothing is ever executed.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 import orjson
 
@@ -16,6 +18,11 @@ from broker.cli.options import ANY_VERIFIER_KEY, pulled_vault, store_option, vau
 from broker.cli.progress import progress_bar
 from journal.replay import BrokenChainError, plan_dict, replay_session, write_outputs
 from journal.replay.plan import ordered_steps, step_dict
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    from journal.checkpoint.note import Verifier
 
 _require = click.option("--require-intact", is_flag=True,
                         help="Refuse (exit 1, nothing written) when the session's chain is broken.")
@@ -25,7 +32,10 @@ _seal_key = click.option("--seal-key", type=ANY_VERIFIER_KEY, default=None,
                          "checks the old .seal file.")
 
 
-def _run(vault_dir: str, session: str, require_intact: bool, seal_key: object, store: str | None = None):
+def _run(
+    vault_dir: str, session: str, require_intact: bool, seal_key: Verifier | Ed25519PublicKey | None,
+    store: str | None = None,
+):
     vault = pulled_vault(store, vault_dir, [session])
     path = vault.require_session(session)
     with progress_bar(path.stat().st_size, "replaying") as advance:
@@ -48,7 +58,8 @@ def _broken_line(rp) -> str:
 @_require
 @_seal_key
 def replay(
-    vault_dir: str, store: str | None, session: str, as_json: bool, require_intact: bool, seal_key: object
+    vault_dir: str, store: str | None, session: str, as_json: bool, require_intact: bool,
+    seal_key: Verifier | Ed25519PublicKey | None,
 ) -> int:
     """Rebuild views of every resource SESSION touched, under <vault>/views/<session>/.
 
@@ -87,7 +98,8 @@ def replay(
 @_require
 @_seal_key
 def revert_plan(
-    vault_dir: str, store: str | None, session: str, as_json: bool, require_intact: bool, seal_key: object
+    vault_dir: str, store: str | None, session: str, as_json: bool, require_intact: bool,
+    seal_key: Verifier | Ed25519PublicKey | None,
 ) -> int:
     """The revert plan for SESSION: for each write, newest first, the inverse call or why there is none.
 

@@ -10,6 +10,7 @@ import click
 from broker.cli.options import SIGNER_KEY, store_option
 from journal.checkpoint.note import Signer
 from journal.store import StoreError, open_store
+from journal.store.file_store import FileStore
 from journal.store.postgres_store import PostgresStore
 from journal.store.transfer import copy_store
 from journal.verify import verify_session
@@ -24,6 +25,11 @@ from journal.verify import verify_session
 def pull(source: str, target: str, no_blobs: bool, sessions: tuple[str, ...]) -> int:
     """Copy a store (a PostgreSQL journal) into a file vault, byte for byte, and verify the result."""
     src, dst = open_store(source), open_store(target, create=True)
+    if not isinstance(dst, FileStore):
+        src.close()
+        dst.close()
+        raise click.BadParameter(f"{target!r} is not a vault directory: pull writes into a directory (use "
+                                 "`broker push` to copy into a database)", param_hint="--to")
     try:
         report = copy_store(src, dst, blobs=not no_blobs, sessions=list(sessions) or None)
     finally:

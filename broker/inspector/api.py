@@ -251,7 +251,8 @@ class Api:
             raise ApiError(400, str(exc)) from None
         if query.session is not None:
             self.session(request)
-        rows, more = [], False
+        rows: list[dict] = []
+        more = False
         for m in search(self.vault, query):
             if len(rows) == limit:
                 more = True

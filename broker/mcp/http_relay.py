@@ -142,7 +142,8 @@ class HttpRelay:
         path_query = path + (b"?" + query if query else b"")
         target = self.origin + wire_text(path_query)
         # the X-Broker-* headers are read (by a gateway) and never forwarded nor recorded (docs/postgres.md)
-        headers, claims = take_identity(text_pairs(scope["headers"]), proxy_auth=False)
+        kept, claims = take_identity(text_pairs(scope["headers"]), proxy_auth=False)
+        headers: list[tuple[str, str]] = kept if isinstance(kept, list) else list(kept)
         who: tuple[str, str] | None = None
         if self.gateway is not None:
             try:
@@ -162,6 +163,7 @@ class HttpRelay:
         forward.append((b"accept-encoding", b"identity"))
         fresh: list[PendingCall] = []
         if method == "POST" and body:
+            assert principal is not None  # set above under the same condition
             fresh = self._track_request(body, exchange, target, headers, principal, (path_query, forward), who)
         state: dict = {"started": False, "response": None}
 
@@ -190,13 +192,13 @@ class HttpRelay:
                     await work
                 await self._unanswered(exchange, "the client disconnected before the answer came",
                                        status=status, headers=resp_headers)
-            elif (exc := work.exception()) is not None:
-                if not isinstance(exc, OSError):
-                    raise exc
+            elif (failure := work.exception()) is not None:
+                if not isinstance(failure, OSError):
+                    raise failure
                 if response is None:
-                    why = f"the upstream MCP server could not be reached: {exc}"
+                    why = f"the upstream MCP server could not be reached: {failure}"
                 else:
-                    why = f"the upstream broke the connection before answering: {exc}"
+                    why = f"the upstream broke the connection before answering: {failure}"
                 say(f"{method} {target}: {why}")
                 error_body = _error_body(exchange, SERVER_GONE_CODE, why)
                 await self._unanswered(exchange, why, status=status, headers=resp_headers)
@@ -232,13 +234,13 @@ class HttpRelay:
         if len(line.messages) == 1 and line.messages[0].value is None:  # not JSON: no id to match an answer to
             method = next((m for m in RECORDED_METHODS if m.encode() in body), None)
             if method is not None:
-                call = self.journal.start(Message({"method": method}, False, "invalid"), body, url=url,
-                                          request_headers=headers, principal=principal)
-                call.method = method
+                unmatched = self.journal.start(Message({"method": method}, False, "invalid"), body, url=url,
+                                               request_headers=headers, principal=principal)
+                unmatched.method = method
                 if who is not None:
-                    call.session, call.agent = who
+                    unmatched.session, unmatched.agent = who
                 why = "the client's body is not JSON: relayed unchanged, no answer can be matched to it"
-                task = asyncio.create_task(self._record_unanswered(call, why))
+                task = asyncio.create_task(self._record_unanswered(unmatched, why))
                 self._bg.add(task)
                 task.add_done_callback(self._bg.discard)
             return fresh
@@ -246,7 +248,7 @@ class HttpRelay:
             if msg.kind != "request":
                 continue
             self.client_meta = client_meta(msg) or self.client_meta
-            call = None
+            call: PendingCall | None = None
             if self.journal.records(msg.method):
                 raw = body if not line.batch or oversize is not None else dumps(msg.value)
                 call = self.journal.start(msg, raw, url=url, request_headers=headers, principal=principal,
@@ -353,6 +355,7 @@ class HttpRelay:
     def _match(self, exchange: _Exchange | None, scope: str, key: str) -> _Tracked | None:
         tracked = exchange.local.pop(key, None) if exchange is not None else None
         if tracked is not None:
+            assert exchange is not None  # only an exchange's own table gave it
             if self.tracked.get((exchange.scope, key)) is tracked:
                 del self.tracked[(exchange.scope, key)]
             return tracked
@@ -363,6 +366,7 @@ class HttpRelay:
 
     async def _relay_response(self, response: UpstreamResponse, exchange: _Exchange, send) -> None:
         status = response.status
+        assert status is not None  # an UpstreamResponse is handed out once its head is in
         out_headers = _forward_headers(response)
         ctype = (response.header("content-type") or "").split(";")[0].strip().lower()
         resp_headers = text_pairs(response.headers)
@@ -604,7 +608,7 @@ class StdioFront:
         self.target = ((parts.path or "/") + ("?" + parts.query if parts.query else "")).encode()
         self.session_id: str | None = None
         self.protocol_version: str | None = None
-        self.relay: LineRelay | None = None
+        self.relay: _FrontRelay | None = None
         self.posts: dict[str, asyncio.Task] = {}
         self._tasks: set[asyncio.Task] = set()
         self._get_stream: asyncio.Task | None = None
@@ -618,7 +622,8 @@ class StdioFront:
         version = self.protocol_version
         if msg is not None and isinstance(msg.value, dict):
             params = msg.params if isinstance(msg.params, dict) else {}
-            meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
+            got = params.get("_meta")
+            meta = got if isinstance(got, dict) else {}
             version = meta.get(PROTOCOL_VERSION_META) or version
             if msg.method and msg.kind in ("request", "notification"):
                 headers["mcp-method"] = msg.method
@@ -660,6 +665,7 @@ class StdioFront:
         relay = self.relay
         assert relay is not None
         status = resp.status
+        assert status is not None  # an UpstreamResponse is handed out once its head is in
         headers = text_pairs(resp.headers)
         ctype = (resp.header("content-type") or "").split(";")[0].strip().lower()
         if ctype == "text/event-stream":
@@ -732,7 +738,10 @@ class StdioFront:
         if msg.kind == "request":
             key = id_key(msg.id)
             self.posts[key] = task
-            task.add_done_callback(lambda _t, key=key: self.posts.pop(key, None))
+            def forget(_t: asyncio.Task, key: str = key) -> None:
+                self.posts.pop(key, None)
+
+            task.add_done_callback(forget)
         if msg.kind == "notification" and msg.method == "notifications/initialized" and self._get_stream is None:
             self._get_stream = asyncio.create_task(self._open_get_stream())
 

@@ -14,8 +14,8 @@ import re
 import threading
 
 from broker.mcp.messages import RECORDED_METHODS, Line, parse_line
-from journal.blobstore import BlobStore, BlobWriter
 from journal.redact import StreamingRedactor
+from journal.store.interface import BlobSink, BlobWriting
 
 SKELETON_DEPTH = 3
 """Containers opened at this depth or less keep their scalars: message (1), params (2), arguments (3);
@@ -157,10 +157,10 @@ class Skeleton:
 class OversizeLine:
     """One line over the limit on its way through: its redacted bytes in a blob, its skeleton, its size."""
 
-    def __init__(self, store: BlobStore) -> None:
+    def __init__(self, store: BlobSink) -> None:
         self.skeleton = Skeleton()
         self._redactor = StreamingRedactor("application/json")
-        self._blob: BlobWriter | None = None
+        self._blob: BlobWriting | None = None
         self._store = store
         self.size = 0
         self.error: str | None = None  # why the bytes could not be kept (the blob store failed)

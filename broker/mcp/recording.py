@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import PurePath
+from typing import TYPE_CHECKING
 
 from broker.mcp.effects import EffectRules, ToolCatalog
 from broker.mcp.entry_writer import EntryWriter
@@ -49,6 +50,9 @@ from journal.models.linking import tool_call_prompt_ref
 from journal.record import Recorder
 from journal.redact import REDACTED, contains_credential, redact_body, redact_json_value
 from journal.writer import JournalError
+
+if TYPE_CHECKING:
+    from broker.mcp.attribution import Attribution
 
 log = logging.getLogger("broker.mcp")
 
@@ -94,7 +98,8 @@ def fallback_connector(argv: list[str]) -> str:
 def _is_secret_flag(flag: str) -> bool:
     name = flag.lstrip("-")
     # A credential name is one whose JSON string value the journal's redaction removes.
-    return bool(name) and flag.startswith("-") and redact_json_value({name: "x"}).get(name) == REDACTED
+    redacted = redact_json_value({name: "x"})  # a dict in, a dict out
+    return bool(name) and flag.startswith("-") and isinstance(redacted, dict) and redacted.get(name) == REDACTED
 
 
 def redact_argv(argv: list[str]) -> list[str]:
@@ -222,7 +227,7 @@ class CallJournal:
         self.failures = 0
         self.skipped_for_broker = 0
         self.skip_when_broker_recorded = False  # --through-broker: one entry per tool call + its HTTP calls
-        self.tracker = None  # --through-broker: an attribution.Attribution told when calls open and close
+        self.tracker: Attribution | None = None  # --through-broker: told when calls open and close
         # The relay's way to ask the server for its tools (its own tools/list); a future done when answered.
         self.ask_tools: Callable[[Message], asyncio.Future] | None = None
         self.lookup_wait = LOOKUP_WAIT
@@ -379,8 +384,8 @@ class CallJournal:
         mcp_made = None
         if call.oversize is not None:
             ref = call.oversize.commit()
-            mcp: dict = {"unparsed": ref}
-            req_body: object = Prepared(ref)
+            mcp: dict | None = {"unparsed": ref}
+            req_body: Prepared | JsonValue | None = Prepared(ref)
             request_extra = {"body_error": f"the request line ({call.oversize.size} bytes) is over the shim's "
                                            "--max-message-mib: body and mcp.unparsed are the whole line, redacted, "
                                            "in the blob store"}
@@ -399,7 +404,7 @@ class CallJournal:
                                            "mcp.unparsed hold the line as received"}
         response_extra = None
         if response_line is not None:
-            resp_body: object = Prepared(response_line.commit())
+            resp_body: Prepared | JsonValue | None = Prepared(response_line.commit())
             response_extra = {"body_error": f"the answer ({response_line.size} bytes) is over the shim's "
                                             "--max-message-mib: body is the whole line, redacted, in the blob store"}
         elif response is not None and response.strict and not as_text:

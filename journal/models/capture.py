@@ -44,6 +44,7 @@ def _opaque(r: Referencer, body: bytes, ctype: str | None) -> object:
 
 def request_material(recorder: Recorder, call: Call) -> Call:
     """A model call with its request body referenced and its effect read."""
+    assert call.prompts and call.model_api  # `complete` sends only model calls with prompt capture on
     mode, api = call.prompts, APIS[call.model_api]
     headers = text_pairs(call.request.headers)
     body = call.request.body
@@ -71,6 +72,7 @@ def request_material(recorder: Recorder, call: Call) -> Call:
 
 def response_material(recorder: Recorder, call: Call) -> Call:
     """A model call with its response body referenced (streams assembled)."""
+    assert call.prompts and call.model_api  # `complete` sends only model calls with prompt capture on
     mode, api = call.prompts, APIS[call.model_api]
     resp = call.response or Response()
     headers = text_pairs(resp.headers or ())
@@ -120,6 +122,7 @@ def body_digest(response: Response | None) -> dict:
     body = response.body if response is not None else None
     if not isinstance(body, bytes) or not body:
         return {}
+    assert response is not None  # it held the body
     headers = text_pairs(response.headers or ())
     plain = decoded_prefix(body, header_value(headers, "content-encoding"), JSON_PARSE_LIMIT)
     if plain is None:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import hashlib
 import re
 
-from journal.blobstore import BlobStore
 from journal.canonical import canonical_bytes
+from journal.store.interface import BlobSink
 
 _HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 
@@ -19,7 +19,7 @@ _HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 class Referencer:
     """Turns texts into references; in `full` mode stores their bytes."""
 
-    def __init__(self, mode: str, store: BlobStore | None) -> None:
+    def __init__(self, mode: str, store: BlobSink | None) -> None:
         if mode not in ("refs", "full"):
             raise ValueError(f"prompt capture mode must be 'refs' or 'full', not {mode!r}")
         if mode == "full" and store is None:

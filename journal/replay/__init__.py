@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 def replay_session(
     vault: Vault, session: str, *, progress: Callable[[int], None] | None = None, require_intact: bool = False,
-    seal_key: Ed25519PublicKey | None = None,
+    seal_key: Verifier | Ed25519PublicKey | None = None,
 ) -> Replay:
     """Verify and fold `session`. With `seal_key` also check what the chain alone cannot show: a
     checkpoint verifier key (journal/checkpoint/note.py Verifier) checks the session's checkpoint and
