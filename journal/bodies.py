@@ -24,12 +24,16 @@ import json
 import math
 import zlib
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import orjson
 
-from journal.blobstore import BlobError, BlobStore, BlobWriter, is_ref_object
+from journal.blobstore import BlobError, is_ref_object
 from journal.canonical import MAX_SAFE_INTEGER, canonical_bytes, float_reads_back
 from journal.redact import StreamingRedactor, redact_body
+
+if TYPE_CHECKING:
+    from journal.store.interface import BlobSink, BlobWriting
 
 SPILL_THRESHOLD = 1 << 20
 """Bodies and JSON string values larger than this go to the blob store (configurable)."""
@@ -253,7 +257,7 @@ def parse_json_strict(data: bytes) -> tuple[bool, object]:
 # -- spilling -----------------------------------------------------------------------------------
 
 
-def spill_large_strings(value: object, store: BlobStore, threshold: int) -> object:
+def spill_large_strings(value: object, store: BlobSink, threshold: int) -> object:
     """Replace every string inside a JSON value whose UTF-8 exceeds `threshold` with a blob ref."""
     if isinstance(value, str):
         if len(value) * 4 > threshold:
@@ -270,7 +274,7 @@ def spill_large_strings(value: object, store: BlobStore, threshold: int) -> obje
     return value
 
 
-def encode_body(data: bytes, content_type: str | None, store: BlobStore, threshold: int) -> object:
+def encode_body(data: bytes, content_type: str | None, store: BlobSink, threshold: int) -> object:
     """The entry value for a whole, already decoded and redacted body held in memory."""
     if not data:
         return None
@@ -305,13 +309,13 @@ class BodyCapture:
     more, and `finish()` raises BlobError with that reason.
     """
 
-    store: BlobStore
+    store: BlobSink
     content_type: str | None = None
     content_encoding: str | None = None
     threshold: int = SPILL_THRESHOLD
     redact: bool = True
     _buf: bytearray = field(default_factory=bytearray)
-    _blob: BlobWriter | None = None
+    _blob: BlobWriting | None = None
     _raw_size: int = 0
     _errors: list[str] = field(default_factory=list)
     _omitted: bool = False
@@ -405,7 +409,7 @@ class BodyCapture:
 
 
 def record_body(
-    data: bytes | None, content_type: str | None, content_encoding: str | None, store: BlobStore,
+    data: bytes | None, content_type: str | None, content_encoding: str | None, store: BlobSink,
     threshold: int = SPILL_THRESHOLD, redact: bool = True,
 ) -> tuple[object, dict]:
     """Body value (and extra keys) for raw wire bytes already held in memory."""
@@ -447,7 +451,7 @@ def _json_size(value: object) -> int:
     return len(orjson.dumps(value))
 
 
-def fit_entry(fields: dict, store: BlobStore, limit: int = LINE_LIMIT, reserve: int = 512) -> dict:
+def fit_entry(fields: dict, store: BlobSink, limit: int = LINE_LIMIT, reserve: int = 512) -> dict:
     """Spill values of the entry, largest first, until its canonical line fits in `limit`.
 
     Candidates are every string inside request, response and mcp (spilled first: the structure
@@ -459,7 +463,7 @@ def fit_entry(fields: dict, store: BlobStore, limit: int = LINE_LIMIT, reserve: 
         return fields  # orjson's size is within a few bytes per float of the canonical size
     fields = orjson.loads(orjson.dumps(fields))  # private copy to edit in place
     while len(canonical_bytes(fields)) > budget:
-        candidates: list[tuple[int, list, object]] = []
+        candidates: list[tuple[int, list, dict | list]] = []  # (size, [key], the container holding it)
         for top in ("request", "response", "mcp"):
             if fields.get(top) is not None:
                 _collect(fields, top, candidates, depth=0)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import cast
 
 import msgspec
 import orjson
@@ -224,22 +225,24 @@ def _write(v: object, out: list[str]) -> None:
         out.append(format_number(v))  # type: ignore[arg-type]
     elif t is list:
         out.append("[")
-        for i, item in enumerate(v):  # type: ignore[arg-type]
+        for i, item in enumerate(cast("list[object]", v)):
             if i:
                 out.append(",")
             _write(item, out)
         out.append("]")
     elif t is dict:
-        for k in v:  # type: ignore[union-attr]
+        d = cast("dict[object, object]", v)
+        for k in d:
             if type(k) is not str:
                 raise CanonicalError(f"object key {k!r} is not a string")
         out.append("{")
-        for i, k in enumerate(sorted(v, key=_utf16_key)):  # type: ignore[arg-type]
+        # Every key was checked to be a str just above.
+        for i, k in enumerate(sorted(cast("dict[str, object]", d), key=_utf16_key)):
             if i:
                 out.append(",")
             out.append(_escape_string(k))
             out.append(":")
-            _write(v[k], out)  # type: ignore[index]
+            _write(d[k], out)
         out.append("}")
     else:
         raise CanonicalError(f"value of type {t.__name__} has no JSON form")

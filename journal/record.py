@@ -21,7 +21,7 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from journal.bodies import JSON_PARSE_LIMIT, SPILL_THRESHOLD, decoded_prefix, record_body, spill_large_strings
 from journal.call import Body, Call, Identity, JsonValue, Prepared, Request, Response
@@ -40,6 +40,7 @@ from journal.writer import JournalWriter
 
 if TYPE_CHECKING:
     from journal.checkpoint.autoseal import AutosealConfig
+    from journal.store.interface import EntryWriter
 
 log = logging.getLogger("journal.record")
 
@@ -72,10 +73,11 @@ def wire_field(value: str | bytes) -> tuple[str, bool]:
             value.encode("utf-8")
             return value, False
         except UnicodeEncodeError:
+            text = value
             try:
-                value = value.encode("utf-8", "surrogateescape")
+                value = text.encode("utf-8", "surrogateescape")
             except UnicodeEncodeError:
-                value = value.encode("utf-8", "surrogatepass")
+                value = text.encode("utf-8", "surrogatepass")
     elif not isinstance(value, bytes | bytearray | memoryview):
         raise TypeError(f"a wire field must be bytes or str, not {type(value).__name__}")
     raw = bytes(value)
@@ -203,7 +205,9 @@ class Recorder:
         registry: Registry | None = None, durable: bool = True, autoseal: AutosealConfig | None = None,
     ) -> None:
         # `vault`: a directory, a store URL (postgresql://..., journal/store/) or a writer already open
-        self.writer = vault if hasattr(vault, "append_many") else open_writer(vault, durable=durable)
+        self.writer: EntryWriter = (
+            cast("EntryWriter", vault) if hasattr(vault, "append_many") else open_writer(vault, durable=durable)
+        )
         self.autosealer = None  # checkpoints as entries are recorded (journal/checkpoint/autoseal.py)
         if autoseal is not None:
             from journal.checkpoint.autoseal import Autosealer
@@ -287,7 +291,7 @@ class Recorder:
             connector, effect, effect_basis = self.classify(method, url, req_headers, raw_req, connector)
         elif effect_basis not in EFFECT_BASES:
             raise ContractError(f"effect_basis must be one of {', '.join(EFFECT_BASES)}, not {effect_basis!r}")
-        request = {"method": method, "url": redact_url(url), "headers": redact_headers(req_headers)}
+        request: dict[str, object] = {"method": method, "url": redact_url(url), "headers": redact_headers(req_headers)}
         request["body"], extra = self._body(request_body, req_headers)
         request.update(extra)
         request["effect_basis"] = effect_basis
@@ -327,7 +331,7 @@ class Recorder:
         if answered_by != "upstream" and "error" not in response:
             raise ContractError(f"a response answered by {answered_by!r} must say why in 'error'")
         response["answered_by"] = answered_by
-        mcp = call.mcp
+        mcp: object = call.mcp
         if mcp is not None:
             mcp = self.json_value(mcp)
         ts = call.ts

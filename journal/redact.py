@@ -342,7 +342,7 @@ _USERINFO_SCHEMES = ("http", "https", "postgres", "postgresql", "mysql", "mongod
 
 def _userinfo_rules() -> list[tuple[_Rule, tuple[str, str]]]:
     """The rules for user:password@ after each scheme of `_USERINFO_SCHEMES` (raw and URL-encoded)."""
-    out = []
+    out: list[tuple[_Rule, tuple[str, str]]] = []
     for scheme in _USERINFO_SCHEMES:
         i = 0 if scheme[0] in _CHEAP_FIRST else next(j for j, c in enumerate(scheme) if c in "1GxyABgb")
         before, after = re.escape(scheme[:i]).encode(), re.escape(scheme[i:]).encode()

@@ -19,7 +19,7 @@ _LINE_END = re.compile(rb"\r\n|\n|\r")
 def split_events(buf: bytearray) -> list[bytes]:
     """Take every complete event (with its blank-line terminator) off the front of `buf` (a stream as it
     arrives: what is left is the start of the next event)."""
-    events = []
+    events: list[bytes] = []
     while True:
         m = _EVENT_END.search(buf)
         if m is None:

@@ -36,6 +36,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import orjson
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -52,6 +53,9 @@ from journal.reader import LineBlock, iter_line_blocks
 from journal.seal import Seal, check_signature, read_seal
 from journal.trajectory import ToolListWatch
 from journal.vault import Vault, VaultError
+
+if TYPE_CHECKING:
+    from journal.checkpoint.note import Verifier
 
 KINDS = (
     "edited", "removed", "inserted", "reordered", "torn_tail", "not_canonical",
@@ -123,7 +127,7 @@ def verify_session(
 
 
 def verify_lines(
-    session: str, lines: Iterable[bytes], *, on_entry: Callable[[dict], None] | None = None, block: int = 512,
+    session: str, lines: Iterable[bytes], *, on_entry: Callable[[dict], object] | None = None, block: int = 512,
 ) -> SessionReport:
     """The line checks of `verify_session` (canonical form, contract, hash, chain) over a session's lines
     taken from elsewhere (a database store, journal/store/interface.py `lines_after`), each with its
@@ -157,7 +161,7 @@ class _Walk:
 
     def __init__(
         self, session: str, report: SessionReport, blobs: BlobStore | None, seal_entries: int | None,
-        on_entry: Callable[[dict], None] | None = None, progress: Callable[[int], None] | None = None,
+        on_entry: Callable[[dict], object] | None = None, progress: Callable[[int], None] | None = None,
     ) -> None:
         self.session, self.report, self.blobs = session, report, blobs
         self.seal_entries, self.on_entry, self.progress = seal_entries, on_entry, progress
@@ -353,7 +357,7 @@ def _verify_file(walk: _Walk, path: Path, workers: int | None) -> None:
         except Exception:  # noqa: BLE001 - the walk below checks these ranges again and raises it
             pass
         for child in children:
-            parts.update(child.result() or {})  # type: ignore[arg-type]
+            parts.update(cast("dict[int, _RangeResult | None]", child.result() or {}))  # what `take` returns
     finally:
         for child in children:
             child.close()
@@ -551,14 +555,17 @@ def _check_blobs(
             if ref["ref"] != f"blobs/sha256/{digest[:2]}/{digest}":
                 cache[digest] = f"ref {ref['ref']!r} does not match sha256 {digest}"
             else:
-                cache[digest] = blobs.check(digest, ref["size"] if isinstance(ref["size"], int) else None)
-                if cache[digest] is not None and "missing" in cache[digest]:
+                checked = blobs.check(digest, ref["size"] if isinstance(ref["size"], int) else None)
+                cache[digest] = checked
+                if checked is not None and "missing" in checked:
                     try:
                         tombstone = read_tombstone(blobs.root, digest)
                     except VaultError as exc:
                         tombstone, cache[digest] = None, f"{cache[digest]} ({exc})"
-                    signer = erasure_signer(tombstone, blobs.erasure_keys) if tombstone is not None else None
+                    keys = cast("list[Verifier]", blobs.erasure_keys)  # BlobStore holds them untyped
+                    signer = erasure_signer(tombstone, keys) if tombstone is not None else None
                     if signer is not None:
+                        assert tombstone is not None  # a signer is only found on a tombstone
                         cache[digest] = None
                         erased.append((digest, {**tombstone, "signed_by": signer}))
                     elif tombstone is not None:  # a claim anyone who can write the vault could make

@@ -32,6 +32,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import orjson
 
@@ -182,7 +183,8 @@ class JournalWriter(AppendPipeline):
             slog.users += 1
             return slog
 
-    def _release(self, slog: _SessionLog) -> None:
+    def _release(self, lane: Lane) -> None:
+        slog = cast(_SessionLog, lane)  # every lane of this writer comes from _acquire
         with self._lock:
             slog.users -= 1
 

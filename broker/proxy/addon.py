@@ -92,7 +92,7 @@ class _Tracked:
         self.url = url
         self.req_fields = req_fields  # as sent upstream (proxy credentials and X-Broker-* removed)
         self.req_cap: BodyCapture | None = None
-        self.resp_cap: BodyCapture | None = None
+        self.resp_cap: BodyCapture | StreamHold | None = None
         self.call: Call | None = None  # the request half, once built (handed to the recording service)
         self.sent: tuple[int, int] | None = None  # its handle there
         self.inline = False  # no live recording service when the call went upstream: recorded here

@@ -167,7 +167,7 @@ class RecorderLink:
             raise JournalStopped(detail)
         raise JournalError(detail)
 
-    def _send(self, transport: asyncio.Transport, data: bytes, now: bool = False) -> None:
+    def _send(self, transport: asyncio.Transport, data: bytes | bytearray, now: bool = False) -> None:
         outbox = self._outbox
         if outbox is None or outbox.transport is not transport:  # (not through connect: tests, a race)
             outbox = self._outbox = _Outbox(transport)
@@ -323,7 +323,7 @@ class _Outbox:
         self.frames: list[bytes | bytearray] = []
         self.timer: asyncio.TimerHandle | None = None
 
-    def put(self, data: bytes, now: bool = False) -> None:
+    def put(self, data: bytes | bytearray, now: bool = False) -> None:
         """Queue a frame; with `now`, write it (after what is queued) at once."""
         self.frames.append(data)
         if now:

@@ -147,6 +147,7 @@ class Service:
                 continue
             if isinstance(message, Unreadable) and message.id is None:
                 continue  # logged where it was read; no call waits on an id nobody can read
+            assert message.id is not None  # only an Unreadable may lack one (skipped just above)
             fields, failed = self._fields(message)
             if failed is not None and fields is None:
                 acks.append(Ack(message.id, "error", failed))

@@ -13,13 +13,16 @@ by the end of the stream. The entry records the upstream's own headers.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from mitmproxy import http
 
-from journal.blobstore import BlobStore
 from journal.bodies import JSON_PARSE_LIMIT, BodyCapture, is_json_type
 from journal.call import Body, Prepared
 from journal.models.capture import StreamHold
+
+if TYPE_CHECKING:
+    from journal.store.interface import BlobSink
 
 
 def must_stream(fields: tuple[tuple[bytes, bytes], ...], spill_threshold: int) -> bool:
@@ -58,7 +61,6 @@ def _capture(self, headers: http.Headers) -> BodyCapture:
         self._opts["broker_spill_threshold"],
     )
 
-@staticmethod
 def _streamer(cap: BodyCapture | StreamHold):
     def chunk(data: bytes) -> bytes:
         if data:
@@ -68,7 +70,7 @@ def _streamer(cap: BodyCapture | StreamHold):
     return chunk
 
 
-def body_capture(blobs: BlobStore, headers: http.Headers, spill_threshold: int) -> BodyCapture:
+def body_capture(blobs: BlobSink, headers: http.Headers, spill_threshold: int) -> BodyCapture:
     """A capture for a body that streams: decoded, redacted and spilled to `blobs` as it passes."""
     return BodyCapture(blobs, headers.get("content-type"), headers.get("content-encoding"), spill_threshold)
 

@@ -183,14 +183,15 @@ def _salvage(raw: object) -> Call | None:
         return None
     req = req if isinstance(req, dict) else {}
     principal = who.get("principal")
+    connector, capture = raw.get("connector"), raw.get("capture")
     resp = raw.get("response")
     status = resp.get("status") if isinstance(resp, dict) else None
     return Call(
         Identity(who["session"], who["agent"], principal if isinstance(principal, str) else None),
-        raw.get("connector") if isinstance(raw.get("connector"), str) else "unknown",
+        connector if isinstance(connector, str) else "unknown",
         Request(req.get("method"), req.get("url"), req.get("headers") if isinstance(req.get("headers"), list) else ()),
         Response(status if isinstance(status, int) else None),
-        capture=raw.get("capture") if isinstance(raw.get("capture"), str) else "broker",
+        capture=capture if isinstance(capture, str) else "broker",
         effect=raw.get("effect") if raw.get("effect") in ("read", "write") else None,
         fail_closed=raw.get("fail_closed") is not False,
     )

@@ -117,7 +117,8 @@ def decode_body(body: object, content_type: str | None, vault: Vault) -> BodyByt
     if kind == "blob":
         return BodyBytes(read_blob(vault, body), kind)  # type: ignore[arg-type]
     if kind == "text":
-        return BodyBytes(body.encode("utf-8", "surrogatepass"), kind)  # type: ignore[union-attr]
+        assert isinstance(body, str)  # body_kind says "text" only for a str
+        return BodyBytes(body.encode("utf-8", "surrogatepass"), kind)
     if kind == "base64":
         return BodyBytes(base64_bytes(body), kind)  # type: ignore[arg-type]
     return BodyBytes(canonical_bytes(inline_json(body, vault)), kind)

@@ -37,6 +37,7 @@ class MemoryBlobWriter:
     """One blob being written into a MemoryBlobs."""
 
     def __init__(self, sink: MemoryBlobs) -> None:
+        self._parts: list[bytes]
         self._sink, self._parts, self._hash, self.size = sink, [], hashlib.sha256(), 0
         self._done = False
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TypeGuard
 
 from journal.store.interface import EntryWriter, Store
 
 SCHEMES = ("postgresql://", "postgres://")
 
 
-def is_database_url(target: object) -> bool:
+def is_database_url(target: object) -> TypeGuard[str]:
     return isinstance(target, str) and target.startswith(SCHEMES)
 
 
