@@ -54,21 +54,6 @@ def must_stream(fields: tuple[tuple[bytes, bytes], ...], spill_threshold: int) -
     limit = JSON_PARSE_LIMIT if is_json_type(ctype or "") else threshold
     return size > max(limit, threshold)
 
-def _capture(self, headers: http.Headers) -> BodyCapture:
-    assert self.recorder is not None
-    return BodyCapture(
-        self.recorder.blobs, headers.get("content-type"), headers.get("content-encoding"),
-        self._opts["broker_spill_threshold"],
-    )
-
-def _streamer(cap: BodyCapture | StreamHold):
-    def chunk(data: bytes) -> bytes:
-        if data:
-            cap.feed(data)
-        return data
-
-    return chunk
-
 
 def body_capture(blobs: BlobSink, headers: http.Headers, spill_threshold: int) -> BodyCapture:
     """A capture for a body that streams: decoded, redacted and spilled to `blobs` as it passes."""

@@ -228,6 +228,7 @@ def test_fingerprint_is_keyed_per_installation(key_file: Path, tmp_path: Path, m
     assert principal_fingerprint(headers, "") == fp
 
 
+@pytest.mark.e2e  # starts a fresh interpreter
 def test_fingerprint_key_is_the_same_across_processes(key_file: Path) -> None:
     code = "from journal.record import principal_fingerprint as f; print(f([('X-Api-Key', 'abc123')], ''))"
     env = {**os.environ, fk.KEY_FILE_ENV: str(key_file)}
