@@ -18,12 +18,14 @@ import secrets
 import stat
 from pathlib import Path
 
+from journal.errors import BrokerError
+
 __all__ = ["KEY_FILE_ENV", "FingerprintKeyError", "fingerprint_key", "fingerprint_key_path"]
 
 KEY_FILE_ENV = "BROKER_FINGERPRINT_KEY_FILE"
 
 
-class FingerprintKeyError(RuntimeError):
+class FingerprintKeyError(BrokerError, RuntimeError):
     """The key file cannot be read or created."""
 
 
