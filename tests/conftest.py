@@ -55,9 +55,14 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     _started.clear()
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_runtest_teardown(item: pytest.Item) -> None:
-    """Runs after the fixtures' own teardown, so nothing is left running when it fails."""
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    """Checks after every fixture's own teardown, so nothing is left running when it fails. After the last
+    test the session's fixtures stop their servers too: what starts then is not this test's."""
+    before = len(_started)
+    yield
+    if nextitem is None:
+        del _started[before:]
     if _started and item.get_closest_marker("e2e") is None:
         started = "\n  ".join(dict.fromkeys(_started))
         _started.clear()

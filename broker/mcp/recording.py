@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import PurePath
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from broker.mcp.effects import EffectRules, ToolCatalog
 from broker.mcp.entry_writer import EntryWriter
@@ -50,9 +50,6 @@ from journal.models.linking import tool_call_prompt_ref
 from journal.record import Recorder
 from journal.redact import REDACTED, contains_credential, redact_body, redact_json_value
 from journal.writer import JournalError
-
-if TYPE_CHECKING:
-    from broker.mcp.attribution import Attribution
 
 log = logging.getLogger("broker.mcp")
 
@@ -199,6 +196,14 @@ class PendingCall:
         return name if isinstance(name, str) else None
 
 
+class CallTracker(Protocol):
+    """Told when each call opens and closes (broker/mcp/attribution.py's Attribution, under --through-broker)."""
+
+    def started(self, call: PendingCall) -> None: ...
+
+    def finished(self, call: PendingCall) -> None: ...
+
+
 class CallJournal:
     """Builds and writes the entries of one relay (one upstream)."""
 
@@ -227,7 +232,7 @@ class CallJournal:
         self.failures = 0
         self.skipped_for_broker = 0
         self.skip_when_broker_recorded = False  # --through-broker: one entry per tool call + its HTTP calls
-        self.tracker: Attribution | None = None  # --through-broker: told when calls open and close
+        self.tracker: CallTracker | None = None  # --through-broker: told when calls open and close
         # The relay's way to ask the server for its tools (its own tools/list); a future done when answered.
         self.ask_tools: Callable[[Message], asyncio.Future] | None = None
         self.lookup_wait = LOOKUP_WAIT
