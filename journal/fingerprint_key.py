@@ -77,12 +77,13 @@ def _load(path: str) -> bytes:
 
 def _read(p: Path) -> bytes:
     mode = p.stat().st_mode
+    if not stat.S_ISREG(mode):  # a FIFO would block the recorder; a device is no key
+        raise FingerprintKeyError(f"the fingerprint key {p} is not a regular file: remove it and a new one is made")
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise FingerprintKeyError(f"the fingerprint key {p} is readable by others: run `chmod 600 {p}`")
-    text = p.read_text(encoding="ascii").strip()
     try:
-        key = bytes.fromhex(text)
-    except ValueError:
+        key = bytes.fromhex(p.read_bytes().decode("ascii").strip())
+    except ValueError:  # not ASCII (UnicodeDecodeError is one) or not hex
         key = b""
     if len(key) < 16:
         raise FingerprintKeyError(

@@ -245,11 +245,19 @@ def test_fingerprint_key_readable_by_others_is_refused(key_file: Path) -> None:
         fk._load.__wrapped__(str(key_file))
 
 
-def test_fingerprint_key_not_hex_is_refused(key_file: Path) -> None:
+@pytest.mark.parametrize("content", [b"not a key", b"\xff\xfe" + b"00" * 32, b"00" * 8])
+def test_fingerprint_key_not_hex_is_refused(key_file: Path, content: bytes) -> None:
     key_file.parent.mkdir(parents=True)
-    key_file.write_text("not a key")
+    key_file.write_bytes(content)  # text, bytes that are not ASCII, a key too short: one clear error each
     key_file.chmod(0o600)
     with pytest.raises(fk.FingerprintKeyError, match="remove it"):
+        fk._load.__wrapped__(str(key_file))
+
+
+def test_fingerprint_key_that_is_a_fifo_is_refused_without_blocking(key_file: Path) -> None:
+    key_file.parent.mkdir(parents=True)
+    os.mkfifo(key_file, 0o600)  # reading it would wait for a writer forever
+    with pytest.raises(fk.FingerprintKeyError, match="not a regular file"):
         fk._load.__wrapped__(str(key_file))
 
 
