@@ -18,7 +18,7 @@ from journal.canonical import CanonicalError, is_canonical_line
 from journal.vault import Vault
 from journal.verify import SessionReport, verify_session
 from journal.writer import JournalWriter
-from tests.support.inspector_server import CHROMIUM, CHROMIUM_ARGS, served
+from tests.support.inspector_server import CHROMIUM, browser_page, chromium_browser, served
 from tests.support.journal_factories import fields
 from tests.support.replay_factories import SessionBuilder
 
@@ -34,23 +34,14 @@ TIMEOUT = 20_000
 
 @pytest.fixture(scope="module")
 def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with chromium_browser() as b:
         yield b
-        b.close()
 
 
 @pytest.fixture
 def page(browser):
-    context = browser.new_context(accept_downloads=True, viewport={"width": 1400, "height": 900})
-    pg = context.new_page()
-    pg.set_default_timeout(TIMEOUT)
-    pg.errors = []
-    pg.on("pageerror", lambda exc: pg.errors.append(str(exc)))
-    yield pg
-    context.close()
+    with browser_page(browser, TIMEOUT, accept_downloads=True) as pg:
+        yield pg
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from starlette.responses import StreamingResponse
 from broker.inspector import api as inspector_api
 from broker.inspector import sessions
 from journal.canonical import canonical_bytes
-from tests.support.inspector_server import CHROMIUM, CHROMIUM_ARGS, served
+from tests.support.inspector_server import CHROMIUM, browser_page, chromium_browser, served
 
 pytestmark = pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK), reason=f"no Chromium at {CHROMIUM}")
 
@@ -31,23 +31,14 @@ TIMEOUT = 20_000
 
 @pytest.fixture(scope="module")
 def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with chromium_browser() as b:
         yield b
-        b.close()
 
 
 @pytest.fixture
 def page(browser):
-    context = browser.new_context(viewport={"width": 1400, "height": 900})
-    pg = context.new_page()
-    pg.set_default_timeout(TIMEOUT)
-    pg.errors = []
-    pg.on("pageerror", lambda exc: pg.errors.append(str(exc)))
-    yield pg
-    context.close()
+    with browser_page(browser, TIMEOUT) as pg:
+        yield pg
 
 
 @pytest.fixture

@@ -38,3 +38,30 @@ def served(vault: Path, token: str | None = None, app=None) -> Iterator[str]:
         server.should_exit = True
         thread.join(10)
         sock.close()
+
+
+@contextmanager
+def chromium_browser():
+    """Debian's Chromium driven by Playwright (never a downloaded browser), closed at the end."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@contextmanager
+def browser_page(browser, timeout_ms: int = 20_000, **context_options):
+    """A page in a context of its own (1400 x 900 unless told); its uncaught script errors in `page.errors`."""
+    context = browser.new_context(**{"viewport": {"width": 1400, "height": 900}, **context_options})
+    page = context.new_page()
+    page.set_default_timeout(timeout_ms)
+    page.errors = []
+    page.on("pageerror", lambda exc: page.errors.append(str(exc)))
+    try:
+        yield page
+    finally:
+        context.close()
