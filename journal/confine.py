@@ -65,15 +65,7 @@ def open_inside(root: str | os.PathLike, parts: Sequence[str]) -> int:
         out = _open_at(parts[-1], _FILE_FLAGS, fd, shown)
     finally:
         os.close(fd)
-    try:
-        mode = os.fstat(out).st_mode
-        if not stat.S_ISREG(mode):
-            raise NotConfined(f"{shown} in the vault is not a regular file; not read")
-        os.set_blocking(out, True)
-    except BaseException:
-        os.close(out)
-        raise
-    return out
+    return _regular_file(out, f"{shown} in the vault")
 
 
 def _open_at(name: str, flags: int, dir_fd: int, shown: str) -> int:
@@ -125,9 +117,15 @@ def open_regular(path: str | os.PathLike) -> int:
         if exc.errno in (errno.ELOOP, errno.EMLINK):
             raise NotConfined(f"{path} is a symlink; links are not followed") from None
         raise
+    return _regular_file(fd, str(path))
+
+
+def _regular_file(fd: int, shown: str) -> int:
+    """`fd` (opened non-blocking, so a FIFO could not hang the open) back in blocking mode when it is a
+    regular file; closed and NotConfined otherwise."""
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise NotConfined(f"{path} is not a regular file; not read")
+            raise NotConfined(f"{shown} is not a regular file; not read")
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
