@@ -236,7 +236,7 @@ class RecorderLink:
         code = None
         if self.proc is not None:
             try:  # the service closes its end only as it exits: its exit code is at most moments away
-                code = self.proc.wait(1.0)  # an interpreter shutting down on a loaded machine takes a while
+                code = self.proc.wait(0.2)  # a service that cannot start leaves by os._exit: no slow shutdown
             except subprocess.TimeoutExpired:
                 pass
         why = f"the recording service exited (code {code})" if code is not None else "the recording service hung up"
