@@ -193,9 +193,13 @@ def read_key_text(value: str | os.PathLike, what: str, *, may_be_text: bool = Fa
     if may_be_text and "+" in name and not Path(name).is_file():
         return name
     try:
-        data = Path(name).read_bytes()
+        with open(name, "rb") as f:
+            data = f.read(_KEY_FILE_LIMIT + 1)  # never all of /dev/zero or a huge file given by mistake
     except OSError as exc:
         raise NoteError(f"cannot read {what} {name}: {exc.strerror or exc}") from None
+    if len(data) > _KEY_FILE_LIMIT:
+        raise NoteError(f"{name} is not a {what}: over {_KEY_FILE_LIMIT} bytes; give the "
+                        f"{_KEY_FILES.get(what, 'key file')} `broker keygen` wrote")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
@@ -204,6 +208,8 @@ def read_key_text(value: str | os.PathLike, what: str, *, may_be_text: bool = Fa
 
 
 _KEY_FILES = {"signer key": "NAME.key", "verifier key": "NAME.vkey"}
+_KEY_FILE_LIMIT = 64 << 10
+"""Bytes read of a key option's file at most: a key is under 200, a legacy PEM key under 1,000."""
 
 
 def signer_from_text(text: str, source: str | os.PathLike) -> Signer:

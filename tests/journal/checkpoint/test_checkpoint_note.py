@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import struct
+from pathlib import Path
 
 import pytest
 
@@ -131,3 +132,17 @@ def test_a_verifier_key_file_that_is_not_text_is_refused_with_its_name(tmp_path)
     path.write_bytes(b"\xff\xfe not utf-8")
     with pytest.raises(NoteError, match="witness.vkey is not a verifier key: the file is not text"):
         load_verifier(str(path))
+
+
+@pytest.mark.parametrize("source", ["/dev/zero", "big"])
+def test_a_key_option_reads_a_bounded_prefix_of_what_it_is_given(tmp_path, source):
+    """`--seal-key /dev/zero` (or a huge file given by mistake) is one clear error, not an endless read."""
+    from journal.checkpoint.note import load_signer
+
+    path = source
+    if source == "big":
+        path = str(tmp_path / "big.vkey")
+        Path(path).write_bytes(b"A" * (1 << 20))
+    for load in (load_verifier, load_signer):
+        with pytest.raises(NoteError, match="over 65536 bytes"):
+            load(path)
