@@ -15,7 +15,7 @@ missing (or present, when its bytes are there), never erased.
 
 from __future__ import annotations
 
-from journal.canonical import canonical_bytes
+from journal.canonical import CanonicalError, canonical_bytes
 from journal.checkpoint.note import NoteError, Signer, Verifier, open_note, sign_note
 
 HEADER = "connector-broker/erasure/1\n"
@@ -43,6 +43,10 @@ def erasure_signer(tombstone: dict, keys: list[Verifier]) -> str | None:
         opened = open_note(note.encode("utf-8"), keys)
     except (NoteError, UnicodeError):
         return None
-    if opened.text != erasure_text(tombstone):
+    try:
+        signed = erasure_text(tombstone)
+    except CanonicalError:  # a field with no canonical form (2**70, a float): it cannot be what was signed
+        return None
+    if opened.text != signed:
         return None
     return opened.verified[0][0].name
