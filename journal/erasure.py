@@ -10,20 +10,17 @@ chain verifies unchanged; the verifier reports the blob as erased instead of mis
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 import orjson
 
 from journal.canonical import canonical_bytes
-from journal.confine import NotConfined, open_file_inside
+from journal.confine import NotConfined, is_blob_name, open_file_inside
 from journal.vault import VaultError, fsync_dir, write_atomically
-
-_HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 
 
 def tombstone_path(vault_root: str | os.PathLike, digest: str) -> Path:
-    if not _HEX64.match(digest):
+    if not is_blob_name(digest):
         raise VaultError(f"{digest!r} is not a SHA-256 (64 lowercase hex digits)")
     return Path(vault_root) / "blobs" / "erased" / f"{digest}.json"
 

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from journal.confine import NotConfined, open_blob, read_chunks
+from journal.confine import NotConfined, is_blob_name, open_blob, read_chunks
 from journal.errors import BrokerError
 from journal.export.recorded_body import BlobUnavailable, BodyUndecodable, body_kind, decode_body, header
 from journal.replay.labels import resource_id, title
@@ -29,7 +28,6 @@ from .sessions import SessionIndex, parse_line
 
 MAX_PAGE = 1000
 MAX_SEARCH = 5000
-_HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 
 
 class ApiError(BrokerError):
@@ -199,7 +197,7 @@ class Api:
 
     def blob(self, request: Request) -> Response:
         digest = request.query_params.get("sha256", "")
-        if not _HEX64.match(digest):
+        if not is_blob_name(digest):
             raise ApiError(400, "parameter sha256 must be 64 lowercase hex digits")
         try:
             f = open_blob(self.vault.root, digest)  # a regular file inside the vault, no link followed

@@ -8,12 +8,10 @@ so a history the client resends every turn is stored once) and the reference car
 from __future__ import annotations
 
 import hashlib
-import re
 
 from journal.canonical import canonical_bytes
+from journal.confine import is_blob_name
 from journal.store.interface import BlobSink
-
-_HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 
 
 class Referencer:
@@ -48,8 +46,7 @@ def is_text_ref(value: object) -> bool:
     return (
         isinstance(value, dict)
         and set(value) in ({"sha256", "size"}, {"sha256", "size", "ref"})
-        and isinstance(value.get("sha256"), str)
-        and _HEX64.match(value["sha256"]) is not None
+        and is_blob_name(value.get("sha256"))
         and isinstance(value.get("size"), int)
     )
 
