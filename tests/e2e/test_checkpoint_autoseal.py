@@ -35,11 +35,27 @@ def key(tmp_path):
     return signer_key_file(tmp_path, "auto")
 
 
-def _wait_for(predicate, timeout: float = 20) -> None:
+@pytest.fixture
+def recorders():
+    """Recorders made by a test, closed after it even when it fails: an autoseal thread left running
+    would stop the forking tests that come later from forking."""
+    made: list[Recorder] = []
+
+    def make(root: Path, config: AutosealConfig) -> Recorder:
+        made.append(Recorder(root, autoseal=config, durable=False))
+        return made[-1]
+
+    yield make
+    for rec in made:
+        rec.close()
+
+
+def _wait_for(predicate, timeout: float = 20, rec: Recorder | None = None) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
-            raise AssertionError("condition not reached")
+            seen = f": {rec.autosealer.rounds} rounds, problems {rec.autosealer.problems}" if rec else ""
+            raise AssertionError(f"condition not reached in {timeout} s{seen}")
         time.sleep(0.02)
 
 
@@ -56,12 +72,12 @@ def _assert_key_nowhere(root: Path, signer: Signer) -> None:
                 assert s not in data, f"signer key material in {path}"
 
 
-def test_every_n_entries_and_at_close(tmp_path, key):
+def test_every_n_entries_and_at_close(tmp_path, key, recorders):
     signer, path = key
     vault = Vault.create(tmp_path / "vault")
-    rec = Recorder(vault.root, autoseal=AutosealConfig(str(path), entries=3, seconds=3600), durable=False)
+    rec = recorders(vault.root, AutosealConfig(str(path), entries=3, seconds=3600))
     record_reads(rec, 7)
-    _wait_for(lambda: checkpoint_size(vault) >= 6)
+    _wait_for(lambda: checkpoint_size(vault) >= 6, rec=rec)
     rec.close()
     assert checkpoint_size(vault) == 7  # the clean stop's checkpoint
     result = audit(vault, signer.verifier())
@@ -70,29 +86,29 @@ def test_every_n_entries_and_at_close(tmp_path, key):
     _assert_key_nowhere(vault.root, signer)
 
 
-def test_every_t_seconds_and_a_second_process_continues(tmp_path, key):
+def test_every_t_seconds_and_a_second_process_continues(tmp_path, key, recorders):
     signer, path = key
     vault = Vault.create(tmp_path / "vault")
-    rec = Recorder(vault.root, autoseal=AutosealConfig(str(path), entries=1000, seconds=0.2), durable=False)
+    rec = recorders(vault.root, AutosealConfig(str(path), entries=1000, seconds=0.2))
     record_reads(rec, 2)
-    _wait_for(lambda: checkpoint_size(vault) == 2)
+    _wait_for(lambda: checkpoint_size(vault) == 2, rec=rec)
     rec.close()
-    rec = Recorder(vault.root, autoseal=AutosealConfig(str(path), entries=1000, seconds=3600), durable=False)
+    rec = recorders(vault.root, AutosealConfig(str(path), entries=1000, seconds=3600))
     record_reads(rec, 3, start=3)
     rec.close()
     assert checkpoint_size(vault) == 5
     assert report_of(audit(vault, signer.verifier(), require_sealed=True), "s1").intact
 
 
-def test_a_tampered_session_is_not_resealed(tmp_path, key):
+def test_a_tampered_session_is_not_resealed(tmp_path, key, recorders):
     signer, path = key
     vault = Vault.create(tmp_path / "vault")
-    rec = Recorder(vault.root, autoseal=AutosealConfig(str(path), entries=1000, seconds=3600), durable=False)
+    rec = recorders(vault.root, AutosealConfig(str(path), entries=1000, seconds=3600))
     record_reads(rec, 4)
     rec.close()
     lines = vault.session_path("s1").read_bytes().splitlines(keepends=True)
     vault.session_path("s1").write_bytes(b"".join(lines[:2]))  # cut
-    rec = Recorder(vault.root, autoseal=AutosealConfig(str(path), entries=1000, seconds=3600), durable=False)
+    rec = recorders(vault.root, AutosealConfig(str(path), entries=1000, seconds=3600))
     record_reads(rec, 1, start=3)
     rec.close()
     assert checkpoint_size(vault) == 4 and rec.autosealer.problems  # the old checkpoint stands; the refusal is reported

@@ -23,6 +23,8 @@ from bench.replay_bench import SESSION, build_session
 from journal.replay import fold, forked, replay_session, write_outputs
 from journal.vault import Vault
 
+pytestmark = pytest.mark.usefixtures("only_main_thread")
+
 VECTORS = Path(__file__).resolve().parents[1] / "support" / "vectors" / "replay_outputs.json"
 ENTRIES, RESOURCES = 3000, 300
 

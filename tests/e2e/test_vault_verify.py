@@ -14,6 +14,8 @@ from journal.vault_verify import verify_sessions
 from journal.verify import verify_session
 from tests.support.checkpoint_harness import write_session
 
+pytestmark = pytest.mark.usefixtures("only_main_thread")
+
 
 def _vault(tmp_path) -> Vault:
     """Nine sessions: intact ones of different sizes, an edited line, a removed line, a torn tail."""

@@ -32,6 +32,8 @@ from journal.vault import Vault
 from journal.verify import SessionReport
 from tests.support.journal_factories import fields
 
+pytestmark = pytest.mark.usefixtures("only_main_thread")
+
 ERASER = Signer.generate("eraser.example")
 KEYS = [ERASER.verifier()]  # the blob_erased tombstone is signed by it: honoured only with it
 verify_session = functools.partial(verify.verify_session, erasure_keys=KEYS)
