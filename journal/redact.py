@@ -20,11 +20,17 @@ the two for any chunking).
 from __future__ import annotations
 
 import functools
+import importlib
 import re
 from collections.abc import Iterable
+from typing import Any
 from urllib.parse import unquote, unquote_plus
 
 from journal.secret_shapes import KEYWORD_NAMES, PREFIX_SHAPES
+
+# Python's own regex parser and its opcodes (no type stubs), read by _next_chars.
+_sre_parser: Any = importlib.import_module("re._parser")
+_sre_constants: Any = importlib.import_module("re._constants")
 
 __all__ = [
     "HARMLESS_HEADER_NAMES",
@@ -636,6 +642,7 @@ def _triggers(conds: dict[str, list[str]]) -> bytes:
     engine rejects quickly), tried before the conditions with lookbehinds."""
 
     def one(char: str, cs: list[str]) -> str:
+        cs = list(dict.fromkeys(cs))  # rules sharing a condition (two schemes' userinfo) test it once
         ahead = [c[3:-1] for c in cs if c.startswith("(?=") and _balanced(c[3:-1])]
         rest = [c for c in cs if not (c.startswith("(?=") and _balanced(c[3:-1]))]
         if len(rest) > 1:  # several lookbehinds: first one check of the character before this one
@@ -643,9 +650,72 @@ def _triggers(conds: dict[str, list[str]]) -> bytes:
             if before:
                 rest = [f"(?<=[{re.escape(before)}]{re.escape(char)})(?:{'|'.join(rest)})"]
         parts = ([f"(?={'|'.join(ahead)})"] if ahead else []) + rest
-        return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
+        body = parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
+        after = [_next_chars(c) for c in cs]
+        if len(body) > 12 and all(a is not None for a in after):  # one class check rejects most bytes
+            gate = "".join(sorted({chr(b) for a in after if a is not None for b in a}))
+            body = f"(?=[{re.escape(gate)}]){body}"
+        return body
 
     return b"|".join(re.escape(char).encode() + one(char, cs).encode() for char, cs in conds.items())
+
+
+def _next_chars(cond: str) -> frozenset[int] | None:
+    """The bytes that can follow a trigger's character when `cond` holds, or None when any can (or
+    when the condition is beyond what this reads). A superset is always safe: the gate built from it
+    only spares the engine the conditions at bytes where none of them can hold."""
+    try:
+        parsed = _sre_parser.parse(cond)
+    except re.error:
+        return None
+    found = _first_bytes(list(parsed))
+    return frozenset(found) if found else None
+
+
+def _first_bytes(items: list) -> set[int] | None:
+    """First bytes a parsed regex can match, or None when it may match empty or is not understood."""
+    c = _sre_constants
+    for i, (op, av) in enumerate(items):
+        if op is c.LITERAL:
+            return {av}
+        if op is c.IN:
+            out: set[int] = set()
+            for kind, arg in av:
+                if kind is c.LITERAL:
+                    out.add(arg)
+                elif kind is c.RANGE:
+                    out.update(range(arg[0], arg[1] + 1))
+                else:  # NEGATE, CATEGORY: not worth reading
+                    return None
+            return out
+        if op is c.BRANCH:
+            out = set()
+            for alt in av[1]:
+                got = _first_bytes(list(alt))
+                if got is None:
+                    return None
+                out |= got
+            return out
+        if op is c.SUBPATTERN:
+            got = _first_bytes(list(av[3]))
+            if got is not None and av[1] & re.IGNORECASE:
+                got |= {ord(chr(b).swapcase()) for b in got if chr(b).isascii()}
+            return got
+        if op in (c.MAX_REPEAT, c.MIN_REPEAT, c.POSSESSIVE_REPEAT):
+            got = _first_bytes(list(av[2]))
+            if av[0] > 0 or got is None:
+                return got
+            later = _first_bytes(items[i + 1:])  # may be absent: what follows may come first
+            return None if later is None else got | later
+        if op is c.ASSERT and av[0] == 1:  # a lookahead: the next byte starts what it asks for
+            got = _first_bytes(list(av[1]))
+            if got is not None:
+                return got
+            continue
+        if op in (c.ASSERT, c.ASSERT_NOT, c.AT):  # zero width: the next byte is read by what follows
+            continue
+        return None
+    return None
 
 
 def _chars_before(char: str, conds: list[str]) -> str:

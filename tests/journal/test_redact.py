@@ -1298,3 +1298,18 @@ def test_credential_files_are_redacted_in_every_body_path(tmp_path_factory, doc,
     for marker in SECRET_MARKERS:
         assert marker.encode() not in stored, (marker, value)
     assert REDACTED.encode() in stored
+
+
+def test_trigger_gates_are_a_superset_of_what_each_condition_can_start_with():
+    """The gate `(?=[...])` before a trigger character's conditions must never reject a byte one of
+    them accepts: `_next_chars` answers None (no gate) rather than guess."""
+    from journal.redact import _next_chars
+
+    assert _next_chars("(?=yJ)") == {ord("y")}
+    assert _next_chars("(?=(?i:earer|asic))") == set(b"eEaA")
+    assert _next_chars("(?<=postg)(?=res:)") == {ord("r")}
+    assert _next_chars("(?:amp;)?(?=token=)") == set(b"at")
+    assert _next_chars("(?<=:A)") is None  # any byte may follow
+    assert _next_chars("(?=[^x])") is None  # a negated class is not read
+    assert _next_chars("(?=a*)") is None  # may match empty
+    assert _next_chars("(?=[ \\t]{0,4}[=:])") == set(b" \t=:")
