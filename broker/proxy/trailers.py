@@ -87,8 +87,8 @@ def _read_body_with_trailers(read_body: Any) -> Any:
                 return
             if isinstance(cmd, ReceiveHttp) and isinstance(cmd.event, (RequestEndOfMessage, ResponseEndOfMessage)):
                 reader = getattr(self, "body_reader", None)
-                trailers = getattr(reader, "trailers", None)
-                if trailers:
+                trailers = reader.trailers if isinstance(reader, _TrailerKeepingReader) else None
+                if reader is not None and trailers:
                     reader.trailers = None
                     kind = RequestTrailers if isinstance(cmd.event, RequestEndOfMessage) else ResponseTrailers
                     yield ReceiveHttp(kind(cmd.event.stream_id, trailers))
@@ -101,7 +101,7 @@ def _trailer_block(trailers: http.Headers) -> bytes:
     return b"".join(k + b": " + v + b"\r\n" for k, v in trailers.fields)
 
 
-def _send_with_trailers(send: Any, trailers_type: type, end_type: type, request_side: bool) -> Any:
+def _send_with_trailers(send: Any, trailers_type: Any, end_type: type, request_side: bool) -> Any:
     def patched(self: Any, event: Any) -> Generator[Any, Any, None]:
         if request_side and isinstance(event, RequestHeaders) and event.request.trailers:
             # trailers known before the head goes (a buffered request, e.g. from an HTTP/2 client): frame it
@@ -142,7 +142,9 @@ def install() -> None:
         return
     _installed = True
     _http1.make_body_reader = _reader_keeping_trailers(_http1.make_body_reader)
-    _http1.Http1Connection.read_body = _read_body_with_trailers(_http1.Http1Connection.read_body)
-    _http1.Http1Client.send = _send_with_trailers(_http1.Http1Client.send, RequestTrailers, RequestEndOfMessage, True)
-    _http1.Http1Server.send = _send_with_trailers(
+    _http1.Http1Connection.read_body = _read_body_with_trailers(  # type: ignore[method-assign]
+        _http1.Http1Connection.read_body)
+    _http1.Http1Client.send = _send_with_trailers(  # type: ignore[method-assign]
+        _http1.Http1Client.send, RequestTrailers, RequestEndOfMessage, True)
+    _http1.Http1Server.send = _send_with_trailers(  # type: ignore[method-assign]
         _http1.Http1Server.send, ResponseTrailers, ResponseEndOfMessage, False)
