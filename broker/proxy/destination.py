@@ -9,6 +9,11 @@ different hosts (a tunnel to the platform carrying `Host: evil.example` would pa
 host, a tunnel to the agent's own server carrying the platform's name would be recorded as the
 platform). Such a request is refused before upstream, 421 Misdirected Request (RFC 9110 15.5.20),
 with an entry saying why. Case and a trailing dot are spellings of the same host.
+
+In transparent mode the destination is the name `broker.proxy.upstream_name` gives the connection
+(the Host header's, else the SNI's; `broker exec` loads it), and the SNI must then name it too.
+Without that addon the destination is the original address, and a request naming a host name is
+refused: load addons/upstream_name.py with a transparent `mitmdump -s`.
 """
 
 from __future__ import annotations

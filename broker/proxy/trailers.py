@@ -7,13 +7,14 @@ hook), but its HTTP/1 layer does neither: a chunked message that ends with trail
 trailers that reach an HTTP/1 peer from an HTTP/2 one raise `AssertionError: Unexpected event:
 RequestTrailers(...)`, whose message carries the trailer fields, credentials included, into the log.
 
-`install()` (run when the broker's addon is imported) closes both:
+`install()` (run when mitmproxy loads the broker's addon) closes both:
 
 - reading: the chunked body reader keeps the trailer fields and the HTTP/1 layer hands them on as a
   `RequestTrailers` / `ResponseTrailers` event before the end of the message, as HTTP/2 does;
 - sending: trailer fields to an HTTP/1 peer go in the last chunk of a chunked message; a request whose
   trailers are known before its head goes (a buffered one, e.g. from an HTTP/2 client) is framed
-  chunked for that. A message that is not chunked cannot carry them (RFC 9112 7.1.2): to the upstream
+  chunked for that, and so is a buffered response with trailers to an HTTP/1.1 client. A message
+  that is not chunked cannot carry them (RFC 9112 7.1.2): to the upstream
   (a streamed HTTP/2 request with a Content-Length), the connection is then cut
   before the message ends, so the platform never gets a request whose trailers were dropped while
   its entry shows them (the entry says the call failed); to a client, the trailers are left out and
@@ -39,6 +40,7 @@ from mitmproxy.proxy.layers.http._events import (
     RequestHeaders,
     RequestTrailers,
     ResponseEndOfMessage,
+    ResponseHeaders,
     ResponseTrailers,
 )
 
@@ -108,6 +110,15 @@ def _send_with_trailers(send: Any, trailers_type: Any, end_type: type, request_s
             # chunked, the one HTTP/1 framing that carries them (framing is hop-by-hop; the entry keeps the
             # fields the client sent)
             headers = event.request.headers
+            if "chunked" not in headers.get("transfer-encoding", "").lower():
+                headers.pop("content-length", None)
+                headers["transfer-encoding"] = "chunked"
+        if (not request_side and isinstance(event, ResponseHeaders) and event.response.trailers
+                and self.request is not None and self.request.http_version == "HTTP/1.1"
+                and self.request.method.upper() != "HEAD"):
+            # the same for a response whose trailers are known before its head goes to an HTTP/1.1 client
+            # (a buffered response from an HTTP/2 upstream; its entry is already written)
+            headers = event.response.headers
             if "chunked" not in headers.get("transfer-encoding", "").lower():
                 headers.pop("content-length", None)
                 headers["transfer-encoding"] = "chunked"
