@@ -69,6 +69,8 @@ class Request(msgspec.Struct):
     body: Body = None
     extra: dict | None = None
     """Further request keys of the entry (e.g. `playback_of`)."""
+    trailers: Any = ()
+    """Trailer fields (HTTP/1.1 chunked or HTTP/2), as `headers`; recorded redacted in `request.trailers`."""
 
 
 class Response(msgspec.Struct):
@@ -84,6 +86,8 @@ class Response(msgspec.Struct):
     answered_by: str | None = None
     """None: "upstream" when a status came with no error, else "none"; "capture" when the capture
     point answered in the upstream's place (docs/contract.md)."""
+    trailers: Any = ()
+    """Trailer fields, as `headers`; recorded redacted in `response.trailers`."""
 
 
 class Call(msgspec.Struct):

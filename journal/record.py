@@ -294,6 +294,8 @@ class Recorder:
         request: dict[str, object] = {"method": method, "url": redact_url(url), "headers": redact_headers(req_headers)}
         request["body"], extra = self._body(request_body, req_headers)
         request.update(extra)
+        if req.trailers:
+            request["trailers"] = redact_headers(text_pairs(req.trailers))
         request["effect_basis"] = effect_basis
         marks = (["/method"] if method_l1 else []) + (["/url"] if url_l1 else []) + latin1
         if marks:
@@ -317,6 +319,8 @@ class Recorder:
         response["body"], extra = self._body(resp.body, resp_headers)
         response.update(extra)
         response.update(resp.extra or {})
+        if resp.trailers:
+            response["trailers"] = redact_headers(text_pairs(resp.trailers))
         if latin1:
             response["latin1"] = latin1
         if error is not None:

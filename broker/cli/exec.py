@@ -80,7 +80,7 @@ def _proxy_config(opts: dict):
         vault=opts["vault_dir"], listen_port=0, confdir=opts["confdir"], session=opts["session"],
         agent=opts["agent"], principal=opts["principal"], connectors=opts["connectors_file"],
         resolve=list(opts["resolve"]), upstream_ca=opts["upstream_ca"], upstream_insecure=opts["upstream_insecure"],
-        on_journal_error=opts["on_journal_error"], record_unknown=opts["record_unknown"],
+        on_journal_error=opts["on_journal_error"], pass_unknown=list(opts.get("pass_unknown") or ()),
         spill_threshold=opts["spill_threshold"], recorder=opts["recorder"],
     )
 

@@ -6,6 +6,8 @@
 - `--seal-key` and the checkpoint options `broker run` and `broker mcp` share (journal/checkpoint/autoseal.py).
 - every key option (`--seal-key`, `--witness-key`, `--log-key`, `--key`): read by journal/checkpoint/keys.py.
 - `--listen HOST:PORT` and the socket it binds.
+- `--pass-unknown HOST_PATTERN` (and the old `--record-unknown`): which hosts no connector knows pass
+  unrecorded (broker/proxy/passed_hosts.py), for every command that runs the proxy.
 """
 
 from __future__ import annotations
@@ -131,6 +133,28 @@ def autoseal_config(seal_key: str | None, entries: int, seconds: float, witness:
         return None
     home = str(Path(vault_dir).resolve()) if store and is_database_url(store) else ""
     return AutosealConfig(seal_key, entries, seconds, list(witness), vault_dir=home)
+
+
+def _pass_unknown_patterns(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    from broker.proxy.passed_hosts import check_patterns
+
+    try:
+        return tuple(check_patterns(value))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def unknown_host_options(f: Callable) -> Callable:
+    """--pass-unknown HOST_PATTERN (repeatable) and --record-unknown (the default now, kept for old scripts):
+    every host no connector knows is recorded (connector `other`) unless passed here."""
+    f = click.option("--record-unknown", is_flag=True, hidden=True,
+                     help="Record traffic no connector recognises: the default now (kept for old scripts).")(f)
+    return click.option(
+        "--pass-unknown", "pass_unknown", multiple=True, metavar="HOST_PATTERN", callback=_pass_unknown_patterns,
+        help="Let calls to this host pass unrecorded when no connector knows it: a host name, a glob such as "
+        "'*.corp.example', or 'all' (repeatable). Every other unknown host is recorded (connector 'other'); "
+        "each passed host is said once on stderr and counted in the checkpoints' declared coverage.",
+    )(f)
 
 
 def parse_listen(listen: str, param_hint: str = "--listen") -> tuple[str, int]:

@@ -10,7 +10,15 @@ from pathlib import Path
 
 import click
 
-from broker.cli.options import autoseal_config, parse_listen, seal_options, store_option, store_or_vault, vault_option
+from broker.cli.options import (
+    autoseal_config,
+    parse_listen,
+    seal_options,
+    store_option,
+    store_or_vault,
+    unknown_host_options,
+    vault_option,
+)
 from journal.connectors import Registry
 from journal.store.url import check_store
 
@@ -49,7 +57,7 @@ class _LineFormatter(logging.Formatter):
     "--on-journal-error", type=click.Choice(["block", "pass"]), default="block", show_default=True,
     help="block: answer 502 instead of letting an unrecorded call through; pass: let it through, log it.",
 )
-@click.option("--record-unknown", is_flag=True, help="Also record traffic no connector recognises.")
+@unknown_host_options
 @click.option("--spill-threshold", type=int, default=None, help="Spill bodies larger than this many bytes.")
 @click.option(
     "--recorder", type=click.Choice(["process", "inline"]), default="process", show_default=True,
@@ -79,7 +87,7 @@ def run(
     resolve: tuple[str, ...], upstream_ca: str | None, upstream_insecure: bool, on_journal_error: str,
     record_unknown: bool, spill_threshold: int | None, recorder: str, workers: int, prompts: str, verbose: bool,
     seal_key: str | None = None, checkpoint_entries: int = 0, checkpoint_seconds: float = 0.0,
-    witness: tuple[str, ...] = (), playback: str = "",
+    witness: tuple[str, ...] = (), playback: str = "", pass_unknown: tuple[str, ...] = (),
 ) -> int:
     """Run the broker: an HTTPS proxy that records every connector call into the vault."""
     # mitmproxy is imported here, not at the top: every other broker command starts faster without it.
@@ -114,7 +122,7 @@ def run(
     config = ProxyConfig(
         vault=vault_dir, listen_host=host, listen_port=port, confdir=confdir, session=session, agent=agent,
         principal=principal, connectors=connectors_file, resolve=list(resolve), upstream_ca=upstream_ca,
-        upstream_insecure=upstream_insecure, on_journal_error=on_journal_error, record_unknown=record_unknown,
+        upstream_insecure=upstream_insecure, on_journal_error=on_journal_error, pass_unknown=list(pass_unknown),
         spill_threshold=spill_threshold, recorder=recorder, prompts=prompts, playback=playback,
     )
     if seal is not None:

@@ -34,9 +34,14 @@ def ca_variables(bundle: str) -> dict[str, str]:
     return dict.fromkeys(CA_VARIABLES, bundle)
 
 
+PROXY_COMPANIONS = {"NODE_USE_ENV_PROXY": "1", "GIT_HTTP_PROXY_AUTHMETHOD": "basic"}
+"""Set with the proxy variables: Node's built-in fetch ignores HTTPS_PROXY unless NODE_USE_ENV_PROXY is set
+(Node >= 24); git sends the proxy URL's user and password (the session and agent) only when told the proxy's
+auth method, since it otherwise waits for a 407 the broker never sends."""
+
+
 def proxy_variables(url: str) -> dict[str, str]:
-    # Node's built-in fetch ignores HTTPS_PROXY unless NODE_USE_ENV_PROXY is set (Node >= 24).
-    return {**dict.fromkeys(PROXY_VARIABLES, url), "NODE_USE_ENV_PROXY": "1"}
+    return {**dict.fromkeys(PROXY_VARIABLES, url), **PROXY_COMPANIONS}
 
 
 def client_environment(base: Mapping[str, str], bundle: str, proxy: str | None) -> dict[str, str]:
@@ -44,7 +49,7 @@ def client_environment(base: Mapping[str, str], bundle: str, proxy: str | None) 
     env = dict(base)
     for name in CLEARED_VARIABLES:
         env.pop(name, None)
-    for name in (*PROXY_VARIABLES, "NODE_USE_ENV_PROXY"):
+    for name in (*PROXY_VARIABLES, *PROXY_COMPANIONS):
         env.pop(name, None)
     env.update(ca_variables(bundle))
     if proxy:

@@ -231,15 +231,19 @@ class HttpRelay:
             line = parse_line(body)
         if line.error:
             say(f"the client sent a body that is {line.error} ({len(body)} bytes); relayed unchanged")
-        if len(line.messages) == 1 and line.messages[0].value is None:  # not JSON: no id to match an answer to
-            method = next((m for m in RECORDED_METHODS if m.encode() in body), None)
+        unreadable = oversize is not None and not line.messages  # over the limit, too large a structure to read
+        if unreadable or (len(line.messages) == 1 and line.messages[0].value is None):  # no id to match an answer to
+            method = next((m for m in RECORDED_METHODS if m.encode() in body or m.replace("/", "\\/").encode() in body),
+                          None)
             if method is not None:
                 unmatched = self.journal.start(Message({"method": method}, False, "invalid"), body, url=url,
                                                request_headers=headers, principal=principal)
                 unmatched.method = method
                 if who is not None:
                     unmatched.session, unmatched.agent = who
-                why = "the client's body is not JSON: relayed unchanged, no answer can be matched to it"
+                what = ("is over --max-message-mib and too large a structure to read its id from" if unreadable
+                        else "is not JSON")
+                why = f"the client's body {what}: relayed unchanged, no answer can be matched to it"
                 task = asyncio.create_task(self._record_unanswered(unmatched, why))
                 self._bg.add(task)
                 task.add_done_callback(self._bg.discard)

@@ -28,6 +28,9 @@ STRING_LIMIT = 4096
 _IN_STRING = re.compile(rb'["\\]')
 _STRUCTURE = re.compile(rb'["{}\[\]]')
 _RECORDED = frozenset(m.encode() for m in RECORDED_METHODS)
+_MENTIONS = tuple({b'"' + m + b'"' for m in _RECORDED} | {b'"' + m.replace(b"/", b"\\/") + b'"' for m in _RECORDED})
+"""A recorded method's name as a JSON string, plain or with its slash escaped."""
+_MENTION_TAIL = max(len(m) for m in _MENTIONS) - 1
 
 
 class Skeleton:
@@ -166,6 +169,11 @@ class OversizeLine:
         self.error: str | None = None  # why the bytes could not be kept (the blob store failed)
         self._ref: dict | None = None
         self._lock = threading.Lock()
+        self.mentions_recorded_method = False
+        """A recorded method's name appears anywhere in the line (scanned as it streams, across parts): what
+        decides, when the skeleton gave up (`Skeleton.overflow`) before it learned the method, that the line
+        may be a recorded call and must have an entry."""
+        self._tail = b""
 
     def feed(self, data: bytes) -> None:
         """A part of the line as it passed (the final part with its newline)."""
@@ -173,7 +181,16 @@ class OversizeLine:
             data = data[:-2] if data.endswith(b"\r\n") else data[:-1]
         self.size += len(data)
         self.skeleton.feed(data)
+        if not self.mentions_recorded_method:
+            window = self._tail + data
+            self.mentions_recorded_method = any(m in window for m in _MENTIONS)
+            self._tail = window[-_MENTION_TAIL:]
         self._write(self._redactor.feed(data))
+
+    @property
+    def may_be_recorded_call(self) -> bool:
+        """The skeleton named a recorded method, or gave up before it could tell and the line names one."""
+        return self.skeleton.names_recorded_method or (self.skeleton.overflow and self.mentions_recorded_method)
 
     def end(self) -> Line:
         """The line is complete: the rest of the redacted bytes go out; returns the skeleton's messages."""

@@ -266,7 +266,7 @@ class LineRelay:
             "from the blob store")
         requests = [m for m in line.messages if m.kind == "request"]
         if not requests:
-            if big.skeleton.names_recorded_method:
+            if big.may_be_recorded_call:
                 self._unmatchable_call(b"", oversize=big)
             else:
                 big.abort()
@@ -324,7 +324,12 @@ class LineRelay:
         msg = Message({"method": method}, False, "invalid")
         call = self.journal.start(msg, raw, oversize=oversize, **self.call_info())
         call.method = method
-        self._no_answer(call, "the client's line is not JSON: relayed unchanged, no answer can be matched to it")
+        if oversize is not None and oversize.skeleton.overflow:
+            why = ("the client's line is over --max-message-mib and too large a structure to read its id from: "
+                   "relayed unchanged, no answer can be matched to it")
+        else:
+            why = "the client's line is not JSON: relayed unchanged, no answer can be matched to it"
+        self._no_answer(call, why)
 
     # -- the shim's own tools/list ---------------------------------------------------------------
 

@@ -35,19 +35,30 @@ from pathlib import Path
 
 import msgspec
 from mitmproxy import connection, ctx, exceptions, http
+from mitmproxy.net.http import url
 
 from broker.proxy.call_log import recorded_call_line
 from broker.proxy.coverage import CoverageCount
-from broker.proxy.identity import NO_CLAIMS, BadProxyCredentials, parse_proxy_auth, take_identity
+from broker.proxy.destination import MISDIRECTED, misdirected
+from broker.proxy.identity import (
+    NO_CLAIMS,
+    BadProxyCredentials,
+    Claims,
+    claims_without_credentials,
+    parse_proxy_auth,
+    take_identity,
+)
 from broker.proxy.link import CallNoted, Recorded, RecorderLink, ServiceLost, ServiceUnavailable
+from broker.proxy.passed_hosts import PassedHosts
 from broker.proxy.request_url import request_origin, request_url
 from broker.proxy.service import call_fields
 from broker.proxy.streaming import body_capture, captured_body, feeding, hold_back_the_end, must_stream
+from broker.proxy.trailers import install as install_trailers
 from broker.proxy.wire import sendable
 from journal.bodies import SPILL_THRESHOLD, BodyCapture
 from journal.call import Call, Identity, Request, Response
 from journal.checkpoint.autoseal import DEFAULT_ENTRIES, DEFAULT_SECONDS, AutosealConfig
-from journal.connectors import Registry
+from journal.connectors import OTHER, Registry
 from journal.models import MODES as PROMPT_MODES
 from journal.models import route_call
 from journal.models.capture import StreamHold
@@ -73,6 +84,8 @@ _CACHED_OPTIONS = (
 _SEAL_OPTIONS = frozenset({"broker_seal_key", "broker_checkpoint_entries", "broker_checkpoint_seconds",
                            "broker_witness"})
 _SESSION_CACHE = 4096
+_UNNAMED_CLIENTS = 4096
+"""Client addresses already told about on stderr for sending calls that name no session."""
 """Session ids already checked for a vault file name (the check runs once per id, not per call)."""
 
 
@@ -81,7 +94,7 @@ class _Tracked:
 
     __slots__ = (
         "session", "agent", "principal", "connector", "url", "req_fields", "req_cap", "resp_cap", "call",
-        "sent", "inline", "resp_fields", "prompts", "model_api",
+        "sent", "inline", "resp_fields", "prompts", "model_api", "refused",
     )
 
     def __init__(
@@ -99,6 +112,7 @@ class _Tracked:
         self.resp_fields: tuple[tuple[bytes, bytes], ...] | None = None  # the upstream's, before re-framing
         self.prompts: str | None = None  # prompt capture on: its mode
         self.model_api: str | None = None  # a model call's API
+        self.refused: str | None = None  # answered by the broker itself, never forwarded: why
 
 
 def _autoseal(opts) -> AutosealConfig | None:
@@ -127,6 +141,8 @@ class ConnectorJournal:
         self._restarting: asyncio.Future | None = None
         self._restart_warned = False
         self.coverage = CoverageCount(self._deliver_gaps)  # counts while checkpoints are written
+        self.passed = PassedHosts()  # --pass-unknown
+        self._unnamed_clients: set[str] = set()
         self.attribute: Callable[[http.HTTPFlow, str], dict | None] | None = None
         """Set by an embedder (the MCP shim's --through-broker): given a flow and its session, the MCP
         request that caused the call, recorded in the entry's `mcp` field; None when it cannot tell."""
@@ -134,6 +150,7 @@ class ConnectorJournal:
     # -- options --------------------------------------------------------------------------------
 
     def load(self, loader) -> None:
+        install_trailers()  # HTTP/1.1 trailers: relayed and recorded instead of a crash (broker.proxy.trailers)
         loader.add_option("vault", str, "./vault", "Vault directory (or postgresql:// store) the journal goes to.")
         loader.add_option("broker_session", str, "default", "Session for calls that name none.")
         loader.add_option("broker_agent", str, "unknown", "Agent for calls that name none.")
@@ -141,7 +158,15 @@ class ConnectorJournal:
             "broker_principal", str, "", "Principal for calls that name none (default: credential fingerprint)."
         )
         loader.add_option("broker_connectors", str, "", "TOML file extending or overriding the connector rules.")
-        loader.add_option("broker_record_unknown", bool, False, "Record traffic no connector recognises.")
+        loader.add_option(
+            "broker_record_unknown", bool, True,
+            "Record traffic no connector recognises (the default; false is broker_pass_unknown=all).",
+        )
+        loader.add_option(
+            "broker_pass_unknown", Sequence[str], [],
+            "Hosts no connector knows that pass unrecorded: host names or globs (*.example.com), or 'all'. "
+            "Every other unknown host is recorded (connector 'other').",
+        )
         loader.add_option(
             "broker_on_journal_error", str, "block", "block: answer 502 when the journal fails; pass: let it through."
         )
@@ -175,6 +200,11 @@ class ConnectorJournal:
             raise exceptions.OptionsError("broker_recorder must be 'process' or 'inline'")
         if "broker_prompts" in updated and opts.broker_prompts not in PROMPT_MODES:
             raise exceptions.OptionsError(f"broker_prompts must be one of {', '.join(PROMPT_MODES)}")
+        if "broker_pass_unknown" in updated:
+            try:
+                self.passed = PassedHosts(opts.broker_pass_unknown)
+            except ValueError as exc:
+                raise exceptions.OptionsError(str(exc)) from None
         if "broker_connectors" in updated:
             reg = Registry.builtin()
             try:
@@ -215,6 +245,11 @@ class ConnectorJournal:
         if ctx.options.connection_strategy != "lazy":
             log.info("broker: setting connection_strategy=lazy so failed upstream calls are recorded")
             ctx.options.update(connection_strategy="lazy")
+        if ctx.options.rawtcp:
+            # Otherwise mitmproxy relays whatever does not look like HTTP (a method of raw bytes, `G\xffT`)
+            # as raw TCP, with no hook and no entry: parsed as HTTP, it is recorded, or refused by the parser.
+            log.info("broker: setting rawtcp=false so nothing passes as raw TCP unrecorded")
+            ctx.options.update(rawtcp=False)
         if self.link is not None:
             # Started now rather than on the first call: starting Python takes a CPU for a moment,
             # which should not fall on the first calls.
@@ -224,6 +259,10 @@ class ConnectorJournal:
                 log.error("journal: %s", exc)
 
     async def done(self) -> None:
+        summary = self.passed.summary()
+        if summary is not None:
+            log.warning("%s", summary)
+            self.passed.counts.clear()  # said once, though mitmproxy's shutdown and the embedder both call done
         self.coverage.flush()
         if self.link is not None:
             await self.link.aclose()
@@ -233,13 +272,76 @@ class ConnectorJournal:
 
     # -- connection-level hooks -----------------------------------------------------------------
 
-    def http_connect(self, flow: http.HTTPFlow) -> None:
-        auth = flow.request.headers.pop("proxy-authorization", None)
-        if auth:
-            try:
-                self.identities[flow.client_conn] = parse_proxy_auth(auth)
-            except BadProxyCredentials as exc:
-                self._answer(flow, 400, str(exc))
+    async def http_connect(self, flow: http.HTTPFlow) -> None:
+        auth = flow.request.headers.get("proxy-authorization")
+        if auth is None:
+            return
+        try:
+            self.identities[flow.client_conn] = parse_proxy_auth(auth)
+        except BadProxyCredentials as exc:
+            await self._refuse_connect(flow, str(exc))
+        else:
+            flow.request.headers.pop("proxy-authorization", None)
+
+    async def _refuse_connect(self, flow: http.HTTPFlow, reason: str) -> None:
+        """A CONNECT answered 400 for credentials that cannot be read: its entry (mitmproxy calls no
+        `response` hook for a refused CONNECT, so it is recorded here)."""
+        try:
+            fields, claims = claims_without_credentials(flow.request.headers.fields)
+            flow.request.headers.fields = fields
+            session, agent, principal = self._refusal_identity(claims, None)
+            pretty_host, origin = request_origin(flow.request)
+            call = _Tracked(session, agent, principal, self.registry.match(pretty_host, "/") or OTHER,
+                            request_url(flow.request, origin), fields)
+            call.refused = reason
+        except Exception:  # noqa: BLE001 - the refusal stands, even when its entry cannot be built
+            log.exception("journal: a refused CONNECT could not be recorded")
+            self._answer(flow, 400, reason)
+            return
+        self._answer(flow, 400, reason)
+        self.inflight += 1
+        try:
+            resp = flow.response
+            assert resp is not None
+            await self._record(call, flow, resp.status_code, resp.headers.fields, resp, None, time.time())
+        except Exception as exc:  # noqa: BLE001 - reported; the CONNECT is refused either way
+            self.journal_failures += 1
+            log.error("journal: refused CONNECT to %s not recorded: %s", redact_url(call.url), exc)
+        finally:
+            self.inflight -= 1
+
+    def _refusal_identity(self, claims: Claims, connection: tuple[str, str] | None) -> tuple[str, str, str | None]:
+        """Who a refused call is recorded under: the session it named, else (none named, or one no vault
+        file can be named for) the default one."""
+        opts = self._opts
+        session, agent, principal = claims.resolve(
+            opts["broker_session"], opts["broker_agent"], opts["broker_principal"], connection,
+        )
+        try:
+            session_filename(session)
+        except SessionIdError:
+            session = opts["broker_session"]
+        return session, agent, principal
+
+    def _refuse(self, flow: http.HTTPFlow, call: _Tracked, status: int, reason: str) -> None:
+        """Answer the call here, never forwarding it; its entry (`answered_by: capture`, `error`: why) is
+        written by the `response` hook, which mitmproxy calls once the request body is read."""
+        call.refused = reason
+        flow.metadata[_META] = call
+        self.inflight += 1
+        self._answer(flow, status, reason)
+
+    def _no_session(self, flow: http.HTTPFlow, session: str) -> None:
+        """Once per client address: its calls name no session and go to the default one."""
+        peer = flow.client_conn.peername
+        addr = str(peer[0]) if peer else "?"
+        if addr in self._unnamed_clients:
+            return
+        if len(self._unnamed_clients) >= _UNNAMED_CLIENTS:
+            self._unnamed_clients.clear()
+        self._unnamed_clients.add(addr)
+        log.warning("calls from %s name no session (no proxy credentials, no X-Broker-Session): recorded under "
+                    "session %r; `broker env --session S` prints a proxy URL that names one", addr, session)
 
     # -- request --------------------------------------------------------------------------------
 
@@ -267,17 +369,23 @@ class ConnectorJournal:
         req = flow.request
         # One pass over the raw header fields takes out the proxy credentials and X-Broker-* headers
         # (never forwarded, never recorded) and yields the recorded header fields.
+        opts = self._opts
+        connection = self.identities.get(flow.client_conn)
         try:
             fields, claims = take_identity(req.headers.fields)
-        except BadProxyCredentials as exc:  # never fall back to another session when they are unreadable
-            self._answer(flow, 400, str(exc))
+        except BadProxyCredentials as exc:  # never another session's call: refused, in the session named else default
+            fields, claims = claims_without_credentials(req.headers.fields)
+            req.headers.fields = fields
+            self._refuse_here(flow, claims, connection, fields, 400, str(exc))
             return
         if claims is not NO_CLAIMS:
             req.headers.fields = fields
-        opts = self._opts
+        why = misdirected(req, flow.client_conn.sni)
+        if why is not None:  # the destination decides: a header naming another host is refused
+            self._refuse_here(flow, claims, connection, fields, MISDIRECTED, why)
+            return
         session, agent, principal = claims.resolve(
-            opts["broker_session"], opts["broker_agent"], opts["broker_principal"],
-            self.identities.get(flow.client_conn),
+            opts["broker_session"], opts["broker_agent"], opts["broker_principal"], connection,
         )
         pretty_host, origin = request_origin(req)
         call_url = request_url(req, origin)
@@ -287,22 +395,25 @@ class ConnectorJournal:
         if model_api is not None and prompts == "off":
             return  # model calls pass unrecorded unless prompt capture is on (docs/prompts.md)
         if connector is None:
-            if not opts["broker_record_unknown"]:
-                if self.coverage.on:
-                    token = is_token_exchange(req.method, call_url, text_pairs(fields), None)
-                    self.coverage.gap(session, pretty_host, "token" if token else "passed")
+            token = is_token_exchange(req.method, call_url, text_pairs(fields), None)
+            if token or not opts["broker_record_unknown"] or self.passed.passes(pretty_host):
+                # a token exchange known by its URL leaves no entry, no blob and no session file
+                self.coverage.gap(session, pretty_host, "token" if token else "passed")
                 return
-            connector = "unknown"
+            connector = OTHER
         if session not in self._sessions_ok:
             try:
                 session_filename(session)
             except SessionIdError as exc:
-                self._answer(flow, 400, f"session id cannot be recorded: {exc}")
                 self.coverage.gap(session, pretty_host, "refused")
+                self._refuse(flow, _Tracked(opts["broker_session"], agent, principal, connector, call_url, fields),
+                             400, f"session id cannot be recorded: {exc}")
                 return
             if len(self._sessions_ok) >= _SESSION_CACHE:
                 self._sessions_ok.clear()
             self._sessions_ok.add(session)
+        if not claims.names_session(connection):
+            self._no_session(flow, session)
         call = _Tracked(session, agent, principal, connector, call_url, fields)
         if prompts != "off":
             call.prompts, call.model_api = prompts, model_api
@@ -319,6 +430,18 @@ class ConnectorJournal:
             req.stream = feeding(call.req_cap)
         flow.metadata[_META] = call
         self.inflight += 1
+
+    def _refuse_here(self, flow: http.HTTPFlow, claims: Claims, connection: tuple[str, str] | None,
+                     fields: tuple, status: int, reason: str) -> None:
+        """Refuse a call before anything of it is trusted: recorded under the destination's connector and
+        URL (`request.host:port`, where it would have gone), in the session it named, else the default."""
+        req = flow.request
+        session, agent, principal = self._refusal_identity(claims, connection)
+        if not claims.names_session(connection):
+            self._no_session(flow, session)
+        dest = url.unparse(req.scheme, req.host, req.port, req.path if req.path != "*" else "")
+        connector = self.registry.match(req.host, req.path) or OTHER
+        self._refuse(flow, _Tracked(session, agent, principal, connector, dest, fields), status, reason)
 
     def _request(self, flow: http.HTTPFlow) -> None:
         call: _Tracked | None = flow.metadata.get(_META)
@@ -425,10 +548,13 @@ class ConnectorJournal:
         durable append waits in a thread.
         """
         assert self.recorder is not None
-        response = Response(status, resp_fields, None, error, None, answered_by)
+        response = Response(status, resp_fields, None, error, None, answered_by,
+                            trailers=resp.trailers.fields if resp is not None and resp.trailers else ())
         played = flow.metadata.get(PLAYBACK_META) or {}
         if played.get("playback_of") and error is None:  # the broker answered, from a recorded entry
             response.answered_by, response.error = "capture", f"played back from {played['playback_of']}"
+        if call.refused is not None:  # the broker answered instead of the platform, and says why
+            response.answered_by, response.error = "capture", call.refused
 
         def bodies() -> None:
             if call.call is None:  # not sent ahead (a streamed request, or no service then)
@@ -487,7 +613,8 @@ class ConnectorJournal:
         return Call(
             Identity(call.session, call.agent, call.principal), call.connector,
             Request(sendable(flow.request.method), sendable(call.url), call.req_fields,
-                    captured_body(flow.request, call.req_cap), dict(played) if played else None),
+                    captured_body(flow.request, call.req_cap), dict(played) if played else None,
+                    trailers=flow.request.trailers.fields if flow.request.trailers else ()),
             prompts=call.prompts, model_api=call.model_api,
             fail_closed=self._opts["broker_on_journal_error"] == "block",
         )

@@ -80,6 +80,13 @@ class Claims:
         )
 
 
+    def names_session(self, connection: tuple[str, str] | None = None) -> bool:
+        """True when the call names its session (credentials on it or its tunnel, or the header); False
+        when `resolve` gives it the default one (a client that never sends proxy credentials)."""
+        creds = self.credentials or connection
+        return bool((creds and creds[0]) or self.session)
+
+
 NO_CLAIMS = Claims()
 
 
@@ -108,3 +115,10 @@ def take_identity[F: Sequence](fields: F, proxy_auth: bool = True) -> tuple[F | 
         text(SESSION_HEADER), text(AGENT_HEADER), text(PRINCIPAL_HEADER),
         parse_proxy_auth(auth) if auth is not None else None,
     )
+
+
+def claims_without_credentials[F: Sequence](fields: F) -> tuple[F | tuple, Claims]:
+    """For a call refused because its credentials cannot be read: its fields without any identity field,
+    and what its X-Broker-* headers say (the session its refusal is recorded in; else the default)."""
+    auth_names = (PROXY_AUTHORIZATION, PROXY_AUTHORIZATION.encode())
+    return take_identity(tuple(kv for kv in fields if kv[0].lower() not in auth_names), proxy_auth=False)

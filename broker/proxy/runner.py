@@ -56,7 +56,8 @@ class ProxyConfig:
     upstream_ca: str | None = None
     upstream_insecure: bool = False
     on_journal_error: str = "block"
-    record_unknown: bool = False
+    record_unknown: bool = True  # False: as pass_unknown=["all"]
+    pass_unknown: list[str] = field(default_factory=list)  # hosts no connector knows, passed unrecorded
     spill_threshold: int | None = None
     recorder: str = "process"
     mode: list[str] = field(default_factory=list)  # mitmproxy mode specs; empty: regular at listen_host:port
@@ -162,7 +163,7 @@ class EmbeddedProxy:
             "broker_principal": c.principal, "broker_connectors": c.connectors,
             "broker_resolve": list(c.resolve), "broker_on_journal_error": c.on_journal_error,
             "broker_record_unknown": c.record_unknown, "connection_strategy": "lazy", "broker_recorder": c.recorder,
-            "broker_prompts": c.prompts,
+            "broker_prompts": c.prompts, "broker_pass_unknown": list(c.pass_unknown),
         }
         if c.mode:
             update["mode"] = list(c.mode)

@@ -16,4 +16,8 @@ format and how to add a connector.
 from ._http import effect_of_method, lower_headers
 from .registry import BUILTIN_MODULES, Classification, Registry
 
-__all__ = ["BUILTIN_MODULES", "Classification", "Registry", "effect_of_method", "lower_headers"]
+OTHER = "other"
+"""The connector name of a call to a host no connector knows (recorded by default; effect by the method
+rule, `effect_basis: default`)."""
+
+__all__ = ["BUILTIN_MODULES", "OTHER", "Classification", "Registry", "effect_of_method", "lower_headers"]

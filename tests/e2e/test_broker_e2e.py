@@ -372,13 +372,26 @@ def test_connectors_file_and_record_unknown(upstream, tmp_path):
             assert c.get("https://127.0.0.1/status/204").status_code == 204
         got = b.entries("s-toml", 3)
     assert [(e["connector"], e["effect"]) for e in got] == [("internal", "read"), ("internal", "write"),
-                                                            ("unknown", "read")]
+                                                            ("other", "read")]
 
 
-def test_unknown_traffic_passes_unrecorded_by_default(broker):
+def test_unknown_traffic_is_recorded_by_default(broker):
+    """Issue 21: a host no connector knows is recorded (connector `other`, effect by the method rule),
+    unless the operator passes it with --pass-unknown (tests/e2e/test_broker_evasion.py)."""
     with client(broker, session="s-unknown") as c:
         assert c.get("https://127.0.0.1/status/200").status_code == 200
-    assert not Vault(broker.vault).session_path("s-unknown").exists()
+        assert c.delete("https://127.0.0.1/status/204").status_code == 204
+    got = entries(broker, "s-unknown", 2)
+    assert [(e["connector"], e["effect"], e["request"]["effect_basis"]) for e in got] == [
+        ("other", "read", "default"), ("other", "write", "default")]
+
+
+def test_pass_unknown_all_passes_unknown_traffic_unrecorded(upstream, tmp_path):
+    with BrokerProcess(tmp_path, upstream, "--pass-unknown", "all") as b:
+        with client(b, session="s-pass-all") as c:
+            assert c.get("https://127.0.0.1/status/200").status_code == 200
+            assert c.get(f"{GMAIL}/labels").status_code == 200
+        assert [e["connector"] for e in b.entries("s-pass-all", 1)] == ["gmail"]
 
 
 def test_bad_connectors_file_is_one_clear_line(upstream, tmp_path):

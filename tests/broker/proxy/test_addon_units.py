@@ -83,6 +83,7 @@ def test_an_unforeseen_failure_before_forwarding_answers_502_instead_of_passing_
         tctx.configure(addon, vault=str(tmp_path / "vault"), broker_recorder="inline")
         monkeypatch.setattr(cj, "request_origin", lambda req: 1 / 0)
         f = tflow.tflow()
+        f.client_conn.sni = "gmail.googleapis.com"  # tflow's own SNI ("address") would make it misdirected
         f.request = http.Request.make("GET", "https://gmail.googleapis.com/gmail/v1/users/me/labels", b"",
                                       [(b"Host", b"gmail.googleapis.com")])
         addon.requestheaders(f)

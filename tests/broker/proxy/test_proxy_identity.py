@@ -69,6 +69,7 @@ def _flow(headers):
     from mitmproxy.test import tflow
 
     f = tflow.tflow()
+    f.client_conn.sni = "gmail.googleapis.com"  # not tflow's "address": the SNI must name the destination
     f.request = http.Request.make("GET", "https://gmail.googleapis.com/gmail/v1/users/me/labels", b"", headers)
     return f
 
@@ -83,7 +84,12 @@ def test_the_addon_refuses_bad_credentials_and_records_the_credentials_identity(
         tctx.configure(addon, vault=str(tmp_path / "vault"), broker_recorder="inline", broker_session="opt")
         bad = _flow([(b"Host", b"gmail.googleapis.com"), (b"Proxy-Authorization", b"Basic %%%")])
         addon.requestheaders(bad)
-        assert bad.response is not None and bad.response.status_code == 400 and cj._META not in bad.metadata
+        assert bad.response is not None and bad.response.status_code == 400
+        asyncio.run(addon.response(bad))  # issue 21: the refusal has its entry, in the default session
+        (refused,) = iter_entries(Vault(tmp_path / "vault"), "opt")
+        assert (refused["response"]["status"], refused["response"]["answered_by"]) == (400, "capture")
+        assert "proxy credentials" in refused["response"]["error"]
+        assert [k for k, _ in refused["request"]["headers"]] == ["Host", "content-length"]
         f = _flow([(b"Host", b"gmail.googleapis.com"), (b"X-Broker-Session", b"liar"),
                    (b"Proxy-Authorization", basic(b"s-cred:agent-cred")), (b"X-Broker-Principal", b"bob")])
         addon.requestheaders(f)
@@ -94,5 +100,6 @@ def test_the_addon_refuses_bad_credentials_and_records_the_credentials_identity(
         asyncio.run(addon.response(f))
     (entry,) = iter_entries(Vault(tmp_path / "vault"), "s-cred")
     assert (entry["agent"], entry["principal"]) == ("agent-cred", "bob")
+    assert entry["response"]["answered_by"] == "upstream"
     assert [k for k, _ in entry["request"]["headers"]] == ["Host", "content-length"]
     assert not (tmp_path / "vault" / "journal" / "liar.jsonl").exists()

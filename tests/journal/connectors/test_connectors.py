@@ -733,3 +733,29 @@ def test_google_batch_as_the_python_client_builds_it():
     )
     got = REGISTRY.classify("POST", "https://www.googleapis.com/batch/calendar/v3", *writes)
     assert got == Classification("calendar", "write", "google batch, item 2: calendar events.patch")
+
+
+# -- git's smart HTTP on github.com (issue 21) ----------------------------------------------------
+
+GIT_FORM = [("Content-Type", "application/x-git-upload-pack-request")]
+
+
+@pytest.mark.parametrize(("method", "url", "headers", "effect"), [
+    ("GET", "https://github.com/octo/repo.git/info/refs?service=git-upload-pack", [], "read"),
+    ("GET", "https://github.com/octo/repo/info/refs?service=git-upload-pack", [], "read"),
+    ("POST", "https://github.com/octo/repo.git/git-upload-pack", GIT_FORM, "read"),
+    ("GET", "https://github.com/octo/repo.git/info/refs?service=git-receive-pack", [], "read"),
+    ("POST", "https://github.com/octo/repo.git/git-receive-pack", [], "write"),
+    ("GET", "https://github.com/octo/repo.git/git-receive-pack", [], "write"),  # push, whatever the method
+    ("POST", "https://GitHub.com./octo/repo.git/git-upload-pack", GIT_FORM, "read"),
+    ("POST", "https://github.com/octo/repo.git/git-upload-pack", [*GIT_FORM, ("X-HTTP-Method-Override", "DELETE")],
+     "write"),
+])
+def test_git_smart_http_on_github(method, url, headers, effect):
+    cls = REGISTRY.classify(method, url, headers, None)
+    assert cls is not None and (cls.connector, cls.effect) == ("github", effect)
+
+
+@pytest.mark.parametrize("path", ["/", "/octo/repo", "/octo/repo/pulls", "/login", "/a/b/c/git-upload-pack"])
+def test_other_github_pages_are_no_connector(path):
+    assert REGISTRY.match("github.com", path) is None
