@@ -75,7 +75,25 @@ def push(source: str, target: str, sessions: tuple[str, ...]) -> int:
 
 @click.group()
 def store() -> None:
-    """Maintain a PostgreSQL store: create or upgrade its schema, grant a broker role."""
+    """Maintain a store: a PostgreSQL schema and its roles; probe an S3 bucket's retention."""
+
+
+@store.command()
+@click.argument("url", metavar="s3://BUCKET/PREFIX")
+@click.option("--retain-seconds", type=click.IntRange(1, 86400), default=60, show_default=True,
+              help="Retention of the compliance-mode canary (it cannot be deleted before then).")
+def probe(url: str, retain_seconds: int) -> int:
+    """Write a canary and report, as observed facts, what the bucket refuses: an overwrite, a delete of a
+    locked version, a shortened retention, a switch from compliance to governance. Exit 1 when it accepts any."""
+    from journal.store.s3_probe import probe as run_probe
+
+    facts = run_probe(url, retain_seconds=retain_seconds)
+    for fact in facts:
+        click.echo(fact.line())
+    if any(f.refused is False for f in facts):
+        click.echo("this bucket is not write-once for what is marked ACCEPTED (an emulator may differ from AWS S3: "
+                   "probe the production bucket)")
+    return 1 if any(f.refused is not True for f in facts) else 0
 
 
 def _database(url: str) -> PostgresStore:

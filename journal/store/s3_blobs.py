@@ -115,8 +115,9 @@ class S3Blobs(WriterBackedBlobs):
 
     def size_of(self, digest: str) -> int | None:
         """The stored object's size; None when there is none. StoreError when the bucket cannot say."""
+        key = self.key_for(digest)
         try:
-            head = self.client.head_object(Bucket=self.bucket, Key=self.key_for(digest))
+            head = self.client.head_object(Bucket=self.bucket, Key=key)
         except self.errors as exc:
             if error_code(exc) in ("404", "NoSuchKey", "NotFound"):
                 return None
@@ -138,8 +139,9 @@ class S3Blobs(WriterBackedBlobs):
 
     def read_blob(self, digest: str) -> Iterator[bytes]:
         """The blob's bytes in chunks, as stored (the caller hashes them when it must: `check`)."""
+        key = self.key_for(digest)  # before any request: a name that is no blob name is never sent
         try:
-            body = self.client.get_object(Bucket=self.bucket, Key=self.key_for(digest))["Body"]
+            body = self.client.get_object(Bucket=self.bucket, Key=key)["Body"]
         except self.errors as exc:
             if error_code(exc) in ("404", "NoSuchKey", "NotFound"):
                 raise StoreError(f"blob {digest} is missing from {self.url}") from None
