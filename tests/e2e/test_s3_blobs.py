@@ -193,3 +193,27 @@ def test_broker_with_s3_blobs_fails_closed_while_the_bucket_is_down_and_resumes(
     last = verify_session(vault, "s-s3", blobs_url=url)
     # the first entry's blob went with the server's state (moto keeps none across a restart): named, not hidden
     assert last.kind in (None, "blob_missing") and (last.intact or last.broken_at_seq == 1)
+
+
+def test_checkpoints_and_the_vault_index_are_copied_to_the_bucket_create_only(s3_server, tmp_path, monkeypatch):
+    from journal.checkpoint.note import Signer, open_note
+    from tests.support.checkpoint_harness import seal_all, write_session
+
+    bucket = s3_server.new_bucket()
+    monkeypatch.setenv("BROKER_BLOBS", f"s3://{bucket}/fleet")
+    vault = Vault.create(tmp_path / "vault")
+    signer = Signer.generate("vault.example/s3")
+    write_session(vault, "s1", 3)
+    seal_all(vault, signer)
+    write_session(vault, "s1", 2, start=4)
+    seal_all(vault, signer)
+    client = s3_server.client()
+    keys = sorted(o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix="fleet/seals/")["Contents"])
+    history = [k for k in keys if k.startswith("fleet/seals/s1/") and k.endswith(".checkpoint")]
+    assert len(history) == 2 and history[0].startswith("fleet/seals/s1/00000000000000000003-")
+    latest = client.get_object(Bucket=bucket, Key="fleet/seals/s1/latest")["Body"].read()
+    assert latest == (tmp_path / "vault" / "seals" / "s1.checkpoint").read_bytes()
+    assert open_note(latest, [signer.verifier()]).text.split("\n")[1] == "5"
+    index = client.get_object(Bucket=bucket, Key="fleet/seals/index/latest")["Body"].read()
+    assert open_note(index, [signer.verifier()])  # the signed vault index, as the vault holds it
+    assert sum(k.startswith("fleet/seals/index/") for k in keys) >= 3  # two rounds of history + latest
