@@ -40,6 +40,7 @@ def _register() -> None:
         inspect,
         mcp,
         proxy,
+        publish,
         replay,
         seal,
         search,
@@ -48,7 +49,7 @@ def _register() -> None:
     )
 
     for module in (audit, seal, checkpoint, proxy, exec, mcp, replay, trajectory, search, inspect, export, diff,
-                   store):
+                   store, publish):
         for command in module.COMMANDS:
             cli.add_command(command)
 

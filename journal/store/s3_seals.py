@@ -46,13 +46,14 @@ class SealMirror:
 
     def copy(self, outcomes: list, index_file: Path) -> None:
         """After a sealing round: each written checkpoint, then the index. Never raises."""
+        failures: tuple[type[BaseException], ...] = (OSError, NoteError, *self.s3.errors)
         try:
             for o in outcomes:
                 if o.path is not None and o.refused is None:
                     self.checkpoint(o.session, Path(o.path).read_bytes())
             if index_file.is_file():
                 self.index(index_file.read_bytes())
-        except (OSError, NoteError, *self.s3.errors) as exc:
+        except failures as exc:
             log.warning("checkpoints not copied to %s (the vault holds them): %s", self.s3.url, exc)
 
 
