@@ -21,9 +21,12 @@ from journal.verify import verify_session
 @click.option("--to", "target", required=True, metavar="DIR", type=click.Path(file_okay=False),
               help="Vault directory to write (created when missing; sessions in it must be prefixes).")
 @click.option("--no-blobs", is_flag=True, help="Copy entries and tombstones only.")
+@click.option("--blobs", "blobs", default=None, metavar="s3://BUCKET/PREFIX",
+              help="Fetch the blobs from this bucket (where `broker run --blobs` put them), so every reader of "
+              "the pulled vault (show, export, inspect, replay) finds them.")
 @click.argument("sessions", nargs=-1)
-def pull(source: str, target: str, no_blobs: bool, sessions: tuple[str, ...]) -> int:
-    """Copy a store (a PostgreSQL journal) into a file vault, byte for byte, and verify the result."""
+def pull(source: str, target: str, no_blobs: bool, sessions: tuple[str, ...], blobs: str | None = None) -> int:
+    """Copy a store (a PostgreSQL journal or a vault) into a file vault, byte for byte, and verify the result."""
     src, dst = open_store(source), open_store(target, create=True)
     if not isinstance(dst, FileStore):
         src.close()
@@ -31,7 +34,10 @@ def pull(source: str, target: str, no_blobs: bool, sessions: tuple[str, ...]) ->
         raise click.BadParameter(f"{target!r} is not a vault directory: pull writes into a directory (use "
                                  "`broker push` to copy into a database)", param_hint="--to")
     try:
-        report = copy_store(src, dst, blobs=not no_blobs, sessions=list(sessions) or None)
+        from journal.store.url import open_blob_sink
+
+        report = copy_store(src, dst, blobs=not no_blobs, sessions=list(sessions) or None,
+                            blob_source=open_blob_sink(blobs) if blobs else None)
     finally:
         src.close()
     click.echo(f"pulled {report.lines} entries of {len(report.sessions)} sessions, {report.blobs} blobs, "

@@ -25,6 +25,7 @@ from journal.record import Recorder
 from journal.store.s3_blobs import PART, S3Blobs
 from journal.vault import Vault
 from journal.verify import verify_session
+from tests.support import postgres_server as _pg
 from tests.support.broker_harness import BIN, ROOT, BrokerProcess
 from tests.support.journal_factories import fields
 from tests.support.s3_server import s3_server
@@ -32,6 +33,7 @@ from tests.support.upstreams import Upstream
 
 pytestmark = pytest.mark.e2e
 __all__ = ["s3_server"]  # the fixture, imported for pytest
+postgres_server, pg_url = _pg.postgres_server, _pg.pg_url  # fixtures
 GMAIL = "https://gmail.googleapis.com/gmail/v1/users/me"
 SLACK = "https://slack.com/api"
 BIG_MIB = int(os.environ.get("BROKER_TEST_S3_MIB", "64"))
@@ -217,3 +219,27 @@ def test_checkpoints_and_the_vault_index_are_copied_to_the_bucket_create_only(s3
     index = client.get_object(Bucket=bucket, Key="fleet/seals/index/latest")["Body"].read()
     assert open_note(index, [signer.verifier()])  # the signed vault index, as the vault holds it
     assert sum(k.startswith("fleet/seals/index/") for k in keys) >= 3  # two rounds of history + latest
+
+
+def test_postgresql_entries_with_s3_blobs_verify_and_pull(s3_server, pg_url, tmp_path):
+    from journal.store.postgres_store import PostgresStore
+
+    url = f"s3://{s3_server.new_bucket()}/pg"
+    rec = Recorder(pg_url, blobs=url)
+    ref = rec.blobs.put_stream(_chunks(3 << 20, b"pg"))  # 3 MiB: below a part, one create-only PUT
+    rec.writer.append(fields(session="s-pg", response={"status": 200, "headers": [], "body": ref}))
+    rec.close()
+    assert not PostgresStore(pg_url).has_blob(ref["sha256"])  # the bytes are in the bucket, not in the database
+    assert S3Blobs(url).has_blob(ref["sha256"])
+    env = {k: v for k, v in os.environ.items() if k not in ("BROKER_STORE", "BROKER_BLOBS")}
+    ok = subprocess.run([str(BIN / "broker"), "verify", "--store", pg_url, "--blobs", url, "--json"],
+                        capture_output=True, text=True, timeout=120, env=env)
+    assert ok.returncode == 0 and json.loads(ok.stdout)["intact"] is True, ok.stdout + ok.stderr
+    pulled = subprocess.run([str(BIN / "broker"), "pull", "--from", pg_url, "--to", str(tmp_path / "read"),
+                             "--blobs", url], capture_output=True, text=True, timeout=120, env=env)
+    assert pulled.returncode == 0 and "1 blobs" in pulled.stdout, pulled.stdout + pulled.stderr
+    assert len(_vault_blobs(tmp_path / "read")) == 1  # readers of the pulled vault find the body
+    S3Blobs(url).client.delete_object(Bucket=S3Blobs(url).bucket, Key=S3Blobs(url).key_for(ref["sha256"]))
+    gone = subprocess.run([str(BIN / "broker"), "verify", "--store", pg_url, "--blobs", url, "--json"],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert gone.returncode == 1 and json.loads(gone.stdout)["kind"] == "blob_missing"
