@@ -123,13 +123,20 @@ def test_a_big_blob_goes_up_and_down_in_bounded_memory(s3_server):
 
 
 _WRITER = """
-import sys, hashlib
+import sys, time, hashlib
 from journal.record import Recorder
 from tests.support.journal_factories import fields
 rec = Recorder(sys.argv[1], blobs=sys.argv[2], spill_threshold=1024)
-for i in range(1000):
-    size = (3 << 20) * (1 + i % 5)
-    ref = rec.blobs.put_stream(hashlib.sha256(b"%d-%d" % (i, j)).digest() * (1 << 15) for j in range(size >> 20))
+
+def body(i, mib, stall=False):
+    for j in range(mib):
+        if stall and j == 20:  # 20 MiB sent as parts of an upload not yet complete: stop here
+            print("MID", flush=True)
+            time.sleep(600)
+        yield hashlib.sha256(b"%d-%d" % (i, j)).digest() * (1 << 15)
+
+for i in range(4):
+    ref = rec.blobs.put_stream(body(i, 12 if i < 3 else 40, stall=i == 3))
     rec.writer.append(fields(session="k", n=i, response={"status": 200, "headers": [], "body": ref}))
     print(i, flush=True)
 """
@@ -141,15 +148,19 @@ def test_a_writer_killed_mid_upload_leaves_no_entry_naming_a_missing_blob(s3_ser
     proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(tmp_path / "vault"), url], cwd=ROOT,
                             stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
-    for _ in range(3):  # a few entries made, then the kill lands in the middle of an upload
-        proc.stdout.readline()
-    time.sleep(0.3)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    try:
+        seen = [proc.stdout.readline().strip() for _ in range(4)]
+    finally:
+        proc.send_signal(signal.SIGKILL)  # in the middle of the fourth blob's multipart upload
+        proc.wait()
+    assert seen == ["0", "1", "2", "MID"]
+    client = s3_server.client()
+    assert client.list_multipart_uploads(Bucket=bucket).get("Uploads")  # the upload the kill cut short
     vault = Vault.open_existing(tmp_path / "vault")
     report = verify_session(vault, "k", blobs_url=url)
-    assert report.intact, report.detail  # every ref an entry holds is in the bucket and hashes to its name
-    assert report.entries >= 3
+    assert report.intact and report.entries == 3, report.detail  # every ref an entry holds is in the bucket
+    keys = [o["Key"] for o in client.list_objects_v2(Bucket=bucket).get("Contents", [])]
+    assert len([k for k in keys if "/blobs/sha256/" in k]) == 3  # the cut blob has no name: nothing refers to it
 
 
 @pytest.fixture(scope="module")
