@@ -203,7 +203,9 @@ class S3Blobs(WriterBackedBlobs):
 
 
 class S3BlobWriter:
-    """One blob streaming up: at most one part (PART bytes) in memory."""
+    """One blob streaming up. A full part is uploaded by a thread of its own while the next one fills, so the
+    caller (the proxy's stream hook) waits only when the previous part is still on its way: at most two parts
+    (2 x PART bytes) in memory, and a body arrives while the one before it goes up."""
 
     def __init__(self, blobs: S3Blobs) -> None:
         self._s3 = blobs
@@ -214,6 +216,8 @@ class S3BlobWriter:
         self._upload: str | None = None
         self._parts: list[dict] = []
         self._done = False
+        self._sending: threading.Thread | None = None
+        self._send_error: BaseException | None = None
 
     def write(self, chunk: bytes) -> None:
         if not chunk:
@@ -226,6 +230,12 @@ class S3BlobWriter:
             del self._buf[:PART]
 
     def _send_part(self, data: bytes) -> None:
+        """Hand `data` to a thread that uploads it, once the part before it is up (parts go in order)."""
+        self._wait_part()
+        self._sending = threading.Thread(target=self._upload_part, args=(data,), name="s3-part", daemon=True)
+        self._sending.start()
+
+    def _upload_part(self, data: bytes) -> None:
         s3 = self._s3
         try:
             if self._upload is None:
@@ -233,10 +243,23 @@ class S3BlobWriter:
             number = len(self._parts) + 1
             etag = s3.client.upload_part(Bucket=s3.bucket, Key=self._staging, UploadId=self._upload,
                                          PartNumber=number, Body=data)["ETag"]
-        except s3.errors as exc:
+            self._parts.append({"ETag": etag, "PartNumber": number})
+        except BaseException as exc:  # noqa: BLE001 - handed to the writer's thread, raised there
+            self._send_error = exc
+
+    def _join(self) -> BaseException | None:
+        if self._sending is not None:
+            self._sending.join()
+            self._sending = None
+        error, self._send_error = self._send_error, None
+        return error
+
+    def _wait_part(self) -> None:
+        """The part in flight is up; BlobError (the upload aborted) when it failed."""
+        error = self._join()
+        if error is not None:
             self.abort()
-            raise BlobError(f"cannot store blob in {s3.url}: {exc}") from None
-        self._parts.append({"ETag": etag, "PartNumber": number})
+            raise BlobError(f"cannot store blob in {self._s3.url}: {error}") from None
 
     def commit(self) -> dict:
         """Store the blob under its name (create-only); return its ref once the bucket holds it."""
@@ -244,6 +267,7 @@ class S3BlobWriter:
             raise BlobError("blob already committed or aborted")
         digest, s3 = self._hash.hexdigest(), self._s3
         key = s3.key_for(digest)
+        self._wait_part()
         try:
             if self._upload is None:
                 self._done = True
@@ -256,6 +280,7 @@ class S3BlobWriter:
             if self._buf:
                 self._send_part(bytes(self._buf))
                 self._buf.clear()
+                self._wait_part()
             s3.client.complete_multipart_upload(Bucket=s3.bucket, Key=self._staging, UploadId=self._upload,
                                                 MultipartUpload={"Parts": self._parts})
             self._done = True
@@ -319,6 +344,7 @@ class S3BlobWriter:
             return
         self._done = True
         self._buf = bytearray()
+        self._join()  # no part goes up after the abort
         if self._upload is not None:
             try:
                 self._s3.client.abort_multipart_upload(Bucket=self._s3.bucket, Key=self._staging,
