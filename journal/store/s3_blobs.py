@@ -8,8 +8,8 @@ AWS_ACCESS_KEY_ID, ~/.aws/config ...): boto3 reads them itself.
 Why the write goes the way it does (journal/store/README.md, "Durability protocol, S3", step by step):
 an object's name is the SHA-256 of its bytes, known only once the last byte passed. A body that fits in
 one part (PART bytes) is held in memory, hashed, and PUT under its name with `If-None-Match: *`. A
-bigger one streams into a multipart upload under a staging key (`PREFIX/blobs/tmp/<random>`, one part
-in memory at a time), and once its hash is known it is copied server-side to its name, again
+bigger one streams into a multipart upload under a staging key (`PREFIX/blobs/tmp/<random>`, two parts
+in memory at most), and once its hash is known it is copied server-side to its name, again
 create-only; the staging object is then deleted. An object already under the name is a dedupe, never an
 overwrite (its size is checked: a different size is a forged or broken object, an error). Only when
 the final PUT or copy returned does `commit` return the ref the entry will hold.
