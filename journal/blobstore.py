@@ -125,8 +125,10 @@ class WriterBackedBlobs:
 
 
 class BlobStore(WriterBackedBlobs):
-    def __init__(self, vault_root: str | os.PathLike, *, erasure_keys: Sequence[object] = ()) -> None:
+    def __init__(self, vault_root: str | os.PathLike, *, erasure_keys: Sequence[object] = (),
+                 remote: object | None = None) -> None:
         self.root = Path(vault_root)
+        self.remote = remote  # where the blobs live when not in the vault (S3Blobs: `check` reads them there)
         self.erasure_keys = list(erasure_keys)  # verifier keys whose signed tombstones count (erasure_signature.py)
         self.base = self.root / "blobs" / "sha256"
         self.tmp_dir = self.root / "blobs" / "tmp"
@@ -155,7 +157,10 @@ class BlobStore(WriterBackedBlobs):
 
     def check(self, digest: str, size: int | None = None) -> str | None:
         """None when the blob is present and hashes to its name (and size); else what is wrong. Only a regular
-        file reached through no symlink inside the vault counts as present (journal/confine.py)."""
+        file reached through no symlink inside the vault counts as present (journal/confine.py). With a
+        `remote` (`--blobs s3://...`) the bytes are read and hashed from there, streaming."""
+        if self.remote is not None:
+            return self.remote.check(digest, size)  # type: ignore[attr-defined]
         try:
             f = open_blob(self.root, digest)
         except FileNotFoundError:

@@ -35,7 +35,7 @@ from journal.redact import (
     redact_json_value,
     redact_url,
 )
-from journal.store.url import open_writer
+from journal.store.url import open_blob_sink, open_writer
 from journal.writer import JournalWriter
 
 if TYPE_CHECKING:
@@ -203,11 +203,17 @@ class Recorder:
     def __init__(
         self, vault: str | os.PathLike | JournalWriter, *, spill_threshold: int = SPILL_THRESHOLD,
         registry: Registry | None = None, durable: bool = True, autoseal: AutosealConfig | None = None,
+        blobs: str | None = None,
     ) -> None:
         # `vault`: a directory, a store URL (postgresql://..., journal/store/) or a writer already open
         self.writer: EntryWriter = (
             cast("EntryWriter", vault) if hasattr(vault, "append_many") else open_writer(vault, durable=durable)
         )
+        # `blobs`: where spilled bytes go instead of the store's own blobs (s3://BUCKET/PREFIX); default
+        # BROKER_BLOBS, which `broker run --blobs` sets, so the recording service and workers it starts use it too
+        blobs_url = blobs if blobs is not None else os.environ.get("BROKER_BLOBS", "")
+        if blobs_url:
+            self.writer.blobs = open_blob_sink(blobs_url)
         self.autosealer = None  # checkpoints as entries are recorded (journal/checkpoint/autoseal.py)
         if autoseal is not None:
             from journal.checkpoint.autoseal import Autosealer
@@ -232,6 +238,14 @@ class Recorder:
             from urllib.parse import urlsplit
 
             self.autosealer.note_gap(session, urlsplit(url).hostname or url, what, n)
+
+    def check_session(self, session: str) -> None:
+        """JournalError (or OSError) when an entry for `session` could not be written now: the writer's own
+        check, and the blob sink's when it is remote (a bucket that is down), before a call goes upstream."""
+        self.writer.check_session(session)
+        reachable = getattr(self.writer.blobs, "check_reachable", None)
+        if reachable is not None:
+            reachable()
 
     def close(self) -> None:
         self.writer.close()

@@ -25,7 +25,7 @@ from journal.verify import MIN_WORKER_BYTES, PARALLEL_MIN_BYTES, SessionReport, 
 def verify_sessions(
     vault: Vault, sessions: list[str], *, check_blobs: bool = True,
     progress: Callable[[int], None] | None = None, seal_key: Ed25519PublicKey | None = None,
-    workers: int | None = None, erasure_keys: Sequence[object] = (),
+    workers: int | None = None, erasure_keys: Sequence[object] = (), blobs_url: str | None = None,
 ) -> list[SessionReport]:
     """`verify_session` of each session, the reports in the order of `sessions`.
 
@@ -33,7 +33,8 @@ def verify_sessions(
     MIN_WORKER_BYTES of them, 16 at most, when there is no `progress` callback, since a child's
     progress would not reach it; 1 keeps to this process). No fork where the process has other
     threads (journal/forked_call.py)."""
-    kw: dict[str, Any] = {"check_blobs": check_blobs, "seal_key": seal_key, "erasure_keys": list(erasure_keys)}
+    kw: dict[str, Any] = {"check_blobs": check_blobs, "seal_key": seal_key, "erasure_keys": list(erasure_keys),
+                          "blobs_url": blobs_url}
     sizes = {s: _size(vault, s) for s in sessions}
     small = sorted((s for s in dict.fromkeys(sessions) if 0 < sizes[s] < PARALLEL_MIN_BYTES), key=lambda s: -sizes[s])
     if workers is None:

@@ -95,13 +95,14 @@ class _Break(Exception):
 def verify_session(
     vault: Vault, session: str, *, check_blobs: bool = True, progress: Callable[[int], None] | None = None,
     on_entry: Callable[[dict], None] | None = None, seal_key: Ed25519PublicKey | None = None,
-    workers: int | None = None, erasure_keys: Sequence[object] = (),
+    workers: int | None = None, erasure_keys: Sequence[object] = (), blobs_url: str | None = None,
 ) -> SessionReport:
     """Verify one session file. `progress` gets byte counts as lines are read; `on_entry` each good entry;
     `seal_key` (a public key held outside the vault) checks the session's seal. `workers`: processes to
     share the file among (default: one per CPU, and per 4 MB, for files of PARALLEL_MIN_BYTES and more, when
     there is no `on_entry` and the process has no other thread; 1 keeps to this process). The report is the same
-    whichever way the lines were shared."""
+    whichever way the lines were shared. `blobs_url` (s3://BUCKET/PREFIX): the blobs are checked there
+    (existence and hash, streaming), in this process (a client is not shared with forked workers)."""
     report = SessionReport(session)
     try:
         path = vault.require_session(session)
@@ -110,7 +111,13 @@ def verify_session(
         report.detail = f"session file not read: {exc}"
         return report
     seal = read_seal(vault, session)
-    walk = _Walk(session, report, BlobStore(vault.root, erasure_keys=erasure_keys) if check_blobs else None,
+    remote = None
+    if blobs_url and check_blobs:
+        from journal.store.url import open_blob_sink
+
+        remote, workers = open_blob_sink(blobs_url), 1
+    checker = BlobStore(vault.root, erasure_keys=erasure_keys, remote=remote) if check_blobs else None
+    walk = _Walk(session, report, checker,
                  seal.entries if seal is not None else None, on_entry, progress)
     _verify_file(walk, path, workers)
     report.erased = [tombstone for _, tombstone in walk.erased]

@@ -9,6 +9,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from broker.cli.options import (
     ANY_VERIFIER_KEY,
     VERIFIER_KEY,
+    blobs_option,
     pulled_vault,
     reading_vault,
     store_option,
@@ -45,6 +46,7 @@ def _total_bytes(vault: Vault, sessions: list[str]) -> int:
 @click.argument("sessions", nargs=-1)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line per session.")
 @click.option("--no-blobs", is_flag=True, help="Skip re-hashing spilled blobs (faster, weaker).")
+@blobs_option
 @click.option("--seal-key", type=ANY_VERIFIER_KEY, default=None,
               help="Verifier key (text or file, from `broker keygen`, kept outside the vault): check checkpoints "
               "and the signed vault index. A legacy .pub key checks the old .seal files.")
@@ -58,7 +60,8 @@ def _total_bytes(vault: Vault, sessions: list[str]) -> int:
               "Without one no tombstone counts: an erased blob is reported missing.")
 def verify(vault_dir: str, store: str | None, sessions: tuple[str, ...], as_json: bool, no_blobs: bool,
            seal_key: Verifier | Ed25519PublicKey | None, witness_keys: tuple[Verifier, ...],
-           witness_urls: tuple[str, ...], require_sealed: bool, erasure_keys: tuple[Verifier, ...]) -> int:
+           witness_urls: tuple[str, ...], require_sealed: bool, erasure_keys: tuple[Verifier, ...],
+           blobs: str | None = None) -> int:
     """Check every session's hash chain, canonical form, contract, blobs and (with --seal-key) checkpoints.
 
     Exit 0 when every session is intact, 1 when any is broken, 2 on a usage error.
@@ -67,18 +70,18 @@ def verify(vault_dir: str, store: str | None, sessions: tuple[str, ...], as_json
         if store:  # checkpoints of a database store live in the vault it was pulled into and sealed in
             vault_dir = str(pulled_vault(store, vault_dir, list(sessions) or None).root)
         return verify_checkpoints(vault_dir, sessions, as_json, no_blobs, seal_key, witness_keys, witness_urls,
-                                  require_sealed, erasure_keys)
+                                  require_sealed, erasure_keys, blobs)
     if witness_keys or witness_urls or require_sealed:
         raise click.UsageError("--witness-key, --witness and --require-sealed need a --seal-key verifier key")
     public = seal_key  # a legacy .pub key checks the old .seal files
     if public is not None and store:  # seals of a database store live in the vault it was pulled into and sealed in
         vault = pulled_vault(store, vault_dir, list(sessions) or None)
     else:
-        vault = reading_vault(store, vault_dir, blobs=not no_blobs)
+        vault = reading_vault(store, vault_dir, blobs=not no_blobs and not blobs)
     names = _select(vault, sessions)
     with progress_bar(_total_bytes(vault, names), "verifying") as advance:
         reports = verify_sessions(vault, names, check_blobs=not no_blobs, progress=advance, seal_key=public,
-                                  erasure_keys=list(erasure_keys))
+                                  erasure_keys=list(erasure_keys), blobs_url=blobs)
     print_reports(reports, as_json)
     unmapped = unmapped_sessions()
     for session, why in unmapped.items():  # rows of a database store no vault file can hold: not verified
@@ -94,7 +97,7 @@ def verify(vault_dir: str, store: str | None, sessions: tuple[str, ...], as_json
 
 def verify_checkpoints(vault_dir: str, sessions: tuple[str, ...], as_json: bool, no_blobs: bool, key: Verifier,
                        witness_keys: tuple[Verifier, ...], witness_urls: tuple[str, ...], require_sealed: bool,
-                       erasure_keys: tuple[Verifier, ...] = ()) -> int:
+                       erasure_keys: tuple[Verifier, ...] = (), blobs_url: str | None = None) -> int:
     """`broker verify --seal-key VKEY`: the chain of each session, then checkpoints, index and witnesses."""
     wkeys = list(witness_keys)
     clients = [WitnessClient(u, None) for u in witness_urls]
@@ -104,7 +107,7 @@ def verify_checkpoints(vault_dir: str, sessions: tuple[str, ...], as_json: bool,
     with progress_bar(_total_bytes(vault, names), "verifying") as advance:
         for s in names:
             checked[s] = session_tree(vault, s, check_blobs=not no_blobs, progress=advance,
-                                      erasure_keys=list(erasure_keys))
+                                      erasure_keys=list(erasure_keys), blobs_url=blobs_url)
     audit = audit_vault(vault, checked, key, witness_keys=wkeys, witnesses=clients, require_sealed=require_sealed,
                         selected=list(sessions) or None)
     print_reports(audit.reports, as_json)

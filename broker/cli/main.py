@@ -44,10 +44,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
                          "(OTLP/JSON)."),
     "diff": ("diff", "Compare the ordered calls (connector, effect, method, URL, request body hash) and "
                      "statuses of two sessions."),
-    "pull": ("store", "Copy a store (a PostgreSQL journal) into a file vault, byte for byte, and verify the "
-                      "result."),
+    "pull": ("store", "Copy a store (a PostgreSQL journal or a vault) into a file vault, byte for byte, and "
+                      "verify the result."),
+    "publish": ("publish", "Publish a session's Merkle tree as C2SP tlog-tiles (entry hashes only)."),
     "push": ("store", "Migrate a file vault into a store."),
-    "store": ("store", "Maintain a PostgreSQL store: create or upgrade its schema, grant a broker role."),
+    "store": ("store", "Maintain a store: a PostgreSQL schema and its roles; probe an S3 bucket's retention."),
     "erase": ("store", "Delete a blob's bytes and leave a tombstone (sha256, when, by whom, why); the chain "
                        "still verifies."),
 }

@@ -33,6 +33,27 @@ store_option = click.option(
     help="Journal store: a vault directory or postgresql://... (also BROKER_STORE); overrides --vault.",
 )
 
+blobs_option = click.option(
+    "--blobs", "blobs", envvar="BROKER_BLOBS", default=None, metavar="s3://BUCKET/PREFIX",
+    help="Blob store for spilled bodies (also BROKER_BLOBS): an S3 bucket prefix; endpoint, region and "
+    "credentials from the usual AWS variables and files. Default: the blobs stay with the store.",
+)
+
+
+def checked_blobs(blobs: str | None) -> str | None:
+    """The --blobs URL once its bucket answered (one clear error at start otherwise), exported as BROKER_BLOBS
+    so that every process the command starts (recording service, workers) writes blobs to the same place."""
+    import os
+
+    if not blobs:
+        return None
+    from journal.store.url import open_blob_sink
+
+    sink = open_blob_sink(blobs)
+    sink.check_reachable()  # type: ignore[attr-defined]
+    os.environ["BROKER_BLOBS"] = blobs
+    return blobs
+
 
 def store_or_vault(store: str | None, vault_dir: str) -> str:
     """What a writer records into: the --store URL when given, else the --vault directory."""

@@ -12,6 +12,8 @@ import click
 
 from broker.cli.options import (
     autoseal_config,
+    blobs_option,
+    checked_blobs,
     parse_listen,
     seal_options,
     store_option,
@@ -69,6 +71,7 @@ class _LineFormatter(logging.Formatter):
     help="Proxy processes on the one port (SO_REUSEPORT), each with its own recording service, sharing the vault.",
 )
 @seal_options
+@blobs_option
 @click.option(
     "--prompts", type=click.Choice(["off", "refs", "full"]), default="off", show_default=True,
     help="Prompt capture: off (model API calls pass unrecorded), refs (model calls recorded, every text "
@@ -87,7 +90,7 @@ def run(
     resolve: tuple[str, ...], upstream_ca: str | None, upstream_insecure: bool, on_journal_error: str,
     record_unknown: bool, spill_threshold: int | None, recorder: str, workers: int, prompts: str, verbose: bool,
     seal_key: str | None = None, checkpoint_entries: int = 0, checkpoint_seconds: float = 0.0,
-    witness: tuple[str, ...] = (), playback: str = "", pass_unknown: tuple[str, ...] = (),
+    witness: tuple[str, ...] = (), playback: str = "", pass_unknown: tuple[str, ...] = (), blobs: str | None = None,
 ) -> int:
     """Run the broker: an HTTPS proxy that records every connector call into the vault."""
     # mitmproxy is imported here, not at the top: every other broker command starts faster without it.
@@ -107,6 +110,7 @@ def run(
     seal = autoseal_config(seal_key, checkpoint_entries, checkpoint_seconds, witness, store, vault_dir)
     vault_dir = store_or_vault(store, vault_dir)
     shown = check_store(vault_dir)  # an unusable store is one clear error, before listening
+    checked_blobs(blobs)  # so is a blob bucket that does not answer
     if playback:
         from journal.playback import RecordedSession
 
@@ -134,6 +138,8 @@ def run(
         click.echo(f"broker: listening on http://{host}:{bound}" + (f" ({workers} workers)" if workers > 1 else ""))
         click.echo(f"broker: CA certificate {ca_cert_path(confdir)}")
         click.echo(f"broker: vault {shown}")
+        if blobs:
+            click.echo(f"broker: blobs {blobs}")
         click.echo("broker: Ctrl-C or SIGTERM stops it; `broker env` prints the client settings", err=False)
         sys.stdout.flush()
 

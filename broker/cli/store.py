@@ -21,9 +21,12 @@ from journal.verify import verify_session
 @click.option("--to", "target", required=True, metavar="DIR", type=click.Path(file_okay=False),
               help="Vault directory to write (created when missing; sessions in it must be prefixes).")
 @click.option("--no-blobs", is_flag=True, help="Copy entries and tombstones only.")
+@click.option("--blobs", "blobs", default=None, metavar="s3://BUCKET/PREFIX",
+              help="Fetch the blobs from this bucket (where `broker run --blobs` put them), so every reader of "
+              "the pulled vault (show, export, inspect, replay) finds them.")
 @click.argument("sessions", nargs=-1)
-def pull(source: str, target: str, no_blobs: bool, sessions: tuple[str, ...]) -> int:
-    """Copy a store (a PostgreSQL journal) into a file vault, byte for byte, and verify the result."""
+def pull(source: str, target: str, no_blobs: bool, sessions: tuple[str, ...], blobs: str | None = None) -> int:
+    """Copy a store (a PostgreSQL journal or a vault) into a file vault, byte for byte, and verify the result."""
     src, dst = open_store(source), open_store(target, create=True)
     if not isinstance(dst, FileStore):
         src.close()
@@ -31,7 +34,10 @@ def pull(source: str, target: str, no_blobs: bool, sessions: tuple[str, ...]) ->
         raise click.BadParameter(f"{target!r} is not a vault directory: pull writes into a directory (use "
                                  "`broker push` to copy into a database)", param_hint="--to")
     try:
-        report = copy_store(src, dst, blobs=not no_blobs, sessions=list(sessions) or None)
+        from journal.store.url import open_blob_sink
+
+        report = copy_store(src, dst, blobs=not no_blobs, sessions=list(sessions) or None,
+                            blob_source=open_blob_sink(blobs) if blobs else None)
     finally:
         src.close()
     click.echo(f"pulled {report.lines} entries of {len(report.sessions)} sessions, {report.blobs} blobs, "
@@ -75,7 +81,25 @@ def push(source: str, target: str, sessions: tuple[str, ...]) -> int:
 
 @click.group()
 def store() -> None:
-    """Maintain a PostgreSQL store: create or upgrade its schema, grant a broker role."""
+    """Maintain a store: a PostgreSQL schema and its roles; probe an S3 bucket's retention."""
+
+
+@store.command()
+@click.argument("url", metavar="s3://BUCKET/PREFIX")
+@click.option("--retain-seconds", type=click.IntRange(1, 86400), default=60, show_default=True,
+              help="Retention of the compliance-mode canary (it cannot be deleted before then).")
+def probe(url: str, retain_seconds: int) -> int:
+    """Write a canary and report, as observed facts, what the bucket refuses: an overwrite, a delete of a
+    locked version, a shortened retention, a switch from compliance to governance. Exit 1 when it accepts any."""
+    from journal.store.s3_probe import probe as run_probe
+
+    facts = run_probe(url, retain_seconds=retain_seconds)
+    for fact in facts:
+        click.echo(fact.line())
+    if any(f.refused is False for f in facts):
+        click.echo("this bucket is not write-once for what is marked ACCEPTED (an emulator may differ from AWS S3: "
+                   "probe the production bucket)")
+    return 1 if any(f.refused is not True for f in facts) else 0
 
 
 def _database(url: str) -> PostgresStore:

@@ -636,7 +636,7 @@ class ConnectorJournal:
         if self.link is not None and session in self.link.stopped:
             return self.link.stopped[session]
         try:
-            self.recorder.writer.check_session(session)
+            self.recorder.check_session(session)
         except (JournalError, OSError) as exc:
             return str(exc)
         return None

@@ -13,6 +13,7 @@ is written without its cosignature: recording never waits for a witness.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,7 +29,7 @@ from journal.checkpoint.checkpoint import (
 )
 from journal.checkpoint.merkle import MerkleTree
 from journal.checkpoint.note import NoteError, Signature, Signer, open_note, parse_note, sign_note
-from journal.checkpoint.vault_index import IndexedSession, VaultIndex, read_index, write_index
+from journal.checkpoint.vault_index import IndexedSession, VaultIndex, index_path, read_index, write_index
 from journal.checkpoint.witness import WitnessClient, WitnessUnavailable
 from journal.vault import Vault, VaultError
 
@@ -51,7 +52,11 @@ class SealOutcome:
 
 class Sealer:
     def __init__(self, vault: Vault, signer: Signer, witnesses: list[WitnessClient] | None = None) -> None:
+        from journal.store.s3_seals import seal_mirror
+
         self.vault = vault
+        # with `--blobs s3://...` (BROKER_BLOBS) each round is copied to the bucket too (journal/store/s3_seals.py)
+        self.mirror = seal_mirror(os.environ.get("BROKER_BLOBS"))
         self.signer = signer
         self.verifier = signer.verifier()
         self.witnesses = witnesses or []
@@ -75,6 +80,8 @@ class Sealer:
             for (stem, host, what), n in (coverage or {}).items():
                 index.add_coverage(stem, host, what, n)
             write_index(self.vault, index, self.signer)
+            if self.mirror is not None:
+                self.mirror.copy(outcomes, index_path(self.vault))
         return outcomes
 
     def _index(self, origin: str) -> VaultIndex:

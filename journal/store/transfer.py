@@ -30,18 +30,22 @@ class CopyReport:
         return sum(self.sessions.values())
 
 
-def copy_store(source: Store, target: Store, *, blobs: bool = True, sessions: list[str] | None = None) -> CopyReport:
+def copy_store(source: Store, target: Store, *, blobs: bool = True, sessions: list[str] | None = None,
+               blob_source: object | None = None) -> CopyReport:
+    """`blob_source`: where the source's blobs live when not in the store (S3Blobs of `--blobs s3://...`)."""
     report = CopyReport()
     if blobs:
-        for digest in source.blob_digests():
+        holder = blob_source if blob_source is not None else source
+        for digest in holder.blob_digests():  # type: ignore[attr-defined]
             if target.has_blob(digest):
                 continue
             try:
-                ref = target.put_blob(source.read_blob(digest))
+                ref = target.put_blob(holder.read_blob(digest))  # type: ignore[attr-defined]
             except BlobErased:  # its bytes are gone; the tombstone follows below
                 continue
             if ref["sha256"] != digest:
-                raise StoreError(f"blob {digest} in {source.url} holds bytes hashing to {ref['sha256']}")
+                raise StoreError(f"blob {digest} in {getattr(holder, 'url', source.url)} holds bytes hashing to "
+                                 f"{ref['sha256']}")
             report.blobs += 1
     for tombstone in source.tombstones():
         if _holds_bytes(source, tombstone.sha256):  # a claim of erasure over bytes still there: not applied

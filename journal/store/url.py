@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import TypeGuard
 
-from journal.store.interface import EntryWriter, Store
+from journal.store.interface import BlobSink, EntryWriter, Store
 
 SCHEMES = ("postgresql://", "postgres://")
 
@@ -65,3 +65,15 @@ def check_store(target: str | os.PathLike) -> str:
     from journal.vault import Vault
 
     return str(Vault.create(target).root)
+
+
+def open_blob_sink(url: str) -> BlobSink:
+    """Where spilled bytes go when they are not kept with the entries (`--blobs URL`, BROKER_BLOBS):
+    s3://BUCKET/PREFIX (journal/store/s3_blobs.py)."""
+    from journal.store.s3_blobs import S3Blobs, is_s3_url
+
+    if not is_s3_url(url):
+        from journal.store.interface import StoreError
+
+        raise StoreError(f"--blobs {url!r}: give s3://BUCKET/PREFIX (without --blobs, blobs stay in the store)")
+    return S3Blobs(url)
