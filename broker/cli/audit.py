@@ -21,7 +21,7 @@ from journal.checkpoint.note import Verifier
 from journal.checkpoint.witness import WitnessClient
 from journal.entry import parse_ts
 from journal.reader import iter_entries
-from journal.summary import summarize_session
+from journal.summary import call_label, status_text, summarize_session
 from journal.vault import Vault, VaultError
 from journal.vault_verify import verify_sessions
 from journal.verify import SessionReport
@@ -235,10 +235,9 @@ def _timeline(vault: Vault, session: str, seq: int | None):
         if seq is not None and entry.get("seq") != seq:
             continue
         req, resp = entry.get("request", {}), entry.get("response", {})
-        status = resp.get("status")
-        status_s = str(status) if status is not None else f"ERR({resp.get('error', '?')})"
+        status_s = status_text(resp.get("status"), resp.get("error"))
         row = [str(entry.get("seq", "?")), ts, gap, str(entry.get("connector", "?")), str(entry.get("effect", "?")),
-               str(entry.get("capture", "?")), str(req.get("method", "?")), status_s, str(req.get("url", ""))]
+               str(entry.get("capture", "?")), call_label(entry), status_s, str(req.get("url", ""))]
         yield row, entry
 
 
