@@ -612,8 +612,9 @@ class LineRelay:
         for task in list(self._sends):
             task.cancel()
         self._end_own_lists()
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        # a task already done may still be in the set (its discard is a callback yet to run): not waited on
+        while running := [t for t in self._tasks if not t.done()]:
+            await asyncio.gather(*running, return_exceptions=True)
         await self.out.close()
 
 
