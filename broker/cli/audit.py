@@ -196,7 +196,8 @@ def _gap(prev_ts: str | None, ts: str) -> str:
 def show(vault_dir: str, store: str | None, session: str, seq: int | None, as_json: bool) -> int:
     """A session's timeline, one line per entry, in this column order: seq, time, gap, connector,
     effect, capture, method, status, URL. Columns are as wide as their longest value in the session.
-    With --seq, that entry's line and the whole entry."""
+    An MCP call's method is followed by the tool, prompt, resource or task it names, and a tool's
+    error result shows as `200 (tool error)`. With --seq, that entry's line and the whole entry."""
     vault = reading_vault(store, vault_dir, blobs=False)
     vault.require_session(session)
     if as_json:
