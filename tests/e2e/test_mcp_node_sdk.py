@@ -1,5 +1,6 @@
 """The Node MCP SDK client through the stdio shim against `@modelcontextprotocol/server-everything`
-(issue 25): prompts, sampling, elicitation and a cancelled call are all in the record.
+(issue 25): prompts, sampling, elicitation, a cancelled call and a task-based call's result are all
+in the record.
 
 The npm packages are installed once into a cache outside the repository ($BROKER_NODE_CACHE, default
 ~/.cache/broker-node-mcp); the test is skipped, saying why, when node or npm is missing or the
@@ -63,3 +64,10 @@ def test_node_sdk_client_against_server_everything(tmp_path: Path) -> None:
     calls = {e["mcp"]["params"]["name"]: e for e in by_method["tools/call"]}
     cancelled = calls["trigger-long-running-operation"]["response"]
     assert cancelled["error"].startswith("cancelled by the client"), cancelled
+    # the task-based call: its result (tasks/result) is in the record, tied to the call that created it
+    assert "taskCreated" in out["task_kinds"] and "result" in out["task_kinds"], out
+    task_call = calls["simulate-research-query"]
+    assert task_call["response"]["body"]["result"]["task"]["taskId"] == out["task_id"]
+    results = [e for e in by_method["tasks/result"] if e["mcp"]["params"]["taskId"] == out["task_id"]]
+    assert results and all(e["request"]["task_of"] == f"s1#{task_call['seq']}" for e in results)
+    assert results[-1]["response"]["body"]["result"]["content"] == json.loads(out["task_result"])

@@ -30,6 +30,17 @@ async function main() {
   await progressed;
   abort.abort("the test cancels it");
   out.cancelled = await call.then(() => false, () => true);
+  // a task-based call (2025-11-25): created, polled, its result fetched with tasks/result (the client
+  // learns from tools/list that the tool runs as a task)
+  await client.listTools();
+  const kinds = [];
+  for await (const message of client.experimental.tasks.callToolStream(
+    { name: "simulate-research-query", arguments: { topic: "owls" } })) {
+    kinds.push(message.type);
+    if (message.type === "result") out.task_result = JSON.stringify(message.result.content);
+    if (message.type === "taskCreated") out.task_id = message.task.taskId;
+  }
+  out.task_kinds = kinds;
   await client.close();
   process.stdout.write(JSON.stringify(out) + "\n");
 }
