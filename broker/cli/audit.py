@@ -22,7 +22,7 @@ from journal.checkpoint.note import Verifier
 from journal.checkpoint.witness import WitnessClient
 from journal.entry import parse_ts
 from journal.reader import iter_entries
-from journal.summary import summarize_session
+from journal.summary import call_label, status_text, summarize_session
 from journal.vault import Vault, VaultError
 from journal.vault_verify import verify_sessions
 from journal.verify import SessionReport
@@ -199,7 +199,8 @@ def _gap(prev_ts: str | None, ts: str) -> str:
 def show(vault_dir: str, store: str | None, session: str, seq: int | None, as_json: bool) -> int:
     """A session's timeline, one line per entry, in this column order: seq, time, gap, connector,
     effect, capture, method, status, URL. Columns are as wide as their longest value in the session.
-    With --seq, that entry's line and the whole entry."""
+    An MCP call's method is followed by the tool, prompt, resource or task it names, and a tool's
+    error result shows as `200 (tool error)`. With --seq, that entry's line and the whole entry."""
     vault = reading_vault(store, vault_dir, blobs=False)
     vault.require_session(session)
     if as_json:
@@ -238,10 +239,9 @@ def _timeline(vault: Vault, session: str, seq: int | None):
         if seq is not None and entry.get("seq") != seq:
             continue
         req, resp = entry.get("request", {}), entry.get("response", {})
-        status = resp.get("status")
-        status_s = str(status) if status is not None else f"ERR({resp.get('error', '?')})"
+        status_s = status_text(resp.get("status"), resp.get("error"))
         row = [str(entry.get("seq", "?")), ts, gap, str(entry.get("connector", "?")), str(entry.get("effect", "?")),
-               str(entry.get("capture", "?")), str(req.get("method", "?")), status_s, str(req.get("url", ""))]
+               str(entry.get("capture", "?")), call_label(entry), status_s, str(req.get("url", ""))]
         yield row, entry
 
 

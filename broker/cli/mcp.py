@@ -129,7 +129,8 @@ def mcp(
         try:
             if listen:
                 host, port = parse_listen(listen)
-                return asyncio.run(http_relay.serve(journal, upstream, host, port, max_line=max_line, gateway=gateway))
+                return asyncio.run(http_relay.serve(journal, upstream, host, port, max_line=max_line, gateway=gateway,
+                                                   cancel_grace=cancel_grace))
             return asyncio.run(http_relay.run_stdio_front(
                 journal, upstream, call_timeout=call_timeout, cancel_grace=cancel_grace, max_line=max_line,
             ))

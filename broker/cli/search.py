@@ -6,7 +6,7 @@ import click
 
 from broker.cli.options import vault_option
 from journal.search import Query, search
-from journal.summary import entry_row
+from journal.summary import call_label, entry_row, status_text
 from journal.vault import Vault
 
 _FILTERS = [
@@ -47,9 +47,9 @@ def search_command(vault_dir: str, as_json: bool, **filters: str | None) -> int:
             click.echo(m.raw.decode("utf-8", errors="surrogateescape"))
             continue
         r = entry_row(m.entry, m.line)
-        status = r["status"] if r["status"] is not None else f"ERR({r['error'] or '?'})"
+        status = status_text(r["status"], r["error"])
         click.echo(f"{m.session}  {r['line']:>6}  {r['ts']}  {r['connector']:<9} {r['effect']:<5} {r['capture']:<7} "
-                   f"{r['method']:<6} {status!s:<4} {r['url']}")
+                   f"{call_label(m.entry):<6} {status!s:<4} {r['url']}")
     if not as_json:
         click.echo(f"{found} entr{'y' if found == 1 else 'ies'}", err=True)
     return 0 if found else 1

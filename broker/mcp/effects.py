@@ -10,9 +10,12 @@ Order (the first that decides wins; see docs/mcp.md), with the `effect_basis` ea
 
 The shim asks the server itself (`tools/list`) before it decides for a tool it has no listing for
 (relay.py), so a first call made before the client listed tools is decided by annotations too.
-`resources/read` is a read by the protocol's own definition ("rule"). The client cannot change any
-of this: what it sends in `tools/call` (the tool name) is only looked up; annotations come from the
-server's own answers.
+`resources/read`, `prompts/get` and the server's own requests to the client (`sampling/createMessage`,
+`elicitation/create`) are reads by the protocol's own definition ("rule"): they fetch what the model
+or the user reads, or ask them; a tool call the model makes after it is an entry of its own. A
+`tasks/*` request about a task has the effect of the call that created the task (recording.py).
+The client cannot change any of this: what it sends in `tools/call` (the tool name) is only looked
+up; annotations come from the server's own answers.
 
 Override file:
 
@@ -34,6 +37,12 @@ from journal.errors import BrokerError
 READ, WRITE = "read", "write"
 ANNOTATIONS, OVERRIDE, DEFAULT, RULE = "annotations", "override", "default", "rule"
 """The values of `request.effect_basis` (SPEC additions of 2026-12)."""
+
+
+READ_METHODS = frozenset({
+    "resources/read", "tools/list", "prompts/get", "sampling/createMessage", "elicitation/create",
+})
+"""Methods that are reads by the protocol's definition."""
 
 
 class EffectsFileError(BrokerError, ValueError):
@@ -146,7 +155,7 @@ class EffectRules:
         return Decision(WRITE, "annotations without readOnlyHint true", ANNOTATIONS)
 
     def decide(self, method: str, params: object, catalog: ToolCatalog) -> Decision:
-        if method in ("resources/read", "tools/list"):
+        if method in READ_METHODS:
             return Decision(READ, method, RULE)
         name = params.get("name") if isinstance(params, dict) else None
         return self.decide_tool(name, catalog)

@@ -40,7 +40,7 @@ from broker.mcp.messages import (
     parse_line,
 )
 from broker.mcp.oversize import OversizeLine
-from broker.mcp.recording import JOURNAL_ERROR_CODE, LOOKUP_WAIT, CallJournal, PendingCall
+from broker.mcp.recording import JOURNAL_ERROR_CODE, LOOKUP_WAIT, STDIO_STATUS, CallJournal, PendingCall
 from broker.mcp.relay import (
     LIST_PAGES,
     MAX_LINE,
@@ -91,9 +91,11 @@ class _Exchange:
 class HttpRelay:
     def __init__(
         self, journal: CallJournal, upstream: str, *, principal: str = "", max_line: int = MAX_LINE,
-        gateway: bool = False,
+        gateway: bool = False, cancel_grace: float = 2.0,
     ) -> None:
         self.journal = journal
+        self.cancel_grace = cancel_grace
+        self.asks: dict[tuple[str, str], PendingCall] = {}  # recorded server requests awaiting the client's answer
         self.gateway = GatewaySessions(journal.identity, urlsplit(upstream).path) if gateway else None
         self.upstream = upstream
         parts = urlsplit(upstream)
@@ -165,6 +167,8 @@ class HttpRelay:
         if method == "POST" and body:
             assert principal is not None  # set above under the same condition
             fresh = self._track_request(body, exchange, target, headers, principal, (path_query, forward), who)
+            if self.asks and (answered := self._client_answers(body, session)):
+                body = await self._record_client_answers(body, answered)
         state: dict = {"started": False, "response": None}
 
         async def tracked_send(message: dict) -> None:
@@ -249,6 +253,8 @@ class HttpRelay:
                 task.add_done_callback(self._bg.discard)
             return fresh
         for msg in line.messages:
+            if msg.kind == "notification" and msg.method == "notifications/cancelled":
+                self._client_cancelled(msg, exchange.scope)
             if msg.kind != "request":
                 continue
             self.client_meta = client_meta(msg) or self.client_meta
@@ -266,6 +272,57 @@ class HttpRelay:
             exchange.local[key] = tracked
             self.tracked.setdefault((exchange.scope, key), tracked)
         return fresh
+
+    def _client_answers(self, body: bytes, scope: str) -> list[tuple[Message, PendingCall]]:
+        """The client's answers in a POST body to server requests the shim records."""
+        if len(body) > self.max_line:
+            return []
+        found = []
+        for msg in parse_line(body).messages:
+            if msg.kind == "response" and (ask := self.asks.pop((scope, id_key(msg.id)), None)) is not None:
+                found.append((msg, ask))
+        return found
+
+    async def _record_client_answers(self, body: bytes, answered: list[tuple[Message, PendingCall]]) -> bytes:
+        """Write their entries before the answers go upstream; an answer that cannot be recorded is
+        replaced by a JSON-RPC error (fail closed)."""
+        failed = await finish_answers(self.journal, answered, status=STDIO_STATUS, headers=[], raw=body)
+        if not failed:
+            return body
+        for key, exc in failed.items():
+            say(f"journal: could not record the client's answer to id {key}: {exc}; the upstream gets an error")
+        return withhold(parse_line(body), failed)
+
+    def _server_request(self, msg: Message, data: bytes, scope: str) -> None:
+        """A server-to-client request on an event stream: recorded when the client answers it."""
+        key = (scope, id_key(msg.id))
+        earlier = self.asks.pop(key, None)
+        if earlier is not None:
+            self._spawn(self._record_unanswered(earlier, "the server reused this request id before the client "
+                                                         "answered"))
+        self.asks[key] = self.journal.start(msg, data)
+
+    def _client_cancelled(self, msg: Message, scope: str) -> None:
+        """`notifications/cancelled`: the call's entry is written after `cancel_grace` if no answer came."""
+        params = msg.params if isinstance(msg.params, dict) else {}
+        key = id_key(params.get("requestId"))
+        tracked = self.tracked.get((scope, key))
+        if tracked is None or tracked.call is None or tracked.call.cancelled:
+            return
+        tracked.call.cancelled = True
+        asyncio.get_running_loop().call_later(self.cancel_grace, self._cancel_expired, scope, key, tracked)
+
+    def _cancel_expired(self, scope: str, key: str, tracked: _Tracked) -> None:
+        if self.tracked.get((scope, key)) is not tracked or tracked.call is None:
+            return
+        del self.tracked[(scope, key)]
+        why = f"cancelled by the client (notifications/cancelled); no answer within {self.cancel_grace:g} s"
+        self._spawn(self._record_unanswered(tracked.call, why))
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.create_task(coro)
+        self._bg.add(task)
+        task.add_done_callback(self._bg.discard)
 
     # -- the shim's own tools/list ---------------------------------------------------------------
 
@@ -440,6 +497,8 @@ class HttpRelay:
         for msg in line.messages:
             if msg.kind == "notification" and msg.method == "notifications/tools/list_changed":
                 self.journal.catalog.clear()  # the next call to a tool asks the server again
+            if msg.kind == "request" and self.journal.records_server_request(msg.method):
+                self._server_request(msg, data if not line.batch else dumps(msg.value), scope)
             if msg.kind != "response":
                 continue
             tracked = self._match(exchange, scope, id_key(msg.id))
@@ -468,8 +527,9 @@ class HttpRelay:
             if self.tracked.get((exchange.scope, key)) is tracked:
                 del self.tracked[(exchange.scope, key)]
             if tracked.call is not None:
+                said = f"cancelled by the client (notifications/cancelled); {why}" if tracked.call.cancelled else why
                 try:
-                    await self.journal.finish(tracked.call, status=status, response_headers=list(headers), error=why,
+                    await self.journal.finish(tracked.call, status=status, response_headers=list(headers), error=said,
                                               answered_by=answered_by)
                 except Exception as exc:  # noqa: BLE001
                     say(f"journal: could not record unanswered call id {key}: {exc}")
@@ -481,6 +541,9 @@ class HttpRelay:
             say(f"journal: could not record unanswered {call.method}: {exc}")
 
     async def flush_unanswered(self, why: str) -> None:
+        for ask in self.asks.values():
+            await self._record_unanswered(ask, why)
+        self.asks.clear()
         for (_, key), tracked in list(self.tracked.items()):
             if tracked.call is not None:
                 try:
@@ -573,6 +636,7 @@ async def _wait_disconnect(receive) -> None:
 
 async def serve(
     journal: CallJournal, upstream: str, host: str, port: int, *, max_line: int = MAX_LINE, gateway: bool = False,
+    cancel_grace: float = 2.0,
 ) -> int:
     """Run the HTTP relay until SIGINT/SIGTERM; every accepted entry is on disk when it returns.
 
@@ -580,7 +644,8 @@ async def serve(
     as a disconnect."""
     import uvicorn
 
-    relay = HttpRelay(journal, upstream, principal=journal.identity.principal, max_line=max_line, gateway=gateway)
+    relay = HttpRelay(journal, upstream, principal=journal.identity.principal, max_line=max_line, gateway=gateway,
+                      cancel_grace=cancel_grace)
     config = uvicorn.Config(relay, host=host, port=port, log_level="warning", lifespan="off",
                             timeout_graceful_shutdown=5)
     server = uvicorn.Server(config)

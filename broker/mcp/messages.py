@@ -13,10 +13,23 @@ from dataclasses import dataclass
 
 import orjson
 
+from journal import call
 from journal.bodies import parse_json_strict
 
-RECORDED_METHODS = frozenset({"tools/call", "resources/read"})
-"""Client requests that become journal entries."""
+RECORDED_METHODS = frozenset({
+    "tools/call", "resources/read", "prompts/get", "tasks/get", "tasks/result", "tasks/cancel",
+})
+"""Client requests that become journal entries (a `tasks/get` only when its answer ends the task:
+`recording.CallJournal.finish`)."""
+SERVER_RECORDED_METHODS = frozenset({"sampling/createMessage", "elicitation/create"})
+"""Server-to-client requests that become journal entries, with the client's answer as the response:
+what the client's model or its user was asked, and what they said."""
+TASK_METHODS = frozenset({"tasks/get", "tasks/result", "tasks/cancel"})
+"""Client requests about a task (2025-11-25): their entries name the call that created the task."""
+TASK_ENDED = frozenset({"completed", "failed", "cancelled"})
+"""Task statuses that end a task: a `tasks/get` answering one of these is recorded."""
+TOOL_ERROR = call.TOOL_ERROR
+"""`response.error` of an entry whose tool answered with `isError: true` (docs/contract.md)."""
 
 PROTOCOL_VERSION_META = "io.modelcontextprotocol/protocolVersion"
 SERVER_INFO_META = "io.modelcontextprotocol/serverInfo"
@@ -129,6 +142,36 @@ def client_meta(message: Message) -> dict:
     params = message.params if message.strict and isinstance(message.params, dict) else {}
     meta = got if isinstance(got := params.get("_meta"), dict) else {}
     return {k: meta[k] for k in CLIENT_META if k in meta}
+
+
+def is_tool_error(response: Message | None) -> bool:
+    """Whether a JSON-RPC response is a tool result with `isError: true` (a tool that failed, as
+    opposed to a protocol error, which is a JSON-RPC `error`)."""
+    value = response.value if response is not None and response.strict else None
+    result = value.get("result") if isinstance(value, dict) else None
+    return isinstance(result, dict) and result.get("isError") is True
+
+
+def task_id(params: object) -> str | None:
+    """`params.taskId` of a tasks/* request, or None."""
+    got = params.get("taskId") if isinstance(params, dict) else None
+    return got if isinstance(got, str) else None
+
+
+def created_task(response: Message | None) -> str | None:
+    """The task id a task-based call's answer (`CreateTaskResult`) created, or None."""
+    value = response.value if response is not None and response.strict else None
+    result = value.get("result") if isinstance(value, dict) else None
+    task = result.get("task") if isinstance(result, dict) else None
+    return task_id(task)
+
+
+def task_status(response: Message | None) -> str | None:
+    """The status a `tasks/get` answer gives (None when it is no such answer)."""
+    value = response.value if response is not None and isinstance(response.value, dict) else None
+    result = value.get("result") if value is not None else None
+    status = result.get("status") if isinstance(result, dict) else None
+    return status if isinstance(status, str) else None
 
 
 def server_name(result: object) -> str | None:

@@ -1,6 +1,9 @@
 """From MCP calls to journal entries (capture "gateway"), through `journal.record.Recorder`.
 
-One entry per `tools/call` and per `resources/read` the client sends:
+One entry per `tools/call`, `resources/read`, `prompts/get`, `tasks/result` and `tasks/cancel` the
+client sends, per `tasks/get` whose answer ends the task (a poll that says "working" is not one), and
+per `sampling/createMessage` and `elicitation/create` the server sends the client (then `mcp` is the
+server's request, the response the client's answer, `answered_by` "upstream" when the client answered):
 
 - `mcp`: the JSON-RPC request exactly as the client sent it (parsed strictly); a request line
   that is not strict JSON (an id beyond +-(2^53-1), invalid UTF-8, duplicate keys, not JSON at all)
@@ -15,7 +18,13 @@ One entry per `tools/call` and per `resources/read` the client sends:
   response headers or []; `body` = the JSON-RPC response object (result, error, isError alike);
   `answered_by` = "upstream" when the server's answer came back, "capture" when the shim answered
   the client instead (its timeout), "none" when no answer came (server gone, client gone, cancelled).
-- `request.effect_basis`: how the effect was decided (effects.py).
+- `request.effect_basis`: how the effect was decided (effects.py);
+- `request.task_of`: on a `tasks/*` entry, `<session>#<seq>` of the entry of the task-based call that
+  created the task (its effect and basis are that call's too);
+- `response.error` = `CANCELLED_ANSWERED` when the client cancelled the call and the server answered
+  all the same (many answer with a JSON-RPC error saying so);
+- `response.error` = `TOOL_ERROR` when the tool's result has `isError: true` (status and
+  `answered_by` stay those of the answer: the server did answer).
 
 Where the time goes (bench.mcp_bench --profile): the request's share of the entry (its redacted
 `mcp` value and body, `prompt_ref`) is worked out as soon as the request has gone upstream
@@ -41,7 +50,19 @@ from typing import Protocol
 
 from broker.mcp.effects import EffectRules, ToolCatalog
 from broker.mcp.entry_writer import EntryWriter
-from broker.mcp.messages import RECORDED_METHODS, Message, server_name
+from broker.mcp.messages import (
+    RECORDED_METHODS,
+    SERVER_RECORDED_METHODS,
+    TASK_ENDED,
+    TASK_METHODS,
+    TOOL_ERROR,
+    Message,
+    created_task,
+    is_tool_error,
+    server_name,
+    task_id,
+    task_status,
+)
 from broker.mcp.oversize import OversizeLine
 from journal.bodies import encode_body
 from journal.call import Call, JsonValue, Prepared
@@ -55,6 +76,8 @@ log = logging.getLogger("broker.mcp")
 
 JOURNAL_ERROR_CODE = -32603
 STDIO_STATUS = 200
+CANCELLED_ANSWERED = "cancelled by the client (notifications/cancelled); the server answered all the same"
+"""`response.error` of a call the client cancelled whose answer still came (`answered_by` upstream)."""
 LOOKUP_WAIT = 10.0
 """How long an entry waits for the shim's own `tools/list` (asked for a tool it had no listing for)."""
 INLINE_LIMIT = 64 << 10
@@ -188,12 +211,28 @@ class PendingCall:
     session: str | None = None  # a shared gateway's per-agent session and agent (else the journal's identity)
     agent: str | None = None
     early: EarlyRequest | None = None  # the request's share of the entry, made while the call was upstream
+    request_extra: dict | None = None  # further request keys (`task_of`)
 
     @property
     def tool(self) -> str | None:
         params = self.message.params
         name = params.get("name") if isinstance(params, dict) else None
         return name if isinstance(name, str) else None
+
+
+@dataclass(frozen=True)
+class TaskOrigin:
+    """The call that created a task: its entry (`<session>#<seq>`), effect and effect basis."""
+
+    entry: str
+    effect: str
+    basis: str
+
+
+def _merged(first: dict | None, second: dict | None) -> dict | None:
+    if not first:
+        return second
+    return {**first, **(second or {})}
 
 
 class CallTracker(Protocol):
@@ -215,6 +254,11 @@ class CallJournal:
     def records(self, method: str | None) -> bool:
         """Whether a client request of this method becomes an entry."""
         return method in RECORDED_METHODS or (self.record_tool_lists and method == "tools/list")
+
+    @staticmethod
+    def records_server_request(method: str | None) -> bool:
+        """Whether a server-to-client request of this method becomes an entry (with the client's answer)."""
+        return method in SERVER_RECORDED_METHODS
 
     def __init__(
         self, recorder: Recorder, identity: Identity, *, url: str, fallback: str, connector: str | None = None,
@@ -238,6 +282,7 @@ class CallJournal:
         self.lookup_wait = LOOKUP_WAIT
         self.entries = EntryWriter(recorder.writer)
         self.open_calls = 0  # started and not yet finished: with none, an entry may be appended on the loop
+        self.tasks: dict[str, TaskOrigin] = {}  # task id -> the call that created it (its entry, its effect)
 
     @property
     def connector(self) -> str:
@@ -270,12 +315,16 @@ class CallJournal:
             rule=decision.rule, basis=decision.basis, url=url or self.url,
             request_headers=list(request_headers or []), principal=principal, oversize=oversize,
         )
+        origin = self.tasks.get(task_id(message.params) or "") if method in TASK_METHODS else None
+        if origin is not None:  # about a task: as much a read or write as the call that created it
+            call.effect, call.rule, call.basis = origin.effect, "the task's call", origin.basis
+            call.request_extra = {"task_of": origin.entry}
         tool = call.tool
         ask = ask_tools or self.ask_tools
         if (method == "tools/call" and tool is not None and ask is not None
                 and not self.rules.overrides(tool) and tool not in self.catalog):
             call.lookup = ask(message)
-        if self.tracker is not None:
+        if self.tracker is not None and method not in SERVER_RECORDED_METHODS:  # asks cause no HTTP call
             self.tracker.started(call)
         self.open_calls += 1
         return call
@@ -317,6 +366,13 @@ class CallJournal:
         received = datetime.now(UTC)
         if self.tracker is not None:
             self.tracker.finished(call)
+        polled = task_status(response) if call.method == "tasks/get" else None
+        if polled is not None and polled not in TASK_ENDED:
+            return None  # a poll while the task runs: nothing happened yet (docs/mcp.md)
+        if call.cancelled and error is None:
+            error, answered_by = CANCELLED_ANSWERED, answered_by or "upstream"  # the server did answer
+        elif error is None and is_tool_error(response):
+            error, answered_by = TOOL_ERROR, answered_by or "upstream"  # the server did answer
         if self.skip_when_broker_recorded and call.broker_entries:
             self.skipped_for_broker += 1
             return None
@@ -341,7 +397,15 @@ class CallJournal:
             self.failures += 1
             raise
         self.recorded += 1
+        self._note_task(call, response, entry)
         return entry
+
+    def _note_task(self, call: PendingCall, response: Message | None, entry: dict | None) -> None:
+        """A task-based call's answer created a task: later tasks/* entries name this entry."""
+        created = created_task(response) if call.method == "tools/call" else None
+        if created is None or not isinstance(entry, dict):
+            return
+        self.tasks[created] = TaskOrigin(f"{entry.get('session')}#{entry.get('seq')}", call.effect, call.basis)
 
     async def _settle_effect(self, call: PendingCall) -> None:
         """The shim asked the server for its tools: decide again once it answered (or gave up)."""
@@ -427,7 +491,8 @@ class CallJournal:
             principal=call.principal or self.identity.principal, connector=self.connector, capture="gateway",
             effect=call.effect, method=call.method, url=call.url, request_headers=call.request_headers,
             request_body=req_body, status=status, response_headers=response_headers, response_body=resp_body,
-            error=error, mcp=mcp, ts=received, request_extra=request_extra, response_extra=response_extra,
+            error=error, mcp=mcp, ts=received, request_extra=_merged(call.request_extra, request_extra),
+            response_extra=response_extra,
             effect_basis=call.basis, answered_by=answered_by,
         ))
         if fields is not None and mcp_made is not None:

@@ -182,6 +182,8 @@ class LineRelay:
         self.max_line = max_line
         self.server_label = server_label
         self.pending: dict[str, PendingCall] = {}  # recorded calls awaiting their answer
+        self.asks: dict[str, PendingCall] = {}  # recorded server-to-client requests awaiting the client's answer
+        self._answered: list[tuple[Message, PendingCall]] = []  # answers to them in the client line just read
         self.methods: dict[str, tuple[str, object]] = {}  # every client request in flight: key -> (method, id)
         self._tasks: set[asyncio.Task] = set()  # entries being written: drained before the shim exits
         self._sends: set[asyncio.Task] = set()  # the shim's own lines waiting to go upstream: dropped at the end
@@ -215,6 +217,9 @@ class LineRelay:
         if whole:
             async with self._upstream_lock:
                 self._guarded(self.track_client, raw)
+                if self._answered:  # the client's answer to a recorded server request: durable first
+                    answered, self._answered = self._answered, []
+                    raw = await self._record_client_answers(raw, answered)
                 await self.send_upstream(raw)
             self._prepare_fresh()
             return
@@ -278,7 +283,25 @@ class LineRelay:
         if not recorded:
             big.abort()
 
+    async def _record_client_answers(self, raw: bytes, answered: list[tuple[Message, PendingCall]]) -> bytes:
+        """Record the client's answers to the server's own requests; the line the server gets (an
+        answer whose entry could not be written is replaced by a JSON-RPC error: fail closed)."""
+        failed = await finish_answers(self.journal, answered, status=STDIO_STATUS, headers=[], raw=raw)
+        if not failed:
+            return raw
+        for key, exc in failed.items():
+            say(f"journal: could not record the client's answer to id {key}: {exc}; {self.server_label} gets an "
+                "error instead")
+        return withhold(parse_line(raw), failed) + b"\n"
+
     def _client_message(self, msg: Message, raw: bytes, line: Line, oversize: OversizeLine | None = None) -> None:
+        if msg.kind == "response":
+            ask = self.asks.pop(id_key(msg.id), None)
+            if ask is not None and oversize is None:
+                self._answered.append((msg, ask))
+            elif ask is not None:
+                self._no_answer(ask, "the client's answer is over the shim's --max-message-mib; not recorded")
+            return
         if msg.kind == "request":
             key = id_key(msg.id)
             self.methods[key] = (msg.method or "?", msg.id)
@@ -427,6 +450,8 @@ class LineRelay:
         for i, msg in enumerate(line.messages):
             if msg.kind == "notification" and msg.method == "notifications/tools/list_changed":
                 self.journal.catalog.clear()  # the next call to a tool asks the server again
+            if msg.kind == "request" and self.journal.records_server_request(msg.method):
+                self._server_request(msg, line)
             if msg.kind != "response":
                 continue
             key = id_key(msg.id)
@@ -446,6 +471,15 @@ class LineRelay:
                 say(f"dropped the late answer to id {key}: the shim already answered it (timeout)")
                 drop.add(i)
         return finished, drop
+
+    def _server_request(self, msg: Message, line: Line) -> None:
+        """A server-to-client request that is recorded: its entry is written when the client answers."""
+        key = id_key(msg.id)
+        earlier = self.asks.pop(key, None)
+        if earlier is not None:
+            self._no_answer(earlier, "the server reused this request id before the client answered")
+        raw = line.raw if not line.batch else _one(msg, line.raw)
+        self.asks[key] = self.journal.start(msg, raw, **self.call_info())
 
     def _server_part(self, raw: bytes, status: int | None, headers: list[tuple[str, str]]) -> None:
         """A part of a server line over the limit: relayed as it comes, but for its last HOLD_TAIL
@@ -570,6 +604,9 @@ class LineRelay:
             self._cancel_timer(key)
             self._no_answer(call, why)
         self.pending.clear()
+        for call in self.asks.values():
+            self._no_answer(call, why)
+        self.asks.clear()
         if answer_client:
             for _, request_id in list(self.methods.values()):
                 self.out.put(error_response(request_id, SERVER_GONE_CODE, why))
@@ -580,8 +617,9 @@ class LineRelay:
         for task in list(self._sends):
             task.cancel()
         self._end_own_lists()
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        # a task already done may still be in the set (its discard is a callback yet to run): not waited on
+        while running := [t for t in self._tasks if not t.done()]:
+            await asyncio.gather(*running, return_exceptions=True)
         await self.out.close()
 
 

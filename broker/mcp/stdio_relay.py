@@ -2,13 +2,21 @@
 
 Bytes pass unchanged both ways; the child's stderr is the shim's stderr (inherited). Shutdown:
 
-- the client closes stdin (or stops reading stdout, or the shim gets SIGINT/SIGTERM): the child's
-  stdin is closed, its answers still in flight are relayed and recorded, and after `grace`
-  seconds it is terminated (then killed); calls still unanswered get entries saying so;
+- the client closes stdin or stops reading stdout: the child's stdin is closed, its answers still in
+  flight for `grace` seconds (1) are relayed and recorded, then its process group is terminated
+  (SIGTERM, then SIGKILL after `KILL_AFTER` seconds); calls still unanswered get entries saying so;
+- the shim gets SIGINT/SIGTERM: the same at once (no grace): a host that kills its servers a few
+  seconds after closing them must not kill the shim before the shim stopped the server;
 - the child exits or closes stdout: every call still unanswered gets an entry and the client an
   error for each open request, then the shim closes stdout and exits with the child's code.
 
 Either way every entry accepted is on disk before the shim exits.
+
+No orphans: the child runs in its own process group, which the shim kills when it exits (the
+server's own children with it), and with the parent-death signal (`PR_SET_PDEATHSIG`, Linux) set to
+SIGKILL, so a shim that is itself killed (SIGKILL, a crash) takes the server with it. The signal is
+sent when the thread that started the child ends: the shim starts it on its event loop's thread,
+which lives as long as the shim.
 """
 
 from __future__ import annotations
@@ -24,7 +32,55 @@ from collections.abc import Callable
 from broker.mcp.recording import CallJournal
 from broker.mcp.relay import MAX_LINE, ClientWriter, LineRelay, iter_lines, restore_blocking, say
 
-SHUTDOWN_GRACE = 5.0
+SHUTDOWN_GRACE = 1.0
+"""After the client went away, how long the server may still answer before it is stopped."""
+KILL_AFTER = 1.0
+"""How long a server has between SIGTERM and SIGKILL."""
+PR_SET_PDEATHSIG = 1
+
+
+def _libc_prctl() -> Callable[..., int] | None:
+    """libc's prctl, looked up before any fork (the child must not load a library)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _libc_prctl()
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A `preexec_fn` that gives the child SIGKILL when the shim dies (Linux); None elsewhere.
+
+    Runs between fork and exec: only the prctl call and a check that the shim did not die before it
+    (then the child is already orphaned and would never get the signal)."""
+    prctl = _PRCTL
+    if prctl is None:
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec
+
+
+def kill_group(proc: asyncio.subprocess.Process, sig: int) -> None:
+    """Send `sig` to the child's process group (the server and what it started); the child alone
+    when it has no group of its own."""
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, sig)
 
 
 async def open_stdio(max_line: int = MAX_LINE) -> tuple[asyncio.StreamReader, ClientWriter]:
@@ -117,7 +173,7 @@ class StdioRelay:
         try:
             self.proc = await asyncio.create_subprocess_exec(
                 *self.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=None,
-                env=self.env, limit=self.max_line + 2,
+                env=self.env, limit=self.max_line + 2, process_group=0, preexec_fn=die_with_parent(),
             )
         except OSError as exc:
             raise OSError(_start_failure(self.argv[0], exc, self.env)) from None
@@ -185,14 +241,15 @@ class StdioRelay:
             c2s.cancel()
             with contextlib.suppress(BrokenPipeError, ConnectionResetError, OSError):
                 proc.stdin.close()
-            try:
-                await asyncio.wait_for(asyncio.shield(s2c), self.grace)
-            except TimeoutError:
-                say(f"the MCP server did not exit within {self.grace:g} s of its input closing; terminating it")
+            if not stopped_by_signal:  # answers already on their way still reach the client
+                try:
+                    await asyncio.wait_for(asyncio.shield(s2c), self.grace)
+                except TimeoutError:
+                    say(f"the MCP server did not exit within {self.grace:g} s of its input closing; stopping it")
             await self._reap(proc, 0.0)
-            if not s2c.done():
+            if not s2c.done():  # the server is gone; what it wrote before is read to the end
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(s2c), 2.0)
+                    await asyncio.wait_for(asyncio.shield(s2c), KILL_AFTER)
             why = ("the shim was stopped (signal) before the MCP server answered" if stopped_by_signal
                    else "the client went away before the MCP server answered")
             relay.fail_pending(why, answer_client=False)
@@ -206,15 +263,16 @@ class StdioRelay:
             restore()
             if proc.returncode is None:
                 await self._reap(proc, 0.0)
+            kill_group(proc, signal.SIGKILL)  # what the server started and left behind goes with it
 
     async def _reap(self, proc: asyncio.subprocess.Process, wait: float) -> int | None:
-        """Wait for the child to exit; terminate it, then kill it, if it will not."""
-        for action, seconds in ((None, wait), (proc.terminate, 2.0), (proc.kill, 5.0)):
+        """Wait for the child to exit; terminate its process group, then kill it, if it will not."""
+        steps = ((None, wait), (signal.SIGTERM, KILL_AFTER), (signal.SIGKILL, 5.0))
+        for sig, seconds in steps:
             if proc.returncode is not None:
                 break
-            if action is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    action()
+            if sig is not None:
+                kill_group(proc, sig)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(proc.wait(), seconds)
         return proc.returncode

@@ -131,9 +131,13 @@ def test_sdk_client_through_shim_records_every_call(tmp_path: Path, mode: str) -
             assert len(asks) == 2 and "inputRequests" in asks[0]["response"]["body"]["result"]
             assert asks[1]["mcp"]["params"]["inputResponses"]
     assert len(got) == 9 + 3 * (1 if mode == "legacy" else 2)
-    every = entries(vault, tool_lists=True)  # the client's tools/list answers are entries too (effect read)
+    every = entries(vault, tool_lists=True, asks=True)  # tools/list answers are entries too (effect read)
     assert [e["seq"] for e in every] == list(range(1, len(every) + 1))
     assert all(e["effect"] == "read" for e in every if e["request"]["method"] == "tools/list")
+    asks = [e["request"]["method"] for e in every if e["request"]["method"] in ("sampling/createMessage",
+                                                                                "elicitation/create")]
+    # the 2025 era's server-to-client requests are entries of their own; the 2026 era has none
+    assert asks == (["sampling/createMessage", "elicitation/create"] if mode == "legacy" else [])
     assert len(every) > len(got)
 
 

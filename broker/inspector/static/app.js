@@ -419,7 +419,8 @@
         const data = r.hash === undefined ? { line: r.line } : { line: r.line, hash: r.hash };
         return el("tr", { class: `row ${r.line === this.seq ? "selected" : ""}`, dataset: data, onclick: () => this.openEntry(r.line) },
           el("td", { class: "num" }, r.seq === r.line ? r.line : `${r.line} (claims ${show(r.seq)})`), el("td", {}, show(r.ts)), el("td", {}, g),
-          el("td", {}, show(r.connector)), el("td", {}, show(r.effect)), el("td", {}, show(r.capture)), el("td", {}, show(r.method)),
+          el("td", {}, show(r.connector)), el("td", {}, show(r.effect)), el("td", {}, show(r.capture)),
+          el("td", {}, r.target ? `${show(r.method)} ${show(r.target)}` : show(r.method)),
           el("td", { class: "num" }, r.status === null ? "—" : show(r.status)), el("td", { class: "url" }, show(r.url)),
           el("td", {}, r.error ? `${answered}${answered ? ": " : ""}${show(r.error)}` : answered));
       }));
@@ -509,6 +510,16 @@
   // -- rendering an entry ---------------------------------------------------------------------------------
   // A timeline row drawn from its raw line alone, with the hash recomputed here from that line's content
   // (undefined without Web Crypto: then the rows follow the verdicts only).
+  // What an MCP entry's call names (the tool, prompt, resource or task), as journal/summary.py's call_target.
+  function callTarget(e) {
+    const params = e.mcp && typeof e.mcp === "object" && e.mcp.params && typeof e.mcp.params === "object" ? e.mcp.params : null;
+    if (params === null || Array.isArray(params)) return null;
+    for (const key of ["name", "uri", "taskId"]) {
+      if (typeof params[key] === "string" && params[key]) return params[key];
+    }
+    return null;
+  }
+
   async function rowFromRaw(r) {
     let e;
     try { e = JSON.parse(r.raw); } catch (_) { e = null; }
@@ -516,7 +527,8 @@
     const req = e.request && typeof e.request === "object" ? e.request : {};
     const resp = e.response && typeof e.response === "object" ? e.response : {};
     const row = { line: r.line, seq: e.seq, ts: e.ts, connector: e.connector, effect: e.effect, capture: e.capture,
-      method: req.method, url: req.url, status: resp.status === undefined ? null : resp.status, answered_by: resp.answered_by, error: resp.error };
+      method: req.method, target: callTarget(e), url: req.url, status: resp.status === undefined ? null : resp.status,
+      answered_by: resp.answered_by, error: resp.error };
     if (Canonical.hasCrypto()) {
       try {
         const rest = Object.assign({}, e);
@@ -671,8 +683,10 @@
     clear(results, el("p", { class: "muted" }, `${got.rows.length}${got.more ? "+" : ""} entries in ${ms} ms${got.more ? ` (first ${got.limit} shown)` : ""}; search reads the files as they are, the session page says whether to trust them`),
       el("table", { id: "search-table" }, el("thead", {}, el("tr", {}, ["Session", "Seq", "Time (UTC)", "Connector", "Effect", "Capture", "Method", "Status", "URL"].map((h) => el("th", {}, h)))),
         el("tbody", {}, got.rows.map((r) => el("tr", {}, el("td", {}, nav({ session: r.session }, r.session)), el("td", { class: "num" }, nav({ session: r.session, seq: r.line }, r.line)),
-          el("td", {}, show(r.ts)), el("td", {}, show(r.connector)), el("td", {}, show(r.effect)), el("td", {}, show(r.capture)), el("td", {}, show(r.method)),
-          el("td", { class: "num" }, r.status === null ? "—" : show(r.status)), el("td", { class: "url" }, show(r.url)))))));
+          el("td", {}, show(r.ts)), el("td", {}, show(r.connector)), el("td", {}, show(r.effect)), el("td", {}, show(r.capture)),
+          el("td", {}, r.target ? `${show(r.method)} ${show(r.target)}` : show(r.method)),
+          el("td", { class: "num" }, r.status === null ? `— ${show(r.error)}` : r.error ? `${show(r.status)} (${show(r.error)})` : show(r.status)),
+          el("td", { class: "url" }, show(r.url)))))));
   }
 
   route();

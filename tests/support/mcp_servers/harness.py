@@ -27,14 +27,19 @@ def shim_argv(vault: Path, *options: str, session: str = "s1", agent: str = "age
     return [PY, "-m", "broker.cli", "mcp", "--vault", str(vault), "--session", session, "--agent", agent, *options]
 
 
-def entries(vault: Path, session: str = "s1", *, tool_lists: bool = False) -> list[dict]:
-    """The session's entries; without `tool_lists`, not the `tools/list` answers the shim records
-    (tests about calls count the calls)."""
+SERVER_ASKS = ("sampling/createMessage", "elicitation/create")
+"""Server-to-client requests the shim records (their entries hold the client's answers)."""
+
+
+def entries(vault: Path, session: str = "s1", *, tool_lists: bool = False, asks: bool = False) -> list[dict]:
+    """The session's entries; without `tool_lists`, not the `tools/list` answers the shim records,
+    without `asks`, not the server's own requests to the client (tests about calls count the calls)."""
     path = Vault(vault).session_path(session)
     if not path.exists():
         return []
     got = [orjson.loads(line) for line in path.read_bytes().splitlines()]
-    return got if tool_lists else [e for e in got if e["request"]["method"] != "tools/list"]
+    skip = ({"tools/list"} if not tool_lists else set()) | (set(SERVER_ASKS) if not asks else set())
+    return [e for e in got if e["request"]["method"] not in skip]
 
 
 def assert_intact(vault: Path, session: str = "s1") -> None:

@@ -18,7 +18,7 @@ Tools (the annotations are what the shim must take the effect from):
 - `wait_for_file` reports progress, then waits until a file exists (to hold a call open in tests);
 - `fetch` makes an HTTP GET through the environment's proxy settings (for --through-broker);
 - `auth_digest` returns the SHA-256 of the Authorization header the call came with (HTTP);
-- resource `note://{note_id}`.
+- resource `note://{note_id}`; prompt `greet` (argument `who`).
 """
 
 from __future__ import annotations
@@ -188,6 +188,12 @@ def header_names(ctx: Context) -> str:
 def note_resource(note_id: str) -> str:
     """A note as a resource."""
     return NOTES.get(note_id, "")
+
+
+@server.prompt()
+def greet(who: str) -> str:
+    """A prompt the client's model reads: a greeting for `who`."""
+    return f"Say hello to {who}."
 
 
 def main(argv: list[str]) -> None:

@@ -17,7 +17,15 @@ the shim changes nothing. What `tools/call` does depends on the tool name:
 - `emit`: writes the bytes of `arguments.b64` (base64) exactly, then answers (fuzz tests of what a
   server may send);
 - `big`: answers with a text of `arguments.size` bytes;
+- `fail`: answers with a tool error (`isError: true`) whose text is `arguments.reason`;
+- `elicit`: sends a server-to-client `elicitation/create` request (id "e-1") and answers the call
+  with the client's reply once it arrives;
+- a `tools/call` with `params.task` is task-based (2025-11-25): the answer is a `CreateTaskResult`
+  (task id `task-<call id>`); `tasks/get` gives its status, `tasks/result` its result (never, for
+  `hold`, until it is cancelled: then an error), `tasks/cancel` cancels it;
 - anything else: answers `{"content": [...], "isError": false}`.
+
+`prompts/get` answers one user message `hello <arguments.who>`.
 
 `tools/list` answers in two pages (`nextCursor`), so the first page alone leaves tools unknown.
 Unknown methods get -32601. `initialize` and `server/discover` name the server "Raw Server". A
@@ -40,7 +48,11 @@ TOOLS = [
     {"name": "delete_everything", "inputSchema": {"type": "object"}, "annotations": {"destructiveHint": True}},
     {"name": "emit", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": True}},
     {"name": "big", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": True}},
+    {"name": "fail", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": True}},
+    {"name": "elicit", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": True}},
+    {"name": "send_mail", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": False}},
 ]
+TASKS: dict[str, dict] = {}  # task id -> {"tool", "text", "status", "waiting": result request ids}
 PAGE = 4
 
 
@@ -56,6 +68,12 @@ def answer(request_id: object, result: dict) -> bytes:
 def not_found(request_id: object) -> bytes:
     error = '"error":{"code":-32601,"message":"Method not found"}}\n'
     return ('{"jsonrpc":"2.0","id":' + json.dumps(request_id) + "," + error).encode()
+
+
+def _task(task_id: str) -> dict:
+    task = TASKS[task_id]
+    return {"taskId": task_id, "status": task["status"], "createdAt": "2026-12-01T00:00:00Z",
+            "lastUpdatedAt": "2026-12-01T00:00:00Z", "ttl": 60000}
 
 
 def main() -> None:
@@ -88,7 +106,8 @@ def handle(line: bytes, waiting: dict[str, object]) -> None:
     if method is None:  # a response to our own request
         if isinstance(rid, str) and rid in waiting:
             call_id = waiting.pop(rid)
-            text = msg.get("result", {}).get("content", {}).get("text", "?")
+            result = msg.get("result", {})
+            text = result.get("content", {}).get("text") or json.dumps(result.get("content"))
             out(answer(call_id, {"content": [{"type": "text", "text": "client said " + text}], "isError": False}))
         return
     if "id" not in msg:
@@ -105,9 +124,46 @@ def handle(line: bytes, waiting: dict[str, object]) -> None:
             out(answer(rid, {"tools": TOOLS[PAGE:]}))
         else:
             out(answer(rid, {"tools": TOOLS[:PAGE], "nextCursor": "page-2"}))
+    elif method == "tools/call" and isinstance((msg.get("params") or {}).get("task"), dict):
+        tool = msg["params"].get("name")
+        task_id = f"task-{rid}"
+        TASKS[task_id] = {"tool": tool, "text": (msg["params"].get("arguments") or {}).get("text", "ok"),
+                          "status": "working" if tool == "hold" else "completed", "waiting": []}
+        out(answer(rid, {"task": _task(task_id)}))
+    elif method in ("tasks/get", "tasks/result", "tasks/cancel"):
+        task_id = (msg.get("params") or {}).get("taskId")
+        task = TASKS.get(task_id)
+        if task is None:
+            out(('{"jsonrpc":"2.0","id":' + json.dumps(rid) + ',"error":{"code":-32602,"message":"no such task"}}\n')
+                .encode())
+        elif method == "tasks/get":
+            out(answer(rid, _task(task_id)))
+        elif method == "tasks/cancel":
+            task["status"] = "cancelled"
+            out(answer(rid, _task(task_id)))
+            for waiting_id in task["waiting"]:
+                out(('{"jsonrpc":"2.0","id":' + json.dumps(waiting_id)
+                     + ',"error":{"code":-32603,"message":"task cancelled"}}\n').encode())
+        elif task["status"] == "working":
+            task["waiting"].append(rid)
+        else:
+            related = {"io.modelcontextprotocol/related-task": {"taskId": task_id}}
+            out(answer(rid, {"content": [{"type": "text", "text": task["text"]}], "isError": False,
+                             "_meta": related}))
+    elif method == "prompts/get":
+        who = ((msg.get("params") or {}).get("arguments") or {}).get("who", "?")
+        out(answer(rid, {"messages": [{"role": "user", "content": {"type": "text", "text": f"hello {who}"}}]}))
     elif method == "tools/call":
         tool = msg.get("params", {}).get("name")
         args = msg.get("params", {}).get("arguments") or {}
+        if tool == "fail":
+            out(answer(rid, {"content": [{"type": "text", "text": args.get("reason", "boom")}], "isError": True}))
+            return
+        if tool == "elicit":
+            waiting["e-1"] = rid
+            out(b'{"jsonrpc":"2.0","id":"e-1","method":"elicitation/create","params":{"message":"sure?",'
+                b'"requestedSchema":{"type":"object","properties":{"ok":{"type":"boolean"}}}}}\n')
+            return
         if tool == "crash":
             os._exit(7)
         if tool == "hold":
