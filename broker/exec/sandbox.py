@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import shutil
 import socket
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from broker.exec import capabilities, cleanup, firewall, names
@@ -53,6 +53,8 @@ class Sandbox:
         self.dns: DnsRelay | None = None
         self.refusals: RefusalLog | None = None
         self.report: RefusalReport | None = None
+        # told of each destination the broker's listeners refuse (host, port, protocol, why)
+        self.on_refused: Callable[[str, int | None, str, str], None] | None = None
 
     @property
     def name(self) -> str:
@@ -87,10 +89,23 @@ class Sandbox:
         self.dns = DnsRelay(ns.socket_inside(socket.AF_INET, socket.SOCK_DGRAM, (names.RELAY_ADDRESS, 53)),
                             nameservers)
         await self.dns.start()
-        self.refusals = RefusalLog(ns)
+        self.refusals = RefusalLog(ns, on_refusal=self._firewall_refused)
         self.refusals.start()
         log.info("namespace %s: TCP 80/443 to the broker on 127.0.0.1:%d inside, the rest refused",
                  ns.name, self.transparent_port)
+
+    def _refused(self, host: str, port: int | None, protocol: str, why: str) -> None:
+        if self.on_refused is not None:
+            self.on_refused(host, port, protocol, why)
+
+    def _firewall_refused(self, refusal: Refusal) -> None:
+        self._refused(refusal.destination, refusal.port, refusal.protocol,
+                      "refused by the namespace's firewall: only TCP to ports 80 and 443 goes out, through the broker")
+
+    def stop_refusals(self) -> None:
+        """Stop reading refusals (every one the command caused has been handed on)."""
+        if self.refusals is not None:
+            self.refusals.stop()
 
     def publish_bundle(self, bundle: str) -> str:
         """A copy of the CA bundle (public certificates only) that COMMAND can read as any user."""
@@ -105,10 +120,17 @@ class Sandbox:
 
     def contain(self, config) -> tuple:
         """Point a ProxyConfig at the listeners inside; the addons a contained broker needs."""
+        from broker.exec.egress_guard import EgressGuard
         from broker.proxy.upstream_name import UpstreamName
+        from broker.proxy.upstream_resolve import parse_resolve
 
         config.mode = list(self.specs)
-        return (UpstreamName(),)
+        return (UpstreamName(), EgressGuard(parse_resolve(config.resolve), on_refused=self._refused))
+
+    def enter(self, argv: list[str]) -> list[str]:
+        """argv run inside the namespace as it is (broker exec confines it first: confinement.py)."""
+        assert self.ns is not None
+        return ["ip", "netns", "exec", self.ns.name, *argv]
 
     def command(self, argv: list[str], user: str | None = None) -> list[str]:
         assert self.ns is not None
