@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import textwrap
 import threading
 from collections.abc import Iterator
@@ -181,3 +182,62 @@ def test_the_command_cannot_touch_the_evidence(tmp_path: Path, upstream: Upstrea
     assert not (Path(package) / "evil.py").exists()
     assert verify_session(Vault(tmp_path / "vault"), "s-before").intact
     assert entries(tmp_path, "s-before") == before
+
+
+EGRESS_PROBE = textwrap.dedent("""
+    import socket
+    for family, address in ((socket.AF_INET, "192.0.2.10"),):
+        try:
+            socket.create_connection((address, 5432), timeout=10)
+        except OSError:
+            pass
+        u = socket.socket(family, socket.SOCK_DGRAM)
+        try:
+            u.sendto(b"x", (address, 9999))
+        except OSError:
+            pass
+""")
+
+
+def test_refused_egress_is_on_the_record(tmp_path: Path, upstream: Upstream, service: LoopbackService) -> None:
+    from tests.e2e.test_exec import BIN, entries
+
+    command = f"{EGRESS_PROBE}\nimport sys\nexec({TUNNEL_ATTACK!r})"
+    r = run_exec(tmp_path, upstream, [STDLIB_PYTHON, "-c", command, str(service.port)], session="s-egress")
+    assert r.returncode == 0, r.stderr
+    refused = [e for e in entries(tmp_path, "s-egress") if e["connector"] == "egress"]
+    urls = {(e["request"]["method"], e["request"]["url"]) for e in refused}
+    assert ("TCP", "tcp://192.0.2.10:5432") in urls and ("UDP", "udp://192.0.2.10:9999") in urls, urls
+    assert ("CONNECT", f"connect://127.0.0.1:{service.port}") in urls
+    assert ("CONNECT", "connect://localhost:443") in urls
+    for e in refused:
+        assert e["response"]["answered_by"] == "capture" and e["response"]["status"] is None
+        assert e["response"]["error"] and len(e) == 14, e
+    shown = subprocess.run([str(BIN / "broker"), "show", "--vault", str(tmp_path / "vault"), "s-egress"],
+                           capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0 and "egress" in shown.stdout and "192.0.2.10:5432" in shown.stdout, shown.stdout
+
+
+def test_playback_under_exec_sends_nothing_upstream(tmp_path: Path, upstream: Upstream) -> None:
+    from tests.e2e.test_exec import entries
+
+    calls = ("curl -sS --fail -o /dev/null https://api.github.com/repos/acme/widgets && "
+             "curl -sS --fail -o /dev/null -X POST -H 'content-type: application/json' -d '{\"title\": \"t\"}' "
+             "https://api.github.com/repos/acme/widgets/issues")
+    first = run_exec(tmp_path, upstream, ["sh", "-c", calls], session="s-rec")
+    assert first.returncode == 0, first.stderr
+    assert len(entries(tmp_path, "s-rec")) == 2
+    before = len(upstream.requests)
+    played = run_exec(tmp_path, upstream, ["sh", "-c", calls], "--playback", "s-rec", session="s-play")
+    assert played.returncode == 0, played.stderr
+    assert len(upstream.requests) == before  # 0 upstream requests
+    got = entries(tmp_path, "s-play")
+    assert [e["request"]["method"] for e in got] == ["GET", "POST"]
+    assert all(e["request"]["playback_of"].startswith("s-rec#") for e in got)
+
+
+def test_run_options_that_cannot_apply_are_refused_in_one_line(tmp_path: Path, upstream: Upstream) -> None:
+    r = run_exec(tmp_path, upstream, ["true"], "--workers", "2")
+    assert r.returncode == 2 and "--workers" in r.stderr and "Traceback" not in r.stderr
+    r = run_exec(tmp_path, upstream, ["true"], "--user", "root")
+    assert r.returncode == 2 and "--as-root" in r.stderr
