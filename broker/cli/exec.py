@@ -25,13 +25,18 @@ _SHARED = {"listen"}  # run options that do not apply: the listeners are made in
 @click.option("--bind", "binds", multiple=True, metavar="PATH", type=click.Path(exists=True),
               help="Make this host path visible to COMMAND, read-only, at the same place (COMMAND's /tmp and /run "
               "are private; repeatable). Never uncovers the vault, confdir or keys.")
+@click.option("--dns", "dns_mode", type=click.Choice(["relay", "connectors", "none"]), default="relay",
+              show_default=True, help="Name look-ups inside: relay (any name, from the host's name servers), "
+              "connectors (only names a connector knows, --resolve and --dns-allow names), none. Only usual "
+              "query types are answered, and every name asked is recorded (docs/exec.md).")
+@click.option("--dns-allow", multiple=True, metavar="NAME", help="With --dns connectors: also answer NAME.")
 @click.option("--proxy-env/--no-proxy-env", default=True, show_default=True,
               help="Also give COMMAND the proxy variables (for the runtimes that honour them); "
               "the rest is captured transparently either way.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
-def exec_(ctx: click.Context, user: str | None, as_root: bool, binds: tuple[str, ...], proxy_env: bool,
-          command: tuple[str, ...], **run_opts) -> int:
+def exec_(ctx: click.Context, user: str | None, as_root: bool, binds: tuple[str, ...], dns_mode: str,
+          dns_allow: tuple[str, ...], proxy_env: bool, command: tuple[str, ...], **run_opts) -> int:
     """Run COMMAND in its own network namespace, where TCP to ports 80 and 443 of any address goes
     through the broker and every other connection is refused (Linux, root or CAP_NET_ADMIN and
     CAP_SYS_ADMIN).
@@ -69,7 +74,19 @@ def exec_(ctx: click.Context, user: str | None, as_root: bool, binds: tuple[str,
     confinement = Confinement(uid, gid, binds=list(binds))
     confinement.hide(config.vault if not _is_database(config.vault) else None, config.confdir, config.seal_key,
                      config.checkpoint_vault)
-    return asyncio.run(run_contained(config, argv, confinement=confinement, proxy_env=proxy_env))
+    dns = dns_policy(config, dns_mode, dns_allow)
+    return asyncio.run(run_contained(config, argv, confinement=confinement, proxy_env=proxy_env, dns=dns))
+
+
+def dns_policy(config, mode: str, allow: tuple[str, ...]):
+    """--dns and --dns-allow: the names the relay answers (broker/exec/dns_query.py)."""
+    from broker.exec.dns_query import DnsPolicy
+    from broker.proxy.upstream_resolve import parse_resolve
+    from journal.connectors import Registry
+
+    registry = Registry.builtin().with_file(config.connectors) if config.connectors else Registry.builtin()
+    return DnsPolicy(mode, [*allow, *parse_resolve(config.resolve)],
+                     known=lambda name: registry.match(name, "/") is not None)
 
 
 def _is_database(store: str) -> bool:
@@ -97,7 +114,7 @@ def exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-async def run_contained(config, argv: list[str], *, confinement=None, proxy_env: bool = True) -> int:
+async def run_contained(config, argv: list[str], *, confinement=None, proxy_env: bool = True, dns=None) -> int:
     """Make the namespace, start the broker on its listeners, run COMMAND confined (broker/exec/confine.py),
     stop the broker (every entry on disk), remove the namespace; COMMAND's exit code."""
     from broker.exec.confinement import DEFAULT_USER, Confinement, command_user
@@ -111,6 +128,8 @@ async def run_contained(config, argv: list[str], *, confinement=None, proxy_env:
         confinement = Confinement(*command_user(DEFAULT_USER, False))
     signals = Signals()  # from the start: a signal during set-up stops it cleanly, the command never starts
     sandbox = Sandbox(parse_resolve(config.resolve))
+    if dns is not None:
+        sandbox.dns_policy = dns
     try:
         await sandbox.open()
         broker = EmbeddedProxy(config, extra_addons=sandbox.contain(config))
@@ -118,7 +137,7 @@ async def run_contained(config, argv: list[str], *, confinement=None, proxy_env:
         loop = asyncio.get_running_loop()
         egress = EgressRecord(lambda: broker.addon.recorder, config.session, config.agent,
                               gap=lambda *gap: loop.call_soon_threadsafe(broker.addon.coverage.gap, *gap))
-        sandbox.on_refused = egress.refused
+        sandbox.on_refused, sandbox.on_dns = egress.refused, egress.looked_up
         try:
             bundle = sandbox.publish_bundle(str(write_ca_bundle(config.confdir)))
             url = proxy_url("127.0.0.1", sandbox.proxy_port, config.session, config.agent) if proxy_env else None
@@ -131,7 +150,7 @@ async def run_contained(config, argv: list[str], *, confinement=None, proxy_env:
             return exit_code(await proc.wait())
         finally:
             sandbox.stop_refusals()
-            sandbox.on_refused = None
+            sandbox.on_refused = sandbox.on_dns = None
             await asyncio.to_thread(egress.close)  # every refusal an entry before the recorder closes
             await broker.stop()
     finally:

@@ -10,6 +10,11 @@ path (`Recorder.record` on a `Call`) on a thread of their own, in the order seen
 `response.status` null, `response.answered_by: "capture"`, `response.error` why. Each is also counted
 in declared coverage as `refused` for its host. At most KEPT are recorded one by one; the rest are
 counted, and one last entry says how many were not written out.
+
+Each name COMMAND looks up through the DNS relay is recorded once per name and type:
+`connector: "dns"`, `request.method` `DNS`, `request.url` `dns://<name>/?type=<A|AAAA|...>`,
+`answered_by: "capture"` (the relay answered, with what the host's name servers said). A look-up the
+policy refuses is a refused egress (`connector: "egress"`, the same method and URL).
 """
 
 from __future__ import annotations
@@ -24,12 +29,17 @@ from journal.record import Recorder
 
 log = logging.getLogger("broker.exec")
 CONNECTOR = "egress"
+DNS_CONNECTOR = "dns"
 KEPT = 1000
 
 
 def egress_url(protocol: str, host: str, port: int | None) -> str:
     shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
     return f"{protocol.lower()}://{shown}" + (f":{port}" if port is not None else "")
+
+
+def dns_url(name: str, qtype: str) -> str:
+    return f"dns://{name}/?type={qtype}"
 
 
 def egress_call(session: str, agent: str, protocol: str, host: str, port: int | None, why: str) -> Call:
@@ -49,6 +59,7 @@ class EgressRecord:
         self.gap = gap
         self.seen = 0
         self.recorded = 0
+        self._asked: set[tuple[str, str]] = set()
         self._queue: queue.Queue[Call | None] = queue.Queue()
         self._thread = threading.Thread(target=self._write, name="egress-record", daemon=True)
         self._thread.start()
@@ -57,6 +68,25 @@ class EgressRecord:
         self.seen += 1
         if self.seen <= KEPT:
             self._queue.put(egress_call(self.session, self.agent, protocol, host, port, why))
+
+    def looked_up(self, name: str, qtype: str, why: str | None) -> None:
+        """A name COMMAND asked for: answered (`connector: "dns"`, once per name and type) or refused."""
+        if why is not None:
+            if not name:  # not a query at all
+                self.refused("127.0.0.1", 53, "udp", f"DNS relay {why}")
+                return
+            self.seen += 1
+            if self.seen <= KEPT:
+                self._queue.put(Call.make(session=self.session, agent=self.agent, principal="", connector=CONNECTOR,
+                                          method="DNS", url=dns_url(name, qtype), error=why, answered_by="capture"))
+            return
+        if (name, qtype) in self._asked or len(self._asked) >= KEPT:
+            return
+        self._asked.add((name, qtype))
+        self._queue.put(Call.make(
+            session=self.session, agent=self.agent, principal="", connector=DNS_CONNECTOR, method="DNS",
+            url=dns_url(name, qtype), answered_by="capture",
+            error="name look-up relayed by broker exec to the host's name servers (the answer is theirs)"))
 
     def _write(self) -> None:
         while (call := self._queue.get()) is not None:

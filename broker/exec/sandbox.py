@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from broker.exec import capabilities, cleanup, firewall, names
+from broker.exec.dns_query import DnsPolicy
 from broker.exec.dns_relay import DnsRelay
 from broker.exec.netns import Namespace
 from broker.exec.refusals import Refusal, RefusalLog
@@ -55,6 +56,8 @@ class Sandbox:
         self.report: RefusalReport | None = None
         # told of each destination the broker's listeners refuse (host, port, protocol, why)
         self.on_refused: Callable[[str, int | None, str, str], None] | None = None
+        self.dns_policy = DnsPolicy("relay")  # --dns (dns_query)
+        self.on_dns: Callable[[str, str, str | None], None] | None = None  # each name asked (egress_record)
 
     @property
     def name(self) -> str:
@@ -87,7 +90,7 @@ class Sandbox:
         firewall.apply(ns, ports[0], ports[1] if self.ipv6 else None)
         nameservers = names.write(self.claim.etc_dir, self.resolved_hosts)
         self.dns = DnsRelay(ns.socket_inside(socket.AF_INET, socket.SOCK_DGRAM, (names.RELAY_ADDRESS, 53)),
-                            nameservers)
+                            nameservers, policy=self.dns_policy, on_query=self._asked)
         await self.dns.start()
         self.refusals = RefusalLog(ns, on_refusal=self._firewall_refused)
         self.refusals.start()
@@ -97,6 +100,10 @@ class Sandbox:
     def _refused(self, host: str, port: int | None, protocol: str, why: str) -> None:
         if self.on_refused is not None:
             self.on_refused(host, port, protocol, why)
+
+    def _asked(self, name: str, qtype: str, why: str | None) -> None:
+        if self.on_dns is not None:
+            self.on_dns(name, qtype, why)
 
     def _firewall_refused(self, refusal: Refusal) -> None:
         self._refused(refusal.destination, refusal.port, refusal.protocol,

@@ -241,3 +241,37 @@ def test_run_options_that_cannot_apply_are_refused_in_one_line(tmp_path: Path, u
     assert r.returncode == 2 and "--workers" in r.stderr and "Traceback" not in r.stderr
     r = run_exec(tmp_path, upstream, ["true"], "--user", "root")
     assert r.returncode == 2 and "--as-root" in r.stderr
+
+
+DNS_PROBE = textwrap.dedent("""
+    import socket, struct, sys
+    def query(name, qtype):
+        labels = b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\\0"
+        return struct.pack("!HHHHHH", 7, 0x0100, 1, 0, 0, 0) + labels + struct.pack("!HH", qtype, 1)
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(2)
+    for data in (query("asked-name.example", 1), query("t0ken-abc.evil.example", 16), b"NOT-DNS-AT-ALL"):
+        s.sendto(data, ("127.0.0.1", 53))
+        try:
+            answer = s.recv(512)
+            print("answer", struct.unpack("!H", answer[2:4])[0] & 15)
+        except TimeoutError:
+            print("silence")
+""")
+
+
+@pytest.mark.parametrize("mode", ["relay", "connectors"])
+def test_names_asked_are_on_the_record_and_dns_is_no_channel(tmp_path: Path, upstream: Upstream, mode: str) -> None:
+    from tests.e2e.test_exec import entries
+
+    r = run_exec(tmp_path, upstream, [STDLIB_PYTHON, "-c", DNS_PROBE], "--dns", mode, session="s-dns")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.split("\n")
+    assert lines[1:3] == ["silence", "silence"], r.stdout  # TXT and a datagram that is not DNS: dropped
+    if mode == "connectors":
+        assert lines[0] == "answer 5"  # REFUSED at once: no connector knows the name
+    got = {(e["connector"], e["request"]["method"], e["request"]["url"]) for e in entries(tmp_path, "s-dns")}
+    asked = ("dns" if mode == "relay" else "egress", "DNS", "dns://asked-name.example/?type=A")
+    assert asked in got, got
+    dropped = [e for e in entries(tmp_path, "s-dns") if e["request"]["url"] == "udp://127.0.0.1:53"]
+    assert len(dropped) == 2 and any("TXT" in e["response"]["error"] for e in dropped)

@@ -19,6 +19,12 @@ NOT_FOR_EXEC = {"--listen"}  # the listeners are made inside the namespace
 REFUSED_IN_EXEC = {"--workers"}  # offered, refused above 1 with one line
 
 
+def run_params(params: dict) -> dict:
+    """An exec command line's parameters without exec's own (--user, --dns, ...): the run options."""
+    own = {p.name for p in exec_.params} - {p.name for p in run.params}
+    return {k: v for k, v in params.items() if k not in own}
+
+
 def options(command: click.Command) -> set[str]:
     return {o for p in command.params if isinstance(p, click.Option) for o in p.opts}
 
@@ -51,8 +57,7 @@ def test_exec_reads_every_option_as_run_does(tmp_path: Path) -> None:
     with run.make_context("run", list(args)) as ctx:
         expected, _ = run_settings(ctx.params)
     with exec_.make_context("exec", [*args, "--", "true"]) as ctx:
-        got = _proxy_config({k: v for k, v in ctx.params.items()
-                             if k not in ("user", "as_root", "binds", "proxy_env", "command")})
+        got = _proxy_config(run_params(ctx.params))
     differing = {f.name for f in dataclasses.fields(expected)
                  if getattr(expected, f.name) != getattr(got, f.name)} - {"listen_host", "listen_port"}
     assert not differing, f"broker exec reads {sorted(differing)} differently from broker run"
@@ -62,6 +67,6 @@ def test_exec_reads_every_option_as_run_does(tmp_path: Path) -> None:
 
 def test_workers_are_refused_in_one_line(tmp_path: Path) -> None:
     with exec_.make_context("exec", ["--vault", str(tmp_path / "v"), "--workers", "2", "--", "true"]) as ctx:
-        params = {k: v for k, v in ctx.params.items() if k not in ("user", "as_root", "binds", "proxy_env", "command")}
+        params = run_params(ctx.params)
     with pytest.raises(click.UsageError, match="--workers"):
         _proxy_config(params)
