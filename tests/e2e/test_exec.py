@@ -26,6 +26,7 @@ from journal.reader import iter_entries
 from journal.vault import Vault
 from journal.verify import verify_session
 from tests.support.broker_harness import BIN
+from tests.support.exec_user import stdlib_python, usable_by_others
 from tests.support.upstreams.server import Upstream
 
 WHY_NOT = capabilities.missing()
@@ -36,19 +37,11 @@ GITHUB_CANARY = "ghp_EXECcanary0EXECcanary0EXECcanary0EXEC1"
 RESOLVED = ("gmail.googleapis.com", "slack.com", "api.github.com", "www.googleapis.com", "oauth2.googleapis.com")
 
 
-def usable_by_others(path: str) -> bool:
-    """Whether a user other than root can run `path` (every directory on the way searchable by others):
-    COMMAND runs as nobody by default, and an interpreter under /root (pyenv) is out of its reach."""
-    real = Path(path).resolve()
-    return all(p.stat().st_mode & 0o001 for p in [*real.parents, real])
-
-
 # The test environment's Python (its packages: google-api-python-client, ...) when nobody can run it;
 # else COMMAND runs as root (--as-root: still no capabilities, in its own namespaces, the evidence hidden).
 VENV_PYTHON_OPTIONS: tuple[str, ...] = () if usable_by_others(sys.executable) else ("--as-root",)
 # A Python nobody can run, for scripts that need only the standard library.
-STDLIB_PYTHON = sys.executable if not VENV_PYTHON_OPTIONS else (shutil.which("python3", path="/usr/bin:/bin")
-                                                                or sys.executable)
+STDLIB_PYTHON = stdlib_python()
 
 
 @pytest.fixture(scope="module")
