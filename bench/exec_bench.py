@@ -126,11 +126,12 @@ def main(argv: list[str] | None = None) -> int:
     best: dict[str, float] = {}
     starts: dict[str, float] = {}
     root = scratch_dir("exec-")
+    root.chmod(0o755)  # searchable by the client, which runs as nobody under broker exec
     try:
         with Upstream() as up:
             for k in range(repeat):
                 tmp = root / f"round{k}"
-                tmp.mkdir()
+                tmp.mkdir(mode=0o755)
                 (tmp / "run").mkdir()
                 starts["run"] = min(starts.get("run", 1e9), run_startup(tmp / "run", up))
                 starts["exec"] = min(starts.get("exec", 1e9), exec_startup(tmp, up))

@@ -21,6 +21,8 @@ import struct
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from journal.errors import PeerError
+
 USUAL_TYPES = {1: "A", 28: "AAAA", 5: "CNAME", 12: "PTR", 33: "SRV", 64: "SVCB", 65: "HTTPS"}
 CLASS_IN = 1
 TYPE_OPT = 41
@@ -28,7 +30,7 @@ MODES = ("relay", "connectors", "none")
 _LABEL = re.compile(rb"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
 
 
-class NotAQuery(ValueError):
+class NotAQuery(PeerError):
     """The datagram is not a query the relay answers; the message says why (recorded)."""
 
 

@@ -53,7 +53,7 @@ class EgressRecord:
     """Records refusals for one session; `refused` may be called from any thread."""
 
     def __init__(self, recorder: Callable[[], Recorder | None], session: str, agent: str,
-                 gap: Callable[[str, str, str], None] | None = None) -> None:
+                 gap: Callable[[str, str, str], object] | None = None) -> None:
         self.recorder = recorder  # the broker's recorder, looked up when writing (it is made at start)
         self.session, self.agent = session, agent
         self.gap = gap
