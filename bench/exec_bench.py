@@ -30,6 +30,7 @@ import time
 from bench import machine, scratch_dir, write_json
 from broker.exec import capabilities
 from tests.support.broker_harness import BIN, BrokerProcess
+from tests.support.exec_user import stdlib_python
 from tests.support.upstreams.server import Upstream
 
 CLIENT = textwrap.dedent("""
@@ -57,9 +58,13 @@ CLIENT = textwrap.dedent("""
 """)
 
 
+PYTHON = stdlib_python()  # the client runs as nobody under broker exec (its default): the same one everywhere
+
+
 def _exec_argv(tmp, up: Upstream, *extra: str) -> list[str]:
+    tmp.chmod(0o755)  # the client script is read by nobody, through --bind (COMMAND's /tmp is its own)
     return [str(BIN / "broker"), "exec", "--vault", str(tmp / "vault"), "--confdir", str(tmp / "mitm"),
-            "--session", "bench", "--upstream-ca", up.ca_pem, *up.resolve_args(), *extra, "--"]
+            "--session", "bench", "--upstream-ca", up.ca_pem, *up.resolve_args(), "--bind", str(tmp), *extra, "--"]
 
 
 def exec_startup(tmp, up: Upstream) -> float:
@@ -87,17 +92,17 @@ def calls(tmp, up: Upstream, mode: str, n: int) -> float:
         # inside, the bundle the broker exec gives its command holds the broker's CA
         inner = "proxy" if mode == "exec-proxy" else "transparent"
         cmd = ["sh", "-c", f'BENCH_CA="$SSL_CERT_FILE" BENCH_PROXY="${{HTTPS_PROXY##*@}}" '
-               f'{sys.executable} {script} {n} {inner}']
+               f'{PYTHON} {script} {n} {inner}']
         extra = () if mode == "exec-proxy" else ("--no-proxy-env",)
         r = subprocess.run([*_exec_argv(tmp, up, *extra), *cmd], capture_output=True, text=True, env=env, timeout=600)
     elif mode == "run-proxy":
         with BrokerProcess(tmp, up, "--session", "bench") as b:
             env.update(BENCH_CA=b.ca, BENCH_PROXY=f"127.0.0.1:{b.port}")
-            r = subprocess.run([sys.executable, str(script), str(n), "proxy"], capture_output=True, text=True,
+            r = subprocess.run([PYTHON, str(script), str(n), "proxy"], capture_output=True, text=True,
                                env=env, timeout=600)
     else:
         env["BENCH_CA"] = up.ca_pem
-        r = subprocess.run([sys.executable, str(script), str(n), "direct"], capture_output=True, text=True, env=env,
+        r = subprocess.run([PYTHON, str(script), str(n), "direct"], capture_output=True, text=True, env=env,
                            timeout=600)
     if r.returncode:
         raise RuntimeError(f"{mode}: {r.stdout}{r.stderr}")
@@ -121,11 +126,12 @@ def main(argv: list[str] | None = None) -> int:
     best: dict[str, float] = {}
     starts: dict[str, float] = {}
     root = scratch_dir("exec-")
+    root.chmod(0o755)  # searchable by the client, which runs as nobody under broker exec
     try:
         with Upstream() as up:
             for k in range(repeat):
                 tmp = root / f"round{k}"
-                tmp.mkdir()
+                tmp.mkdir(mode=0o755)
                 (tmp / "run").mkdir()
                 starts["run"] = min(starts.get("run", 1e9), run_startup(tmp / "run", up))
                 starts["exec"] = min(starts.get("exec", 1e9), exec_startup(tmp, up))

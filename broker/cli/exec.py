@@ -14,17 +14,29 @@ from broker.cli.proxy import run as run_command
 
 _CTX = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 _SHARED = {"listen"}  # run options that do not apply: the listeners are made inside the namespace
+# (--workers is offered and refused above 1 with one line, in _proxy_config)
 
 
 @click.command("exec", context_settings=_CTX)
-@click.option("--user", default=None, metavar="USER", help="Run COMMAND as this user (default: as the caller, "
-              "with no capabilities).")
+@click.option("--user", default=None, metavar="USER", help="Run COMMAND as this user (default: nobody), with no "
+              "capabilities; root only with --as-root.")
+@click.option("--as-root", is_flag=True, help="Run COMMAND as root (still with no capabilities and the evidence "
+              "hidden; warned about: uid 0 owns every root-owned file the sandbox does not cover).")
+@click.option("--bind", "binds", multiple=True, metavar="PATH", type=click.Path(exists=True),
+              help="Make this host path visible to COMMAND, read-only, at the same place (COMMAND's /tmp and /run "
+              "are private; repeatable). Never uncovers the vault, confdir or keys.")
+@click.option("--dns", "dns_mode", type=click.Choice(["relay", "connectors", "none"]), default="relay",
+              show_default=True, help="Name look-ups inside: relay (any name, from the host's name servers), "
+              "connectors (only names a connector knows, --resolve and --dns-allow names), none. Only usual "
+              "query types are answered, and every name asked is recorded (docs/exec.md).")
+@click.option("--dns-allow", multiple=True, metavar="NAME", help="With --dns connectors: also answer NAME.")
 @click.option("--proxy-env/--no-proxy-env", default=True, show_default=True,
               help="Also give COMMAND the proxy variables (for the runtimes that honour them); "
               "the rest is captured transparently either way.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
-def exec_(ctx: click.Context, user: str | None, proxy_env: bool, command: tuple[str, ...], **run_opts) -> int:
+def exec_(ctx: click.Context, user: str | None, as_root: bool, binds: tuple[str, ...], dns_mode: str,
+          dns_allow: tuple[str, ...], proxy_env: bool, command: tuple[str, ...], **run_opts) -> int:
     """Run COMMAND in its own network namespace, where TCP to ports 80 and 443 of any address goes
     through the broker and every other connection is refused (Linux, root or CAP_NET_ADMIN and
     CAP_SYS_ADMIN).
@@ -41,10 +53,12 @@ def exec_(ctx: click.Context, user: str | None, proxy_env: bool, command: tuple[
         argv = argv[1:]
     if not argv:
         raise click.UsageError("give the command to run after --")
-    if user:
-        from broker.exec.netns import user_ids
+    from broker.exec.confinement import Confinement, RootRefused, command_user
 
-        user_ids(user)  # an unknown user is one clear error before anything is made
+    try:
+        uid, gid = command_user(user, as_root)  # an unknown user is one clear error before anything is made
+    except RootRefused as exc:
+        raise click.UsageError(str(exc)) from None
     why = capabilities.missing()
     if why:
         click.echo(f"broker: error: {why}", err=True)
@@ -54,35 +68,45 @@ def exec_(ctx: click.Context, user: str | None, proxy_env: bool, command: tuple[
         level=logging.INFO if run_opts["verbose"] else logging.WARNING, format="broker: %(message)s",
         stream=sys.stderr,
     )
-    return asyncio.run(run_contained(config, argv, user=user, proxy_env=proxy_env))
+    if as_root:
+        click.echo("broker: WARNING: exec --as-root: COMMAND runs as uid 0 (no capabilities, the evidence hidden, "
+                   "but every other root-owned file is its own)", err=True)
+    confinement = Confinement(uid, gid, binds=list(binds))
+    confinement.hide(config.vault if not _is_database(config.vault) else None, config.confdir, config.seal_key,
+                     config.checkpoint_vault)
+    dns = dns_policy(config, dns_mode, dns_allow)
+    return asyncio.run(run_contained(config, argv, confinement=confinement, proxy_env=proxy_env, dns=dns))
+
+
+def dns_policy(config, mode: str, allow: tuple[str, ...]):
+    """--dns and --dns-allow: the names the relay answers (broker/exec/dns_query.py)."""
+    from broker.exec.dns_query import DnsPolicy
+    from broker.proxy.upstream_resolve import parse_resolve
+    from journal.connectors import Registry
+
+    registry = Registry.builtin().with_file(config.connectors) if config.connectors else Registry.builtin()
+    return DnsPolicy(mode, [*allow, *parse_resolve(config.resolve)],
+                     known=lambda name: registry.match(name, "/") is not None)
+
+
+def _is_database(store: str) -> bool:
+    from journal.store import is_database_url
+
+    return is_database_url(store)
 
 
 def _proxy_config(opts: dict):
-    """The run options checked as `broker run` checks them, as a ProxyConfig."""
-    from mitmproxy.exceptions import OptionsError
+    """The run options read exactly as `broker run` reads them (one function: an option added to `run`
+    reaches `exec`); those that cannot apply inside one namespace refused with one line."""
+    from broker.cli.proxy import run_settings
+    from journal.vault import Vault
 
-    from broker.proxy.runner import ProxyConfig
-    from broker.proxy.upstream_resolve import parse_resolve
-    from journal.connectors import Registry
-    from journal.vault import Vault, session_filename
-
-    if opts["upstream_ca"] and opts["upstream_insecure"]:
-        raise click.UsageError("--upstream-ca and --upstream-insecure exclude each other")
-    try:
-        parse_resolve(opts["resolve"])
-    except OptionsError as exc:
-        raise click.BadParameter(str(exc), param_hint="--resolve") from None
-    if opts["connectors_file"]:
-        Registry.builtin().with_file(opts["connectors_file"])
-    session_filename(opts["session"])
-    Vault.create(opts["vault_dir"])
-    return ProxyConfig(
-        vault=opts["vault_dir"], listen_port=0, confdir=opts["confdir"], session=opts["session"],
-        agent=opts["agent"], principal=opts["principal"], connectors=opts["connectors_file"],
-        resolve=list(opts["resolve"]), upstream_ca=opts["upstream_ca"], upstream_insecure=opts["upstream_insecure"],
-        on_journal_error=opts["on_journal_error"], pass_unknown=list(opts.get("pass_unknown") or ()),
-        spill_threshold=opts["spill_threshold"], recorder=opts["recorder"],
-    )
+    if opts.get("workers", 1) != 1:
+        raise click.UsageError("--workers: broker exec serves its one namespace with one proxy process; drop it")
+    config, _ = run_settings({**opts, "listen": "127.0.0.1:0"})
+    if not _is_database(config.vault):
+        Vault.create(config.vault)
+    return config
 
 
 def exit_code(returncode: int) -> int:
@@ -90,30 +114,44 @@ def exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-async def run_contained(config, argv: list[str], *, user: str | None = None, proxy_env: bool = True) -> int:
-    """Make the namespace, start the broker on its listeners, run COMMAND, stop the broker (every
-    entry on disk), remove the namespace; COMMAND's exit code."""
+async def run_contained(config, argv: list[str], *, confinement=None, proxy_env: bool = True, dns=None) -> int:
+    """Make the namespace, start the broker on its listeners, run COMMAND confined (broker/exec/confine.py),
+    stop the broker (every entry on disk), remove the namespace; COMMAND's exit code."""
+    from broker.exec.confinement import DEFAULT_USER, Confinement, command_user
+    from broker.exec.egress_record import EgressRecord
     from broker.exec.environment import client_environment, proxy_url
     from broker.exec.sandbox import Sandbox
     from broker.proxy.runner import EmbeddedProxy, write_ca_bundle
     from broker.proxy.upstream_resolve import parse_resolve
 
+    if confinement is None:
+        confinement = Confinement(*command_user(DEFAULT_USER, False))
     signals = Signals()  # from the start: a signal during set-up stops it cleanly, the command never starts
     sandbox = Sandbox(parse_resolve(config.resolve))
+    if dns is not None:
+        sandbox.dns_policy = dns
     try:
         await sandbox.open()
         broker = EmbeddedProxy(config, extra_addons=sandbox.contain(config))
         await broker.start()
+        loop = asyncio.get_running_loop()
+        egress = EgressRecord(lambda: broker.addon.recorder, config.session, config.agent,
+                              gap=lambda *gap: loop.call_soon_threadsafe(broker.addon.coverage.gap, *gap))
+        sandbox.on_refused, sandbox.on_dns = egress.refused, egress.looked_up
         try:
             bundle = sandbox.publish_bundle(str(write_ca_bundle(config.confdir)))
             url = proxy_url("127.0.0.1", sandbox.proxy_port, config.session, config.agent) if proxy_env else None
-            env = client_environment(os.environ, bundle, url)
+            confinement.put_back.append(bundle)
+            env = confinement.environment(client_environment(os.environ, bundle, url))
             if signals.received:
                 return 128 + signals.received[0]
-            proc = await asyncio.create_subprocess_exec(*sandbox.command(argv, user), env=env)
+            proc = await asyncio.create_subprocess_exec(*sandbox.enter(confinement.argv(argv)), env=env)
             signals.child = proc
             return exit_code(await proc.wait())
         finally:
+            sandbox.stop_refusals()
+            sandbox.on_refused = sandbox.on_dns = None
+            await asyncio.to_thread(egress.close)  # every refusal an entry before the recorder closes
             await broker.stop()
     finally:
         signals.remove()

@@ -6,7 +6,9 @@ import asyncio
 import logging
 import shlex
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -23,6 +25,9 @@ from broker.cli.options import (
 )
 from journal.connectors import Registry
 from journal.store.url import check_store
+
+if TYPE_CHECKING:
+    from broker.proxy.runner import ProxyConfig
 
 confdir_option = click.option(
     "--confdir", default="~/.mitmproxy", show_default=True,
@@ -41,6 +46,56 @@ class _LineFormatter(logging.Formatter):
         if record.exc_info:
             text += "\n" + self.formatException(record.exc_info)
         return f"broker: {text}" if record.levelno == logging.INFO else f"broker: {record.levelname}: {text}"
+
+
+def run_settings(opts: Mapping[str, Any]) -> tuple[ProxyConfig, str]:
+    """Every option of `broker run` checked and turned into a ProxyConfig (and the store as shown): the one
+    reading of them, which `broker exec` uses too, so an option added to `run` reaches `exec` as well."""
+    (vault_dir, store, listen, confdir, session, agent, principal, connectors_file, resolve, upstream_ca,
+     upstream_insecure, on_journal_error, spill_threshold, recorder, prompts) = (
+        opts["vault_dir"], opts["store"], opts["listen"], opts["confdir"], opts["session"], opts["agent"],
+        opts["principal"], opts["connectors_file"], opts["resolve"], opts["upstream_ca"], opts["upstream_insecure"],
+        opts["on_journal_error"], opts["spill_threshold"], opts["recorder"], opts["prompts"])
+    seal_key, checkpoint_entries, checkpoint_seconds = opts.get("seal_key"), opts.get("checkpoint_entries", 0), \
+        opts.get("checkpoint_seconds", 0.0)
+    witness, playback = opts.get("witness", ()), opts.get("playback", "")
+    # mitmproxy is imported here, not at the top: every other broker command starts faster without it.
+    from mitmproxy.exceptions import OptionsError
+
+    from broker.proxy.runner import ProxyConfig
+    from broker.proxy.upstream_resolve import parse_resolve
+
+    if upstream_ca and upstream_insecure:
+        raise click.UsageError("--upstream-ca and --upstream-insecure exclude each other")
+    host, port = parse_listen(listen)
+    try:
+        parse_resolve(resolve)
+    except OptionsError as exc:
+        raise click.BadParameter(str(exc), param_hint="--resolve") from None
+    if connectors_file:
+        Registry.builtin().with_file(connectors_file)  # a bad file is one clear error, before listening
+    seal = autoseal_config(seal_key, checkpoint_entries, checkpoint_seconds, witness, store, vault_dir)
+    vault_dir = store_or_vault(store, vault_dir)
+    shown = check_store(vault_dir)  # an unusable store is one clear error, before listening
+    checked_blobs(opts.get("blobs"))  # so is a blob bucket that does not answer
+    if playback:
+        from journal.playback import RecordedSession
+
+        if playback == session:
+            raise click.UsageError("--playback SESSION: record the new run under another --session")
+        RecordedSession.load(vault_dir, playback)  # missing or broken: one clear error before listening
+    config = ProxyConfig(
+        vault=vault_dir, listen_host=host, listen_port=port, confdir=confdir, session=session, agent=agent,
+        principal=principal, connectors=connectors_file, resolve=list(resolve), upstream_ca=upstream_ca,
+        upstream_insecure=upstream_insecure, on_journal_error=on_journal_error,
+        pass_unknown=list(opts.get("pass_unknown") or ()), spill_threshold=spill_threshold, recorder=recorder,
+        prompts=prompts, playback=playback,
+    )
+    if seal is not None:
+        config.seal_key, config.witness = str(Path(seal.key_path).resolve()), seal.witnesses
+        config.checkpoint_entries, config.checkpoint_seconds = seal.entries, seal.seconds
+        config.checkpoint_vault = seal.vault_dir
+    return config, shown
 
 
 @click.command(short_help="Run the broker: an HTTPS proxy that records calls.")
@@ -84,55 +139,18 @@ class _LineFormatter(logging.Formatter):
 )
 @click.option("-v", "--verbose", is_flag=True,
               help="Log one line per recorded call: seq, session, connector, effect, method, status, URL.")
-def run(
-    vault_dir: str, store: str | None,
-    listen: str, confdir: str, session: str, agent: str, principal: str, connectors_file: str,
-    resolve: tuple[str, ...], upstream_ca: str | None, upstream_insecure: bool, on_journal_error: str,
-    record_unknown: bool, spill_threshold: int | None, recorder: str, workers: int, prompts: str, verbose: bool,
-    seal_key: str | None = None, checkpoint_entries: int = 0, checkpoint_seconds: float = 0.0,
-    witness: tuple[str, ...] = (), playback: str = "", pass_unknown: tuple[str, ...] = (), blobs: str | None = None,
-) -> int:
+def run(**opts: Any) -> int:
     """Run the broker: an HTTPS proxy that records every connector call into the vault."""
-    # mitmproxy is imported here, not at the top: every other broker command starts faster without it.
-    from mitmproxy.exceptions import OptionsError
-
-    from broker.proxy.runner import ProxyConfig, ca_cert_path, serve_forever
-    from broker.proxy.upstream_resolve import parse_resolve
-    if upstream_ca and upstream_insecure:
-        raise click.UsageError("--upstream-ca and --upstream-insecure exclude each other")
-    host, port = parse_listen(listen)
-    try:
-        parse_resolve(resolve)
-    except OptionsError as exc:
-        raise click.BadParameter(str(exc), param_hint="--resolve") from None
-    if connectors_file:
-        Registry.builtin().with_file(connectors_file)  # a bad file is one clear error, before listening
-    seal = autoseal_config(seal_key, checkpoint_entries, checkpoint_seconds, witness, store, vault_dir)
-    vault_dir = store_or_vault(store, vault_dir)
-    shown = check_store(vault_dir)  # an unusable store is one clear error, before listening
-    checked_blobs(blobs)  # so is a blob bucket that does not answer
-    if playback:
-        from journal.playback import RecordedSession
-
-        if playback == session:
-            raise click.UsageError("--playback SESSION: record the new run under another --session")
-        RecordedSession.load(vault_dir, playback)  # missing or broken: one clear error before listening
+    config, shown = run_settings(opts)
+    host, workers, seal, blobs = config.listen_host, opts["workers"], config.seal_key, opts.get("blobs")
+    confdir = config.confdir
     # Warnings and errors from everything; with -v, the broker's own lines too (one per recorded call),
     # never mitmproxy's connection events.
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_LineFormatter())
     logging.basicConfig(level=logging.WARNING, handlers=[handler])
-    logging.getLogger("broker").setLevel(logging.INFO if verbose else logging.WARNING)
-    config = ProxyConfig(
-        vault=vault_dir, listen_host=host, listen_port=port, confdir=confdir, session=session, agent=agent,
-        principal=principal, connectors=connectors_file, resolve=list(resolve), upstream_ca=upstream_ca,
-        upstream_insecure=upstream_insecure, on_journal_error=on_journal_error, pass_unknown=list(pass_unknown),
-        spill_threshold=spill_threshold, recorder=recorder, prompts=prompts, playback=playback,
-    )
-    if seal is not None:
-        config.seal_key, config.witness = str(Path(seal.key_path).resolve()), seal.witnesses
-        config.checkpoint_entries, config.checkpoint_seconds = seal.entries, seal.seconds
-        config.checkpoint_vault = seal.vault_dir
+    logging.getLogger("broker").setLevel(logging.INFO if opts["verbose"] else logging.WARNING)
+    from broker.proxy.runner import ca_cert_path, serve_forever
 
     def announce_port(bound: int) -> None:
         click.echo(f"broker: listening on http://{host}:{bound}" + (f" ({workers} workers)" if workers > 1 else ""))
@@ -144,7 +162,7 @@ def run(
         sys.stdout.flush()
 
     if workers > 1:
-        if seal is not None:  # one sealer per vault: several would race to sign the same sessions
+        if seal:  # one sealer per vault: several would race to sign the same sessions
             raise click.UsageError("--workers and --seal-key cannot be combined yet; seal with `broker seal` instead")
         from broker.proxy.runner import ensure_ca
         from broker.proxy.workers import serve_workers

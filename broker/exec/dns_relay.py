@@ -1,9 +1,12 @@
 """Name look-ups from inside the namespace, answered by the host's name servers.
 
-A UDP socket on the namespace's loopback port 53 (made inside); each query is sent on, byte for
+A UDP socket on the namespace's loopback port 53 (made inside). A datagram that is a well-formed
+query of a usual type (`dns_query.parse_query`) for a name the policy allows is sent on, byte for
 byte, from a socket in the broker's own namespace to the host's name servers in turn, and the first
-answer goes back. No parsing: the relay neither sees nor changes what is asked. (TCP look-ups, used
-only for answers too big for UDP, are refused inside like any other port.)
+answer goes back: the addresses the host itself resolves. A name the policy refuses gets REFUSED;
+anything else is dropped. Each is handed to `on_query(name, type, why)` (why None: answered), the
+session's record of it. (TCP look-ups, used only for answers too big for UDP, are refused inside
+like any other port.)
 """
 
 from __future__ import annotations
@@ -12,6 +15,9 @@ import asyncio
 import contextlib
 import logging
 import socket
+from collections.abc import Callable
+
+from broker.exec.dns_query import DnsPolicy, NotAQuery, parse_query, refused_answer
 
 log = logging.getLogger("broker.exec")
 QUERY_TIMEOUT = 3.0
@@ -41,17 +47,38 @@ async def ask(nameserver: str, query: bytes, port: int = 53, timeout: float = QU
         transport.close()
 
 
+OnQuery = Callable[[str, str, "str | None"], None]
+
+
 class _Relay(asyncio.DatagramProtocol):
-    def __init__(self, nameservers: list[str], port: int) -> None:
+    def __init__(self, nameservers: list[str], port: int, policy: DnsPolicy, on_query: OnQuery | None) -> None:
         self.nameservers = nameservers
         self.port = port
+        self.policy = policy
+        self.on_query = on_query
         self.transport: asyncio.DatagramTransport | None = None
         self.tasks: set[asyncio.Task] = set()
 
     def connection_made(self, transport) -> None:
         self.transport = transport
 
+    def _tell(self, name: str, qtype: str, why: str | None) -> None:
+        if self.on_query is not None:
+            self.on_query(name, qtype, why)
+
     def datagram_received(self, data: bytes, addr) -> None:
+        try:
+            query = parse_query(data)
+        except NotAQuery as exc:
+            log.warning("DNS relay: dropped a datagram: %s", exc)
+            self._tell("", "", f"dropped: {exc}")
+            return
+        why = self.policy.refusal(query.name)
+        self._tell(query.name, query.qtype, why)
+        if why:
+            if self.transport is not None:
+                self.transport.sendto(refused_answer(data), addr)
+            return
         task = asyncio.get_running_loop().create_task(self._answer(data, addr))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
@@ -69,17 +96,20 @@ class _Relay(asyncio.DatagramProtocol):
 
 
 class DnsRelay:
-    def __init__(self, inside: socket.socket, nameservers: list[str], port: int = 53) -> None:
+    def __init__(self, inside: socket.socket, nameservers: list[str], port: int = 53,
+                 policy: DnsPolicy | None = None, on_query: OnQuery | None = None) -> None:
         self.inside = inside
         self.nameservers = nameservers
         self.port = port
+        self.policy = policy or DnsPolicy("relay")
+        self.on_query = on_query
         self._transport: asyncio.DatagramTransport | None = None
         self._relay: _Relay | None = None
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._transport, self._relay = await loop.create_datagram_endpoint(
-            lambda: _Relay(self.nameservers, self.port), sock=self.inside)
+            lambda: _Relay(self.nameservers, self.port, self.policy, self.on_query), sock=self.inside)
 
     async def stop(self) -> None:
         if self._relay is not None:

@@ -13,6 +13,7 @@ import logging
 import socket
 import struct
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from broker.exec.firewall import NFLOG_GROUP
@@ -107,8 +108,9 @@ def parse_messages(data: bytes) -> list[Refusal]:
 class RefusalLog:
     """Reads the namespace's NFLOG group on a thread until `stop`."""
 
-    def __init__(self, ns: Namespace) -> None:
+    def __init__(self, ns: Namespace, on_refusal: Callable[[Refusal], None] | None = None) -> None:
         self.ns = ns
+        self.on_refusal = on_refusal  # each refusal, as read (the session's record of it: egress_record)
         self.seen: list[Refusal] = []
         self.total = 0
         self._sock: socket.socket | None = None
@@ -155,6 +157,8 @@ class RefusalLog:
                 continue
             for refusal in parse_messages(data):
                 self.total += 1
+                if self.on_refusal is not None:
+                    self.on_refusal(refusal)
                 if len(self.seen) < KEPT:
                     self.seen.append(refusal)
                     log.warning("refused %s (only TCP to ports 80 and 443 goes out, through the broker)", refusal)
@@ -162,6 +166,7 @@ class RefusalLog:
                     log.warning("more refusals: counted, no longer logged one by one")
 
     def stop(self) -> None:
+        """Read what the kernel still holds (it hands each packet over at once), then stop. Idempotent."""
         self._stopping = True
         if self._thread is not None:
             self._thread.join(2)

@@ -11,10 +11,11 @@ from __future__ import annotations
 import logging
 import shutil
 import socket
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from broker.exec import capabilities, cleanup, firewall, names
+from broker.exec.dns_query import DnsPolicy
 from broker.exec.dns_relay import DnsRelay
 from broker.exec.netns import Namespace
 from broker.exec.refusals import Refusal, RefusalLog
@@ -53,6 +54,10 @@ class Sandbox:
         self.dns: DnsRelay | None = None
         self.refusals: RefusalLog | None = None
         self.report: RefusalReport | None = None
+        # told of each destination the broker's listeners refuse (host, port, protocol, why)
+        self.on_refused: Callable[[str, int | None, str, str], None] | None = None
+        self.dns_policy = DnsPolicy("relay")  # --dns (dns_query)
+        self.on_dns: Callable[[str, str, str | None], None] | None = None  # each name asked (egress_record)
 
     @property
     def name(self) -> str:
@@ -85,12 +90,29 @@ class Sandbox:
         firewall.apply(ns, ports[0], ports[1] if self.ipv6 else None)
         nameservers = names.write(self.claim.etc_dir, self.resolved_hosts)
         self.dns = DnsRelay(ns.socket_inside(socket.AF_INET, socket.SOCK_DGRAM, (names.RELAY_ADDRESS, 53)),
-                            nameservers)
+                            nameservers, policy=self.dns_policy, on_query=self._asked)
         await self.dns.start()
-        self.refusals = RefusalLog(ns)
+        self.refusals = RefusalLog(ns, on_refusal=self._firewall_refused)
         self.refusals.start()
         log.info("namespace %s: TCP 80/443 to the broker on 127.0.0.1:%d inside, the rest refused",
                  ns.name, self.transparent_port)
+
+    def _refused(self, host: str, port: int | None, protocol: str, why: str) -> None:
+        if self.on_refused is not None:
+            self.on_refused(host, port, protocol, why)
+
+    def _asked(self, name: str, qtype: str, why: str | None) -> None:
+        if self.on_dns is not None:
+            self.on_dns(name, qtype, why)
+
+    def _firewall_refused(self, refusal: Refusal) -> None:
+        self._refused(refusal.destination, refusal.port, refusal.protocol,
+                      "refused by the namespace's firewall: only TCP to ports 80 and 443 goes out, through the broker")
+
+    def stop_refusals(self) -> None:
+        """Stop reading refusals (every one the command caused has been handed on)."""
+        if self.refusals is not None:
+            self.refusals.stop()
 
     def publish_bundle(self, bundle: str) -> str:
         """A copy of the CA bundle (public certificates only) that COMMAND can read as any user."""
@@ -105,10 +127,17 @@ class Sandbox:
 
     def contain(self, config) -> tuple:
         """Point a ProxyConfig at the listeners inside; the addons a contained broker needs."""
+        from broker.exec.egress_guard import EgressGuard
         from broker.proxy.upstream_name import UpstreamName
+        from broker.proxy.upstream_resolve import parse_resolve
 
         config.mode = list(self.specs)
-        return (UpstreamName(),)
+        return (UpstreamName(), EgressGuard(parse_resolve(config.resolve), on_refused=self._refused))
+
+    def enter(self, argv: list[str]) -> list[str]:
+        """argv run inside the namespace as it is (broker exec confines it first: confinement.py)."""
+        assert self.ns is not None
+        return ["ip", "netns", "exec", self.ns.name, *argv]
 
     def command(self, argv: list[str], user: str | None = None) -> list[str]:
         assert self.ns is not None

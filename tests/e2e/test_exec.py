@@ -26,6 +26,7 @@ from journal.reader import iter_entries
 from journal.vault import Vault
 from journal.verify import verify_session
 from tests.support.broker_harness import BIN
+from tests.support.exec_user import stdlib_python, usable_by_others
 from tests.support.upstreams.server import Upstream
 
 WHY_NOT = capabilities.missing()
@@ -36,6 +37,13 @@ GITHUB_CANARY = "ghp_EXECcanary0EXECcanary0EXECcanary0EXEC1"
 RESOLVED = ("gmail.googleapis.com", "slack.com", "api.github.com", "www.googleapis.com", "oauth2.googleapis.com")
 
 
+# The test environment's Python (its packages: google-api-python-client, ...) when nobody can run it;
+# else COMMAND runs as root (--as-root: still no capabilities, in its own namespaces, the evidence hidden).
+VENV_PYTHON_OPTIONS: tuple[str, ...] = () if usable_by_others(sys.executable) else ("--as-root",)
+# A Python nobody can run, for scripts that need only the standard library.
+STDLIB_PYTHON = stdlib_python()
+
+
 @pytest.fixture(scope="module")
 def upstream():
     with Upstream() as up:
@@ -43,9 +51,13 @@ def upstream():
 
 
 def exec_argv(tmp: Path, up: Upstream, *options: str, session: str = "s1") -> list[str]:
+    """COMMAND runs as nobody with a private /tmp: the test's directory (its scripts) is bound in and
+    made readable; the vault and confdir under it stay hidden from COMMAND all the same."""
     resolve = [a for h in RESOLVED for a in ("--resolve", f"{h}=127.0.0.1:{up.port}")]
+    tmp.chmod(0o755)
     return [str(BIN / "broker"), "exec", "--vault", str(tmp / "vault"), "--confdir", str(tmp / "mitm"),
-            "--session", session, "--agent", "exec-test", "--upstream-ca", up.ca_pem, *resolve, *options, "--"]
+            "--session", session, "--agent", "exec-test", "--upstream-ca", up.ca_pem, *resolve,
+            "--bind", str(tmp), *options, "--"]
 
 
 def run_exec(tmp: Path, up: Upstream, command: list[str], *options: str, session: str = "s1",
@@ -147,7 +159,7 @@ def test_clients_that_ignore_proxy_variables_are_recorded(tmp_path: Path, upstre
         exit 7
     """))
     before = len(upstream.requests)
-    r = run_exec(tmp_path, upstream, ["sh", str(script)], "--no-proxy-env")
+    r = run_exec(tmp_path, upstream, ["sh", str(script)], "--no-proxy-env", *VENV_PYTHON_OPTIONS)
     assert r.returncode == 7, r.stdout + r.stderr
     assert r.stdout.split("\n")[:4] == ["curl 200", "node true", "google INBOX", "http.client 201"], r.stdout
     got = [(e["connector"], e["effect"], e["request"]["method"], e["request"]["url"].split("?")[0],
@@ -209,7 +221,7 @@ PROBE = textwrap.dedent("""
 def test_other_egress_is_refused_at_once_and_counted(tmp_path: Path, upstream: Upstream) -> None:
     (tmp_path / "probe.py").write_text(PROBE)
     ipv6 = capabilities.has_ipv6()
-    r = run_exec(tmp_path, upstream, [sys.executable, "probe.py", *(["ipv6"] if ipv6 else [])])
+    r = run_exec(tmp_path, upstream, [STDLIB_PYTHON, "probe.py", *(["ipv6"] if ipv6 else [])])
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["tcp", "refused", "udp", "refused", *(["tcp6", "refused"] if ipv6 else []),
                                 "seconds", "True"]
@@ -284,16 +296,21 @@ def test_a_crash_is_cleaned_up_at_the_next_start(tmp_path: Path, upstream: Upstr
 
 def test_two_at_once(tmp_path: Path, upstream: Upstream) -> None:
     procs = []
+    tmp_path.chmod(0o755)
+    go = tmp_path / "go"
     for i in range(2):
         d = tmp_path / f"run{i}"
         d.mkdir()
-        # each waits until both are inside their namespaces, so the two runs overlap
-        cmd = ["sh", "-c", f"touch {tmp_path}/ready{i}; while [ ! -e {tmp_path}/ready{1 - i} ]; do sleep 0.05; done; "
+        # each waits until both are inside their namespaces (the test says go: COMMAND writes nothing of the
+        # host's, its /tmp is its own), so the two runs overlap
+        cmd = ["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.05; done; "
                "curl -sS --fail -o /dev/null https://api.github.com/repos/acme/widgets; echo $(hostname)"]
-        procs.append((d, subprocess.Popen([*exec_argv(d, upstream, "--no-proxy-env"), *cmd], cwd=d,
+        argv = exec_argv(d, upstream, "--no-proxy-env", "--bind", str(tmp_path))
+        procs.append((d, subprocess.Popen([*argv, *cmd], cwd=d,
                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
     names = [wait_for_namespace(p.pid, "sh") for _, p in procs]
     assert names[0] != names[1]
+    go.touch()
     for d, p in procs:
         out, err = p.communicate(timeout=120)
         assert p.returncode == 0, err

@@ -96,10 +96,19 @@ def test_capabilities_read_from_proc_status() -> None:
     assert capabilities.effective_capabilities("Name:\tx\n") == 0
 
 
-def test_dns_relay_passes_queries_and_answers_unchanged() -> None:
+def dns_query(name: str, qtype: int = 1, *, edns: bool = False, qid: int = 0x1234) -> bytes:
+    labels = b"".join(bytes([len(part)]) + part.encode() for part in name.split(".")) + b"\0"
+    opt = b"\0" + struct.pack("!HHIH", 41, 1232, 0, 0) if edns else b""
+    return struct.pack("!HHHHHH", qid, 0x0100, 1, 0, 0, 1 if edns else 0) + labels + struct.pack("!HH", qtype, 1) + opt
+
+
+def test_dns_relay_answers_usual_queries_unchanged_and_drops_the_rest() -> None:
+    from broker.exec.dns_query import DnsPolicy
+
     async def run() -> None:
         loop = asyncio.get_running_loop()
         got: list[bytes] = []
+        told: list[tuple] = []
 
         class Server(asyncio.DatagramProtocol):
             def connection_made(self, transport) -> None:
@@ -114,18 +123,41 @@ def test_dns_relay_passes_queries_and_answers_unchanged() -> None:
         inside = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         inside.bind(("127.0.0.1", 0))
         inside.setblocking(False)
-        relay = DnsRelay(inside, ["127.0.0.1"], port=port)
+        relay = DnsRelay(inside, ["127.0.0.1"], port=port, policy=DnsPolicy("connectors", ["allowed.example"]),
+                         on_query=lambda *q: told.append(q))
         await relay.start()
         client = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         client.settimeout(5)
-        client.sendto(b"\x12\x34query", inside.getsockname())
-        answer = await loop.run_in_executor(None, client.recv, 512)
-        assert answer == b"answer:\x12\x34query" and got == [b"\x12\x34query"]
+        query = dns_query("allowed.example", 28, edns=True)
+        for hostile in (b"\x12\x34query", dns_query("secret-token.evil.example", 16),
+                        dns_query("allowed.example", 255), dns_query("allowed.example") + b"extra"):
+            client.sendto(hostile, inside.getsockname())
+        client.sendto(dns_query("gmail.googleapis.com"), inside.getsockname())
+        client.sendto(dns_query("token1234.evil.example"), inside.getsockname())
+        client.sendto(query, inside.getsockname())
+        answers = [await loop.run_in_executor(None, client.recv, 512) for _ in range(3)]
+        assert b"answer:" + query in answers  # relayed byte for byte, the answer likewise
+        refusals = [a for a in answers if a != b"answer:" + query]
+        assert len(refusals) == 2 and all(struct.unpack("!H", a[2:4])[0] & 0x000F == 5 for a in refusals)
         await relay.stop()
         server.close()
         client.close()
+        assert query in got and not any(b"secret-token" in g or b"token1234" in g or b"query" in g for g in got)
+        assert ("allowed.example", "AAAA", None) in told
+        assert any(q[0] == "gmail.googleapis.com" and q[2] for q in told)  # no connector lookup given here
+        assert any(q[0] == "token1234.evil.example" and q[2] for q in told)
+        assert sum(1 for q in told if q[0] == "" and q[2]) == 4  # not DNS, TXT, ANY, trailing bytes: dropped
 
     asyncio.run(run())
+
+
+def test_a_refused_name_gets_refused_at_once() -> None:
+    from broker.exec.dns_query import parse_query, refused_answer
+
+    q = dns_query("x.example", edns=True)
+    answer = refused_answer(q)
+    assert answer[:2] == q[:2] and struct.unpack("!H", answer[2:4])[0] & 0x800F == 0x8005
+    assert parse_query(q).name == "x.example"
 
 
 @pytest.mark.parametrize(("host_header", "sni", "expected"), [
