@@ -6,6 +6,7 @@
 - `--seal-key` and the checkpoint options `broker run` and `broker mcp` share (journal/checkpoint/autoseal.py).
 - every key option (`--seal-key`, `--witness-key`, `--log-key`, `--key`): read by journal/checkpoint/keys.py.
 - `--listen HOST:PORT` and the socket it binds.
+- `--ack-deadline SECONDS`: how long a capture point waits for its recording service (broker/proxy/link.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import click
 
+from broker.proxy.link import ACK_DEADLINE
 from journal.checkpoint.autoseal import DEFAULT_ENTRIES, DEFAULT_SECONDS, AutosealConfig
 from journal.checkpoint.keys import any_signer, any_verifier, load_signer, load_verifier
 from journal.store import is_database_url, open_store
@@ -131,6 +133,14 @@ def autoseal_config(seal_key: str | None, entries: int, seconds: float, witness:
         return None
     home = str(Path(vault_dir).resolve()) if store and is_database_url(store) else ""
     return AutosealConfig(seal_key, entries, seconds, list(witness), vault_dir=home)
+
+
+ack_deadline_option = click.option(
+    "--ack-deadline", type=click.FloatRange(min=0, min_open=True), default=ACK_DEADLINE, show_default=True,
+    metavar="SECONDS",
+    help="Seconds a call waits for the recording service's acknowledgement; past it the service is treated as "
+    "dead (killed and replaced) and the proxy records the waiting calls itself.",
+)
 
 
 def parse_listen(listen: str, param_hint: str = "--listen") -> tuple[str, int]:

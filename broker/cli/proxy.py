@@ -10,7 +10,16 @@ from pathlib import Path
 
 import click
 
-from broker.cli.options import autoseal_config, parse_listen, seal_options, store_option, store_or_vault, vault_option
+from broker.cli.options import (
+    ack_deadline_option,
+    autoseal_config,
+    parse_listen,
+    seal_options,
+    store_option,
+    store_or_vault,
+    vault_option,
+)
+from broker.proxy.link import ACK_DEADLINE
 from journal.connectors import Registry
 from journal.store.url import check_store
 
@@ -21,6 +30,11 @@ confdir_option = click.option(
 listen_option = click.option(
     "--listen", default="127.0.0.1:8080", show_default=True, help="Address the proxy listens on (HOST:PORT)."
 )
+
+
+STOPPED_COMPLETE = "broker: stopped; every accepted entry is on disk"
+STOPPED_INCOMPLETE = ("broker: stopped; some calls were cut off before their entries were written (see the errors "
+                      "above; writes among them are recorded with an unknown outcome)")
 
 
 class _LineFormatter(logging.Formatter):
@@ -71,6 +85,7 @@ class _LineFormatter(logging.Formatter):
     help="Answer every call from this recorded session (never reaching the platform); unmatched calls get 502. "
     "The run is recorded as its own session.",
 )
+@ack_deadline_option
 @click.option("-v", "--verbose", is_flag=True,
               help="Log one line per recorded call: seq, session, connector, effect, method, status, URL.")
 def run(
@@ -79,7 +94,7 @@ def run(
     resolve: tuple[str, ...], upstream_ca: str | None, upstream_insecure: bool, on_journal_error: str,
     record_unknown: bool, spill_threshold: int | None, recorder: str, workers: int, prompts: str, verbose: bool,
     seal_key: str | None = None, checkpoint_entries: int = 0, checkpoint_seconds: float = 0.0,
-    witness: tuple[str, ...] = (), playback: str = "",
+    witness: tuple[str, ...] = (), playback: str = "", ack_deadline: float = ACK_DEADLINE,
 ) -> int:
     """Run the broker: an HTTPS proxy that records every connector call into the vault."""
     # mitmproxy is imported here, not at the top: every other broker command starts faster without it.
@@ -116,6 +131,7 @@ def run(
         principal=principal, connectors=connectors_file, resolve=list(resolve), upstream_ca=upstream_ca,
         upstream_insecure=upstream_insecure, on_journal_error=on_journal_error, record_unknown=record_unknown,
         spill_threshold=spill_threshold, recorder=recorder, prompts=prompts, playback=playback,
+        ack_deadline=ack_deadline,
     )
     if seal is not None:
         config.seal_key, config.witness = str(Path(seal.key_path).resolve()), seal.witnesses
@@ -137,11 +153,11 @@ def run(
 
         ensure_ca(confdir)  # once, before the workers, so they do not race to create it
         code = serve_workers(config, workers, announce_port)
-        click.echo("broker: stopped; every accepted entry is on disk")
+        click.echo(STOPPED_COMPLETE if code == 0 else STOPPED_INCOMPLETE)
         return code
-    asyncio.run(serve_forever(config, lambda proxy: announce_port(proxy.port)))
-    click.echo("broker: stopped; every accepted entry is on disk")
-    return 0
+    complete = asyncio.run(serve_forever(config, lambda proxy: announce_port(proxy.port)))
+    click.echo(STOPPED_COMPLETE if complete else STOPPED_INCOMPLETE)
+    return 0 if complete else 3
 
 
 @click.command(short_help="Print the proxy and CA settings a client needs.")
