@@ -331,7 +331,7 @@ class ConnectorJournal:
         """Make the write's record durable (group-committed, in a thread), then let it go on (`then`).
         A record that cannot be made keeps the write from the platform (under `block`)."""
         try:
-            built = self._request_call(call, flow)
+            built = self._request_call(call, flow, with_body=not body_pending)  # a streamed body is still coming
             wal = self.wal
             assert wal is not None and self.recorder is not None
             recorder = self.recorder
@@ -597,8 +597,9 @@ class ConnectorJournal:
             links_for(self.recorder).on_recorded(entry)
         return Recorded(entry["seq"], entry["effect"])
 
-    def _request_call(self, call: _Tracked, flow: http.HTTPFlow) -> Call:
-        """The request half of the call's `Call` (its response part comes in `_record`)."""
+    def _request_call(self, call: _Tracked, flow: http.HTTPFlow, with_body: bool = True) -> Call:
+        """The request half of the call's `Call` (its response part comes in `_record`); without its body
+        (`with_body` False) before a streamed body has arrived (capturing it is finished only then)."""
         played = flow.metadata.get(PLAYBACK_META)
         extra = dict(played) if played else {}
         if call.write_ahead is not None:
@@ -606,7 +607,7 @@ class ConnectorJournal:
         return Call(
             Identity(call.session, call.agent, call.principal), call.connector,
             Request(sendable(flow.request.method), sendable(call.url), call.req_fields,
-                    captured_body(flow.request, call.req_cap), extra or None),
+                    captured_body(flow.request, call.req_cap) if with_body else None, extra or None),
             prompts=call.prompts, model_api=call.model_api,
             fail_closed=self._opts["broker_on_journal_error"] == "block",
         )

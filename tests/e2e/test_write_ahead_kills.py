@@ -108,3 +108,22 @@ def test_no_write_reaches_the_upstream_without_an_entry_over_kills_of_the_whole_
     assert verify_session(Vault(vault), "s-wal").intact
     assert len(entries) == len({e["request"]["url"] for e in entries})  # none recorded twice
     assert all("outcome is unknown" in e["response"]["error"] for e in unknown)
+
+
+@pytest.mark.e2e
+def test_a_streamed_write_is_recorded_ahead_with_its_body_pending_and_its_entry_carries_the_body(upstream, tmp_path):
+    """A body larger than the spill threshold streams upstream as it arrives: its record is made before the
+    headers go, without the body; the entry names the record and holds the body the platform received."""
+    import hashlib
+
+    body = bytes(range(256)) * (12 << 10)  # 3 MiB
+    with BrokerProcess(tmp_path, upstream) as b:
+        ctx = ssl.create_default_context(cafile=b.ca)
+        with httpx.Client(proxy=b.proxy_url("s-up", "agent-up"), verify=ctx, timeout=60) as c:
+            r = c.post("https://www.googleapis.com/upload/drive/v3/files?uploadType=media", content=body,
+                       headers={"Content-Type": "application/octet-stream"})
+        assert r.status_code == 200, r.text
+        (entry,) = b.entries("s-up", 1)
+    assert entry["effect"] == "write" and len(entry["request"]["write_ahead"]) == 32
+    assert entry["request"]["body"]["sha256"] == hashlib.sha256(body).hexdigest()
+    assert not list((b.vault / "write-ahead").glob("*.wal"))  # a clean stop leaves no record behind
