@@ -187,6 +187,8 @@ class ConnectorJournal:
             raise exceptions.OptionsError("broker_on_journal_error must be 'block' or 'pass'")
         if "broker_recorder" in updated and opts.broker_recorder not in ("process", "inline"):
             raise exceptions.OptionsError("broker_recorder must be 'process' or 'inline'")
+        if "broker_ack_deadline" in updated and not opts.broker_ack_deadline > 0:
+            raise exceptions.OptionsError("broker_ack_deadline must be a number of seconds above 0")
         if "broker_prompts" in updated and opts.broker_prompts not in PROMPT_MODES:
             raise exceptions.OptionsError(f"broker_prompts must be one of {', '.join(PROMPT_MODES)}")
         if "broker_connectors" in updated:
