@@ -8,6 +8,7 @@
 - `--listen HOST:PORT` and the socket it binds.
 - `--pass-unknown HOST_PATTERN` (and the old `--record-unknown`): which hosts no connector knows pass
   unrecorded (broker/proxy/passed_hosts.py), for every command that runs the proxy.
+- `--ack-deadline SECONDS`: how long a capture point waits for its recording service (broker/proxy/link.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import click
 
+from broker.proxy.link import ACK_DEADLINE
 from journal.checkpoint.autoseal import DEFAULT_ENTRIES, DEFAULT_SECONDS, AutosealConfig
 from journal.checkpoint.keys import any_signer, any_verifier, load_signer, load_verifier
 from journal.store import is_database_url, open_store
@@ -176,6 +178,12 @@ def unknown_host_options(f: Callable) -> Callable:
         "'*.corp.example', or 'all' (repeatable). Every other unknown host is recorded (connector 'other'); "
         "each passed host is said once on stderr and counted in the checkpoints' declared coverage.",
     )(f)
+ack_deadline_option = click.option(
+    "--ack-deadline", type=click.FloatRange(min=0, min_open=True), default=ACK_DEADLINE, show_default=True,
+    metavar="SECONDS",
+    help="Seconds a call waits for the recording service's acknowledgement; past it the service is treated as "
+    "dead (killed and replaced) and the proxy records the waiting calls itself.",
+)
 
 
 def parse_listen(listen: str, param_hint: str = "--listen") -> tuple[str, int]:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from broker.cli.options import (
+    ack_deadline_option,
     autoseal_config,
     blobs_option,
     checked_blobs,
@@ -36,6 +37,11 @@ confdir_option = click.option(
 listen_option = click.option(
     "--listen", default="127.0.0.1:8080", show_default=True, help="Address the proxy listens on (HOST:PORT)."
 )
+
+
+STOPPED_COMPLETE = "broker: stopped; every accepted entry is on disk"
+STOPPED_INCOMPLETE = ("broker: stopped; some calls were cut off before their entries were written (see the errors "
+                      "above; writes among them are recorded with an unknown outcome)")
 
 
 class _LineFormatter(logging.Formatter):
@@ -62,6 +68,7 @@ def run_settings(opts: Mapping[str, Any]) -> tuple[ProxyConfig, str]:
     # mitmproxy is imported here, not at the top: every other broker command starts faster without it.
     from mitmproxy.exceptions import OptionsError
 
+    from broker.proxy.link import ACK_DEADLINE
     from broker.proxy.runner import ProxyConfig
     from broker.proxy.upstream_resolve import parse_resolve
 
@@ -89,7 +96,7 @@ def run_settings(opts: Mapping[str, Any]) -> tuple[ProxyConfig, str]:
         principal=principal, connectors=connectors_file, resolve=list(resolve), upstream_ca=upstream_ca,
         upstream_insecure=upstream_insecure, on_journal_error=on_journal_error,
         pass_unknown=list(opts.get("pass_unknown") or ()), spill_threshold=spill_threshold, recorder=recorder,
-        prompts=prompts, playback=playback,
+        prompts=prompts, playback=playback, ack_deadline=opts.get("ack_deadline") or ACK_DEADLINE,
     )
     if seal is not None:
         config.seal_key, config.witness = str(Path(seal.key_path).resolve()), seal.witnesses
@@ -137,6 +144,7 @@ def run_settings(opts: Mapping[str, Any]) -> tuple[ProxyConfig, str]:
     help="Answer every call from this recorded session (never reaching the platform); unmatched calls get 502. "
     "The run is recorded as its own session.",
 )
+@ack_deadline_option
 @click.option("-v", "--verbose", is_flag=True,
               help="Log one line per recorded call: seq, session, connector, effect, method, status, URL.")
 def run(**opts: Any) -> int:
@@ -169,11 +177,11 @@ def run(**opts: Any) -> int:
 
         ensure_ca(confdir)  # once, before the workers, so they do not race to create it
         code = serve_workers(config, workers, announce_port)
-        click.echo("broker: stopped; every accepted entry is on disk")
+        click.echo(STOPPED_COMPLETE if code == 0 else STOPPED_INCOMPLETE)
         return code
-    asyncio.run(serve_forever(config, lambda proxy: announce_port(proxy.port)))
-    click.echo("broker: stopped; every accepted entry is on disk")
-    return 0
+    complete = asyncio.run(serve_forever(config, lambda proxy: announce_port(proxy.port)))
+    click.echo(STOPPED_COMPLETE if complete else STOPPED_INCOMPLETE)
+    return 0 if complete else 3
 
 
 @click.command(short_help="Print the proxy and CA settings a client needs.")

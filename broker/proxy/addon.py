@@ -30,7 +30,7 @@ import asyncio
 import logging
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 import msgspec
@@ -48,7 +48,7 @@ from broker.proxy.identity import (
     parse_proxy_auth,
     take_identity,
 )
-from broker.proxy.link import CallNoted, Recorded, RecorderLink, ServiceLost, ServiceUnavailable
+from broker.proxy.link import ACK_DEADLINE, CallNoted, Recorded, RecorderLink, ServiceLost, ServiceUnavailable
 from broker.proxy.passed_hosts import PassedHosts
 from broker.proxy.request_url import request_origin, request_url
 from broker.proxy.service import call_fields
@@ -67,6 +67,7 @@ from journal.record import Recorder, text_pairs
 from journal.redact import is_token_exchange, redact_url
 from journal.store.url import store_target
 from journal.vault import SessionIdError, session_filename
+from journal.write_ahead import ID_KEY, WriteAheadLog, recover, write_ahead_log_for
 from journal.writer import JournalError
 
 log = logging.getLogger("broker")
@@ -79,7 +80,7 @@ PLAYBACK_META = "broker_playback"
 here, not streamed from upstream)."""
 _CACHED_OPTIONS = (
     "broker_session", "broker_agent", "broker_principal", "broker_record_unknown", "broker_on_journal_error",
-    "broker_spill_threshold", "broker_recorder", "broker_prompts",
+    "broker_spill_threshold", "broker_recorder", "broker_prompts", "broker_write_ahead",
 )
 _SEAL_OPTIONS = frozenset({"broker_seal_key", "broker_checkpoint_entries", "broker_checkpoint_seconds",
                            "broker_witness"})
@@ -94,7 +95,7 @@ class _Tracked:
 
     __slots__ = (
         "session", "agent", "principal", "connector", "url", "req_fields", "req_cap", "resp_cap", "call",
-        "sent", "inline", "resp_fields", "prompts", "model_api", "refused",
+        "sent", "inline", "resp_fields", "prompts", "model_api", "refused", "write_ahead",
     )
 
     def __init__(
@@ -113,6 +114,7 @@ class _Tracked:
         self.prompts: str | None = None  # prompt capture on: its mode
         self.model_api: str | None = None  # a model call's API
         self.refused: str | None = None  # answered by the broker itself, never forwarded: why
+        self.write_ahead: str | None = None  # a write's durable record, made before it went upstream
 
 
 def _autoseal(opts) -> AutosealConfig | None:
@@ -129,6 +131,7 @@ class ConnectorJournal:
     def __init__(self) -> None:
         self.recorder: Recorder | None = None
         self.link: RecorderLink | None = None
+        self.wal: WriteAheadLog | None = None  # write-ahead records (journal/write_ahead.py); None: not kept
         self.registry: Registry = Registry.builtin()
         self.identities: weakref.WeakKeyDictionary[connection.Client, tuple[str, str]] = (
             weakref.WeakKeyDictionary()
@@ -138,6 +141,7 @@ class ConnectorJournal:
         self.recorded = 0
         self.journal_failures = 0
         self.inflight = 0  # recorded calls between requestheaders and their entry
+        self.stopping = False  # set by `stop`: no new call goes upstream
         self._restarting: asyncio.Future | None = None
         self._restart_warned = False
         self.coverage = CoverageCount(self._deliver_gaps)  # counts while checkpoints are written
@@ -172,6 +176,16 @@ class ConnectorJournal:
         )
         loader.add_option("broker_spill_threshold", int, SPILL_THRESHOLD, "Spill bodies larger than this (bytes).")
         loader.add_option(
+            "broker_ack_deadline", float, ACK_DEADLINE,
+            "Seconds a call waits for the recording service's acknowledgement; past it the service is killed "
+            "and replaced and the proxy records the waiting calls itself.",
+        )
+        loader.add_option(
+            "broker_write_ahead", bool, True,
+            "Make a write's request durable (a write-ahead record) before it goes upstream; off only to "
+            "measure what it costs (bench/write_ahead_bench.py).",
+        )
+        loader.add_option(
             "broker_recorder", str, "process",
             "process: record in a separate recording service process (broker.proxy.service), leaving the proxy's "
             "CPU to the proxy; inline: record in the proxy process.",
@@ -198,6 +212,8 @@ class ConnectorJournal:
             raise exceptions.OptionsError("broker_on_journal_error must be 'block' or 'pass'")
         if "broker_recorder" in updated and opts.broker_recorder not in ("process", "inline"):
             raise exceptions.OptionsError("broker_recorder must be 'process' or 'inline'")
+        if "broker_ack_deadline" in updated and not opts.broker_ack_deadline > 0:
+            raise exceptions.OptionsError("broker_ack_deadline must be a number of seconds above 0")
         if "broker_prompts" in updated and opts.broker_prompts not in PROMPT_MODES:
             raise exceptions.OptionsError(f"broker_prompts must be one of {', '.join(PROMPT_MODES)}")
         if "broker_pass_unknown" in updated:
@@ -215,7 +231,9 @@ class ConnectorJournal:
                 self.recorder._registry = self.registry
         sealing = updated & _SEAL_OPTIONS
         self.coverage.on = bool(opts.broker_seal_key)
-        if "vault" in updated or "broker_spill_threshold" in updated or self.recorder is None or sealing:
+        if ("vault" in updated or "broker_spill_threshold" in updated or self.recorder is None or sealing
+                or "broker_write_ahead" in updated):
+            self._close_write_ahead()
             if self.recorder is not None:
                 self.recorder.close()
             # In this process the recorder writes streamed bodies' blobs and checks that a session's
@@ -224,7 +242,9 @@ class ConnectorJournal:
                 opts.vault, spill_threshold=opts.broker_spill_threshold, registry=self.registry,
                 autoseal=_autoseal(opts) if opts.broker_recorder == "inline" else None,
             )
-        if updated & {"vault", "broker_spill_threshold", "broker_connectors", "broker_recorder"} or sealing or (
+            self._open_write_ahead(opts.broker_write_ahead)
+        if updated & {"vault", "broker_spill_threshold", "broker_connectors", "broker_recorder",
+                      "broker_ack_deadline"} or sealing or (
             self.link is None and opts.broker_recorder == "process"
         ):
             if self.link is not None:
@@ -235,7 +255,7 @@ class ConnectorJournal:
                 self.link = RecorderLink(
                     store_target(opts.vault), opts.broker_spill_threshold,
                     str(Path(opts.broker_connectors).resolve()) if opts.broker_connectors else "",
-                    extra_args=seal.service_args() if seal else [],
+                    extra_args=seal.service_args() if seal else [], ack_deadline=opts.broker_ack_deadline,
                 )
 
     async def running(self) -> None:
@@ -258,17 +278,46 @@ class ConnectorJournal:
             except JournalError as exc:
                 log.error("journal: %s", exc)
 
+    def stop_accepting(self) -> None:
+        """The broker is stopping: new calls are refused before upstream (503), and a recording service
+        that is not ready yet gets only the acknowledgement deadline for the calls waiting on it."""
+        self.stopping = True
+        if self.link is not None:
+            self.link.hurry()
+
     async def done(self) -> None:
         summary = self.passed.summary()
         if summary is not None:
             log.warning("%s", summary)
             self.passed.counts.clear()  # said once, though mitmproxy's shutdown and the embedder both call done
+        self.stopping = True
         self.coverage.flush()
         if self.link is not None:
             await self.link.aclose()
             self.link = None
+        self._close_write_ahead()  # a write cut off by the stop gets its entry now, not at the next start
         if self.recorder is not None:
             self.recorder.close()
+
+    def _open_write_ahead(self, on: bool) -> None:
+        """Recover what a dead broker left (journal/write_ahead.py), then keep this process's records."""
+        assert self.recorder is not None
+        try:
+            recover(self.recorder)
+        except (JournalError, OSError, ValueError) as exc:
+            log.error("journal: write-ahead records not recovered: %s", exc)
+        self.wal = write_ahead_log_for(self.recorder) if on else None
+
+    def _close_write_ahead(self) -> None:
+        if self.wal is None:
+            return
+        self.wal.close()
+        self.wal = None
+        assert self.recorder is not None
+        try:
+            recover(self.recorder)
+        except (JournalError, OSError, ValueError) as exc:
+            log.error("journal: write-ahead records not recovered (the next start does it): %s", exc)
 
     # -- connection-level hooks -----------------------------------------------------------------
 
@@ -345,17 +394,74 @@ class ConnectorJournal:
 
     # -- request --------------------------------------------------------------------------------
 
-    def requestheaders(self, flow: http.HTTPFlow) -> None:
+    def requestheaders(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
+        """(mitmproxy awaits what a hook returns: a write's record is made before its headers go upstream.)"""
         try:
             self._requestheaders(flow)
+            call: _Tracked | None = flow.metadata.get(_META)
+            if call is not None and call.req_cap is not None and flow.response is None and self._is_write(call, flow):
+                # A streamed body goes upstream as it arrives, right after this hook: the record says
+                # the body is pending (the entry carries it).
+                return self._write_ahead(flow, call, body_pending=True, then=None)
         except Exception:  # noqa: BLE001 - mitmproxy would log it and forward the call unrecorded
             self._failed_closed(flow, "requestheaders")
+        return None
 
-    def request(self, flow: http.HTTPFlow) -> None:
+    def request(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
+        """(A write whose body is held whole goes upstream after this hook: its record is made first.)"""
         try:
-            self._request(flow)
+            call = self._request(flow)
+            if call is None:
+                return None
+            if call.req_cap is None and call.write_ahead is None and self._is_write(call, flow):
+                return self._write_ahead(flow, call, body_pending=False, then=self._hand_over)
+            self._hand_over(flow, call)
         except Exception:  # noqa: BLE001 - as above
             self._failed_closed(flow, "request")
+        return None
+
+    def _is_write(self, call: _Tracked, flow: http.HTTPFlow) -> bool:
+        """Whether this call gets a write-ahead record: the connector rules' effect, as the entry's."""
+        if self.wal is None:
+            return False
+        assert self.recorder is not None
+        req = flow.request
+        body = None if call.req_cap is not None else req.raw_content
+        _, effect, _ = self.recorder.classify(req.method, call.url, text_pairs(call.req_fields), body, call.connector)
+        return effect == "write"
+
+    async def _write_ahead(self, flow: http.HTTPFlow, call: _Tracked, body_pending: bool,
+                           then: Callable[[http.HTTPFlow, _Tracked], None] | None) -> None:
+        """Make the write's record durable (group-committed, in a thread), then let it go on (`then`).
+        A record that cannot be made keeps the write from the platform (under `block`)."""
+        try:
+            built = self._request_call(call, flow, with_body=not body_pending)  # a streamed body is still coming
+            wal = self.wal
+            assert wal is not None and self.recorder is not None
+            recorder = self.recorder
+
+            def record() -> str | None:
+                half = recorder.prepare_request(built)
+                if half is None or half.fields["effect"] != "write":
+                    return None  # a token exchange, or a read after all
+                return wal.write(half, body_pending=body_pending, ts=time.time())
+
+            call.write_ahead = await asyncio.to_thread(record)
+            if then is not None:
+                then(flow, call)
+        except Exception as exc:  # noqa: BLE001 - whatever kept the record out, the write must not go unrecorded
+            if not isinstance(exc, (JournalError, OSError, ValueError)):
+                log.exception("journal: unexpected failure making a write-ahead record")
+            if self._opts["broker_on_journal_error"] != "block":
+                log.error("journal: %s %s went upstream WITHOUT its write-ahead record: %s", flow.request.method,
+                          redact_url(call.url), exc)
+                if then is not None:
+                    then(flow, call)
+                return
+            self.journal_failures += 1
+            self._drop(flow)
+            flow.request.stream = False  # answered here: nothing of it goes upstream
+            self._answer(flow, 502, f"call not forwarded: its write-ahead record could not be written ({exc})")
 
     def _failed_closed(self, flow: http.HTTPFlow, hook: str) -> None:
         """A bug or an input nobody foresaw: under `block` the call is not forwarded unrecorded."""
@@ -367,6 +473,9 @@ class ConnectorJournal:
 
     def _requestheaders(self, flow: http.HTTPFlow) -> None:
         req = flow.request
+        if self.stopping:  # the calls in flight drain; a new one would never end the drain
+            self._answer(flow, 503, "the broker is stopping: call not forwarded")
+            return
         # One pass over the raw header fields takes out the proxy credentials and X-Broker-* headers
         # (never forwarded, never recorded) and yields the recorded header fields.
         opts = self._opts
@@ -443,10 +552,11 @@ class ConnectorJournal:
         connector = self.registry.match(req.host, req.path) or OTHER
         self._refuse(flow, _Tracked(session, agent, principal, connector, dest, fields), status, reason)
 
-    def _request(self, flow: http.HTTPFlow) -> None:
+    def _request(self, flow: http.HTTPFlow) -> _Tracked | None:
+        """The tracked call once it may go upstream (None: not recorded, or refused here)."""
         call: _Tracked | None = flow.metadata.get(_META)
         if call is None or flow.response is not None:
-            return
+            return None
         if self._opts["broker_on_journal_error"] == "block":
             problem = self._journal_problem(call.session)
             if problem:
@@ -454,7 +564,13 @@ class ConnectorJournal:
                 self._answer(flow, 502, f"call not forwarded: the journal cannot record it ({problem})")
                 self.coverage.gap(call.session, flow.request.pretty_host, "refused")
                 self._drop(flow)
-                return
+                return None
+        return call
+
+    def _hand_over(self, flow: http.HTTPFlow, call: _Tracked) -> None:
+        """As the call goes upstream: its request half to the recording service, or recorded here."""
+        if flow.metadata.get(_META) is not call:
+            return  # dropped meanwhile (the client went away)
         if self.link is not None and not self.link.live:
             # No service to hand the call to (it died, and a new one is not started yet): this process
             # records the call itself, so nothing goes upstream without a live recorder.
@@ -580,6 +696,8 @@ class ConnectorJournal:
                 recorded = await self._record_here(whole, dedupe=False)
             except ServiceLost:  # the dead service may have written it before it could say so
                 recorded = await self._record_here(whole, dedupe=True)
+        if call.write_ahead is not None and self.wal is not None:
+            self.wal.settle(call.write_ahead)  # its entry (carrying the record's id) is durable
         if recorded:
             self.recorded += 1
             if log.isEnabledFor(logging.INFO):  # broker run -v: one line per recorded call
@@ -607,13 +725,17 @@ class ConnectorJournal:
             links_for(self.recorder).on_recorded(entry)
         return Recorded(entry["seq"], entry["effect"])
 
-    def _request_call(self, call: _Tracked, flow: http.HTTPFlow) -> Call:
-        """The request half of the call's `Call` (its response part comes in `_record`)."""
+    def _request_call(self, call: _Tracked, flow: http.HTTPFlow, with_body: bool = True) -> Call:
+        """The request half of the call's `Call` (its response part comes in `_record`); without its body
+        (`with_body` False) before a streamed body has arrived (capturing it is finished only then)."""
         played = flow.metadata.get(PLAYBACK_META)
+        extra = dict(played) if played else {}
+        if call.write_ahead is not None:
+            extra[ID_KEY] = call.write_ahead  # the entry names its write-ahead record (journal/write_ahead.py)
         return Call(
             Identity(call.session, call.agent, call.principal), call.connector,
             Request(sendable(flow.request.method), sendable(call.url), call.req_fields,
-                    captured_body(flow.request, call.req_cap), dict(played) if played else None,
+                    captured_body(flow.request, call.req_cap) if with_body else None, extra or None,
                     trailers=flow.request.trailers.fields if flow.request.trailers else ()),
             prompts=call.prompts, model_api=call.model_api,
             fail_closed=self._opts["broker_on_journal_error"] == "block",

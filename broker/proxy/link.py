@@ -7,6 +7,9 @@ proxy runs). If the service exits, every call waiting on it fails with `ServiceL
 or may not have been written) and a call that finds no live service gets `ServiceUnavailable`;
 the addon then records those calls itself (see the addon), so a dead service never lets a call
 through unrecorded. The next call starts a new service, which continues each chain from its file.
+A stalled service is a dead one: a call that waits longer than `ack_deadline` for its
+acknowledgement (`ACK_DEADLINE` by default, `broker run --ack-deadline`) has the service killed
+(SIGKILL, which also ends a stopped process, so it can write nothing more) and then lost, as above.
 
 Runs on the proxy's event loop: acknowledgements arrive through a protocol's `data_received`, so
 the loop never blocks and no thread is involved. Frames go through an outbox (`_Outbox`): request
@@ -38,6 +41,15 @@ log = logging.getLogger("broker")
 _ROOT = str(Path(__file__).resolve().parent.parent)
 RESTART_INTERVAL = 1.0
 """Seconds between attempts to start the service, so a service that cannot start does not spin."""
+ACK_DEADLINE = 5.0
+"""Seconds a call waits for the service's acknowledgement by default (`broker run --ack-deadline`). Past
+it the service is treated as dead: a stalled service (stopped, swapping, stuck on a disk) is killed
+and replaced, and the calls waiting on it are recorded by the proxy, as when it crashes."""
+
+
+STARTUP_ALLOWANCE = 30.0
+"""Seconds a new service has to say it is ready (start Python, open the vault) on top of the deadline:
+until then the deadline alone would kill every service that starts slowly on a busy machine."""
 
 
 class ServiceUnavailable(JournalError):
@@ -72,13 +84,14 @@ class Recorded(NamedTuple):
 
 class RecorderLink:
     def __init__(self, vault: str, spill_threshold: int, connectors: str = "", extra_args: list[str] | None = None,
-                 ) -> None:
+                 ack_deadline: float = ACK_DEADLINE) -> None:
         self.vault, self.spill_threshold, self.connectors = vault, spill_threshold, connectors
+        self.ack_deadline = ack_deadline
         self.extra_args = list(extra_args or [])  # more `python -m broker.proxy.service` options (checkpoints)
         self.proc: subprocess.Popen | None = None
         self._transport: asyncio.Transport | None = None
         self._starting: asyncio.Future | None = None
-        self._waiting: dict[int, asyncio.Future] = {}
+        self._waiting: dict[int, tuple[asyncio.Future, asyncio.BaseTransport]] = {}
         self._next_id = 0
         self._generation = 0  # one per service started: a request half lives in one service only
         self._last_start = 0.0
@@ -86,6 +99,9 @@ class RecorderLink:
         self.stopped: dict[str, str] = {}
         """Sessions the service reported stopped (a failed write or fsync), with the reason."""
         self._outbox: _Outbox | None = None  # for the connected service
+        self._ready: asyncio.BaseTransport | None = None  # the connected service said it is ready
+        self._hurry = False  # stopping: no start-up allowance any more
+        self._closed = False  # closed: no new service is started
 
     @property
     def live(self) -> bool:
@@ -150,10 +166,17 @@ class RecorderLink:
                       ) -> Recorded | bool:
         call_id = message.id
         data = _encoded(message)
-        fut = asyncio.get_running_loop().create_future()
-        self._waiting[call_id] = fut
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        self._waiting[call_id] = (fut, transport)
         self._send(transport, data, now=True)
-        ack: Ack = await fut
+        # Past the deadline `_stalled` fails `fut` (and every call waiting on that service) with ServiceLost.
+        allowance = 0.0 if self._ready is transport or self._hurry else STARTUP_ALLOWANCE
+        deadline = loop.call_later(self.ack_deadline + allowance, self._stalled, transport)
+        try:
+            ack: Ack = await fut
+        finally:
+            deadline.cancel()
         detail = ack.detail
         if ack.outcome == "ok":  # the service names the entry's seq and effect: the caller may log them
             seq = detail if isinstance(detail, int) and not isinstance(detail, bool) and detail > 0 else None
@@ -173,11 +196,20 @@ class RecorderLink:
             outbox = self._outbox = _Outbox(transport)
         outbox.put(data, now)
 
+    def hurry(self) -> None:
+        """The broker is stopping: calls waiting on a service that is not ready yet get only the deadline."""
+        self._hurry = True
+        transport = self._transport
+        if transport is not None and self._ready is not transport and self._waiting:
+            asyncio.get_running_loop().call_later(self.ack_deadline, self._stalled, transport)
+
     async def connect(self) -> asyncio.Transport:
         """The connection to the service, starting the service if it is not running."""
         transport = self._transport
         if transport is not None and not transport.is_closing():
             return transport
+        if self._closed:
+            raise JournalError("the recording service was stopped with the broker")
         if self._starting is None:
             self._starting = asyncio.ensure_future(self._start())
         starting = self._starting
@@ -223,11 +255,31 @@ class RecorderLink:
 
     def _acknowledged(self, acks: list[Ack]) -> None:
         for ack in acks:
-            fut = self._waiting.pop(ack.id, None)
-            if fut is not None and not fut.done():
-                fut.set_result(ack)
+            waiting = self._waiting.pop(ack.id, None)
+            if waiting is not None and not waiting[0].done():
+                waiting[0].set_result(ack)
+
+    def _stalled(self, transport: asyncio.Transport) -> None:
+        """A call waited past the deadline: the service is dead to the proxy. It is killed (SIGKILL works
+        on a stopped process too) before its calls are recorded here, so that it cannot write an entry
+        for them afterwards; the next call starts a new one."""
+        waited_on = any(t is transport for _, t in self._waiting.values())
+        if self.proc is None or (self._transport is not transport and not waited_on):
+            return  # already lost: its calls were failed then
+        log.error("journal: the recording service did not acknowledge a call within %.1f s "
+                  "(--ack-deadline); killing and replacing it", self.ack_deadline)
+        self.proc.kill()
+        try:
+            self.proc.wait(1.0)  # a killed process is gone at once; its entries are then all on disk
+        except subprocess.TimeoutExpired:
+            log.error("journal: the stalled recording service (pid %d) did not exit after SIGKILL", self.proc.pid)
+        self._lost(transport)
+        transport.abort()
 
     def _lost(self, transport: asyncio.BaseTransport) -> None:
+        if self._transport is not transport and self._outbox is not None and self._outbox.transport is not transport \
+                and not any(t is transport for _, t in self._waiting.values()):
+            return  # (a service already handled, e.g. killed by `_stalled`)
         if self._transport is transport:
             self._transport = None
         if self._outbox is not None and self._outbox.transport is transport:
@@ -242,10 +294,11 @@ class RecorderLink:
         why = f"the recording service exited (code {code})" if code is not None else "the recording service hung up"
         if time.monotonic() - self._last_start < RESTART_INTERVAL:
             self._start_error = JournalError(why)  # died at once: do not start another one right away
-        if self._waiting:
-            log.error("journal: %s with %d calls not acknowledged", why, len(self._waiting))
-        waiting, self._waiting = self._waiting, {}
-        for fut in waiting.values():
+        lost = [call_id for call_id, (_, t) in self._waiting.items() if t is transport]
+        if lost:
+            log.error("journal: %s with %d calls not acknowledged", why, len(lost))
+        for call_id in lost:
+            fut = self._waiting.pop(call_id)[0]
             if not fut.done():
                 fut.set_exception(ServiceLost(why))
 
@@ -273,8 +326,10 @@ class RecorderLink:
 
     def _shut_write(self, drain: bool = False) -> asyncio.Transport | None:
         """Send the end after what is queued; with `drain` (the event loop runs on meanwhile) after
-        what the transport still buffers too."""
+        what the transport still buffers too. A call after this one is recorded by the proxy."""
+        self._closed = True
         transport = self._transport
+        self._transport = None  # (`live` is False now: nothing more is written to it)
         if self._outbox is not None:
             self._outbox.flush()  # what was queued goes before the end
         if transport is not None and drain and not transport.is_closing() and transport.can_write_eof():
@@ -358,6 +413,7 @@ class _Acks(asyncio.Protocol):
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
+        self.link._ready = self.transport  # its first frame says so; any frame shows it is running
         self.buf += data
         batches, used = split_to_proxy(self.buf)
         if used:

@@ -20,6 +20,7 @@ from mitmproxy.certs import CertStore
 from mitmproxy.master import Master
 
 from broker.proxy.addon import ConnectorJournal
+from broker.proxy.link import ACK_DEADLINE
 from broker.proxy.upstream_resolve import UpstreamResolve
 
 CA_BASENAME = "mitmproxy"
@@ -68,6 +69,8 @@ class ProxyConfig:
     witness: list[str] = field(default_factory=list)
     prompts: str = "off"
     playback: str = ""  # a recorded session that answers every call (addons/playback.py); "" for none
+    ack_deadline: float = ACK_DEADLINE  # seconds to wait for the recording service (broker/proxy/link.py)
+    write_ahead: bool = True  # writes' request halves durable before upstream (journal/write_ahead.py)
 
 
 def ca_cert_path(confdir: str) -> Path:
@@ -164,6 +167,7 @@ class EmbeddedProxy:
             "broker_resolve": list(c.resolve), "broker_on_journal_error": c.on_journal_error,
             "broker_record_unknown": c.record_unknown, "connection_strategy": "lazy", "broker_recorder": c.recorder,
             "broker_prompts": c.prompts, "broker_pass_unknown": list(c.pass_unknown),
+            "broker_ack_deadline": c.ack_deadline, "broker_write_ahead": c.write_ahead,
         }
         if c.mode:
             update["mode"] = list(c.mode)
@@ -213,21 +217,30 @@ class EmbeddedProxy:
 
         return [Playback()]
 
-    async def stop(self, drain_seconds: float = DRAIN_SECONDS) -> None:
+    async def stop(self, drain_seconds: float = DRAIN_SECONDS) -> bool:
+        """Drain and shut down; whether every call accepted got its entry (False: some were cut off, the log
+        says which; a write among them is recorded from its write-ahead record)."""
         if self.master is None or self._task is None:
-            return
+            return True
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + drain_seconds
+        # A call waiting on a stalled recording service is recorded here once its deadline passes:
+        # the drain gives it that long.
+        deadline = loop.time() + max(drain_seconds, 2 * self.config.ack_deadline + 1)
+        self.addon.stop_accepting()
         # Calls in flight finish and get their entries; idle keep-alive connections are not waited for.
         while self.addon.inflight and loop.time() < deadline:
             await asyncio.sleep(0.05)
+        cut = self.addon.inflight
+        if cut:
+            logging.getLogger("broker").error("stopping: %d calls still in flight after the drain are cut off", cut)
         self.master.shutdown()
         await self._task
         await self.addon.done()  # mitmproxy's shutdown already ran it; a second call finds nothing left to close
+        return cut == 0 and self.addon.inflight <= 0
 
 
-async def serve_forever(config: ProxyConfig, announce) -> None:
-    """Run until SIGINT or SIGTERM, then stop cleanly with every accepted entry on disk."""
+async def serve_forever(config: ProxyConfig, announce) -> bool:
+    """Run until SIGINT or SIGTERM, then stop; whether every accepted call has its entry on disk."""
     proxy = EmbeddedProxy(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -238,4 +251,4 @@ async def serve_forever(config: ProxyConfig, announce) -> None:
     announce(proxy)
     await stop.wait()
     logging.getLogger("broker").info("stopping: draining open connections")
-    await proxy.stop()
+    return await proxy.stop()

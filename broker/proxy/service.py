@@ -280,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         # the moment it waits for the code, and it would then report a hang-up without the code).
         os._exit(2)
     try:
+        sock.sendall(frame([]))  # ready: an empty batch of acknowledgements (the proxy's deadline starts now)
         serve(sock, recorder)
     finally:
         recorder.close()

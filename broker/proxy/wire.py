@@ -17,8 +17,10 @@ proxy -> service, one message per frame, each an array whose first item names it
 - `["coverage", [[session, url or host, what, n], ...]]`: calls the proxy left unrecorded (declared
   coverage, docs/checkpoints.md); never acknowledged.
 
-service -> proxy, one frame per batch: an array of acknowledgements `[id, outcome, detail, stopped,
-effect]`, for every "call" and "response" in the order received. outcome "ok" (entry durable;
+service -> proxy, first an empty batch `[]` once the service has opened the vault and is ready (the
+proxy's acknowledgement deadline, `broker.proxy.link`, runs from then on), then one frame per batch:
+an array of acknowledgements `[id, outcome, detail, stopped, effect]`, for every "call" and
+"response" in the order received. outcome "ok" (entry durable;
 detail = its seq, effect = the entry's effect), "skip" (a token exchange: nothing recorded), "noted"
 (the call could not be recorded and an entry saying so is durable; detail = why) or "error"
 (detail = the reason; `stopped` when the session's file is stopped and takes nothing more).

@@ -77,10 +77,16 @@ def _worker(config: ProxyConfig, index: int, ready) -> None:
                         stream=sys.stderr)
     _listen_with_reuse_port()
     try:
-        asyncio.run(serve_forever(config, lambda proxy: ready.put((index, proxy.port, None))))
+        complete = asyncio.run(serve_forever(config, lambda proxy: ready.put((index, proxy.port, None))))
     except OSError as exc:
         ready.put((index, None, str(exc)))
         sys.exit(2)
+    if not complete:
+        sys.exit(INCOMPLETE)
+
+
+INCOMPLETE = 3
+"""A worker's exit code when calls were cut off at its stop before their entries were written."""
 
 
 def serve_workers(config: ProxyConfig, workers: int, announce: Callable[[int], None]) -> int:

@@ -98,6 +98,19 @@ class BrokerProcess:
                 return got
             time.sleep(0.05)
 
+    def service_pid(self, timeout: float = 10) -> int:
+        """The pid of the broker's recording service (`python -m broker.proxy.service`), once it runs."""
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout
+        while True:
+            kids = [k for t in Path(f"/proc/{self.proc.pid}/task").iterdir()
+                    for k in (t / "children").read_text().split()]
+            if kids:
+                return int(kids[0])
+            if time.monotonic() > deadline:
+                raise RuntimeError("no recording service:\n" + self.output.decode(errors="replace")[-4000:])
+            time.sleep(0.05)
+
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
