@@ -22,8 +22,17 @@ HOSTS = frozenset({"generativelanguage.googleapis.com"})
 _METHODS = (":generateContent", ":streamGenerateContent")
 
 
+_LIVE = "GenerativeService.BidiGenerateContent"
+"""Gemini Live: a WebSocket at `/ws/google.ai.generativelanguage.<version>.GenerativeService.BidiGenerateContent`
+(and `...BidiGenerateContentConstrained`), each message an entry (journal/models/websocket.py)."""
+
+
+def is_model_path(path: str) -> bool:
+    return path.endswith(_METHODS) or (path.startswith("/ws/") and _LIVE in path)
+
+
 def match(host: str, path: str) -> bool:
-    return host in HOSTS and path.endswith(_METHODS)
+    return host in HOSTS and is_model_path(path)
 
 
 def _get(d: dict, camel: str) -> tuple[str, object]:
