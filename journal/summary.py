@@ -71,6 +71,18 @@ def checkpoint_status(vault: Vault, session: str) -> dict | None:
     return {"size": body.size, "signers": [sig.name for sig in parsed.sigs], "error": None}
 
 
+def method_label(request: dict) -> object:
+    """The request's method as timelines show it (`broker show`, `search`, the inspector): a WebSocket
+    message (docs/contract.md section 8) as `WS→text` (the client sent it) or `WS←binary` (the server
+    did), so a reader sees the direction and kind without opening the entry; else the method."""
+    method = request.get("method")
+    ws = request.get("websocket")
+    if method != "WEBSOCKET" or not isinstance(ws, dict):
+        return method
+    arrow = "→" if ws.get("direction") == "client_to_server" else "←"
+    return f"WS{arrow}{ws.get('kind')}"
+
+
 def entry_row(entry: dict, line: int) -> dict:
     """One timeline row of an entry (as recorded; fields a tampered entry lacks come out as None).
     `line` is the entry's position in the file, which is its seq when the chain holds."""
@@ -79,7 +91,7 @@ def entry_row(entry: dict, line: int) -> dict:
     return {
         "line": line, "seq": entry.get("seq"), "ts": entry.get("ts"), "connector": entry.get("connector"),
         "effect": entry.get("effect"), "capture": entry.get("capture"), "agent": entry.get("agent"),
-        "principal": entry.get("principal"), "method": req.get("method"), "url": req.get("url"),
+        "principal": entry.get("principal"), "method": method_label(req), "url": req.get("url"),
         "effect_basis": req.get("effect_basis"), "status": resp.get("status"),
         "answered_by": resp.get("answered_by"), "error": resp.get("error"),
     }

@@ -21,7 +21,7 @@ from journal.checkpoint.note import Verifier
 from journal.checkpoint.witness import WitnessClient
 from journal.entry import parse_ts
 from journal.reader import iter_entries
-from journal.summary import summarize_session
+from journal.summary import method_label, summarize_session
 from journal.vault import Vault, VaultError
 from journal.vault_verify import verify_sessions
 from journal.verify import SessionReport
@@ -238,7 +238,7 @@ def _timeline(vault: Vault, session: str, seq: int | None):
         status = resp.get("status")
         status_s = str(status) if status is not None else f"ERR({resp.get('error', '?')})"
         row = [str(entry.get("seq", "?")), ts, gap, str(entry.get("connector", "?")), str(entry.get("effect", "?")),
-               str(entry.get("capture", "?")), str(req.get("method", "?")), status_s, str(req.get("url", ""))]
+               str(entry.get("capture", "?")), str(method_label(req) or "?"), status_s, str(req.get("url", ""))]
         yield row, entry
 
 

@@ -159,6 +159,11 @@ def tool_calls(response: object) -> list[ToolCall]:
             _, fc = _get(p, "functionCall")
             if isinstance(fc, dict) and isinstance(fc.get("name"), str):
                 out.append(ToolCall(fc.get("id"), fc["name"], fc.get("args")))
+    _, live = _get(response, "toolCall")  # a Gemini Live server message
+    calls = _get(live, "functionCalls")[1] if isinstance(live, dict) else None
+    for fc in calls if isinstance(calls, list) else ():
+        if isinstance(fc, dict) and isinstance(fc.get("name"), str):
+            out.append(ToolCall(fc.get("id"), fc["name"], fc.get("args")))
     return out
 
 

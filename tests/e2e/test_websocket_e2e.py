@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from websockets.asyncio.client import connect
 
+from tests.journal.test_websocket_messages import RTM_URL
+from tests.journal.test_websocket_messages import _message as _message_call
 from tests.support.broker_harness import BIN, BrokerProcess
 from tests.support.ws_upstream import RTM_TICKET, SOCKET_TICKET, WsUpstream
 
@@ -310,3 +312,44 @@ def test_gemini_live_key_redacted_and_texts_referenced(tmp_path, upstream):
     part = msgs[0]["request"]["body"]["clientContent"]["turns"][0]["parts"][0]["text"]
     assert part["size"] == len("secret plans for friday") and "ref" in part
     assert (broker.vault / part["ref"]).read_bytes() == b"secret plans for friday"
+
+
+def test_readers_take_message_entries(tmp_path):  # here, not in tests/journal/: replay forks
+    """verify, the timeline label, HAR (messages under their handshake), OTel, the fixture, replay and its
+    revert plan read a session holding WebSocket messages; a message that posted is never 'refused'."""
+    from journal.call import Call
+    from journal.export.fixture import read_entries
+    from journal.export.har import build_har
+    from journal.export.otel import build_otlp
+    from journal.record import Recorder
+    from journal.replay import plan_dict, replay_session
+    from journal.summary import entry_row
+    from journal.vault import Vault
+    from journal.verify import verify_session
+
+    rec = Recorder(tmp_path / "v")
+    try:
+        hs = rec.record(Call.make(session="s", agent="agent", principal="me", connector="slack", method="GET",
+                                  url=RTM_URL, status=101, response_headers=[("Upgrade", "websocket")]))
+        assert hs is not None
+        post = _message_call(RTM_URL, "client_to_server", b'{"id": 1, "type": "message", "channel": "C1", "text": "x"}')
+        post.request.extra["websocket"].update(handshake=hs["hash"], handshake_seq=hs["seq"])
+        reply = _message_call(RTM_URL, "server_to_client", b'{"ok": true, "reply_to": 1}')
+        reply.request.extra["websocket"].update(handshake=hs["hash"], handshake_seq=hs["seq"], message=2)
+        rec.record(post)
+        rec.record(reply)
+    finally:
+        rec.close()
+    vault = Vault.open_existing(tmp_path / "v")
+    assert verify_session(vault, "s").intact
+    entries, _ = read_entries(vault, "s")
+    assert [entry_row(e, i)["method"] for i, e in enumerate(entries, 1)] == ["GET", "WS→text", "WS←text"]
+    har = build_har(tmp_path / "v", "s")["log"]
+    assert len(har["entries"]) == 1
+    ws = har["entries"][0]["_webSocketMessages"]
+    assert [(m["type"], m["opcode"]) for m in ws] == [("send", 1), ("receive", 1)]
+    assert json.loads(ws[0]["data"])["text"] == "x"
+    assert build_otlp(tmp_path / "v", "s")["resourceSpans"]
+    plan = plan_dict(replay_session(vault, "s"))
+    step = next(s for s in plan["steps"] if s["for_seq"] == 2)
+    assert "refused" not in json.dumps(step) and "changed nothing" not in json.dumps(step)

@@ -148,3 +148,4 @@ def test_gemini_live_key_in_url_never_written(recorder):
         model_api="gemini"))
     assert "AIzaSyA1234567890" not in json.dumps(entry)
     assert entry["request"]["body"]["realtimeInput"]["text"]["size"] == len("hello gemini")
+
