@@ -153,7 +153,7 @@ class PlainMitmdump(BrokerProcess):
             "connection_strategy=lazy",
         ]
         sets += [f"broker_resolve={h}=127.0.0.1:{self.upstream.port}" for h in self.upstream.hosts]
-        cmd = [str(BIN / "mitmdump"), "-s", str(ROOT / "addons" / "upstream_resolve.py"),
+        cmd = [str(BIN / "mitmdump"), "-s", str(ROOT / "broker" / "proxy" / "upstream_resolve.py"),
                "--listen-host", "127.0.0.1", "--listen-port", "0"]
         for s in sets:
             cmd += ["--set", s]

@@ -9,7 +9,7 @@ the path decides what it does:
 - `/link/` (Slack Socket Mode): `hello`, then one `events_api` envelope; the client's acks are kept;
 - `/v1/realtime`, `/v1/responses` (OpenAI Realtime and the Responses WebSocket mode): a
   `session.created`, and for each `response.create` a short answer of text deltas and `response.done`;
-- `/ws/bench`: counts messages and answers nothing (throughput);
+- `/ws/bench`: counts messages and answers only `sync`, with the count (throughput);
 - anything else: echo (text as text, binary as binary). `server-close` makes the server close
   with 4001 "bye"; `big:N` makes it send N bytes of text.
 
@@ -111,7 +111,7 @@ class WsUpstream:
     async def _serve(self, ctx: ssl.SSLContext) -> None:
         self._stop = asyncio.Event()
         async with serve(self._handler, "127.0.0.1", 0, ssl=ctx, process_request=self._http,
-                         max_size=None, compression=None) as server:
+                         max_size=None, compression=None, ping_interval=None) as server:
             self.port = next(iter(server.sockets)).getsockname()[1]
             self._ready.set()
             await self._stop.wait()
@@ -138,8 +138,11 @@ class WsUpstream:
             elif path.startswith(("/v1/realtime", "/v1/responses")):
                 await self._realtime(ws, path)
             elif path.startswith("/ws/bench"):
-                async for _ in ws:
-                    self.bench_count += 1
+                async for message in ws:
+                    if message == "sync":  # the client waits for this answer: everything before it arrived
+                        await ws.send(str(self.bench_count))
+                    else:
+                        self.bench_count += 1
             else:
                 await self._echo(ws, path)
         except Exception as exc:  # noqa: BLE001 - a closed connection mid-test is reported, not raised
