@@ -267,16 +267,22 @@ def test_openai_realtime_sdk_is_a_model_call_with_prompt_refs(tmp_path, upstream
             return out
 
         events = _run(talk())
-        entries = broker.entries("rt1", count=6)
+        import httpx
+
+        with httpx.Client(proxy=proxy, verify=_client_ssl(broker)) as c:  # the tool call the model asked for
+            c.get("https://api.github.com/repos/octo/hello/issues")
+        entries = broker.entries("rt1", count=7)
     assert "response.done" in events
     raw = _vault_text(broker.vault)
     assert "a private question" not in raw and "realtimesecretkey" not in raw and "Hello" not in raw
-    msgs = _messages(entries)
-    assert msgs and all(m["connector"] == "openai" and m["effect"] == "read" for m in msgs)
+    msgs = [m for m in _messages(entries) if m["connector"] == "openai"]
+    assert msgs and all(m["effect"] == "read" for m in msgs)
     assert all(m["request"]["prompt_capture"] == "refs" for m in msgs)
     done = next(m for m in msgs if (m["response"]["body"] or {}).get("type") == "response.done")
     call = done["response"]["body"]["response"]["output"][1]
     assert call["name"] == "list_issues" and call["arguments"] == '{"repo": "octo/hello"}'  # the instruction, in clear
+    tool = next(e for e in entries if e["connector"] == "github")
+    assert tool["connector"] == "github" and tool["prompt_ref"] == done["hash"]  # the message that asked for it
 
 
 def test_model_websocket_unrecorded_with_prompt_capture_off(tmp_path, upstream):
