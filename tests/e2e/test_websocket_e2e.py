@@ -285,6 +285,42 @@ def test_openai_realtime_sdk_is_a_model_call_with_prompt_refs(tmp_path, upstream
     assert tool["connector"] == "github" and tool["prompt_ref"] == done["hash"]  # the message that asked for it
 
 
+def test_openai_responses_websocket_mode_sdk(tmp_path, upstream):
+    """The openai SDK's Responses WebSocket client (`responses.connect`) through `broker run --prompts full`:
+    the prompt is in the blob store, not the entry; the tool call the response asks for is in clear."""
+    openai = pytest.importorskip("openai")
+    if not hasattr(openai.AsyncOpenAI(api_key="x").responses, "connect"):
+        pytest.skip("this openai SDK has no Responses WebSocket client")
+    with BrokerProcess(tmp_path, upstream, "--prompts", "full") as broker:
+        proxy = broker.proxy_url("resp1", "model-agent")
+
+        async def talk() -> list:
+            client = openai.AsyncOpenAI(api_key="sk-proj-responsessecret0123456789abcdef",
+                                        websocket_base_url="wss://api.openai.com/v1")
+            out = []
+            async with client.responses.connect(
+                websocket_connection_options={"proxy": proxy, "ssl": _client_ssl(broker)}, max_retries=0,
+            ) as conn:
+                await conn.response.create(model="gpt-fake", input="summarise my private notes")
+                async for event in conn:
+                    out.append(event.type)
+                    if event.type == "response.completed":
+                        break
+            return out
+
+        events = _run(talk())
+        entries = broker.entries("resp1", count=5)
+    assert events[-1] == "response.completed"
+    raw = _vault_text(broker.vault)
+    assert "summarise my private notes" not in raw and "responsessecret" not in raw
+    msgs = _messages(entries)
+    sent = next(m for m in msgs if m["request"]["websocket"]["direction"] == "client_to_server")
+    ref = sent["request"]["body"]["input"]
+    assert (broker.vault / ref["ref"]).read_bytes() == b"summarise my private notes"
+    done = next(m for m in msgs if (m["response"]["body"] or {}).get("type") == "response.completed")
+    assert done["response"]["body"]["response"]["output"][1]["name"] == "list_issues"
+
+
 def test_model_websocket_unrecorded_with_prompt_capture_off(tmp_path, upstream):
     with BrokerProcess(tmp_path, upstream) as broker:
         async def talk() -> None:

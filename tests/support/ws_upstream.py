@@ -181,9 +181,10 @@ class WsUpstream:
             self._got(path, message)
 
     async def _realtime(self, ws: ServerConnection, path: str) -> None:
-        await ws.send(json.dumps({"type": "session.created", "event_id": "ev0",
-                                  "session": {"id": "sess_1", "type": "realtime", "model": "gpt-realtime",
-                                              "instructions": "You are helpful."}}))
+        if not path.startswith("/v1/responses"):  # the Responses WebSocket mode opens with no event
+            await ws.send(json.dumps({"type": "session.created", "event_id": "ev0",
+                                      "session": {"id": "sess_1", "type": "realtime", "model": "gpt-realtime",
+                                                  "instructions": "You are helpful."}}))
         n = 0
         async for message in ws:
             self._got(path, message)
@@ -199,8 +200,12 @@ class WsUpstream:
                 await ws.send(json.dumps({"type": "response.output_text.delta", "event_id": f"ev{n}d",
                                           "response_id": rid, "item_id": "item_1", "output_index": 0,
                                           "content_index": 0, "delta": delta}))
-            await ws.send(json.dumps({"type": "response.done", "event_id": f"ev{n}x", "response": {
-                "id": rid, "object": "realtime.response", "status": "completed",
+            responses_mode = path.startswith("/v1/responses")  # its last event is response.completed
+            await ws.send(json.dumps({
+                "type": "response.completed" if responses_mode else "response.done", "event_id": f"ev{n}x",
+                "sequence_number": 3, "response": {
+                "id": rid, "object": "response" if responses_mode else "realtime.response", "status": "completed",
+                "created_at": 1_700_000_000, "model": "gpt-fake",
                 "output": [
                     {"id": "item_1", "type": "message", "role": "assistant", "status": "completed",
                      "content": [{"type": "output_text", "text": "Hello"}]},
