@@ -55,9 +55,12 @@ async def _send(proxy: str | None, ca: str, n: int, port: int = 0) -> float:
     """Seconds from the first message sent to the server's answer to `sync` (all n arrived). Without a
     proxy, straight to the upstream on `port` (its certificate names the real host)."""
     ctx = ssl.create_default_context(cafile=ca)
-    uri, where = (URL, {"proxy": proxy}) if proxy else (
-        f"wss://127.0.0.1:{port}/ws/bench", {"server_hostname": "api.github.com"})
-    async with connect(uri, **where, ssl=ctx, compression=None, max_queue=None, ping_interval=None) as ws:
+    if proxy:
+        opened = connect(URL, proxy=proxy, ssl=ctx, compression=None, max_queue=None, ping_interval=None)
+    else:
+        opened = connect(f"wss://127.0.0.1:{port}/ws/bench", server_hostname="api.github.com", ssl=ctx,
+                         compression=None, max_queue=None, ping_interval=None)
+    async with opened as ws:
         t0 = time.perf_counter()
         for i in range(n):
             await ws.send(json.dumps({"type": "message", "channel": "C0BENCH", "seq": i,

@@ -390,7 +390,7 @@ class ConnectorJournal:
         try:
             recorded = await self._record(call, flow, resp.status_code, call.resp_fields or resp.headers.fields,
                                           resp, None, resp.timestamp_start or time.time())
-            if flow.websocket is not None and recorded and resp.status_code == 101:
+            if flow.websocket is not None and isinstance(recorded, Recorded) and resp.status_code == 101:
                 assert call.call is not None
                 flow.metadata[_WS_META] = WebSocketConnection(
                     call.call.identity, call.connector, call.call.request.url, call.prompts, call.model_api,

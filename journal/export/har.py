@@ -192,7 +192,7 @@ def websocket_message(entry: dict, ws: dict, vault: Vault, inline_blobs: bool) -
     else:
         data = body.get("text", "")
     out: dict = {"type": "send" if sent else "receive", "time": parse_ts(entry["ts"]).timestamp(),
-                 "opcode": _OPCODES.get(kind, 1), "data": data,
+                 "opcode": _OPCODES.get(str(kind), 1), "data": data,
                  "_journal": {"seq": entry.get("seq"), "hash": entry.get("hash"), "effect": entry.get("effect")}}
     for key in ("_blob", "_blobs"):
         if key in body:

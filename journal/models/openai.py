@@ -235,8 +235,9 @@ def tool_calls(response: object) -> list[ToolCall]:
     out: list[ToolCall] = []
     if not isinstance(response, dict):
         return out
-    if response.get("type") in ("response.done", "response.completed") and isinstance(response.get("response"), dict):
-        response = response["response"]  # a Realtime / Responses WebSocket event holding the whole response
+    inner = response.get("response")
+    if response.get("type") in ("response.done", "response.completed") and isinstance(inner, dict):
+        response = inner  # a Realtime / Responses WebSocket event holding the whole response
     for c in response.get("choices") or ():
         msg = c.get("message") if isinstance(c, dict) else None
         for tc in (msg or {}).get("tool_calls") or () if isinstance(msg, dict) else ():
