@@ -51,7 +51,7 @@ def _children(pid: int) -> list[int]:
         return []
 
 
-async def _send(proxy: str | None, ca: str, n: int, port: int = 0) -> float:
+async def _send(proxy: str | None, ca: str, n: int, port: int = 0, sample=None) -> float:
     """Seconds from the first message sent to the server's answer to `sync` (all n arrived). Without a
     proxy, straight to the upstream on `port` (its certificate names the real host)."""
     ctx = ssl.create_default_context(cafile=ca)
@@ -67,52 +67,76 @@ async def _send(proxy: str | None, ca: str, n: int, port: int = 0) -> float:
                                       "text": "a message of the kind an agent sends, about this long"}))
             if i % 256 == 0:
                 await asyncio.sleep(0)  # let the connection's reader run (closes, errors) during a long send
+            if sample is not None and i % max(n // 5, 1) == 0:
+                sample()
         await ws.send("sync")
         got = await ws.recv()
         elapsed = time.perf_counter() - t0
     return elapsed if int(got) >= n else float("nan")
 
 
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def _run(proxy_proc: BrokerProcess, session: str, n: int) -> dict:
+    """Messages per second, peak RSS, and the RSS (proxy + its children) at every fifth of the run."""
     assert proxy_proc.proc is not None
-    elapsed = asyncio.run(_send(proxy_proc.proxy_url(session, "bench"), proxy_proc.ca, n))
     pid = proxy_proc.proc.pid
+    samples: list[float] = []
+
+    def sample() -> None:
+        samples.append(round(_rss_mib(pid) + sum(_rss_mib(c) for c in _children(pid)), 1))
+
+    elapsed = asyncio.run(_send(proxy_proc.proxy_url(session, "bench"), proxy_proc.ca, n, sample=sample))
+    sample()
     service = _children(pid)
     return {"seconds": elapsed, "per_second": n / elapsed, "proxy_mib": _hwm_mib(pid),
-            "service_mib": _hwm_mib(service[0]) if service else 0.0}
+            "service_mib": _hwm_mib(service[0]) if service else 0.0, "rss_mib_over_the_run": samples}
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--messages", type=int, default=100_000)
     p.add_argument("--quick", action="store_true", help="10,000 messages instead")
+    p.add_argument("--broker-only", action="store_true", help="no mitmdump or direct baseline (memory over a long run)")
     p.add_argument("--json")
     args, _ = p.parse_known_args(argv)
     n = 10_000 if args.quick else args.messages
     out: dict = {"messages": n}
     with tempfile.TemporaryDirectory(prefix="ws-bench-") as tmp, WsUpstream() as up:
         root = Path(tmp)
-        direct = asyncio.run(_send(None, up.ca_pem, n, up.port))
-        out["direct"] = {"seconds": direct, "per_second": n / direct}
-        up.bench_count = 0
         (root / "m").mkdir()
         (root / "b").mkdir()
-        with PlainMitmdump(root / "m", up) as m:
-            out["mitmdump"] = _run(m, "bench", n)
-        up.bench_count = 0
+        if not args.broker_only:
+            direct = asyncio.run(_send(None, up.ca_pem, n, up.port))
+            out["direct"] = {"seconds": direct, "per_second": n / direct}
+            up.bench_count = 0
+            with PlainMitmdump(root / "m", up) as m:
+                out["mitmdump"] = _run(m, "bench", n)
+            up.bench_count = 0
         with BrokerProcess(root / "b", up) as b:
             out["broker"] = _run(b, "bench", n)
         journal = b.vault / "journal" / "bench.jsonl"
         with journal.open("rb") as f:
             out["entries"] = sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
-    m_, b_ = out["mitmdump"], out["broker"]
-    out["ratio"] = b_["per_second"] / m_["per_second"]
+    b_ = out["broker"]
     print(f"WebSocket: {n} text messages on one connection (client to server), each an entry through the broker")
-    print(f"direct (no proxy) {out['direct']['per_second']:8.0f} msg/s")
-    print(f"mitmdump {m_['per_second']:8.0f} msg/s ({m_['seconds']:.1f} s)   broker {b_['per_second']:8.0f} msg/s "
-          f"({b_['seconds']:.1f} s)   ratio {out['ratio']:.2f}")
-    print(f"peak RSS: mitmdump {m_['proxy_mib']:.0f} MiB; broker proxy {b_['proxy_mib']:.0f} MiB + recording service "
-          f"{b_['service_mib']:.0f} MiB = {b_['proxy_mib'] + b_['service_mib']:.0f} MiB")
+    if "mitmdump" in out:
+        m_ = out["mitmdump"]
+        out["ratio"] = b_["per_second"] / m_["per_second"]
+        print(f"direct (no proxy) {out['direct']['per_second']:8.0f} msg/s")
+        print(f"mitmdump {m_['per_second']:8.0f} msg/s ({m_['seconds']:.1f} s)   broker {b_['per_second']:8.0f} msg/s "
+              f"({b_['seconds']:.1f} s)   ratio {out['ratio']:.2f}")
+        print(f"mitmdump RSS over the run (MiB): {m_['rss_mib_over_the_run']}")
+    else:
+        print(f"broker {b_['per_second']:8.0f} msg/s ({b_['seconds']:.1f} s)")
+    print(f"peak RSS: broker proxy {b_['proxy_mib']:.0f} MiB + recording service "
+          f"{b_['service_mib']:.0f} MiB = {b_['proxy_mib'] + b_['service_mib']:.0f} MiB; "
+          f"over the run (MiB): {b_['rss_mib_over_the_run']}")
     print(f"entries written: {out['entries']} (expected {n + 4}: the handshake, {n} messages, the sync and its "
           "answer, the close)")
     if args.json:
