@@ -163,7 +163,8 @@ def test_slack_socket_mode_and_rtm_recorded_with_ticket_redacted(tmp_path, upstr
         async def talk() -> None:
             import httpx
 
-            async with httpx.AsyncClient(proxy=broker.proxy_url("slack1", "bot"), verify=_client_ssl(broker)) as c:
+            async with httpx.AsyncClient(proxy=broker.proxy_url("slack1", "bot"), verify=_client_ssl(broker),
+                                         timeout=60) as c:
                 r = await c.post("https://slack.com/api/apps.connections.open",
                                  headers={"Authorization": "Bearer xapp-1-A0FAKE-123-abcdef"})
                 url = r.json()["url"]
@@ -269,7 +270,7 @@ def test_openai_realtime_sdk_is_a_model_call_with_prompt_refs(tmp_path, upstream
         events = _run(talk())
         import httpx
 
-        with httpx.Client(proxy=proxy, verify=_client_ssl(broker)) as c:  # the tool call the model asked for
+        with httpx.Client(proxy=proxy, verify=_client_ssl(broker), timeout=60) as c:  # the tool call asked for
             c.get("https://api.github.com/repos/octo/hello/issues")
         entries = broker.entries("rt1", count=7)
     assert "response.done" in events
