@@ -16,7 +16,7 @@ alone turns it into an entry (redaction, bodies, classification, spilling). The 
 
 Header fields are (name, value) pairs of text or raw bytes (raw bytes are decoded by the recorder,
 docs/contract.md "Wire text"). A body is raw bytes, a `Prepared` entry value (a capture point that
-already streamed it to a blob) or a `JsonValue` (MCP params and results).
+already streamed it to a blob), a `JsonValue` (MCP params and results) or a `WebSocketPayload`.
 
 These are msgspec Structs so that a capture point that hands its calls to another process can send
 the Call itself, encoded as MessagePack: bytes stay bytes, and nothing is pickled.
@@ -51,7 +51,16 @@ class JsonValue(msgspec.Struct, frozen=True, tag="json"):
     value: Any
 
 
-Body = bytes | Prepared | JsonValue | None
+class WebSocketPayload(msgspec.Struct, frozen=True, tag="websocket"):
+    """A WebSocket message's payload (docs/contract.md, "WebSocket messages"): the bytes and whether the
+    message was text. No headers come with a message, so this says what a Content-Type would: a text
+    message is recorded as JSON when it parses as JSON, else as text; a binary one as bytes (base64)."""
+
+    data: bytes
+    text: bool
+
+
+Body = bytes | Prepared | JsonValue | WebSocketPayload | None
 
 
 class Identity(msgspec.Struct, frozen=True):

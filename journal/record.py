@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, cast
 
 from journal.bodies import JSON_PARSE_LIMIT, SPILL_THRESHOLD, decoded_prefix, record_body, spill_large_strings
-from journal.call import Body, Call, Identity, JsonValue, Prepared, Request, Response
+from journal.call import Body, Call, Identity, JsonValue, Prepared, Request, Response, WebSocketPayload
 from journal.canonical import CanonicalError, canonical_bytes, check_reads_back
 from journal.connectors import Registry, effect_of_method, lower_headers
 from journal.entry import ContractError, format_ts
@@ -283,6 +283,17 @@ class Recorder:
         effect, _ = effect_of_method(method, lower_headers(headers))
         return connector, effect, "default"
 
+    def _message_effect(self, method: str, url: str, websocket: dict, body: Body, connector: str,
+                        ) -> tuple[str, str, str]:
+        """(connector, effect, effect_basis) of a WebSocket message (docs/contract.md, "WebSocket
+        messages"): what the agent received, and a close, are reads; what it sent is classified by the
+        connector rules with the message as the body (a Slack RTM message that posts is a write), and
+        is a write when no rule knows it."""
+        if websocket.get("direction") != "client_to_server" or websocket.get("kind") == "close":
+            return connector, "read", "rule"
+        data = body.data if isinstance(body, WebSocketPayload) else body if isinstance(body, bytes) else None
+        return self.classify(method, url, [], data, connector)
+
     def prepare_request(self, call: Call) -> RequestHalf | None:
         """The request's half of `prepare`, from the call's identity and request part, for a capture
         point that has the request before the response (the broker, while the call is upstream);
@@ -301,7 +312,10 @@ class Recorder:
             self.note_gap(who.session, url, "token")
             return None
         connector, effect, effect_basis = call.connector, call.effect, call.effect_basis or "rule"
-        if effect is None:
+        websocket = (req.extra or {}).get("websocket")
+        if effect is None and isinstance(websocket, dict):
+            connector, effect, effect_basis = self._message_effect(method, url, websocket, request_body, connector)
+        elif effect is None:
             connector, effect, effect_basis = self.classify(method, url, req_headers, raw_req, connector)
         elif effect_basis not in EFFECT_BASES:
             raise ContractError(f"effect_basis must be one of {', '.join(EFFECT_BASES)}, not {effect_basis!r}")
@@ -427,6 +441,11 @@ class Recorder:
             return body.value, dict(body.extra)
         if isinstance(body, JsonValue):
             return self.json_value(body.value), {}
+        if isinstance(body, WebSocketPayload):
+            if not body.data:
+                return None, {}
+            ctype = "application/json" if body.text else "application/octet-stream"
+            return record_body(body.data, ctype, None, self.blobs, self.spill_threshold)
         raise TypeError(f"unsupported body type {type(body).__name__}")
 
     def json_value(self, value: object) -> object:

@@ -1308,8 +1308,7 @@ _METADATA_PATHS = re.compile(
 _METADATA_HOSTS = frozenset({"metadata.google.internal", "metadata", "169.254.169.254", "fd00:ec2::254"})
 _SLACK_TOKEN_METHODS = re.compile(
     r"^/api/(?:oauth\.access|oauth\.v2\.access|oauth\.v2\.exchange|oauth\.v2\.user\.access|oauth\.token"
-    r"|openid\.connect\.token|tooling\.tokens\.rotate|auth\.revoke|apps\.connections\.open|rtm\.connect"
-    r"|rtm\.start)$"
+    r"|openid\.connect\.token|tooling\.tokens\.rotate|auth\.revoke)$"
 )
 _GITHUB_TOKEN_PATHS = re.compile(
     r"^(?:/api/v3)?(?:/login/oauth/access_token|/login/device/code"

@@ -90,7 +90,7 @@ def call_target(entry: dict) -> str | None:
 def call_label(entry: dict) -> str:
     """The method as listings show it: `tools/call send_message`, or the method alone."""
     req = got if isinstance(got := entry.get("request"), dict) else {}
-    method = str(req.get("method", "?"))
+    method = str(method_label(req) or "?")
     target = call_target(entry)
     return f"{method} {target}" if target else method
 
@@ -102,6 +102,16 @@ def status_text(status: object, error: object) -> str:
     if error == TOOL_ERROR:
         return f"{status} (tool error)"
     return str(status)
+def method_label(request: dict) -> object:
+    """The request's method as timelines show it (`broker show`, `search`, the inspector): a WebSocket
+    message (docs/contract.md section 8) as `WS→text` (the client sent it) or `WS←binary` (the server
+    did), so a reader sees the direction and kind without opening the entry; else the method."""
+    method = request.get("method")
+    ws = request.get("websocket")
+    if method != "WEBSOCKET" or not isinstance(ws, dict):
+        return method
+    arrow = "→" if ws.get("direction") == "client_to_server" else "←"
+    return f"WS{arrow}{ws.get('kind')}"
 
 
 def entry_row(entry: dict, line: int) -> dict:
@@ -112,7 +122,7 @@ def entry_row(entry: dict, line: int) -> dict:
     return {
         "line": line, "seq": entry.get("seq"), "ts": entry.get("ts"), "connector": entry.get("connector"),
         "effect": entry.get("effect"), "capture": entry.get("capture"), "agent": entry.get("agent"),
-        "principal": entry.get("principal"), "method": req.get("method"), "url": req.get("url"),
+        "principal": entry.get("principal"), "method": method_label(req), "url": req.get("url"),
         "target": call_target(entry),
         "effect_basis": req.get("effect_basis"), "status": resp.get("status"),
         "answered_by": resp.get("answered_by"), "error": resp.get("error"),

@@ -54,6 +54,7 @@ from broker.proxy.request_url import request_origin, request_url
 from broker.proxy.service import call_fields
 from broker.proxy.streaming import body_capture, captured_body, feeding, hold_back_the_end, must_stream
 from broker.proxy.trailers import install as install_trailers
+from broker.proxy.websocket import WebSocketConnection
 from broker.proxy.wire import sendable
 from journal.bodies import SPILL_THRESHOLD, BodyCapture
 from journal.call import Call, Identity, Request, Response
@@ -74,6 +75,8 @@ log = logging.getLogger("broker")
 
 ERROR_HEADER = "X-Broker-Error"
 _META = "broker"
+_WS_META = "broker_websocket"
+"""Set on a flow whose WebSocket handshake was recorded: its `WebSocketConnection`."""
 PLAYBACK_META = "broker_playback"
 """Set by addons/playback.py on a flow it answers from a recorded session: a dict of extra request keys
 (`playback_of`). Such a flow is never streamed (playback needs the whole body, and its answer is made
@@ -624,8 +627,13 @@ class ConnectorJournal:
         resp = flow.response
         streamed = call.resp_cap is not None
         try:
-            await self._record(call, flow, resp.status_code, call.resp_fields or resp.headers.fields, resp, None,
-                               resp.timestamp_start or time.time())
+            recorded = await self._record(call, flow, resp.status_code, call.resp_fields or resp.headers.fields,
+                                          resp, None, resp.timestamp_start or time.time())
+            if flow.websocket is not None and isinstance(recorded, Recorded) and resp.status_code == 101:
+                assert call.call is not None
+                flow.metadata[_WS_META] = WebSocketConnection(
+                    call.call.identity, call.connector, call.call.request.url, call.prompts, call.model_api,
+                    recorded.hash, recorded.seq)
         except Exception as exc:  # noqa: BLE001 - whatever kept the entry out, the response must not pass unrecorded
             if not isinstance(exc, (JournalError, OSError, ValueError)):
                 log.exception("journal: unexpected failure recording a call")
@@ -652,10 +660,58 @@ class ConnectorJournal:
         finally:
             self.inflight -= 1
 
+    # -- WebSocket ------------------------------------------------------------------------------
+
+    async def websocket_message(self, flow: http.HTTPFlow) -> None:
+        """Each message of a recorded WebSocket is an entry, durable before mitmproxy passes the message
+        on (it waits for this hook). mitmproxy appends every message to `flow.websocket.messages` for
+        the connection's life; the list is emptied here, so a long connection holds no history
+        (mitmproxy keeps its own reference to the message it is about to forward)."""
+        data = flow.websocket
+        if data is None or not data.messages:
+            return
+        message = data.messages[-1]
+        data.messages.clear()
+        conn: WebSocketConnection | None = flow.metadata.get(_WS_META)
+        if conn is None:
+            return
+        block = self._opts.get("broker_on_journal_error", "block") == "block"
+        try:
+            await self._record_message(conn.message_call(message, block))
+        except Exception as exc:  # noqa: BLE001 - whatever kept the entry out, the message must not pass unrecorded
+            self.journal_failures += 1
+            if not isinstance(exc, (JournalError, OSError, ValueError)):
+                log.exception("journal: unexpected failure recording a WebSocket message")
+            where = f"WebSocket message on {redact_url(str(flow.request.url))}"
+            if block:
+                log.error("journal: %s not forwarded, entry could not be written: %s", where, exc)
+                message.drop()
+            else:
+                log.error("journal: %s passed WITHOUT an entry: %s", where, exc)
+
+    async def websocket_end(self, flow: http.HTTPFlow) -> None:
+        """The close of a recorded WebSocket is an entry (mitmproxy has relayed the close by now)."""
+        conn: WebSocketConnection | None = flow.metadata.pop(_WS_META, None)
+        if conn is None or flow.websocket is None:
+            return
+        try:
+            await self._record_message(conn.close_call(flow.websocket, time.time(),
+                                                       self._opts.get("broker_on_journal_error") == "block"))
+        except Exception as exc:  # noqa: BLE001 - reported, whatever it was
+            self.journal_failures += 1
+            log.error("journal: close of WebSocket %s not recorded: %s", redact_url(str(flow.request.url)), exc)
+
+    async def _record_message(self, whole: Call) -> None:
+        inline = self.link is not None and not self.link.live
+        if inline:
+            self._restart_service()
+        if await self._deliver(whole, None, inline):
+            self.recorded += 1
+
     # -- helpers --------------------------------------------------------------------------------
 
     async def _record(self, call: _Tracked, flow, status, resp_fields, resp: http.Response | None, error,
-                      ts: float, answered_by: str | None = None) -> None:
+                      ts: float, answered_by: str | None = None) -> Recorded | bool:
         """Hand the call's raw material to the recorder and wait until its entry is durable.
 
         A streamed body's capture ends with a blob commit (an fsync), so it is finished in a thread
@@ -687,15 +743,7 @@ class ConnectorJournal:
             call.call, response=response, ts=ts,
             mcp=self.attribute(flow, call.session) if self.attribute is not None else None,
         )
-        if self.link is None or call.inline:
-            recorded = await self._record_here(whole, dedupe=False)
-        else:
-            try:
-                recorded = await self.link.finish(call.sent, whole)  # sends it whole unless sent ahead
-            except ServiceUnavailable:
-                recorded = await self._record_here(whole, dedupe=False)
-            except ServiceLost:  # the dead service may have written it before it could say so
-                recorded = await self._record_here(whole, dedupe=True)
+        recorded = await self._deliver(whole, call.sent, call.inline)
         if call.write_ahead is not None and self.wal is not None:
             self.wal.settle(call.write_ahead)  # its entry (carrying the record's id) is durable
         if recorded:
@@ -703,6 +751,20 @@ class ConnectorJournal:
             if log.isEnabledFor(logging.INFO):  # broker run -v: one line per recorded call
                 log.info(recorded_call_line(recorded, call.session, call.connector, flow.request.method, status,
                                             call.url))
+        return recorded
+
+    async def _deliver(self, whole: Call, sent: tuple[int, int] | None = None, inline: bool = False,
+                       ) -> Recorded | bool:
+        """Record a whole call and wait until its entry is durable: through the recording service
+        (its request half already there when `sent`), or in this process when there is none."""
+        if self.link is None or inline:
+            return await self._record_here(whole, dedupe=False)
+        try:
+            return await self.link.finish(sent, whole)  # sends it whole unless sent ahead
+        except ServiceUnavailable:
+            return await self._record_here(whole, dedupe=False)
+        except ServiceLost:  # the dead service may have written it before it could say so
+            return await self._record_here(whole, dedupe=True)
 
     async def _record_here(self, whole: Call, dedupe: bool) -> Recorded | bool:
         """Record one call in this process (broker_recorder=inline, or no live recording service):
@@ -723,7 +785,7 @@ class ConnectorJournal:
         entry = await asyncio.to_thread(self.recorder.writer.append, fields, dedupe=dedupe)
         if "prompt_capture" in entry["request"]:
             links_for(self.recorder).on_recorded(entry)
-        return Recorded(entry["seq"], entry["effect"])
+        return Recorded(entry["seq"], entry["effect"], entry["hash"])
 
     def _request_call(self, call: _Tracked, flow: http.HTTPFlow, with_body: bool = True) -> Call:
         """The request half of the call's `Call` (its response part comes in `_record`); without its body

@@ -75,11 +75,13 @@ def _encoded(message: WholeCall | RequestAhead | Completion) -> bytearray:
 
 
 class Recorded(NamedTuple):
-    """A call's entry is durable: its seq and effect as the entry holds them (None when not told).
-    Always truthy; a token exchange (nothing recorded) is False instead."""
+    """A call's entry is durable: its seq, effect and hash as the entry holds them (None when not told;
+    the hash links a WebSocket's messages to its handshake). Always truthy; a token exchange (nothing
+    recorded) is False instead."""
 
     seq: int | None
     effect: str | None
+    hash: str | None = None
 
 
 class RecorderLink:
@@ -180,7 +182,8 @@ class RecorderLink:
         detail = ack.detail
         if ack.outcome == "ok":  # the service names the entry's seq and effect: the caller may log them
             seq = detail if isinstance(detail, int) and not isinstance(detail, bool) and detail > 0 else None
-            return Recorded(seq, ack.effect)
+            digest = ack.hash if isinstance(ack.hash, str) else None
+            return Recorded(seq, ack.effect, digest)
         if ack.outcome == "skip":
             return False
         if ack.outcome == "noted":

@@ -168,7 +168,7 @@ class Service:
                 if isinstance(result, dict) and "prompt_capture" in result["request"]:
                     links_for(self.recorder).on_recorded(result)
                 if isinstance(result, dict) and failed is None:
-                    acks[pos] = Ack(call_id, "ok", result["seq"], False, result["effect"])
+                    acks[pos] = Ack(call_id, "ok", result["seq"], False, result["effect"], result["hash"])
                 elif isinstance(result, dict):
                     acks[pos] = Ack(call_id, "noted", f"{failed} (entry {result['seq']} says so)")
                 else:

@@ -88,6 +88,7 @@ class Ack(msgspec.Struct, array_like=True):
     detail: Any = None
     stopped: bool = False
     effect: str | None = None
+    hash: str | None = None
 
 
 ToService = WholeCall | RequestAhead | Completion | Forget | Coverage

@@ -7,7 +7,9 @@ from the blob store (`inline_blobs=True`, i.e. `--inline-blobs`) or named by the
 `_blob` (a whole body: `{sha256, size, ref}`, no `text`) and `_blobs` (strings inside a JSON body:
 `[{path, sha256, size, ref}]`, `path` a JSON Pointer; the text holds the reference objects), with a
 `comment` saying so. Entries that were no HTTP exchange (an MCP call over stdio) are listed in
-`log._nonHttpEntries` instead, never dropped silently. Field mapping: docs/exports.md.
+`log._nonHttpEntries` instead, never dropped silently. The messages of a WebSocket are listed in
+`_webSocketMessages` of their handshake's entry (as Chrome and mitmproxy write them), not as entries
+of their own. Field mapping: docs/exports.md.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from urllib.parse import parse_qsl, urlsplit
 from journal.blobstore import is_ref_object
 from journal.bodies import is_binary_type
 from journal.canonical import canonical_bytes
+from journal.entry import parse_ts
 from journal.export.fixture import chain_verdict, read_entries
 from journal.export.recorded_body import (
     base64_bytes,
@@ -172,16 +175,49 @@ def har_entry(entry: dict, vault: Vault, inline_blobs: bool = False) -> dict:
     return out
 
 
+_OPCODES = {"text": 1, "binary": 2, "close": 8}
+
+
+def websocket_message(entry: dict, ws: dict, vault: Vault, inline_blobs: bool) -> dict:
+    """A WebSocket message entry (docs/contract.md section 8) as an item of its handshake's
+    `_webSocketMessages`, the shape Chrome DevTools and mitmproxy write: `type` send/receive, `time`
+    (epoch seconds), `opcode`, `data`; plus the entry's seq, hash and effect, and `_blob` for a spilled payload."""
+    sent = ws.get("direction") == "client_to_server"
+    part = entry["request"] if sent else entry["response"]
+    kind = ws.get("kind")
+    body = har_body(part.get("body"), "application/octet-stream" if kind == "binary" else "application/json",
+                    vault, inline_blobs)
+    if kind == "close":
+        data = f"{ws.get('close_code')} {ws.get('close_reason') or ''}".strip()
+    else:
+        data = body.get("text", "")
+    out: dict = {"type": "send" if sent else "receive", "time": parse_ts(entry["ts"]).timestamp(),
+                 "opcode": _OPCODES.get(str(kind), 1), "data": data,
+                 "_journal": {"seq": entry.get("seq"), "hash": entry.get("hash"), "effect": entry.get("effect")}}
+    for key in ("_blob", "_blobs"):
+        if key in body:
+            out[key] = body[key]
+    return out
+
+
 def build_har(vault_root: str | os.PathLike, session: str, *, inline_blobs: bool = False) -> dict:
     """The HAR 1.2 document of one session (see the module docstring)."""
     vault = Vault.open_existing(vault_root)
     report = verify_session(vault, session).as_dict()
     entries, unparsed = read_entries(vault, session)
     har_entries, other = [], []
+    handshakes: dict[str, dict] = {}  # a WebSocket handshake's hash -> its HAR entry
     for e in entries:
         req = e.get("request") or {}
+        ws = req.get("websocket")
+        if req.get("method") == "WEBSOCKET" and isinstance(ws, dict) and ws.get("handshake") in handshakes:
+            messages = handshakes[ws["handshake"]].setdefault("_webSocketMessages", [])
+            messages.append(websocket_message(e, ws, vault, inline_blobs))
+            continue
         if is_http_url(req.get("url")):
             har_entries.append(har_entry(e, vault, inline_blobs))
+            if isinstance(e.get("hash"), str) and (e.get("response") or {}).get("status") == 101:
+                handshakes[e["hash"]] = har_entries[-1]
         else:
             other.append({k: req.get(k) if k in ("method", "url") else e.get(k)
                           for k in ("seq", "hash", "capture", "connector", "method", "url")})

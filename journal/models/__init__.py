@@ -28,7 +28,7 @@ def _is_model_path(api: str, path: str) -> bool:
     if api == "openai":
         return openai.is_model_path(path)
     if api == "gemini":
-        return path.endswith((":generateContent", ":streamGenerateContent"))
+        return gemini.is_model_path(path)
     return path.rstrip("/").endswith("/messages")
 
 

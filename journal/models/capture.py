@@ -137,6 +137,10 @@ def complete(recorder: Recorder, call: Call, *, request: bool) -> Call:
     if not call.prompts:
         return call
     if call.model_api:
+        from journal.models.websocket import is_message, message_material
+
+        if is_message(call):  # a message of a model WebSocket (Realtime, Gemini Live)
+            return message_material(recorder, call, request=request)
         return request_material(recorder, call) if request else response_material(recorder, call)
     if request:
         return call

@@ -22,8 +22,17 @@ HOSTS = frozenset({"generativelanguage.googleapis.com"})
 _METHODS = (":generateContent", ":streamGenerateContent")
 
 
+_LIVE = "GenerativeService.BidiGenerateContent"
+"""Gemini Live: a WebSocket at `/ws/google.ai.generativelanguage.<version>.GenerativeService.BidiGenerateContent`
+(and `...BidiGenerateContentConstrained`), each message an entry (journal/models/websocket.py)."""
+
+
+def is_model_path(path: str) -> bool:
+    return path.endswith(_METHODS) or (path.startswith("/ws/") and _LIVE in path)
+
+
 def match(host: str, path: str) -> bool:
-    return host in HOSTS and path.endswith(_METHODS)
+    return host in HOSTS and is_model_path(path)
 
 
 def _get(d: dict, camel: str) -> tuple[str, object]:
@@ -150,6 +159,11 @@ def tool_calls(response: object) -> list[ToolCall]:
             _, fc = _get(p, "functionCall")
             if isinstance(fc, dict) and isinstance(fc.get("name"), str):
                 out.append(ToolCall(fc.get("id"), fc["name"], fc.get("args")))
+    _, live = _get(response, "toolCall")  # a Gemini Live server message
+    calls = _get(live, "functionCalls")[1] if isinstance(live, dict) else None
+    for fc in calls if isinstance(calls, list) else ():
+        if isinstance(fc, dict) and isinstance(fc.get("name"), str):
+            out.append(ToolCall(fc.get("id"), fc["name"], fc.get("args")))
     return out
 
 

@@ -5,7 +5,9 @@ Two rules, one per capture point:
 - **Broker (HTTPS), by time.** Per session, the hash of the latest model-call entry is kept. A
   connector call whose request arrives after that entry was written and before the session's next
   model request is tied to it (`PromptLinks`). A model request clears it: calls made while the
-  model is thinking, or before the first model call, have no `prompt_ref`.
+  model is thinking, or before the first model call, have no `prompt_ref`. Over a model WebSocket
+  (Realtime, Gemini Live: one entry per message) the message that asked for tool calls is the
+  model call they follow; the session's other messages neither set nor clear the link.
 - **Gateway (MCP), exactly.** A `tools/call` whose name and arguments equal a tool call a model
   response in the same session file asked for is tied to the latest such model entry
   (`ToolCallIndex`, which reads the session file as it grows: the shim needs no option for it).
@@ -38,6 +40,17 @@ def is_model_entry(entry: dict) -> bool:
     return isinstance(request, dict) and "prompt_capture" in request
 
 
+def asks_for_tools(entry: dict) -> bool:
+    """A model-call entry a later connector call can follow: any model call, except a WebSocket message
+    (docs/contract.md section 8) whose body asks for no tool call."""
+    request = entry.get("request") or {}
+    if not isinstance(request.get("websocket"), dict):
+        return True
+    api = model_api_of(entry)
+    body = (entry.get("response") or {}).get("body")
+    return api is not None and bool(APIS[api].tool_calls(body))
+
+
 def model_api_of(entry: dict) -> str | None:
     request = entry.get("request") or {}
     api = request.get("model_api") or entry.get("connector")
@@ -53,7 +66,7 @@ def _latest_model_hash(source: SessionLines, session: str) -> str | None:
             entry = orjson.loads(line)
         except orjson.JSONDecodeError:
             continue
-        if is_model_entry(entry):
+        if is_model_entry(entry) and asks_for_tools(entry):
             latest = entry.get("hash")
     return latest
 
@@ -74,7 +87,8 @@ class PromptLinks:
         session = call.identity.session
         with self.lock:
             if call.model_api:
-                self._current[session] = None
+                if not isinstance((call.request.extra or {}).get("websocket"), dict):
+                    self._current[session] = None
             elif call.prompt_ref is None:
                 if session not in self._current:
                     self._current[session] = _latest_model_hash(self.source, session)
@@ -82,7 +96,7 @@ class PromptLinks:
 
     def on_recorded(self, entry: object) -> None:
         """An appended entry: a model call becomes what the session's next calls follow."""
-        if isinstance(entry, dict) and is_model_entry(entry):
+        if isinstance(entry, dict) and is_model_entry(entry) and asks_for_tools(entry):
             with self.lock:
                 self._current[entry["session"]] = entry["hash"]
 

@@ -27,7 +27,9 @@ from journal.sse import json_events
 
 NAME = "openai"
 HOSTS = frozenset({"api.openai.com"})
-PATHS = ("/v1/chat/completions", "/v1/responses")
+PATHS = ("/v1/chat/completions", "/v1/responses", "/v1/realtime")
+"""`/v1/realtime` is the Realtime API's WebSocket; `/v1/responses` is also the Responses API's
+WebSocket mode (a GET that upgrades): each message is an entry (journal/models/websocket.py)."""
 _PART_TEXT_KEYS = ("text", "refusal")
 
 
@@ -37,7 +39,7 @@ def match(host: str, path: str) -> bool:
 
 def is_model_path(path: str) -> bool:
     """Whether a path on an OpenAI-compatible server is a model call (the rest are ordinary calls)."""
-    return path.rstrip("/").endswith(("/chat/completions", "/responses", "/completions"))
+    return path.rstrip("/").endswith(("/chat/completions", "/responses", "/completions", "/realtime"))
 
 
 def _part(part: object, r: Referencer) -> object:
@@ -233,6 +235,9 @@ def tool_calls(response: object) -> list[ToolCall]:
     out: list[ToolCall] = []
     if not isinstance(response, dict):
         return out
+    inner = response.get("response")
+    if response.get("type") in ("response.done", "response.completed") and isinstance(inner, dict):
+        response = inner  # a Realtime / Responses WebSocket event holding the whole response
     for c in response.get("choices") or ():
         msg = c.get("message") if isinstance(c, dict) else None
         for tc in (msg or {}).get("tool_calls") or () if isinstance(msg, dict) else ():

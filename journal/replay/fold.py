@@ -550,10 +550,15 @@ def _method(value: object, http: bool) -> str:
     return value.upper() if http else value
 
 
+WEBSOCKET_METHOD = "WEBSOCKET"
+
+
 def failure_of(call: Call, module: object) -> str | None:
     """Why the call did not do what it asked (None: it succeeded)."""
     if call.status is None:
         return f"no response ({call.error or 'no answer'})"
+    if call.status == 101 and call.method == WEBSOCKET_METHOD:
+        return None  # a WebSocket message went over the open connection (docs/contract.md section 8)
     if not 200 <= call.status < 300:
         return f"HTTP {call.status}" + (f" ({call.error})" if call.error else "")
     if call.tool_error:
@@ -635,7 +640,9 @@ class Folder:
             if self._apply(call, touch, failure):
                 planned = True
         if call.effect == WRITE and not planned:
-            reason = "; ".join(call.notes) or "replay found no resource this call changed"
+            reason = "; ".join(call.notes) or (
+                "a WebSocket message sent over an open connection: replay knows no resource or inverse for it"
+                if call.method == WEBSOCKET_METHOD else "replay found no resource this call changed")
             op = call.op or call.tool or call.method or "?"
             self._add_step(self._step(call, None, op, Inverse(None, False, False, reason), None, [], failure,
                                       blind=True), None)

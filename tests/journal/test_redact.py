@@ -704,8 +704,6 @@ TOKEN_EXCHANGES = [
     ("POST", "https://slack.com/api/openid.connect.token", FORM, b"code=x"),
     ("POST", "https://slack.com/api/tooling.tokens.rotate", FORM, b"refresh_token=xoxe-1-x"),
     ("POST", "https://slack.com/api/auth.revoke", FORM, b"token=xoxp-1"),
-    ("POST", "https://slack.com/api/apps.connections.open", [("Authorization", "Bearer xapp-1-x")], b""),
-    ("GET", "https://slack.com/api/rtm.connect", [], None),
     ("POST", "https://myteam.slack.com/api/oauth.v2.access", FORM, b"code=x"),
     ("POST", "https://slack.com/api/oauth%2Ev2.access", FORM, b"code=x"),
     # GitHub
@@ -765,6 +763,10 @@ ORDINARY_CALLS = [
     ("POST", "https://slack.com/api/auth.test", FORM, b"token=xoxb-1"),
     ("POST", "https://slack.com/api/files.upload", [], SLACK_UPLOAD),
     ("GET", "https://slack.com/api/users.profile.get", [], None),
+    # they open the Socket Mode / RTM WebSocket whose messages are recorded: recorded too (issue 25)
+    ("POST", "https://slack.com/api/apps.connections.open", [("Authorization", "Bearer xapp-1-x")], b""),
+    ("GET", "https://slack.com/api/rtm.connect", [], None),
+    ("GET", "https://slack.com/api/rtm.start", [], None),
     ("POST", "https://api.github.com/repos/octo/hello/issues", [], b'{"title": "bug"}'),
     ("GET", "https://api.github.com/repos/octo/hello/contents/README.md", [], None),
     ("GET", "https://api.github.com/repos/octo/hello/actions/secrets/public-key", [], None),

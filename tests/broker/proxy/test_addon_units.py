@@ -103,3 +103,108 @@ def test_bad_addon_options_are_refused_with_the_allowed_values(tmp_path):
         for option, allowed in cases:
             with pytest.raises(exceptions.OptionsError, match=allowed):
                 tctx.configure(addon, vault=str(tmp_path / "vault"), **{option: "bogus"})
+
+
+def _websocket_flow(addon, url: str):
+    """A flow through the request hooks and a recorded 101 handshake, ready for websocket_message."""
+    import asyncio
+
+    from mitmproxy.test import tflow
+    from mitmproxy.websocket import WebSocketData
+
+    f = tflow.tflow()
+    host = url.split("/")[2]
+    f.request = http.Request.make("GET", url, b"", [(b"Host", host.encode()), (b"Upgrade", b"websocket")])
+    f.client_conn.sni = host  # the destination: tflow's own SNI ("address") would make it misdirected
+    addon.requestheaders(f)
+    addon.request(f)
+    f.response = http.Response.make(101, b"", [(b"Upgrade", b"websocket"), (b"Connection", b"Upgrade")])
+    f.websocket = WebSocketData()
+    addon.responseheaders(f)
+    asyncio.run(addon.response(f))
+    return f
+
+
+def test_each_websocket_message_is_recorded_then_dropped_from_the_flow(tmp_path):
+    """The hook writes the message's entry, linked to the handshake, and empties mitmproxy's message list
+    (which otherwise holds every message of the connection for its life); the message is still forwarded."""
+    import asyncio
+
+    from mitmproxy.test import taddons
+    from mitmproxy.websocket import WebSocketMessage
+    from wsproto.frame_protocol import Opcode
+
+    import broker.proxy.addon as cj
+    from journal.reader import iter_entries
+    from journal.vault import Vault
+
+    addon = cj.ConnectorJournal()
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, vault=str(tmp_path / "vault"), broker_recorder="inline")
+        f = _websocket_flow(addon, "https://wss-primary.slack.com/websocket/R1?ticket=secret-ticket-1")
+        for i in range(3):
+            msg = WebSocketMessage(Opcode.TEXT, True, b'{"type": "message", "text": "m%d"}' % i)
+            f.websocket.messages.append(msg)
+            asyncio.run(addon.websocket_message(f))
+            assert f.websocket.messages == [] and not msg.dropped
+        f.websocket.closed_by_client, f.websocket.close_code = False, 1001
+        asyncio.run(addon.websocket_end(f))
+        asyncio.run(addon.done())
+    entries = list(iter_entries(Vault(tmp_path / "vault"), "default"))
+    assert [e["request"]["method"] for e in entries] == ["GET"] + ["WEBSOCKET"] * 4
+    ws = [e["request"]["websocket"] for e in entries[1:]]
+    assert {w["handshake"] for w in ws} == {entries[0]["hash"]} and [w["message"] for w in ws] == [1, 2, 3, 4]
+    assert ws[-1]["kind"] == "close" and ws[-1]["direction"] == "server_to_client" and ws[-1]["close_code"] == 1001
+    assert [e["effect"] for e in entries[1:]] == ["write", "write", "write", "read"]
+    assert all("secret-ticket-1" not in e["request"]["url"] for e in entries)
+
+
+def test_a_websocket_message_that_cannot_be_recorded_is_not_forwarded_under_block(tmp_path, monkeypatch):
+    import asyncio
+
+    from mitmproxy.test import taddons
+    from mitmproxy.websocket import WebSocketMessage
+    from wsproto.frame_protocol import Opcode
+
+    import broker.proxy.addon as cj
+
+    addon = cj.ConnectorJournal()
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, vault=str(tmp_path / "vault"), broker_recorder="inline")
+        f = _websocket_flow(addon, "https://wss-primary.slack.com/websocket/R1")
+
+        def broken(*_a, **_k):
+            raise OSError("disk full")
+
+        monkeypatch.setattr(cj, "call_fields", broken)
+        msg = WebSocketMessage(Opcode.TEXT, True, b'{"type": "message", "text": "unrecorded"}')
+        f.websocket.messages.append(msg)
+        asyncio.run(addon.websocket_message(f))
+        assert msg.dropped and addon.journal_failures == 1
+        tctx.configure(addon, broker_on_journal_error="pass")
+        passed = WebSocketMessage(Opcode.TEXT, True, b'{"type": "message", "text": "passes"}')
+        f.websocket.messages.append(passed)
+        asyncio.run(addon.websocket_message(f))
+        assert not passed.dropped and addon.journal_failures == 2
+        asyncio.run(addon.done())
+
+
+def test_a_websocket_to_a_passed_host_leaves_no_entry_and_no_history(tmp_path):
+    import asyncio
+
+    from mitmproxy.test import taddons
+    from mitmproxy.websocket import WebSocketMessage
+    from wsproto.frame_protocol import Opcode
+
+    import broker.proxy.addon as cj
+
+    addon = cj.ConnectorJournal()
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, vault=str(tmp_path / "vault"), broker_recorder="inline",
+                       broker_pass_unknown=["ws.unknown.example"])
+        f = _websocket_flow(addon, "https://ws.unknown.example/socket")
+        f.websocket.messages.append(WebSocketMessage(Opcode.BINARY, False, b"\x00" * 10))
+        asyncio.run(addon.websocket_message(f))
+        assert f.websocket.messages == []
+        asyncio.run(addon.done())
+    assert not (tmp_path / "vault" / "journal" / "default.jsonl").exists()
