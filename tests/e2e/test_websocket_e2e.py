@@ -134,9 +134,10 @@ def test_text_binary_fragmented_ping_close_each_an_entry(tmp_path, upstream):
     assert "client_to_server" in shown.stdout or "→" in shown.stdout or "WEBSOCKET" in shown.stdout
 
 
-def test_server_close_and_unknown_host_left_alone(tmp_path, upstream):
-    """The server's close is an entry; a WebSocket to a host no connector knows leaves no entry."""
-    with BrokerProcess(tmp_path, upstream) as broker:
+def test_server_close_unknown_host_recorded_passed_host_left_alone(tmp_path, upstream):
+    """The server's close is an entry; a WebSocket to a host no connector knows is recorded (connector
+    `other`), unless the operator passed that host (--pass-unknown): then it leaves no entry."""
+    with BrokerProcess(tmp_path, upstream, "--pass-unknown", "ws.passed-host.example") as broker:
         async def talk() -> None:
             async with connect("wss://api.github.com/ws/echo", proxy=broker.proxy_url("ws2", "a"),
                                ssl=_client_ssl(broker)) as ws:
@@ -145,15 +146,23 @@ def test_server_close_and_unknown_host_left_alone(tmp_path, upstream):
                     await ws.recv()
             async with connect("wss://ws.unknown-host.example/ws/echo", proxy=broker.proxy_url("ws3", "a"),
                                ssl=_client_ssl(broker)) as ws:
+                await ws.send("an unknown host is recorded too")
+                assert await ws.recv() == "an unknown host is recorded too"
+            async with connect("wss://ws.passed-host.example/ws/echo", proxy=broker.proxy_url("ws4", "a"),
+                               ssl=_client_ssl(broker)) as ws:
                 await ws.send("nobody records this")
                 assert await ws.recv() == "nobody records this"
 
         _run(talk())
         entries = broker.entries("ws2", count=3)
-        assert not broker.vault.joinpath("journal", "ws3.jsonl").exists()
+        unknown = broker.entries("ws3", count=3)
+        assert not broker.vault.joinpath("journal", "ws4.jsonl").exists()
     closes = [m for m in _messages(entries) if m["request"]["websocket"]["kind"] == "close"]
     assert closes and closes[0]["request"]["websocket"]["direction"] == "server_to_client"
     assert closes[0]["request"]["websocket"]["close_code"] == 4001
+    assert {e["connector"] for e in unknown} == {"other"}
+    sent = [m for m in _messages(unknown) if m["request"]["websocket"]["direction"] == "client_to_server"]
+    assert sent and sent[0]["effect"] == "write"  # no rule reads it: what the agent sends is a write
 
 
 def test_slack_socket_mode_and_rtm_recorded_with_ticket_redacted(tmp_path, upstream):

@@ -36,7 +36,7 @@ from websockets.http11 import Request, Response
 
 HOSTS = [
     "api.github.com", "slack.com", "wss-primary.slack.com", "wss-backup.slack.com", "api.openai.com",
-    "generativelanguage.googleapis.com", "ws.unknown-host.example",
+    "generativelanguage.googleapis.com", "ws.unknown-host.example", "ws.passed-host.example",
 ]
 SOCKET_TICKET = "tkt-7f3e9a1c5b2d4e6f8a0b"
 RTM_TICKET = "rtm-0a9b8c7d6e5f4a3b2c1d"
