@@ -425,7 +425,7 @@ class ConnectorJournal:
 
     def _is_write(self, call: _Tracked, flow: http.HTTPFlow) -> bool:
         """Whether this call gets a write-ahead record: the connector rules' effect, as the entry's."""
-        if self.wal is None:
+        if self.wal is None or call.model_api:  # a model call is recorded as a read (its texts referenced)
             return False
         assert self.recorder is not None
         req = flow.request

@@ -86,3 +86,24 @@ def test_the_ack_deadline_must_be_above_zero(tmp_path):
     with taddons.context(addon) as tctx:
         with pytest.raises(exceptions.OptionsError, match="above 0"):
             tctx.configure(addon, vault=str(tmp_path / "vault"), broker_ack_deadline=0.0)
+
+
+def test_a_model_call_makes_no_record_its_texts_would_be_in(tmp_path):
+    """A model call is recorded as a read with its texts referenced (prompt capture); a write-ahead
+    record of it would hold the prompt in clear, so none is made."""
+    vault = tmp_path / "vault"
+    addon = cj.ConnectorJournal()
+    task = "Triage my inbox and post a summary"
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, vault=str(vault), broker_recorder="inline", broker_session="hooks",
+                       broker_prompts="refs")
+        f = tflow.tflow()
+        f.request = http.Request.make(
+            "POST", "https://api.anthropic.com/v1/messages",
+            orjson.dumps({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": task}]}),
+            [(b"Host", b"api.anthropic.com"), (b"Content-Type", b"application/json")])
+        f.client_conn.sni = "api.anthropic.com"
+        addon.requestheaders(f)
+        assert addon.request(f) is None and f.response is None  # on its way, no record awaited
+        asyncio.run(addon.done())
+    assert _records(vault) == []
