@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TypeGuard
+from typing import BinaryIO, TypeGuard
 
 from journal.store.interface import BlobSink, EntryWriter, Store
 
@@ -77,3 +77,29 @@ def open_blob_sink(url: str) -> BlobSink:
 
         raise StoreError(f"--blobs {url!r}: give s3://BUCKET/PREFIX (without --blobs, blobs stay in the store)")
     return S3Blobs(url)
+
+
+def open_remote_blob(url: str, digest: str) -> BinaryIO:
+    """Blob `digest` fetched from the blob store at `url` (BROKER_BLOBS) for a reader whose vault does not
+    hold it: streamed into a spooled file (memory bounded, a temporary file past 8 MiB, gone when closed)
+    and handed over only when its bytes hash to its name. FileNotFoundError when it is absent or does not
+    match: a reader treats it as missing, never as the recorded body."""
+    import hashlib
+    import tempfile
+
+    from journal.store.interface import StoreError
+
+    out = tempfile.SpooledTemporaryFile(max_size=8 << 20)
+    h = hashlib.sha256()
+    try:
+        for chunk in open_blob_sink(url).read_blob(digest):  # type: ignore[attr-defined]
+            h.update(chunk)
+            out.write(chunk)
+    except StoreError as exc:
+        out.close()
+        raise FileNotFoundError(str(exc)) from None
+    if h.hexdigest() != digest:
+        out.close()
+        raise FileNotFoundError(f"blob {digest} in {url} does not hash to its name; not used")
+    out.seek(0)
+    return out  # type: ignore[return-value]

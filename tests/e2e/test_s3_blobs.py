@@ -95,6 +95,37 @@ def test_an_object_forged_under_a_blob_name_is_refused_by_the_writer_and_found_b
     assert not missing.intact and missing.kind == "blob_missing"
 
 
+def test_readers_fetch_a_blob_the_vault_lacks_from_the_bucket_and_never_a_forged_one(s3_server, tmp_path,
+                                                                                     monkeypatch):
+    """With BROKER_BLOBS naming the bucket the broker spilled into, readers of the file vault (exports, the
+    inspector, trajectory) fetch a blob the vault does not hold from it, checked against its name."""
+    from click.testing import CliRunner
+
+    from broker.cli import cli
+    from journal.export.recorded_body import BlobUnavailable, read_blob
+
+    bucket = s3_server.new_bucket()
+    url = f"s3://{bucket}/p"
+    rec = Recorder(tmp_path / "vault", blobs=url, spill_threshold=1024)
+    body = b'{"message": "' + b"m" * 5000 + b'"}'
+    ref = rec.blobs.put_bytes(body)
+    rec.writer.append(fields(session="s1", response={"status": 200, "headers": [], "body": ref}))
+    rec.close()
+    vault = Vault.open_existing(tmp_path / "vault")
+    assert not _vault_blobs(tmp_path / "vault")
+    with pytest.raises(BlobUnavailable):  # no bucket named: the blob is missing, said so
+        read_blob(vault, ref)
+    monkeypatch.setenv("BROKER_BLOBS", url)
+    assert read_blob(vault, ref) == body
+    har = CliRunner().invoke(cli, ["export", "--vault", str(tmp_path / "vault"), "--format", "har", "--inline-blobs",
+                                   "s1"])
+    assert har.exit_code == 0 and ("m" * 5000) in har.output
+    # someone with write access to the bucket (no If-None-Match) puts other bytes under the name
+    s3_server.client().put_object(Bucket=bucket, Key=S3Blobs(url).key_for(ref["sha256"]), Body=b"y" * len(body))
+    with pytest.raises(BlobUnavailable, match="missing"):  # the forged bytes are never handed over
+        read_blob(vault, ref)
+
+
 def test_a_big_blob_goes_up_and_down_in_bounded_memory(s3_server):
     blobs = S3Blobs(f"s3://{s3_server.new_bucket()}/big")
     total = BIG_MIB << 20
