@@ -11,6 +11,7 @@ real `broker run` with real TLS interception, to the local fake upstreams.
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
 import json
 import socket
@@ -276,7 +277,12 @@ class TrailerServer:
                 self.received.append(repr(exc).encode() + b" after " + data)
 
     def close(self) -> None:
+        """Stops the accept loop (closing alone does not wake a thread blocked in accept on Linux; a thread
+        left running keeps later tests from forking) and waits for it."""
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
+        self._thread.join(10)
 
 
 @pytest.fixture
