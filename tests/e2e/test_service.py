@@ -12,6 +12,7 @@ import threading
 import time
 
 import msgspec
+import orjson
 import pytest
 
 import broker.proxy.link as recorder_link
@@ -145,7 +146,10 @@ def test_link_records_through_a_service_process_and_drains_on_close(tmp_path):
     async def main():
         link = RecorderLink(str(vault), 1 << 20)
         await link.connect()
-        assert await link.record(material(0)) == Recorded(1, "read")  # the entry's seq and effect
+        first = await link.record(material(0))
+        assert isinstance(first, Recorded) and first[:2] == (1, "read")  # the entry's seq and effect
+        assert first.hash is not None and len(first.hash) == 64  # and its hash (checked against the file below)
+        hashes.append(first.hash)
         assert await link.record(slack_token_exchange()) is False
         # calls in flight when the proxy stops are still recorded and acknowledged
         pending = [asyncio.ensure_future(link.record(material(i))) for i in range(1, 41)]
@@ -154,9 +158,12 @@ def test_link_records_through_a_service_process_and_drains_on_close(tmp_path):
         assert all(await asyncio.gather(*pending))
         assert link.proc is None
 
+    hashes: list[str] = []
     _run(main())
     r = verify_session(Vault(vault), "svc")
     assert r.intact and r.entries == 41
+    lines = [orjson.loads(line) for line in Vault(vault).session_path("svc").read_bytes().splitlines()]
+    assert [e["hash"] for e in lines if e.get("seq") == 1] == hashes
     for path in vault.rglob("*"):
         if path.is_file():
             assert CANARY.encode() not in path.read_bytes(), path
