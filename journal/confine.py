@@ -97,18 +97,8 @@ def read_inside(root: str | os.PathLike, parts: Sequence[str]) -> bytes | None:
 
 
 def open_blob(root: str | os.PathLike, digest: str) -> BinaryIO:
-    """Blob `digest` of the vault at `root`, opened as `open_inside` does (FileNotFoundError when absent).
-    A blob the vault does not hold is fetched from the blob store named by BROKER_BLOBS (`--blobs
-    s3://...`: the broker wrote it there), checked against its name first (journal/store/url.py)."""
-    try:
-        return open_file_inside(root, blob_parts(digest))
-    except FileNotFoundError:
-        remote = os.environ.get("BROKER_BLOBS")
-        if not remote or not is_blob_name(digest):
-            raise
-    from journal.store.url import open_remote_blob  # here: the store package reads vaults through this module
-
-    return open_remote_blob(remote, digest)
+    """Blob `digest` of the vault at `root`, opened as `open_inside` does (FileNotFoundError when absent)."""
+    return open_file_inside(root, blob_parts(digest))
 
 
 def read_chunks(f: BinaryIO) -> Iterator[bytes]:

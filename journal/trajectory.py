@@ -19,8 +19,8 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
+from journal.blob_read import open_recorded_blob
 from journal.canonical import canonical_bytes
-from journal.confine import open_blob
 from journal.models import APIS
 from journal.models.linking import is_model_entry, model_api_of
 from journal.models.refs import is_text_ref
@@ -125,7 +125,7 @@ def _matches(part: object, recorded: list[_Recorded], vault: Vault) -> list[int]
             return hits
         try:
             vault.blob_path(part["ref"])  # refuses a ref that is not blobs/sha256/<hh>/<64 hex>
-            with open_blob(vault.root, part["ref"].rsplit("/", 1)[-1]) as f:
+            with open_recorded_blob(vault.root, part["ref"].rsplit("/", 1)[-1]) as f:
                 text = f.read().decode("utf-8", "replace")
         except (OSError, VaultError):
             return []

@@ -15,7 +15,8 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from journal.confine import NotConfined, is_blob_name, open_blob, read_chunks
+from journal.blob_read import open_recorded_blob
+from journal.confine import NotConfined, is_blob_name, read_chunks
 from journal.errors import BrokerError
 from journal.export.recorded_body import BlobUnavailable, BodyUndecodable, body_kind, decode_body, header
 from journal.replay.labels import resource_id, title
@@ -200,7 +201,7 @@ class Api:
         if not is_blob_name(digest):
             raise ApiError(400, "parameter sha256 must be 64 lowercase hex digits")
         try:
-            f = open_blob(self.vault.root, digest)  # a regular file inside the vault, no link followed
+            f = open_recorded_blob(self.vault.root, digest)  # a regular file inside the vault, no link followed
         except FileNotFoundError:
             raise ApiError(404, f"blob {digest} is not in the vault") from None
         except NotConfined as exc:

@@ -14,10 +14,11 @@ import binascii
 import hashlib
 from typing import Literal, NamedTuple
 
+from journal.blob_read import open_recorded_blob
 from journal.blobstore import is_ref_object
 from journal.bodies import is_json_type
 from journal.canonical import canonical_bytes
-from journal.confine import NotConfined, is_blob_name, open_blob
+from journal.confine import NotConfined, is_blob_name
 from journal.vault import Vault, VaultError
 
 
@@ -59,7 +60,7 @@ def read_blob(vault: Vault, ref: dict) -> bytes:
     if not is_blob_name(digest) or ref["ref"] != f"blobs/sha256/{digest[:2]}/{digest}":
         raise BlobUnavailable(f"{str(ref['ref'])[:120]!r} is not a blob reference of this vault (run `broker verify`)")
     try:
-        with open_blob(vault.root, digest) as f:
+        with open_recorded_blob(vault.root, digest) as f:
             data = f.read()
     except FileNotFoundError:
         raise BlobUnavailable(f"blob {ref['ref']} is missing from {vault.root} (run `broker verify`)") from None
