@@ -124,6 +124,12 @@ def test_readers_fetch_a_blob_the_vault_lacks_from_the_bucket_and_never_a_forged
     s3_server.client().put_object(Bucket=bucket, Key=S3Blobs(url).key_for(ref["sha256"]), Body=b"y" * len(body))
     with pytest.raises(BlobUnavailable, match="missing"):  # the forged bytes are never handed over
         read_blob(vault, ref)
+    s3_server.client().delete_object(Bucket=bucket, Key=S3Blobs(url).key_for(ref["sha256"]))
+    with pytest.raises(BlobUnavailable, match="missing"):  # gone from the bucket too: one clear error
+        read_blob(vault, ref)
+    gone = CliRunner().invoke(cli, ["export", "--vault", str(tmp_path / "vault"), "--format", "har",
+                                    "--inline-blobs", "s1"])
+    assert gone.exit_code != 0 and "Traceback" not in gone.output
 
 
 def test_a_big_blob_goes_up_and_down_in_bounded_memory(s3_server):
