@@ -4,27 +4,62 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
 import sys
+from collections.abc import Callable
+from typing import TypeVar
 
 import click
 
 from broker.cli.proxy import run as run_command
+
+F = TypeVar("F", bound=Callable)
 
 _CTX = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 _SHARED = {"listen"}  # run options that do not apply: the listeners are made inside the namespace
 # (--workers is offered and refused above 1 with one line, in _proxy_config)
 
 
+def confinement_options(what: str) -> Callable[[F], F]:
+    """--user, --as-root and --bind: who `what` (COMMAND, or the MCP server under --through-broker) runs as and
+    what it may see; one definition for `broker exec` and `broker mcp` (broker/exec/confinement.py)."""
+
+    def apply(f: F) -> F:
+        for option in reversed([
+            click.option("--user", default=None, metavar="USER", help=f"Run {what} as this user (default: nobody), "
+                         "with no capabilities; root only with --as-root."),
+            click.option("--as-root", is_flag=True, help=f"Run {what} as root (still with no capabilities and the "
+                         "evidence hidden; warned about: uid 0 owns every root-owned file the sandbox does not "
+                         "cover)."),
+            click.option("--bind", "binds", multiple=True, metavar="PATH", type=click.Path(exists=True),
+                         help=f"Make this host path visible to {what}, read-only, at the same place (its /tmp and "
+                         "/run are private; repeatable). Never uncovers the vault, confdir or keys."),
+        ]):
+            f = option(f)
+        return f
+
+    return apply
+
+
+def confinement_for(user: str | None, as_root: bool, binds: tuple[str, ...]):
+    """The Confinement --user, --as-root and --bind ask for (a usage error for root without --as-root or an
+    unknown user, before anything is made); --as-root warned about on stderr."""
+    from broker.exec.confinement import Confinement, RootRefused, command_user
+
+    try:
+        uid, gid = command_user(user, as_root)
+    except RootRefused as exc:
+        raise click.UsageError(str(exc)) from None
+    except OSError as exc:  # no such user
+        raise click.UsageError(str(exc)) from None
+    if as_root:
+        click.echo("broker: WARNING: --as-root: the command runs as uid 0 (no capabilities, the evidence hidden, "
+                   "but every other root-owned file is its own)", err=True)
+    return Confinement(uid, gid, binds=list(binds))
+
+
 @click.command("exec", context_settings=_CTX)
-@click.option("--user", default=None, metavar="USER", help="Run COMMAND as this user (default: nobody), with no "
-              "capabilities; root only with --as-root.")
-@click.option("--as-root", is_flag=True, help="Run COMMAND as root (still with no capabilities and the evidence "
-              "hidden; warned about: uid 0 owns every root-owned file the sandbox does not cover).")
-@click.option("--bind", "binds", multiple=True, metavar="PATH", type=click.Path(exists=True),
-              help="Make this host path visible to COMMAND, read-only, at the same place (COMMAND's /tmp and /run "
-              "are private; repeatable). Never uncovers the vault, confdir or keys.")
+@confinement_options("COMMAND")
 @click.option("--dns", "dns_mode", type=click.Choice(["relay", "connectors", "none"]), default="relay",
               show_default=True, help="Name look-ups inside: relay (any name, from the host's name servers), "
               "connectors (only names a connector knows, --resolve and --dns-allow names), none. Only usual "
@@ -53,12 +88,7 @@ def exec_(ctx: click.Context, user: str | None, as_root: bool, binds: tuple[str,
         argv = argv[1:]
     if not argv:
         raise click.UsageError("give the command to run after --")
-    from broker.exec.confinement import Confinement, RootRefused, command_user
-
-    try:
-        uid, gid = command_user(user, as_root)  # an unknown user is one clear error before anything is made
-    except RootRefused as exc:
-        raise click.UsageError(str(exc)) from None
+    confinement = confinement_for(user, as_root, binds)  # a clear error before anything is made
     why = capabilities.missing()
     if why:
         click.echo(f"broker: error: {why}", err=True)
@@ -68,10 +98,6 @@ def exec_(ctx: click.Context, user: str | None, as_root: bool, binds: tuple[str,
         level=logging.INFO if run_opts["verbose"] else logging.WARNING, format="broker: %(message)s",
         stream=sys.stderr,
     )
-    if as_root:
-        click.echo("broker: WARNING: exec --as-root: COMMAND runs as uid 0 (no capabilities, the evidence hidden, "
-                   "but every other root-owned file is its own)", err=True)
-    confinement = Confinement(uid, gid, binds=list(binds))
     confinement.hide(config.vault if not _is_database(config.vault) else None, config.confdir, config.seal_key,
                      config.checkpoint_vault)
     dns = dns_policy(config, dns_mode, dns_allow)
@@ -118,8 +144,6 @@ async def run_contained(config, argv: list[str], *, confinement=None, proxy_env:
     """Make the namespace, start the broker on its listeners, run COMMAND confined (broker/exec/confine.py),
     stop the broker (every entry on disk), remove the namespace; COMMAND's exit code."""
     from broker.exec.confinement import DEFAULT_USER, Confinement, command_user
-    from broker.exec.egress_record import EgressRecord
-    from broker.exec.environment import client_environment, proxy_url
     from broker.exec.sandbox import Sandbox
     from broker.proxy.runner import EmbeddedProxy, write_ca_bundle
     from broker.proxy.upstream_resolve import parse_resolve
@@ -134,24 +158,17 @@ async def run_contained(config, argv: list[str], *, confinement=None, proxy_env:
         await sandbox.open()
         broker = EmbeddedProxy(config, extra_addons=sandbox.contain(config))
         await broker.start()
-        loop = asyncio.get_running_loop()
-        egress = EgressRecord(lambda: broker.addon.recorder, config.session, config.agent,
-                              gap=lambda *gap: loop.call_soon_threadsafe(broker.addon.coverage.gap, *gap))
-        sandbox.on_refused, sandbox.on_dns = egress.refused, egress.looked_up
+        sandbox.record_egress(broker, config.session, config.agent)
         try:
-            bundle = sandbox.publish_bundle(str(write_ca_bundle(config.confdir)))
-            url = proxy_url("127.0.0.1", sandbox.proxy_port, config.session, config.agent) if proxy_env else None
-            confinement.put_back.append(bundle)
-            env = confinement.environment(client_environment(os.environ, bundle, url))
+            inside, env = sandbox.confined(confinement, argv, str(write_ca_bundle(config.confdir)),
+                                           (config.session, config.agent) if proxy_env else None)
             if signals.received:
                 return 128 + signals.received[0]
-            proc = await asyncio.create_subprocess_exec(*sandbox.enter(confinement.argv(argv)), env=env)
+            proc = await asyncio.create_subprocess_exec(*inside, env=env)
             signals.child = proc
             return exit_code(await proc.wait())
         finally:
-            sandbox.stop_refusals()
-            sandbox.on_refused = sandbox.on_dns = None
-            await asyncio.to_thread(egress.close)  # every refusal an entry before the recorder closes
+            await sandbox.stop_recording_egress()  # every refusal an entry before the recorder closes
             await broker.stop()
     finally:
         signals.remove()

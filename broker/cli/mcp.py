@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from broker.cli.exec import confinement_for, confinement_options
 from broker.cli.options import autoseal_config, parse_listen, seal_options, store_option, store_or_vault, vault_option
 
 _CTX = {"ignore_unknown_options": True, "allow_interspersed_args": False}
@@ -35,6 +36,7 @@ _CTX = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 @click.option("--upstream-insecure", is_flag=True, help="--through-broker: do not verify upstream TLS.")
 @click.option("--resolve", multiple=True, metavar="HOST=IP:PORT",
               help="--through-broker: send HOST's traffic to IP:PORT (tests).")
+@confinement_options("the MCP server (--through-broker, where it runs in a namespace)")
 @click.option("--call-timeout", type=float, default=None,
               help="Seconds to wait for an answer before the shim answers with an error (default: no limit).")
 @click.option("--cancel-grace", type=float, default=2.0, show_default=True,
@@ -51,7 +53,8 @@ def mcp(
     vault_dir: str, store: str | None,
     session: str, agent: str, principal: str, connector: str, effects_file: str, listen: str,
     upstream: str, gateway: bool, through_broker: bool, confdir: str, upstream_ca: str | None, upstream_insecure: bool,
-    resolve: tuple[str, ...], call_timeout: float | None, cancel_grace: float, max_message_mib: int,
+    resolve: tuple[str, ...], user: str | None, as_root: bool, binds: tuple[str, ...], call_timeout: float | None,
+    cancel_grace: float, max_message_mib: int,
     spill_threshold: int | None, record_tools_list: bool, command: tuple[str, ...], seal_key: str | None = None,
     checkpoint_entries: int = 0, checkpoint_seconds: float = 0.0, witness: tuple[str, ...] = (),
 ) -> int:
@@ -93,6 +96,8 @@ def mcp(
         raise click.UsageError("give the MCP server to run after --, or --upstream URL")
     if through_broker and upstream:
         raise click.UsageError("--through-broker runs a stdio server as a child; it does not apply to --upstream")
+    if (user or as_root or binds) and not through_broker:
+        raise click.UsageError("--user, --as-root and --bind confine the server --through-broker runs; give it too")
     if upstream and not upstream.startswith(("http://", "https://")):
         raise click.BadParameter(f"{upstream!r}: expected an http:// or https:// URL", param_hint="--upstream")
     if connector and connector_name(connector) != connector:
@@ -145,9 +150,10 @@ def mcp(
         from broker.mcp.attribution import run_through_broker
 
         try:
+            confinement = confinement_for(user, as_root, binds)
             return asyncio.run(run_through_broker(
             vault_dir, identity, argv, principal_option=principal, connector=connector or None, rules=rules,
-            confdir=confdir,
+            confdir=confdir, confinement=confinement,
             upstream_ca=upstream_ca, upstream_insecure=upstream_insecure, resolve=list(resolve),
             spill_threshold=threshold, **kwargs,
             ))

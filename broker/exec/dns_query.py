@@ -16,6 +16,7 @@ inside: the --resolve names).
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import struct
 from collections.abc import Callable, Iterable
@@ -107,14 +108,29 @@ class DnsPolicy:
         return f"{name}: --dns connectors answers only names a connector knows, --resolve and --dns-allow names"
 
 
+def _question(query: bytes) -> bytes:
+    """The question of a well-formed query, without its EDNS record."""
+    end = 12
+    while query[end]:
+        end += query[end] + 1
+    return query[12:end + 5]
+
+
+def _answer(query: bytes, rcode: int, records: bytes = b"", count: int = 0) -> bytes:
+    flags = struct.unpack("!H", query[2:4])[0]
+    answer_flags = 0x8000 | (flags & 0x0100) | 0x0080 | rcode  # QR, RD copied, RA, rcode
+    return query[:2] + struct.pack("!HHHHH", answer_flags, 1, count, 0, 0) + _question(query) + records
+
+
 def refused_answer(query: bytes) -> bytes:
     """The REFUSED answer to a well-formed query (its question kept), so the client fails at once."""
-    flags = struct.unpack("!H", query[2:4])[0]
-    answer_flags = 0x8000 | (flags & 0x0100) | 0x0080 | 5  # QR, RD copied, RA, rcode REFUSED
-    body = query[12:]
-    if struct.unpack("!H", query[10:12])[0]:  # drop the EDNS record: the question alone is echoed
-        end = 12
-        while query[end]:
-            end += query[end] + 1
-        body = query[12:end + 5]
-    return query[:2] + struct.pack("!HHHHH", answer_flags, 1, 0, 0, 0) + body
+    return _answer(query, 5)
+
+
+def synthetic_answer(query: bytes, qtype: str, address: str) -> bytes:
+    """The answer to a well-formed query for a `--resolve` name (broker/exec/synthetic_names.py): its one
+    IPv4 address for A, no record (NODATA) for any other type, never a question to a name server."""
+    if qtype != "A":
+        return _answer(query, 0)
+    record = struct.pack("!HHHIH", 0xC00C, 1, CLASS_IN, 60, 4) + ipaddress.IPv4Address(address).packed
+    return _answer(query, 0, record, 1)

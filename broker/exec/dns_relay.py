@@ -4,9 +4,10 @@ A UDP socket on the namespace's loopback port 53 (made inside). A datagram that 
 query of a usual type (`dns_query.parse_query`) for a name the policy allows is sent on, byte for
 byte, from a socket in the broker's own namespace to the host's name servers in turn, and the first
 answer goes back: the addresses the host itself resolves. A name the policy refuses gets REFUSED;
-anything else is dropped. Each is handed to `on_query(name, type, why)` (why None: answered), the
-session's record of it. (TCP look-ups, used only for answers too big for UDP, are refused inside
-like any other port.)
+anything else is dropped. A `--resolve` name is answered here with its synthetic address
+(`synthetic_names`), never asked of a name server. Each is handed to `on_query(name, type, why)`
+(why None: answered), the session's record of it. (TCP look-ups, used only for answers too big for
+UDP, are refused inside like any other port.)
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import logging
 import socket
 from collections.abc import Callable
 
-from broker.exec.dns_query import DnsPolicy, NotAQuery, parse_query, refused_answer
+from broker.exec.dns_query import DnsPolicy, NotAQuery, parse_query, refused_answer, synthetic_answer
+from broker.exec.synthetic_names import SyntheticNames
 
 log = logging.getLogger("broker.exec")
 QUERY_TIMEOUT = 3.0
@@ -51,8 +53,10 @@ OnQuery = Callable[[str, str, "str | None"], None]
 
 
 class _Relay(asyncio.DatagramProtocol):
-    def __init__(self, nameservers: list[str], port: int, policy: DnsPolicy, on_query: OnQuery | None) -> None:
+    def __init__(self, nameservers: list[str], port: int, policy: DnsPolicy, on_query: OnQuery | None,
+                 synthetic: SyntheticNames | None = None) -> None:
         self.nameservers = nameservers
+        self.synthetic = synthetic
         self.port = port
         self.policy = policy
         self.on_query = on_query
@@ -73,8 +77,13 @@ class _Relay(asyncio.DatagramProtocol):
             log.warning("DNS relay: dropped a datagram: %s", exc)
             self._tell("", "", f"dropped: {exc}")
             return
-        why = self.policy.refusal(query.name)
+        mapped = self.synthetic.address_of(query.name) if self.synthetic is not None else None
+        why = None if mapped else self.policy.refusal(query.name)
         self._tell(query.name, query.qtype, why)
+        if mapped:  # a --resolve name: answered here, never asked of a name server
+            if self.transport is not None:
+                self.transport.sendto(synthetic_answer(data, query.qtype, mapped), addr)
+            return
         if why:
             if self.transport is not None:
                 self.transport.sendto(refused_answer(data), addr)
@@ -97,8 +106,10 @@ class _Relay(asyncio.DatagramProtocol):
 
 class DnsRelay:
     def __init__(self, inside: socket.socket, nameservers: list[str], port: int = 53,
-                 policy: DnsPolicy | None = None, on_query: OnQuery | None = None) -> None:
+                 policy: DnsPolicy | None = None, on_query: OnQuery | None = None,
+                 synthetic: SyntheticNames | None = None) -> None:
         self.inside = inside
+        self.synthetic = synthetic
         self.nameservers = nameservers
         self.port = port
         self.policy = policy or DnsPolicy("relay")
@@ -109,7 +120,7 @@ class DnsRelay:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._transport, self._relay = await loop.create_datagram_endpoint(
-            lambda: _Relay(self.nameservers, self.port, self.policy, self.on_query), sock=self.inside)
+            lambda: _Relay(self.nameservers, self.port, self.policy, self.on_query, self.synthetic), sock=self.inside)
 
     async def stop(self) -> None:
         if self._relay is not None:

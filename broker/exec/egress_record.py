@@ -86,7 +86,8 @@ class EgressRecord:
         self._queue.put(Call.make(
             session=self.session, agent=self.agent, principal="", connector=DNS_CONNECTOR, method="DNS",
             url=dns_url(name, qtype), answered_by="capture",
-            error="name look-up relayed by broker exec to the host's name servers (the answer is theirs)"))
+            error="name look-up answered by broker exec's DNS relay (the host's name servers' answer, or a --resolve "
+                  "name's synthetic address)"))
 
     def _write(self) -> None:
         while (call := self._queue.get()) is not None:

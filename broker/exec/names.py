@@ -3,16 +3,16 @@
 `ip netns exec` bind-mounts /etc/netns/<name>/resolv.conf and hosts over /etc's inside the command's
 mount namespace. resolv.conf points at the DNS relay on the namespace's loopback (which asks the
 host's own name servers) and keeps the host's search and options lines; hosts is the host's, plus
-each `--resolve` host mapped to the namespace's own address (its traffic to 80/443 goes to the
-broker, which sends it where --resolve says), so tests never need a public address.
+each `--resolve` host mapped to an address of its own that SSRF guards take for public and that
+nothing is ever sent to (`synthetic_names`: its traffic to 80/443 goes to the broker, which sends it
+where --resolve says), so tests never need a public address.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from pathlib import Path
 
-from broker.exec.netns import ADDRESS_V4
+from broker.exec.synthetic_names import SyntheticNames
 
 RELAY_ADDRESS = "127.0.0.1"
 
@@ -33,9 +33,9 @@ def inner_resolv_conf(resolv_conf: str) -> str:
     return "\n".join([f"nameserver {RELAY_ADDRESS}", *kept, ""])
 
 
-def inner_hosts(hosts: str, resolved: Iterable[str]) -> str:
-    names = sorted(set(resolved))
-    extra = [f"# broker exec --resolve: served by the broker\n{ADDRESS_V4} {' '.join(names)}"] if names else []
+def inner_hosts(hosts: str, resolved: SyntheticNames) -> str:
+    lines = resolved.hosts_lines()
+    extra = ["# broker exec --resolve: served by the broker (broker/exec/synthetic_names.py)", *lines] if lines else []
     return "\n".join([hosts.rstrip("\n"), *extra, ""])
 
 
@@ -46,7 +46,7 @@ def _read(path: str) -> str:
         return ""
 
 
-def write(etc_dir: Path, resolved: Iterable[str]) -> list[str]:
+def write(etc_dir: Path, resolved: SyntheticNames) -> list[str]:
     """Write the namespace's resolv.conf and hosts; the host's name servers, for the relay."""
     resolv = _read("/etc/resolv.conf")
     etc_dir.mkdir(parents=True, exist_ok=True)

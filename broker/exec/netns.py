@@ -21,7 +21,7 @@ from pathlib import Path
 
 from broker.exec.cleanup import NETNS_DIR
 
-ADDRESS_V4 = "10.253.0.1"  # the namespace's own address; also what --resolve names resolve to inside
+ADDRESS_V4 = "10.253.0.1"  # the namespace's own address (--resolve names: synthetic_names.py)
 ADDRESS_V6 = "fd62:726b:7278::1"
 
 
@@ -96,16 +96,6 @@ class Namespace:
             return s
 
         return self.run_inside(make)
-
-    def command(self, argv: list[str], user: str | None = None) -> list[str]:
-        """argv run inside, with no capabilities (so it cannot change the rules or leave the
-        namespace), no way to regain them (no_new_privs), as `user` when given."""
-        who: list[str] = []
-        if user:
-            uid, gid = user_ids(user)
-            who = ["--reuid", str(uid), "--regid", str(gid), "--init-groups"]
-        return ["ip", "netns", "exec", self.name, "setpriv", "--no-new-privs", "--inh-caps=-all",
-                "--ambient-caps=-all", "--bounding-set=-all", *who, "--", *argv]
 
     def exists(self) -> bool:
         return Path(self.path).exists()

@@ -8,17 +8,22 @@ network unrecorded; `close` stops the relay, reads the refusal counters and dele
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
 import shutil
 import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from broker.exec import capabilities, cleanup, firewall, names
+from broker.exec.confinement import Confinement
 from broker.exec.dns_query import DnsPolicy
 from broker.exec.dns_relay import DnsRelay
+from broker.exec.egress_record import EgressRecord
 from broker.exec.netns import Namespace
 from broker.exec.refusals import Refusal, RefusalLog
+from broker.exec.synthetic_names import SyntheticNames
 from broker.proxy import listener
 
 log = logging.getLogger("broker.exec")
@@ -45,6 +50,7 @@ class RefusalReport:
 class Sandbox:
     def __init__(self, resolved_hosts: Iterable[str] = ()) -> None:
         self.resolved_hosts = list(resolved_hosts)
+        self.synthetic = SyntheticNames(self.resolved_hosts)  # what --resolve names resolve to inside
         self.claim: cleanup.Claim | None = None
         self.ns: Namespace | None = None
         self.ipv6 = False
@@ -58,6 +64,7 @@ class Sandbox:
         self.on_refused: Callable[[str, int | None, str, str], None] | None = None
         self.dns_policy = DnsPolicy("relay")  # --dns (dns_query)
         self.on_dns: Callable[[str, str, str | None], None] | None = None  # each name asked (egress_record)
+        self.egress: EgressRecord | None = None
 
     @property
     def name(self) -> str:
@@ -88,9 +95,10 @@ class Sandbox:
         self.proxy_port = regular.getsockname()[1]
         self.specs.append(listener.register("regular", [regular]))
         firewall.apply(ns, ports[0], ports[1] if self.ipv6 else None)
-        nameservers = names.write(self.claim.etc_dir, self.resolved_hosts)
+        nameservers = names.write(self.claim.etc_dir, self.synthetic)
         self.dns = DnsRelay(ns.socket_inside(socket.AF_INET, socket.SOCK_DGRAM, (names.RELAY_ADDRESS, 53)),
-                            nameservers, policy=self.dns_policy, on_query=self._asked)
+                            nameservers, policy=self.dns_policy, on_query=self._asked,
+                            synthetic=self.synthetic)
         await self.dns.start()
         self.refusals = RefusalLog(ns, on_refusal=self._firewall_refused)
         self.refusals.start()
@@ -125,6 +133,36 @@ class Sandbox:
         tmp.replace(target)
         return str(target)
 
+    def record_egress(self, proxy, session: str, agent: str) -> None:
+        """Every refusal and every name asked, from now on an entry of `session` written by `proxy`'s recorder
+        (egress_record), and counted in its declared coverage; `stop_recording_egress` writes the last."""
+        from broker.exec.egress_record import EgressRecord
+
+        loop = asyncio.get_running_loop()
+        self.egress = EgressRecord(lambda: proxy.addon.recorder, session, agent,
+                                   gap=lambda *gap: loop.call_soon_threadsafe(proxy.addon.coverage.gap, *gap))
+        self.on_refused, self.on_dns = self.egress.refused, self.egress.looked_up
+
+    async def stop_recording_egress(self) -> None:
+        """Every refusal the command caused is an entry (call before the broker's recorder closes)."""
+        self.stop_refusals()
+        self.on_refused = self.on_dns = None
+        if self.egress is not None:
+            await asyncio.to_thread(self.egress.close)
+            self.egress = None
+
+    def confined(self, confinement: Confinement, argv: list[str], bundle: str,
+                 proxy: tuple[str, str] | None) -> tuple[list[str], dict[str, str]]:
+        """The command line and environment that run `argv` inside, confined (confine.py, as `confinement`
+        says): a public copy of the CA `bundle` with every CA variable pointing at it, and, given (session,
+        agent), the proxy variables pointing at the proxy listener inside."""
+        from broker.exec.environment import client_environment, proxy_url
+
+        public = self.publish_bundle(bundle)
+        confinement.put_back.append(public)
+        url = proxy_url("127.0.0.1", self.proxy_port, *proxy) if proxy else None
+        return self.enter(confinement.argv(argv)), confinement.environment(client_environment(os.environ, public, url))
+
     def contain(self, config) -> tuple:
         """Point a ProxyConfig at the listeners inside; the addons a contained broker needs."""
         from broker.exec.egress_guard import EgressGuard
@@ -132,16 +170,12 @@ class Sandbox:
         from broker.proxy.upstream_resolve import parse_resolve
 
         config.mode = list(self.specs)
-        return (UpstreamName(), EgressGuard(parse_resolve(config.resolve), on_refused=self._refused))
+        return (UpstreamName(), self.synthetic, EgressGuard(parse_resolve(config.resolve), on_refused=self._refused))
 
     def enter(self, argv: list[str]) -> list[str]:
-        """argv run inside the namespace as it is (broker exec confines it first: confinement.py)."""
+        """argv run inside the namespace as it is (`confined` confines it first: confinement.py)."""
         assert self.ns is not None
         return ["ip", "netns", "exec", self.ns.name, *argv]
-
-    def command(self, argv: list[str], user: str | None = None) -> list[str]:
-        assert self.ns is not None
-        return self.ns.command(argv, user)
 
     async def close(self) -> None:
         """Stop the relay and the refusal log, count the refusals, delete the namespace. Idempotent."""

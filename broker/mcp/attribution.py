@@ -26,6 +26,7 @@ import threading
 import time
 from collections import deque
 
+from broker.exec.confinement import Confinement
 from broker.mcp.effects import EffectRules
 from broker.mcp.recording import CallJournal, Identity, PendingCall, fallback_connector, stdio_url
 
@@ -92,12 +93,17 @@ def child_environment(proxy_port: int, identity: Identity, bundle: str) -> dict[
 async def run_through_broker(
     vault_dir: str, identity: Identity, argv: list[str], *, principal_option: str = "", connector: str | None,
     rules: EffectRules, confdir: str, upstream_ca: str | None, upstream_insecure: bool, resolve: list[str],
-    spill_threshold: int, **relay_options,
+    spill_threshold: int, confinement: Confinement | None = None, **relay_options,
 ) -> int:
+    """Run the server `argv` with its HTTP(S) through an embedded broker; where the machine allows it, in a
+    namespace whose only way out is that broker and confined as `broker exec` confines COMMAND (its own PID
+    and mount namespaces, nobody by default, the vault and confdir hidden, the broker's code read-only)."""
+    from broker.exec.confinement import DEFAULT_USER, command_user
     from broker.exec.sandbox import open_if_possible
     from broker.mcp.relay import say
     from broker.mcp.stdio_relay import run_stdio_shim
     from broker.proxy.runner import EmbeddedProxy, ProxyConfig, write_ca_bundle
+    from journal.store import is_database_url
 
     config = ProxyConfig(
         vault=vault_dir, listen_host="127.0.0.1", listen_port=0, confdir=confdir, session=identity.session,
@@ -127,10 +133,18 @@ async def run_through_broker(
         journal.skip_when_broker_recorded = True
         bundle = str(write_ca_bundle(confdir))
         if sandbox:
-            env = child_environment(sandbox.proxy_port, identity, sandbox.publish_bundle(bundle))
-            say(f"the server runs in network namespace {sandbox.name}: its TCP to ports 80 and 443 goes "
-                "through the embedded broker, everything else is refused")
-            return await run_stdio_shim(journal, sandbox.command(argv), env=env, **relay_options)
+            if confinement is None:
+                confinement = Confinement(*command_user(DEFAULT_USER, False))
+            confinement.hide(None if is_database_url(vault_dir) else vault_dir, confdir)
+            sandbox.record_egress(proxy, identity.session, identity.agent)
+            try:
+                inside, env = sandbox.confined(confinement, argv, bundle, (identity.session, identity.agent))
+                say(f"the server runs in network namespace {sandbox.name} as uid {confinement.uid}, in its own PID and "
+                    "mount namespaces: its TCP to ports 80 and 443 goes through the embedded broker, everything "
+                    "else is refused")
+                return await run_stdio_shim(journal, inside, env=env, **relay_options)
+            finally:
+                await sandbox.stop_recording_egress()
         env = child_environment(proxy.port or 0, identity, bundle)
         say(f"the server's HTTP(S) calls go through the embedded broker on 127.0.0.1:{proxy.port} if it honours "
             f"the proxy variables (not contained: {why_not})")

@@ -8,6 +8,7 @@ fake upstreams listen on the host's loopback; inside the namespace their host na
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import shutil
@@ -22,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from broker.exec import capabilities, cleanup
+from broker.exec.synthetic_names import SYNTHETIC_V4
 from journal.reader import iter_entries
 from journal.vault import Vault
 from journal.verify import verify_session
@@ -252,7 +254,7 @@ def test_names_resolve_inside_as_outside(tmp_path: Path, upstream: Upstream) -> 
     assert r.returncode == 0, r.stderr
     inside, hosts = r.stdout.split("--\n")
     assert inside.split() == outside  # through the DNS relay to the host's name servers
-    assert hosts.split()[0] == "10.253.0.1"  # --resolve: the namespace's own address
+    assert ipaddress.ip_address(hosts.split()[0]) in SYNTHETIC_V4  # --resolve: a synthetic address (public)
     assert "gmail.googleapis.com" in hosts.split()
 
 
@@ -358,8 +360,9 @@ def test_mcp_through_broker_records_a_server_that_ignores_proxy_variables(tmp_pa
     server = tmp_path / "direct_fetch.py"
     server.write_text(DIRECT_FETCH_SERVER)
     resolve = [a for h in RESOLVED for a in ("--resolve", f"{h}=127.0.0.1:{upstream.port}")]
+    tmp_path.chmod(0o755)  # the server runs as nobody (or --as-root) and sees tmp_path through --bind
     argv = shim_argv(tmp_path / "vault", "--through-broker", "--confdir", str(tmp_path / "mitm"), "--upstream-ca",
-                     upstream.ca_pem, *resolve)
+                     upstream.ca_pem, *resolve, "--bind", str(tmp_path), *VENV_PYTHON_OPTIONS)
 
     async def run() -> str:
         params = StdioServerParameters(command=argv[0], args=[*argv[1:], "--", sys.executable, str(server)],
@@ -414,8 +417,9 @@ def test_mcp_through_broker_records_a_node_server_using_builtin_fetch(tmp_path: 
     server = tmp_path / "server.js"
     server.write_text(NODE_MCP_SERVER)
     resolve = [a for h in RESOLVED for a in ("--resolve", f"{h}=127.0.0.1:{upstream.port}")]
+    tmp_path.chmod(0o755)  # the server runs as nobody (or --as-root) and sees tmp_path through --bind
     argv = shim_argv(tmp_path / "vault", "--through-broker", "--confdir", str(tmp_path / "mitm"), "--upstream-ca",
-                     upstream.ca_pem, *resolve)
+                     upstream.ca_pem, *resolve, "--bind", str(tmp_path), *VENV_PYTHON_OPTIONS)
 
     async def run() -> str:
         params = StdioServerParameters(command=argv[0], args=[*argv[1:], "--", node, str(server)], cwd=str(REPO))

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from mcp import Client, StdioServerParameters
 
+from tests.e2e.test_exec import VENV_PYTHON_OPTIONS
 from tests.support.mcp_servers.harness import NOTES_SERVER, REPO, WAIT, assert_intact, entries, shim_argv
 from tests.support.upstreams.server import Upstream
 
@@ -20,8 +21,11 @@ def test_tool_calls_and_their_http_calls(tmp_path: Path) -> None:
     vault = tmp_path / "vault"
     flag = tmp_path / "release"
     with Upstream() as up:
+        # where the machine allows it the server runs confined (nobody by default; the test's Python may be
+        # out of nobody's reach: then --as-root), seeing tmp_path (the flag file) through --bind
+        tmp_path.chmod(0o755)
         argv = shim_argv(vault, "--through-broker", "--confdir", str(tmp_path / "mitm"), "--upstream-ca", up.ca_pem,
-                         *up.resolve_args())
+                         *up.resolve_args(), "--bind", str(tmp_path), *VENV_PYTHON_OPTIONS)
 
         async def run() -> None:
             params = StdioServerParameters(command=argv[0], args=[*argv[1:], "--", *NOTES_SERVER], cwd=str(REPO))

@@ -72,9 +72,11 @@ def test_files_inside_keep_search_options_and_map_resolved_hosts_to_the_namespac
     assert names.host_nameservers(host) == ["10.0.0.2", "fe80::1"]
     assert names.host_nameservers("") == ["127.0.0.1"]
     assert names.inner_resolv_conf(host) == "nameserver 127.0.0.1\nsearch corp.example\noptions ndots:2\n"
-    hosts = names.inner_hosts("127.0.0.1 localhost\n", ["slack.com", "api.github.com", "slack.com"])
+    from broker.exec.synthetic_names import SyntheticNames
+
+    hosts = names.inner_hosts("127.0.0.1 localhost\n", SyntheticNames(["slack.com", "api.github.com", "Slack.com."]))
     assert hosts.splitlines()[0] == "127.0.0.1 localhost"
-    assert hosts.splitlines()[-1] == "10.253.0.1 api.github.com slack.com"
+    assert hosts.splitlines()[-2:] == ["6.253.0.1 api.github.com", "6.253.0.2 slack.com"]
 
 
 def test_environment_sets_every_ca_variable_and_clears_what_goes_around() -> None:
