@@ -360,3 +360,34 @@ def test_the_through_broker_server_is_confined_like_exec(tmp_path: Path, upstrea
     from journal.verify import verify_session
 
     assert verify_session(Vault(vault), "s1").intact
+
+
+# Through a tunnel the listener does open (a connector's name, port 443): bytes that are neither TLS nor HTTP.
+RAW_IN_A_TUNNEL = textwrap.dedent("""
+    import os, socket
+    from urllib.parse import urlsplit
+    proxy = urlsplit(os.environ["HTTPS_PROXY"])
+    s = socket.create_connection((proxy.hostname, proxy.port), timeout=10)
+    s.sendall(b"CONNECT api.github.com:443 HTTP/1.1\\r\\nHost: api.github.com:443\\r\\n\\r\\n")
+    head = b""
+    while b"\\r\\n\\r\\n" not in head:
+        head += s.recv(4096)
+    print(head.split(b"\\r\\n")[0].decode())
+    s.sendall(b"\\x00\\x01RAW-BYTES-NOT-TLS-NOR-HTTP\\r\\n\\r\\n")
+    try:
+        print("got", (s.recv(4096).split(b"\\r\\n")[0] or b"nothing").decode(errors="replace"))
+    except OSError as exc:
+        print("closed", type(exc).__name__)
+""")
+
+
+def test_a_tunnel_carrying_neither_tls_nor_http_is_closed(tmp_path: Path, upstream: Upstream) -> None:
+    before = len(upstream.requests)
+    r = run_exec(tmp_path, upstream, [STDLIB_PYTHON, "-c", RAW_IN_A_TUNNEL], session="s-raw")
+    assert r.returncode == 0, r.stderr
+    first, second = r.stdout.splitlines()[:2]
+    assert " 200 " in f"{first} ", r.stdout
+    # taken for HTTP and answered 400 by the broker itself, or closed: never relayed as raw TCP
+    assert second.startswith(("got HTTP/1.1 400", "got nothing", "closed")), r.stdout
+    assert len(upstream.requests) == before  # nothing reached the upstream
+    print("raw bytes in a tunnel:", second)
