@@ -70,3 +70,21 @@ def test_workers_are_refused_in_one_line(tmp_path: Path) -> None:
         params = run_params(ctx.params)
     with pytest.raises(click.UsageError, match="--workers"):
         _proxy_config(params)
+
+
+def test_mcp_through_broker_takes_the_same_confinement_options(tmp_path: Path) -> None:
+    """--user, --as-root and --bind are one definition for `broker exec` and `broker mcp`; given without
+    --through-broker, or naming root without --as-root, or no such user, they are one clear error before
+    anything starts."""
+    from broker.cli.mcp import mcp
+
+    confinement = {"--user", "--as-root", "--bind"}
+    assert confinement <= options(exec_) and confinement <= options(mcp)
+    base = ["--vault", str(tmp_path / "v"), "--session", "s", "--agent", "a"]
+    for extra, why in ((["--user", "nobody"], "--through-broker"),
+                       (["--through-broker", "--user", "root"], "--as-root"),
+                       (["--through-broker", "--user", "no-such-user-here"], "no such user"),
+                       (["--through-broker", "--as-root", "--user", "nobody"], "exclude each other")):
+        r = CliRunner().invoke(mcp, [*base, *extra, "--", "true"])
+        assert r.exit_code == 2 and why in r.output, (extra, r.output)
+    assert not (tmp_path / "v").exists()  # nothing was made
