@@ -7,11 +7,14 @@ import logging
 import signal
 import sys
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import click
 
 from broker.cli.proxy import run as run_command
+
+if TYPE_CHECKING:
+    from broker.exec.confinement import Confinement
 
 F = TypeVar("F", bound=Callable)
 
@@ -41,7 +44,7 @@ def confinement_options(what: str) -> Callable[[F], F]:
     return apply
 
 
-def confinement_for(user: str | None, as_root: bool, binds: tuple[str, ...]):
+def confinement_for(user: str | None, as_root: bool, binds: tuple[str, ...]) -> Confinement:
     """The Confinement --user, --as-root and --bind ask for (a usage error for root without --as-root or an
     unknown user, before anything is made); --as-root warned about on stderr."""
     from broker.exec.confinement import Confinement, RootRefused, command_user
