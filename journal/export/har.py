@@ -25,6 +25,8 @@ import re
 from http import HTTPStatus
 from urllib.parse import parse_qsl, quote, urlsplit
 
+import orjson
+
 from journal.blobstore import is_ref_object
 from journal.bodies import is_binary_type, is_json_type
 from journal.canonical import canonical_bytes
@@ -82,12 +84,16 @@ def har_url(entry: dict) -> str:
     return f"broker+other://{host}/"
 
 
-def _mime_type(body: object, content_type: str | None) -> str:
-    """HAR `mimeType` of a body: the declared Content-Type, except a JSON type on a body recorded as text
-    (it did not parse strictly as JSON): `text/plain`, so readers that parse JSON-typed text (har2requests)
-    are not handed what is not JSON. The declared type stays in the headers."""
-    if isinstance(body, str) and is_json_type(content_type):
-        return "text/plain; charset=utf-8"
+def _mime_type(body: object, content_type: str | None, text: str) -> str:
+    """HAR `mimeType` of a body: the declared Content-Type, except a JSON type on a text that is not JSON
+    (a body recorded as text because it did not parse strictly, or a blob spilled whole as it streamed,
+    inlined): `text/plain`, so readers that parse JSON-typed text (har2requests) are not handed what is
+    not JSON. The declared type stays in the headers."""
+    if text and is_json_type(content_type) and (isinstance(body, str) or is_ref_object(body)):
+        try:
+            orjson.loads(text)
+        except orjson.JSONDecodeError:
+            return "text/plain; charset=utf-8"
     return content_type or ""
 
 
@@ -162,7 +168,8 @@ def _request(entry: dict, vault: Vault, inline_blobs: bool) -> dict:
     }
     if body is not None:
         view = har_body(body, ctype, vault, inline_blobs)
-        post = {"mimeType": _mime_type(body, ctype), "text": view.pop("text", "")}
+        text = view.pop("text", "")
+        post = {"mimeType": _mime_type(body, ctype, text), "text": text}
         if view.pop("encoding", None):
             post["_encoding"] = "base64"  # HAR 1.2 has no encoding for postData
         post.update({k: v for k, v in view.items() if k != "size"})
@@ -181,8 +188,8 @@ def _response(entry: dict, vault: Vault, inline_blobs: bool) -> dict:
         reason = HTTPStatus(status).phrase if isinstance(status, int) else ""
     except ValueError:
         reason = ""
-    content = {"mimeType": _mime_type(resp.get("body"), ctype)}
-    content.update(har_body(resp.get("body"), ctype, vault, inline_blobs))
+    view = har_body(resp.get("body"), ctype, vault, inline_blobs)
+    content = {"mimeType": _mime_type(resp.get("body"), ctype, view.get("text", "")), **view}
     har = {
         "status": status if isinstance(status, int) else 0, "statusText": reason, "httpVersion": "",
         "cookies": [], "headers": _headers(headers), "content": content,

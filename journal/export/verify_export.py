@@ -57,16 +57,21 @@ class Verdict:
         return self.problem is None
 
 
+def _obj(value: object) -> dict:
+    """A JSON object of the file, or {} for anything else (the file may be hostile: no exception)."""
+    return value if isinstance(value, dict) else {}
+
+
 def _ocsf_problem(where: str, event: dict) -> str | None:
     """What is wrong with one OCSF event on its own (its raw_data against its hash and fields), or None."""
     from journal.export.ocsf import ocsf_event
 
     raw = event.get("raw_data")
-    broker = (event.get("unmapped") or {}).get("broker") if isinstance(event.get("unmapped"), dict) else None
-    if not isinstance(raw, str) or not isinstance(broker, dict):
+    broker = _obj(_obj(event.get("unmapped")).get("broker"))
+    if not isinstance(raw, str) or not broker:
         return f"{where}: no raw_data or unmapped.broker: not an event `broker export --format ocsf` wrote"
-    digest = hashlib.sha256(raw.encode("utf-8")).hexdigest()
-    if digest != broker.get("hash") or digest != (event.get("raw_data_hash") or {}).get("value"):
+    digest = hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()
+    if digest != broker.get("hash") or digest != _obj(event.get("raw_data_hash")).get("value"):
         return f"{where}: altered: raw_data does not hash to the event's hash (seq {broker.get('seq')})"
     try:
         entry = orjson.loads(raw)
@@ -75,11 +80,11 @@ def _ocsf_problem(where: str, event: dict) -> str | None:
     if not isinstance(entry, dict):
         return f"{where}: altered: raw_data is not an entry (seq {broker.get('seq')})"
     entry["hash"] = digest
-    product = ((event.get("metadata") or {}).get("product") or {}).get("version")
+    product = _obj(_obj(event.get("metadata")).get("product")).get("version")
     try:
         rebuilt = ocsf_event(entry, session_entries=broker.get("session_entries"),  # type: ignore[arg-type]
                              session_head=broker.get("session_head"), product_version=str(product))
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         return f"{where}: altered: raw_data is not an entry the export can map ({exc}; seq {broker.get('seq')})"
     if rebuilt != event:
         changed = sorted(k for k in set(rebuilt) | set(event) if rebuilt.get(k) != event.get(k))
@@ -192,8 +197,16 @@ def check_links(links: list[Link]) -> str | None:
         last[k.session] = (k.seq, k.hash)
         hashes.add(k.hash)
         final[k.session] = k
+    stated_by: dict[str, Link] = {}
+    for x in links:
+        if x.entries is None and x.head is None:
+            continue
+        first = stated_by.setdefault(x.session, x)
+        if (x.entries, x.head) != (first.entries, first.head):
+            return (f"{x.where}: session {x.session} seq {x.seq}: states {x.entries} entries and head {x.head}, "
+                    f"{first.where} stated {first.entries} and {first.head}: altered")
     for session, k in final.items():
-        stated = next((x for x in reversed(links) if x.session == session and x.entries is not None), None)
+        stated = stated_by.get(session)
         if stated is not None and (stated.entries != k.seq or stated.head != k.hash):
             return (f"{k.where}: session {session} ends at seq {k.seq} but the export held {stated.entries} "
                     "entries: dropped at the end")
@@ -209,13 +222,17 @@ def verify_export(path: str | Path) -> Verdict:
     except orjson.JSONDecodeError:
         pass
     if isinstance(doc, dict) and isinstance(doc.get("log"), dict):
-        fmt, (links, problem) = "har", _har(doc)
+        fmt, read = "har", lambda: _har(doc)  # type: ignore[arg-type]
     elif isinstance(doc, dict) and isinstance(doc.get("resourceSpans"), list):
-        fmt, (links, problem) = "otel", _otel(doc)
+        fmt, read = "otel", lambda: _otel(doc)  # type: ignore[arg-type]
     elif isinstance(doc, dict) and doc.get("class_uid") is not None or doc is None:
-        fmt, (links, problem) = "ocsf", _ocsf(data)
+        fmt, read = "ocsf", lambda: _ocsf(data)
     else:
         raise ExportUnreadable(f"{path} is not an OCSF JSON-lines, HAR or OTLP/JSON export of `broker export`")
+    try:
+        links, problem = read()
+    except (AttributeError, TypeError, KeyError, ValueError) as exc:  # a value of the wrong JSON type
+        return Verdict(fmt, 0, 0, f"malformed: not as `broker export --format {fmt}` writes it ({exc!r:.200})")
     if problem is None:
         problem = check_links(links)
     if problem is None and not links:

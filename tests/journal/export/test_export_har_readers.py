@@ -157,3 +157,24 @@ def test_model_call_keeps_texts_referenced(vault):
     (flow,) = mitmproxy_flows(har)
     assert json.loads(flow.response.get_content())["choices"][0]["finish_reason"] == "tool_calls"
     assert {"name": "Authorization", "value": "[never captured]"} in call["request"]["headers"]
+
+
+def test_a_json_type_on_a_spilled_body_that_is_no_json(tmp_path):
+    """A body over the spill threshold is spilled whole as it streams, unparsed: inlined, it is handed to
+    readers as text/plain when it is not JSON (har2requests would json.loads a JSON-typed text)."""
+    from journal.call import Call
+    from journal.record import Recorder
+
+    rec = Recorder(tmp_path, spill_threshold=200)
+    for body in (b"<html>" + b"x" * 500, b'{"a": "' + b"y" * 500 + b'"}'):
+        rec.record(Call.make(session="s", agent="a", principal="p", connector="other", method="GET",
+                             url="https://api.example.com/x", status=200,
+                             response_headers=[("Content-Type", "application/json")], response_body=body))
+    rec.close()
+    har = build_har(tmp_path, "s", inline_blobs=True)
+    not_json, big_json = (e["response"]["content"] for e in har["log"]["entries"])
+    assert not_json["mimeType"] == "text/plain; charset=utf-8" and not_json["text"].startswith("<html>")
+    assert big_json["mimeType"] == "application/json"
+    parsed = har2requests_read(har)
+    assert parsed[0].responseData is None and parsed[1].responseData == {"a": "y" * 500}
+    assert len(mitmproxy_flows(har)) == 2 and len(haralyzer_read(har)) == 2

@@ -247,3 +247,40 @@ def test_verify_export_refuses_what_is_no_export(tmp_path):
         verify_export(_write(tmp_path, "x.json", b"[1, 2]"))
     code, out = _run(_write(tmp_path, "y.jsonl", b'{"class_uid": 6003}\n'))
     assert code == 1 and "line 1: no raw_data" in out
+
+
+def _forged_raw(lines):
+    """A raw_data no export writes, with every hash made to match it: reported, never a traceback."""
+    ev = orjson.loads(lines[0])
+    raw = '{"request": [], "seq": 1, "prev": "' + GENESIS + '"}'
+    digest = hashlib.sha256(raw.encode()).hexdigest()
+    ev["raw_data"], ev["raw_data_hash"]["value"], ev["unmapped"]["broker"]["hash"] = raw, digest, digest
+    return [orjson.dumps(ev), *lines[1:]]
+
+
+def _one_head_changed(lines):
+    ev = orjson.loads(lines[3])
+    ev["unmapped"]["broker"]["session_entries"] = 4
+    return [*lines[:3], orjson.dumps(ev), *lines[4:]]
+
+
+@pytest.mark.parametrize(("edit", "expected"), [
+    (_forged_raw, "line 1: altered: raw_data is not an entry the export can map"),
+    (_one_head_changed, "line 4: session export-1 seq 4: states 4 entries and head"),
+    (lambda ls: [b'{"class_uid": 6003, "unmapped": [], "raw_data": 5}', *ls], "line 1: no raw_data"),
+    (lambda ls: [*ls[:2], b"not json", *ls[2:]], "line 3: not JSON"),
+])
+def test_verify_export_reports_a_hostile_ocsf_file(vault, tmp_path, edit, expected):
+    code, out = _run(_ocsf(vault, tmp_path, edit))
+    assert code == 1 and expected in out, out
+
+
+@pytest.mark.parametrize("doc", [
+    {"log": {"entries": "x"}},
+    {"log": {"entries": [{"_journal": {"seq": 1, "hash": "a", "prev": GENESIS}, "_webSocketMessages": 7}]}},
+    {"resourceSpans": [{"scopeSpans": [{"spans": [{"attributes": ["x"]}]}]}]},
+    {"resourceSpans": [{"scopeSpans": "x"}]},
+])
+def test_verify_export_reports_a_malformed_har_or_otlp(tmp_path, doc):
+    code, out = _run(_write(tmp_path, "x.json", orjson.dumps(doc)))
+    assert code == 1 and "NOT intact" in out, out
