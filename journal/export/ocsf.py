@@ -51,6 +51,12 @@ def _version() -> str:
         return "0"
 
 
+def _millis(ts: str) -> int:
+    """Epoch milliseconds of a recorded `ts`, exactly (no float rounding)."""
+    dt = parse_ts(ts)
+    return int(dt.timestamp()) * 1000 + dt.microsecond // 1000
+
+
 def raw_data(entry: dict) -> str:
     """The canonical JSON of the entry without `hash`: what the entry's hash is the SHA-256 of."""
     return canonical_bytes({k: v for k, v in entry.items() if k != "hash"}).decode("utf-8")
@@ -144,7 +150,7 @@ def ocsf_event(entry: dict, *, session_entries: int, session_head: str | None, p
         "class_uid": CLASS_UID, "class_name": "API Activity", "category_uid": CATEGORY_UID,
         "category_name": "Application Activity", "activity_id": activity, "activity_name": _ACTIVITIES[activity],
         "type_uid": CLASS_UID * 100 + activity, "type_name": f"API Activity: {_ACTIVITIES[activity]}",
-        "severity_id": 1, "severity": "Informational", "time": int(parse_ts(str(entry["ts"])).timestamp() * 1000),
+        "severity_id": 1, "severity": "Informational", "time": _millis(str(entry["ts"])),
         "status_id": status_id, "status": status,
         "message": f"{entry.get('connector')} {entry.get('effect')} {_operation(entry)} {url}"
                    + (f" -> {code}" if isinstance(code, int) else " -> no answer"),

@@ -81,6 +81,7 @@ def test_schema_rejects_a_broken_event(vault):
 def test_event_fields(vault):
     first, post, *_ = iter_ocsf(vault, SESSION)
     assert first["activity_name"] == "Read" and first["status"] == "Success" and first["http_response"]["code"] == 200
+    assert f"{first['time'] % 1000:03d}" == first["metadata"]["original_time"][-4:-1]  # the milliseconds, exactly
     assert first["actor"] == {"app_name": "bot/1", "user": {"name": "alice@example.com", "uid": "alice@example.com"},
                               "session": {"uid": SESSION}}
     assert first["http_request"]["url"]["hostname"] == "gmail.googleapis.com"
