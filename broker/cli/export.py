@@ -1,4 +1,4 @@
-"""`broker export`: a session in a format other tools read (fixture, HAR, VCR cassette, OTLP/JSON)."""
+"""`broker export`: a session in a format other tools read (fixture, HAR, VCR cassette, OTLP/JSON, OCSF)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import orjson
 
 from broker.cli.options import vault_option
 
-FORMATS = ("fixture", "har", "vcr", "otel")
+FORMATS = ("fixture", "har", "vcr", "otel", "ocsf")
 
 
 def _render(fmt: str, vault_dir: str, session: str, inline_blobs: bool, content: bool) -> bytes:
@@ -27,6 +27,10 @@ def _render(fmt: str, vault_dir: str, session: str, inline_blobs: bool, content:
         from journal.export.vcr import build_cassette, cassette_yaml
 
         return cassette_yaml(build_cassette(vault_dir, session))
+    if fmt == "ocsf":
+        from journal.export.ocsf import ocsf_lines
+
+        return ocsf_lines(vault_dir, session)
     from journal.export.otel import build_otlp
 
     return orjson.dumps(build_otlp(vault_dir, session, content=content), option=orjson.OPT_INDENT_2) + b"\n"
@@ -44,7 +48,8 @@ def _render(fmt: str, vault_dir: str, session: str, inline_blobs: bool, content:
               help="otel: send the spans to this OTLP/HTTP endpoint (e.g. http://127.0.0.1:4318/v1/traces).")
 def export(vault_dir: str, session: str, fmt: str, out: str | None, inline_blobs: bool, content: bool,
            otlp_url: str | None) -> int:
-    """Write SESSION as a test fixture, HAR 1.2, a VCR.py cassette or OpenTelemetry spans (OTLP/JSON).
+    """Write SESSION as a test fixture, HAR 1.2, a VCR.py cassette, OpenTelemetry spans (OTLP/JSON)
+    or OCSF API Activity events (JSON lines).
 
     Redacted values stay as recorded. See docs/exports.md for each format's field mapping.
     """

@@ -40,8 +40,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "search": ("search", "Find entries across every session; the filters given must all hold."),
     "inspect": ("inspect", "Serve a read-only web console over the vault: sessions, timelines, entries, views, "
                            "revert plans, search, and every hash re-checked in the browser."),
-    "export": ("export", "Write SESSION as a test fixture, HAR 1.2, a VCR.py cassette or OpenTelemetry spans "
-                         "(OTLP/JSON)."),
+    "export": ("export", "Write SESSION as a test fixture, HAR 1.2, a VCR.py cassette, OpenTelemetry spans "
+                         "(OTLP/JSON) or OCSF API Activity events (JSON lines)."),
+    "verify-export": ("verify_export", "Re-check the chain inside an export (OCSF, HAR or OTel): exit 1 naming the "
+                                       "first dropped, reordered, repeated or altered event."),
     "diff": ("diff", "Compare the ordered calls (connector, effect, method, URL, request body hash) and "
                      "statuses of two sessions."),
     "pull": ("store", "Copy a store (a PostgreSQL journal or a vault) into a file vault, byte for byte, and "

@@ -4,12 +4,16 @@ Each entry whose call was an HTTP exchange (an http(s) URL) becomes one HAR entr
 redacted values exactly as recorded, bodies as text (JSON bodies in their canonical form; bytes as
 base64). Nothing is cut: a spilled body, or a spilled string inside a JSON body, is either inlined
 from the blob store (`inline_blobs=True`, i.e. `--inline-blobs`) or named by the custom fields
-`_blob` (a whole body: `{sha256, size, ref}`, no `text`) and `_blobs` (strings inside a JSON body:
+`_blob` (a whole body: `{sha256, size, ref}`, `text` empty) and `_blobs` (strings inside a JSON body:
 `[{path, sha256, size, ref}]`, `path` a JSON Pointer; the text holds the reference objects), with a
-`comment` saying so. Entries that were no HTTP exchange (an MCP call over stdio) are listed in
-`log._nonHttpEntries` instead, never dropped silently. The messages of a WebSocket are listed in
-`_webSocketMessages` of their handshake's entry (as Chrome and mitmproxy write them), not as entries
-of their own. Field mapping: docs/exports.md.
+`comment` saying so. Every `content` has a `text` (empty for no body: HAR readers such as haralyzer
+index it). An entry that was no HTTP exchange is still an entry, on a synthetic request (an MCP call
+over stdio is `POST mcp+stdio://<connector>/<method>` with the JSON-RPC request as its body and the
+JSON-RPC response as its content; `_journal.url` keeps the recorded URL) and is also listed in
+`log._nonHttpEntries`. The messages of a WebSocket are listed in `_webSocketMessages` of their
+handshake's entry (as Chrome and mitmproxy write them), not as entries of their own. Each entry and
+message carries its `seq`, `hash` and `prev` in `_journal`, so `broker verify-export` can check the
+chain in the file. Field mapping: docs/exports.md.
 """
 
 from __future__ import annotations
@@ -17,11 +21,14 @@ from __future__ import annotations
 import base64
 import importlib.metadata
 import os
+import re
 from http import HTTPStatus
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, quote, urlsplit
+
+import orjson
 
 from journal.blobstore import is_ref_object
-from journal.bodies import is_binary_type
+from journal.bodies import is_binary_type, is_json_type
 from journal.canonical import canonical_bytes
 from journal.entry import parse_ts
 from journal.export.fixture import chain_verdict, read_entries
@@ -52,6 +59,44 @@ def is_http_url(url: object) -> bool:
     return isinstance(url, str) and url.split(":", 1)[0].lower() in ("http", "https")
 
 
+_HOST_LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
+_HOST_PORT = re.compile(r"([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]):([0-9]{1,5})")
+
+
+def har_url(entry: dict) -> str:
+    """The URL a HAR reader is given for an entry: the recorded one when it is http(s); else a synthetic
+    one that every HAR reader parses (docs/exports.md, "Entries that were no HTTP exchange"):
+    `mcp+stdio://<connector>/<method>` for an MCP call over stdio, `https://host:port/` for a refused
+    CONNECT (recorded as `host:port`), `broker+other://<connector>/` for anything else."""
+    req = entry.get("request") or {}
+    url = req.get("url")
+    if is_http_url(url):
+        return str(url)
+    connector = str(entry.get("connector") or "")
+    host = connector if _HOST_LABEL.fullmatch(connector) else "unnamed"
+    if entry.get("capture") == "gateway" and isinstance(url, str) and url.startswith("stdio:"):
+        mcp = entry.get("mcp")
+        method = mcp.get("method") if isinstance(mcp, dict) else None
+        method = method if isinstance(method, str) else str(req.get("method"))
+        return f"mcp+stdio://{host}/{quote(method, safe='/')}"
+    if req.get("method") == "CONNECT" and isinstance(url, str) and (m := _HOST_PORT.fullmatch(url)):
+        return f"https://{m.group(1)}:{m.group(2)}/"
+    return f"broker+other://{host}/"
+
+
+def _mime_type(body: object, content_type: str | None, text: str) -> str:
+    """HAR `mimeType` of a body: the declared Content-Type, except a JSON type on a text that is not JSON
+    (a body recorded as text because it did not parse strictly, or a blob spilled whole as it streamed,
+    inlined): `text/plain`, so readers that parse JSON-typed text (har2requests) are not handed what is
+    not JSON. The declared type stays in the headers."""
+    if text and is_json_type(content_type) and (isinstance(body, str) or is_ref_object(body)):
+        try:
+            orjson.loads(text)
+        except orjson.JSONDecodeError:
+            return "text/plain; charset=utf-8"
+    return content_type or ""
+
+
 def _text_of(data: bytes, content_type: str | None) -> tuple[str, str | None]:
     """(text, encoding) for HAR: UTF-8 text as itself, anything else as base64."""
     if not is_binary_type(content_type):
@@ -65,11 +110,12 @@ def _text_of(data: bytes, content_type: str | None) -> tuple[str, str | None]:
 def har_body(body: object, content_type: str | None, vault: Vault, inline_blobs: bool) -> dict:
     """The HAR view of one recorded body: `text`, `encoding`, `size` and the `_blob`/`_blobs` fields.
 
-    `size` is the byte length of the body as exported (for a spilled body not inlined, the blob's).
+    `size` is the byte length of the body (for a spilled body not inlined, the blob's: its `text` is
+    then empty). `text` is always there, `""` for no body.
     """
     out: dict = {}
     if body is None:
-        out["size"] = 0
+        out.update(size=0, text="")
         return out
     if is_ref_object(body):
         if inline_blobs:
@@ -78,7 +124,7 @@ def har_body(body: object, content_type: str | None, vault: Vault, inline_blobs:
             if encoding:
                 out["encoding"] = encoding
         else:
-            out.update(size=body["size"], _blob=body)  # type: ignore[index]
+            out.update(size=body["size"], text="", _blob=body)  # type: ignore[index]
             out["comment"] = (
                 f"body spilled to the blob store ({body['size']} bytes): see _blob, "  # type: ignore[index]
                 "or export with --inline-blobs"
@@ -114,15 +160,16 @@ def _query(url: str) -> list[dict]:
 
 
 def _request(entry: dict, vault: Vault, inline_blobs: bool) -> dict:
-    req = entry["request"]
     method, _, headers, body, ctype = http_request_view(entry)
+    url = har_url(entry)
     har = {
-        "method": method, "url": req["url"], "httpVersion": "", "cookies": [], "headers": _headers(headers),
-        "queryString": _query(req["url"]), "headersSize": -1, "bodySize": -1,
+        "method": method, "url": url, "httpVersion": "", "cookies": [], "headers": _headers(headers),
+        "queryString": _query(url), "headersSize": -1, "bodySize": -1 if body is not None else 0,
     }
     if body is not None:
         view = har_body(body, ctype, vault, inline_blobs)
-        post = {"mimeType": ctype or "", "text": view.pop("text", "")}
+        text = view.pop("text", "")
+        post = {"mimeType": _mime_type(body, ctype, text), "text": text}
         if view.pop("encoding", None):
             post["_encoding"] = "base64"  # HAR 1.2 has no encoding for postData
         post.update({k: v for k, v in view.items() if k != "size"})
@@ -141,12 +188,13 @@ def _response(entry: dict, vault: Vault, inline_blobs: bool) -> dict:
         reason = HTTPStatus(status).phrase if isinstance(status, int) else ""
     except ValueError:
         reason = ""
-    content = {"mimeType": ctype or ""}
-    content.update(har_body(resp.get("body"), ctype, vault, inline_blobs))
+    view = har_body(resp.get("body"), ctype, vault, inline_blobs)
+    content = {"mimeType": _mime_type(resp.get("body"), ctype, view.get("text", "")), **view}
     har = {
         "status": status if isinstance(status, int) else 0, "statusText": reason, "httpVersion": "",
         "cookies": [], "headers": _headers(headers), "content": content,
         "redirectURL": header(headers, "location") or "", "headersSize": -1, "bodySize": -1,
+        "_transferSize": -1,  # Chrome's field; haralyzer's transfer sizes index it
     }
     if resp.get("error") is not None:
         har["_error"] = str(resp["error"])
@@ -168,6 +216,8 @@ def har_entry(entry: dict, vault: Vault, inline_blobs: bool = False) -> dict:
                                       "capture", "prompt_ref")
         },
     }
+    if out["request"]["url"] != entry["request"].get("url"):
+        out["_journal"]["url"] = entry["request"].get("url")
     if entry.get("mcp") is not None:
         out["_mcp"] = entry["mcp"]
     if entry["request"].get("playback_of") is not None:
@@ -193,7 +243,8 @@ def websocket_message(entry: dict, ws: dict, vault: Vault, inline_blobs: bool) -
         data = body.get("text", "")
     out: dict = {"type": "send" if sent else "receive", "time": parse_ts(entry["ts"]).timestamp(),
                  "opcode": _OPCODES.get(str(kind), 1), "data": data,
-                 "_journal": {"seq": entry.get("seq"), "hash": entry.get("hash"), "effect": entry.get("effect")}}
+                 "_journal": {"seq": entry.get("seq"), "hash": entry.get("hash"), "prev": entry.get("prev"),
+                              "effect": entry.get("effect")}}
     for key in ("_blob", "_blobs"):
         if key in body:
             out[key] = body[key]
@@ -214,8 +265,8 @@ def build_har(vault_root: str | os.PathLike, session: str, *, inline_blobs: bool
             messages = handshakes[ws["handshake"]].setdefault("_webSocketMessages", [])
             messages.append(websocket_message(e, ws, vault, inline_blobs))
             continue
+        har_entries.append(har_entry(e, vault, inline_blobs))
         if is_http_url(req.get("url")):
-            har_entries.append(har_entry(e, vault, inline_blobs))
             if isinstance(e.get("hash"), str) and (e.get("response") or {}).get("status") == 101:
                 handshakes[e["hash"]] = har_entries[-1]
         else:
@@ -223,11 +274,13 @@ def build_har(vault_root: str | os.PathLike, session: str, *, inline_blobs: bool
                           for k in ("seq", "hash", "capture", "connector", "method", "url")})
     comment = f"session {session}: {len(entries)} entries, chain {chain_verdict(report)}"
     if other:
-        comment += f"; {len(other)} not HTTP exchanges, listed in _nonHttpEntries"
+        comment += (f"; {len(other)} not HTTP exchanges (listed in _nonHttpEntries), each an entry on a "
+                    "synthetic URL (mcp+stdio://...)")
     log = {
         "version": HAR_VERSION, "creator": {"name": CREATOR, "version": _version()},
         "entries": har_entries, "comment": comment,
         "_session": session, "_chain": {"verdict": chain_verdict(report), **report},
+        "_sessionHead": {"entries": len(entries), "head": entries[-1].get("hash") if entries else None},
         "_nonHttpEntries": other, "_unparsedLines": unparsed,
     }
     return {"log": log}

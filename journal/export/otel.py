@@ -2,18 +2,26 @@
 
 - The session is one trace, under a root span `session {id}`; each entry is one span, its span id
   the first 16 hex digits of the entry's hash (stable: exporting twice gives the same ids).
-- Gateway entries (MCP): a `tools/call` is `execute_tool {gen_ai.tool.name}` (kind INTERNAL) with
-  `gen_ai.operation.name=execute_tool`, `mcp.method.name`, `jsonrpc.request.id`, `network.transport`
-  and, on failure, `error.type` (the JSON-RPC code, or `tool_error` for `isError`); other MCP methods
-  are `{mcp.method.name} {target}` (kind CLIENT).
-- Broker and agent entries (HTTP): HTTP client spans (kind CLIENT) named by the method, with
+- Gateway entries (MCP): MCP client spans `{mcp.method.name} {target}` (kind CLIENT; target the tool
+  or prompt name) with `mcp.method.name`, `mcp.session.id` and `mcp.protocol.version` (when the call
+  carried them), `jsonrpc.request.id`, `network.transport`; a `tools/call` adds
+  `gen_ai.operation.name=execute_tool` and `gen_ai.tool.name`; on failure `error.type` (the JSON-RPC
+  code, or `tool_error` for `isError`) and `rpc.response.status_code`.
+- Model calls (prompt capture): GenAI client spans `{gen_ai.operation.name} {gen_ai.request.model}`
+  (kind CLIENT) with the provider, models, response id, finish reasons and token counts
+  (journal/export/model_span.py).
+- WebSocket messages: `websocket send|receive` (INTERNAL), naming their handshake entry.
+- Other entries (HTTP): HTTP client spans (kind CLIENT) named by the method, with
   `http.request.method`, `url.full` (as recorded, redactions included), `server.address`,
   `server.port`, `http.response.status_code` and `error.type`.
 - Every span: `gen_ai.conversation.id` (the session), `gen_ai.agent.name`, and `broker.*` attributes
-  naming the entry (seq, hash, connector, effect, capture, answered_by, principal, prompt_ref).
+  (ours, not the conventions') naming the entry (seq, hash, prev, connector, effect, capture,
+  answered_by, principal, prompt_ref), so `broker verify-export` can check the chain in the file.
 - Content is off by default: bodies are referenced (`broker.request.body.sha256` is the SHA-256 of the
-  recorded body's canonical form, `broker.*.body.ref` the blob of a spilled body). `content=True`
-  adds them (`gen_ai.tool.call.arguments` / `.result` for tools, `broker.*.body` for HTTP), as recorded.
+  recorded body's canonical form; every blob a body spilled to is named: `broker.*.body.ref` for a
+  whole body, `broker.*.body.blob_refs` / `.blob_pointers` for strings spilled inside a JSON body).
+  `content=True` adds them (`gen_ai.tool.call.arguments` / `.result` for tools, `broker.*.body`
+  otherwise), as recorded.
 - Trace context: when calls carried W3C trace context (an HTTP `traceparent` header, or MCP
   `params._meta.traceparent`) and all of it names one trace, the session is exported into that
   trace and each such span is the child of the agent's span that made the call. Otherwise the trace
@@ -40,7 +48,9 @@ from journal.canonical import canonical_bytes
 from journal.entry import parse_ts
 from journal.errors import PeerError
 from journal.export.fixture import body_digest, chain_verdict, read_entries
-from journal.export.recorded_body import header
+from journal.export.model_span import ModelCall, model_call
+from journal.export.recorded_body import header, spilled_refs
+from journal.redact import REDACTED
 from journal.vault import Vault
 from journal.verify import verify_session
 
@@ -49,6 +59,8 @@ KIND_INTERNAL, KIND_CLIENT = 1, 3
 STATUS_ERROR = 2
 _TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 _ZERO_TRACE, _ZERO_SPAN = "0" * 32, "0" * 16
+PROTOCOL_VERSION_META = "io.modelcontextprotocol/protocolVersion"
+"""Where a 2026-era MCP request carries its protocol version (`params._meta`; the shim's name for it too)."""
 
 
 def parse_traceparent(value: object) -> tuple[str, str, int] | None:
@@ -74,16 +86,20 @@ def trace_context(entry: dict) -> tuple[str, str, int, str, str | None] | None:
     return None
 
 
-def _attr(key: str, value: object) -> dict:
+def _value(value: object) -> dict:
     if isinstance(value, bool):
-        v: dict = {"boolValue": value}
-    elif isinstance(value, int):
-        v = {"intValue": str(value)}
-    elif isinstance(value, float):
-        v = {"doubleValue": value}
-    else:
-        v = {"stringValue": str(value)}
-    return {"key": key, "value": v}
+        return {"boolValue": value}
+    if isinstance(value, int):
+        return {"intValue": str(value)}
+    if isinstance(value, float):
+        return {"doubleValue": value}
+    if isinstance(value, list | tuple):
+        return {"arrayValue": {"values": [_value(v) for v in value]}}
+    return {"stringValue": str(value)}
+
+
+def _attr(key: str, value: object) -> dict:
+    return {"key": key, "value": _value(value)}
 
 
 def _attrs(pairs: dict) -> list[dict]:
@@ -96,9 +112,15 @@ def _nanos(ts: str) -> str:
 
 
 def _body_refs(prefix: str, body: object, content: bool) -> dict:
+    """The references to a recorded body: its digest, and every blob it spilled to, a whole body
+    (`.ref`) or strings inside a JSON body (`.blob_refs`, with their JSON Pointers in `.blob_pointers`)."""
     out: dict = {f"{prefix}.body.sha256": body_digest(body)}
+    refs = spilled_refs(body)
     if is_ref_object(body):
         out[f"{prefix}.body.ref"] = body["ref"]  # type: ignore[index]
+    elif refs:
+        out[f"{prefix}.body.blob_refs"] = [r["ref"] for _, r in refs]
+        out[f"{prefix}.body.blob_pointers"] = [p for p, _ in refs]
     if content and body is not None:
         out[f"{prefix}.body"] = body if isinstance(body, str) else canonical_bytes(body).decode("utf-8")
     return out
@@ -107,57 +129,92 @@ def _body_refs(prefix: str, body: object, content: bool) -> dict:
 def _server(url: str) -> dict:
     try:
         parts = urlsplit(url)
-        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+        port = parts.port or {"http": 80, "https": 443, "ws": 80, "wss": 443}.get(parts.scheme)
     except ValueError:
         return {}
     return {"server.address": parts.hostname, "server.port": port} if parts.hostname else {}
 
 
-def _gateway(entry: dict, content: bool) -> tuple[str, int, dict, str | None]:
+def mcp_protocol_version(entry: dict) -> str | None:
+    """The MCP protocol version a call was made under: its `MCP-Protocol-Version` header (HTTP), or the
+    2026-era `params._meta["io.modelcontextprotocol/protocolVersion"]` the request carried."""
+    headers = (entry.get("request") or {}).get("headers") or []
+    if (version := header(headers, "mcp-protocol-version")) and version != REDACTED:
+        return version
+    mcp = entry.get("mcp")
+    params = mcp.get("params") if isinstance(mcp, dict) else None
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    value = meta.get(PROTOCOL_VERSION_META) if isinstance(meta, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def mcp_session_id(entry: dict) -> str | None:
+    """The MCP session a call belongs to: the `Mcp-Session-Id` header it carried (streamable HTTP before
+    the 2026 era; stdio and the 2026 era have no MCP session)."""
+    value = header((entry.get("request") or {}).get("headers") or [], "mcp-session-id")
+    return value if value and value != REDACTED else None
+
+
+def _gateway(entry: dict, content: bool) -> tuple[str, int, dict, str | None, str | None]:
+    """An MCP call as an MCP client span (`{mcp.method.name} {target}`, CLIENT)."""
     req, resp = entry["request"], entry["response"]
     mcp = got if isinstance(got := entry.get("mcp"), dict) else {}
     method = mcp.get("method") or req.get("method")
     params = got if isinstance(got := mcp.get("params"), dict) else {}
     body = got if isinstance(got := resp.get("body"), dict) else {}
     url = str(req.get("url") or "")
-    attrs: dict = {"mcp.method.name": method, "network.transport": "pipe" if url.startswith("stdio:") else "tcp"}
+    stdio = url.startswith("stdio:")
+    attrs: dict = {"mcp.method.name": method, "network.transport": "pipe" if stdio else "tcp",
+                   "mcp.session.id": mcp_session_id(entry), "mcp.protocol.version": mcp_protocol_version(entry)}
     if mcp.get("id") is not None:
         attrs["jsonrpc.request.id"] = str(mcp["id"])
-    if not url.startswith("stdio:"):
+    if isinstance(mcp.get("jsonrpc"), str) and mcp["jsonrpc"] != "2.0":
+        attrs["jsonrpc.protocol.version"] = mcp["jsonrpc"]
+    if not stdio:
         attrs.update(_server(url))
-    error = None
+        attrs["network.protocol.name"] = "http"
+    error = message = None
     if isinstance(body.get("error"), dict):
         code = body["error"].get("code")
         error = str(code)
         attrs["rpc.response.status_code"] = str(code)
+        if isinstance(body["error"].get("message"), str):
+            message = body["error"]["message"]
     elif isinstance(body.get("result"), dict) and body["result"].get("isError") is True:
         error = "tool_error"
     elif resp.get("status") is None or resp.get("error"):
         error = "no_response" if resp.get("status") is None else str(resp.get("status"))
+    target = None
     if method == "tools/call":
-        tool = params.get("name")
-        attrs.update({"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool})
+        target = params.get("name") if isinstance(params.get("name"), str) else None
+        attrs.update({"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": target})
         if content:
             attrs["gen_ai.tool.call.arguments"] = canonical_bytes(params.get("arguments")).decode()
             if "result" in body:
                 attrs["gen_ai.tool.call.result"] = canonical_bytes(body["result"]).decode()
-        name, kind = f"execute_tool {tool}", KIND_INTERNAL
-    else:
-        target = params.get("name") or params.get("uri")
-        if params.get("uri"):
-            attrs["mcp.resource.uri"] = params["uri"]
-        if method == "prompts/get" and params.get("name"):
-            attrs["gen_ai.prompt.name"] = params["name"]
-        name, kind = f"{method} {target}" if target else str(method), KIND_CLIENT
+    elif method == "prompts/get" and isinstance(params.get("name"), str):
+        target = params["name"]
+        attrs["gen_ai.prompt.name"] = target
+    if isinstance(params.get("uri"), str):
+        attrs["mcp.resource.uri"] = params["uri"]  # never in the name: high cardinality
     attrs.update(_body_refs("broker.request", req.get("body"), content and method != "tools/call"))
     attrs.update(_body_refs("broker.response", resp.get("body"), content and method != "tools/call"))
-    return name, kind, attrs, error
+    return (f"{method} {target}" if target else str(method)), KIND_CLIENT, attrs, error, message
 
 
-def _http(entry: dict, content: bool) -> tuple[str, int, dict, str | None]:
+_HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH", "QUERY"})
+
+
+def _http(entry: dict, content: bool) -> tuple[str, int, dict, str | None, str | None]:
+    """An HTTP exchange as an HTTP client span (named by the method, CLIENT)."""
     req, resp = entry["request"], entry["response"]
     url, status = str(req.get("url")), resp.get("status")
-    attrs: dict = {"http.request.method": req.get("method"), "url.full": url, "url.scheme": urlsplit(url).scheme}
+    method = str(req.get("method"))
+    known = method in _HTTP_METHODS
+    attrs: dict = {"http.request.method": method if known else "_OTHER", "url.full": url,
+                   "url.scheme": urlsplit(url).scheme}
+    if not known:
+        attrs["http.request.method_original"] = method
     attrs.update(_server(url))
     error = None
     if isinstance(status, int):
@@ -168,20 +225,64 @@ def _http(entry: dict, content: bool) -> tuple[str, int, dict, str | None]:
         error = "no_response"
     attrs.update(_body_refs("broker.request", req.get("body"), content))
     attrs.update(_body_refs("broker.response", resp.get("body"), content))
-    return str(req.get("method")), KIND_CLIENT, attrs, error
+    return (method if known else "HTTP"), KIND_CLIENT, attrs, error, None
+
+
+def _model(entry: dict, call: ModelCall, content: bool) -> tuple[str, int, dict, str | None, str | None]:
+    """A model call as a GenAI client span (`{gen_ai.operation.name} {gen_ai.request.model}`, CLIENT)."""
+    req, resp = entry["request"], entry["response"]
+    status = resp.get("status")
+    attrs: dict = dict(call.attributes)
+    attrs.update(_server(str(req.get("url"))))
+    error = None
+    if not isinstance(status, int):
+        error = "no_response"
+    elif status >= 400 and not isinstance(req.get("websocket"), dict):
+        error = str(status)
+    attrs.update(_body_refs("broker.request", req.get("body"), content))
+    attrs.update(_body_refs("broker.response", resp.get("body"), content))
+    name = f"{call.operation} {call.request_model}" if call.request_model else call.operation
+    return name, KIND_CLIENT, attrs, error, None
+
+
+def _websocket(entry: dict, ws: dict, content: bool) -> tuple[str, int, dict, str | None, str | None]:
+    """A WebSocket message (docs/contract.md section 8): `websocket send|receive`, INTERNAL, under the
+    connection its handshake opened (`broker.websocket.handshake` is the handshake entry's hash)."""
+    req, resp = entry["request"], entry["response"]
+    sent = ws.get("direction") == "client_to_server"
+    url = str(req.get("url"))
+    attrs: dict = {"url.full": url, "network.protocol.name": "websocket", **_server(url),
+                   "broker.websocket.handshake": ws.get("handshake"), "broker.websocket.direction": ws.get("direction"),
+                   "broker.websocket.kind": ws.get("kind"), "broker.websocket.message": ws.get("message")}
+    attrs.update(_body_refs("broker.request", req.get("body"), content))
+    attrs.update(_body_refs("broker.response", resp.get("body"), content))
+    return f"websocket {'send' if sent else 'receive'}", KIND_INTERNAL, attrs, None, None
+
+
+def span_shape(entry: dict, content: bool) -> tuple[str, int, dict, str | None, str | None]:
+    """(name, kind, attributes, error.type, status message) of an entry's span, by what the entry is."""
+    req = entry.get("request") or {}
+    ws = req.get("websocket")
+    if entry.get("capture") == "gateway":
+        return _gateway(entry, content)
+    if (call := model_call(entry)) is not None:
+        return _model(entry, call, content)
+    if req.get("method") == "WEBSOCKET" and isinstance(ws, dict):
+        return _websocket(entry, ws, content)
+    return _http(entry, content)
 
 
 def entry_span(entry: dict, trace_id: str, parent: str, ctx: tuple | None, joined: bool, content: bool) -> dict:
     """One entry as an OTLP span (see the module docstring)."""
-    build = _gateway if entry.get("capture") == "gateway" else _http
-    name, kind, attrs, error = build(entry, content)
+    name, kind, attrs, error, message = span_shape(entry, content)
     resp = entry.get("response") or {}
     if error is not None:
         attrs["error.type"] = error
     attrs.update({
         "gen_ai.conversation.id": entry.get("session"), "gen_ai.agent.name": entry.get("agent"),
         "broker.session": entry.get("session"), "broker.entry.seq": entry.get("seq"),
-        "broker.entry.hash": entry.get("hash"), "broker.connector": entry.get("connector"),
+        "broker.entry.hash": entry.get("hash"), "broker.entry.prev": entry.get("prev"),
+        "broker.connector": entry.get("connector"),
         "broker.effect": entry.get("effect"), "broker.capture": entry.get("capture"),
         "broker.principal": entry.get("principal"), "broker.prompt_ref": entry.get("prompt_ref"),
         "broker.answered_by": resp.get("answered_by"),
@@ -203,7 +304,7 @@ def entry_span(entry: dict, trace_id: str, parent: str, ctx: tuple | None, joine
                 link["traceState"] = ctx[4]
             span["links"] = [link]
     if error is not None:
-        span["status"] = {"code": STATUS_ERROR, "message": str(resp.get("error") or error)}
+        span["status"] = {"code": STATUS_ERROR, "message": str(message or resp.get("error") or error)}
     return span
 
 
@@ -229,7 +330,7 @@ def build_otlp(vault_root: str | os.PathLike, session: str, *, content: bool = F
         "startTimeUnixNano": first, "endTimeUnixNano": last,
         "attributes": _attrs({
             "gen_ai.conversation.id": session, "broker.session": session, "broker.entries": len(entries),
-            "broker.chain": chain_verdict(report),
+            "broker.chain": chain_verdict(report), "broker.session.head": entries[-1].get("hash") if entries else None,
         }),
     }
     if not report["intact"]:

@@ -59,7 +59,8 @@ def test_chrome_devtools_imports_the_har(tmp_path, devtools, inline):
     got = browser.evaluate(session, IMPORT % json.dumps(har))
     assert [(r["method"], r["url"]) for r in got] == [
         (e["request"]["method"], e["request"]["url"]) for e in har["log"]["entries"]]
-    assert [r["status"] for r in got] == [200, 200, 200, 200, 200, 0, 200]
+    assert [r["status"] for r in got] == [200, 200, 200, 200, 200, 0, 200, 200]  # seq 7: MCP over stdio
+    assert got[6]["url"] == "mcp+stdio://notes/tools/call"
     first = got[0]
     assert ["Authorization", "[never captured]"] in first["headers"]
     assert json.loads(first["text"]) == {"messages": [{"id": "m1"}]}

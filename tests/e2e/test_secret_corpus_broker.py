@@ -65,7 +65,7 @@ def _reader_outputs(vault: Path, session: str, entries: int) -> list[bytes]:
     v = ["--vault", str(vault)]
     commands = [["show", *v, session], ["show", *v, "--json", session], ["search", *v, "--json"],
                 ["sessions", *v], ["verify", *v]]
-    commands += [["export", *v, "--format", f, session] for f in ("fixture", "har", "vcr", "otel")]
+    commands += [["export", *v, "--format", f, session] for f in ("fixture", "har", "vcr", "otel", "ocsf")]
     commands += [["export", *v, "--format", "har", "--inline-blobs", session],
                  ["export", *v, "--format", "otel", "--content", session]]
     commands += [["show", *v, "--seq", str(n), session] for n in range(1, entries + 1)]

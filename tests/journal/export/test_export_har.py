@@ -40,7 +40,7 @@ def test_har_validates_against_the_har_1_2_schema(vault, inline):
     errors = sorted(har_validator().iter_errors(har), key=str)
     assert errors == []
     log = har["log"]
-    assert log["version"] == "1.2" and len(log["entries"]) == 7
+    assert log["version"] == "1.2" and len(log["entries"]) == 8  # the MCP stdio call too, on mcp+stdio://
     for e in log["entries"]:
         assert all(v >= 0 for v in e["timings"].values()) and e["time"] == 0
         assert all(k.startswith("_") or k in ("startedDateTime", "time", "request", "response", "cache", "timings",
@@ -65,12 +65,15 @@ def test_har_keeps_redactions_and_names_spilled_bodies(vault):
     assert attachment["_blobs"][0]["path"] == "/data" and attachment["_blobs"][0]["size"] == 300
     assert BIG not in attachment["text"] and "spilled" in attachment["comment"]
     whole = har["log"]["entries"][4]["response"]["content"]
-    assert "text" not in whole and whole["_blob"]["size"] == 500 and whole["size"] == 500
+    assert whole["text"] == "" and whole["_blob"]["size"] == 500 and whole["size"] == 500
     png = har["log"]["entries"][3]["response"]["content"]
     assert png["encoding"] == "base64" and base64.b64decode(png["text"]) == PNG
     unanswered = har["log"]["entries"][5]["response"]
     assert unanswered["status"] == 0 and unanswered["_error"] == "upstream timed out"
-    mcp_http = har["log"]["entries"][6]
+    stdio = har["log"]["entries"][6]
+    assert stdio["request"]["url"] == "mcp+stdio://notes/tools/call"
+    assert stdio["_journal"]["url"] == "stdio:notes-server"
+    mcp_http = har["log"]["entries"][7]
     assert mcp_http["request"]["method"] == "POST" and json.loads(mcp_http["request"]["postData"]["text"])["id"] == 7
     assert har["log"]["_nonHttpEntries"] == [{"seq": 7, "hash": har["log"]["_nonHttpEntries"][0]["hash"],
                                               "capture": "gateway", "connector": "notes", "method": "tools/call",
@@ -92,8 +95,9 @@ def test_mitmproxy_reads_the_har(vault, tmp_path):
                     standalone_mode=False) == 0
     with out.open("rb") as f:
         flows = list(FlowReader(f).stream())
-    assert len(flows) == 7
-    first, post, attachment, png, whole, unanswered, mcp = flows
+    assert len(flows) == 8
+    first, post, attachment, png, whole, unanswered, stdio, mcp = flows
+    assert stdio.request.scheme == "mcp+stdio" and json.loads(stdio.response.get_content())["id"] == 7
     assert first.request.url.startswith(GMAIL + "/messages?q=is%3Aunread")
     assert first.request.headers["authorization"] == "[never captured]"
     assert json.loads(first.response.get_content()) == {"messages": [{"id": "m1"}]}

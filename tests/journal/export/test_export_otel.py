@@ -66,8 +66,8 @@ def test_otlp_json_reads_back_with_the_proto_definitions(vault, tmp_path):
     assert value(unanswered, "error.type") == "no_response" and unanswered.status.code == 2
     assert unanswered.status.message == "upstream timed out"
     stdio, http_mcp = entries[6], entries[7]
-    for tool in (stdio, http_mcp):
-        assert tool.name == "execute_tool search_notes" and tool.kind == Span.SPAN_KIND_INTERNAL
+    for tool in (stdio, http_mcp):  # MCP client spans (the MCP conventions), with the execute_tool attributes
+        assert tool.name == "tools/call search_notes" and tool.kind == Span.SPAN_KIND_CLIENT
         assert value(tool, "gen_ai.operation.name") == "execute_tool"
         assert value(tool, "mcp.method.name") == "tools/call" and value(tool, "jsonrpc.request.id") == "7"
     assert value(stdio, "network.transport") == "pipe" and value(http_mcp, "network.transport") == "tcp"
