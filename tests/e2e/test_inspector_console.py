@@ -237,3 +237,195 @@ def test_copy_each_inverse_call_of_the_revert_plan(page, example):
         curl, _ = _copy(page, f"#copy-step-{at}", "curl")
         assert f"-X '{first['call']['method']}'" in curl and first["call"]["url"] in curl
     assert page.errors == []
+
+
+# -- 3. the conversation view -------------------------------------------------------------------------------
+
+def _conversation(root: Path) -> None:
+    """Session "s" with prompt capture, as tests/e2e/test_prompts.py records it through the service: a model
+    call that asks for a gmail tool call (carried out at seq 2), a gmail call while the model thinks (asked
+    for by nobody), a second model call that asks for nothing, and a gmail call after it."""
+    from broker.proxy.service import Service
+    from broker.proxy.wire import WholeCall
+    from journal.record import Recorder
+    from tests.e2e.test_prompts import _ahead, _anthropic_material, _gmail_material, _rest, _send
+
+    svc = Service(Recorder(root))
+    _send(svc, WholeCall(1, _anthropic_material("s", "refs", 1, tool=("gmail", {"q": "unread"}))))
+    _send(svc, _ahead(2, _gmail_material("s", 2)))
+    svc.prepare_pending()
+    _send(svc, _rest(2, _gmail_material("s", 2)))
+    _send(svc, _ahead(3, _anthropic_material("s", "refs", 3, tool=None, results=[("toolu_1", "x")])))
+    _send(svc, WholeCall(4, _gmail_material("s", 4)))
+    _send(svc, _rest(3, _anthropic_material("s", "refs", 3, tool=None, results=[("toolu_1", "x")])))
+    _send(svc, WholeCall(5, _gmail_material("s", 5)))
+
+
+def test_the_conversation_shows_turns_their_tool_calls_entries_and_findings(page, tmp_path):
+    from journal.trajectory import trajectory
+
+    root = tmp_path / "v"
+    _conversation(root)
+    report = trajectory(Vault(root), "s")
+    assert [t["seq"] for t in report["turns"]] == [1, 4]
+    with served(root) as base:
+        page.goto(f"{base}/?session=s&tab=conversation")
+        page.wait_for_selector(".turn[data-seq='4']")
+        turn1 = page.inner_text(".turn[data-seq='1']")
+        assert "Turn 1: model call at seq 1" in turn1 and "anthropic" in turn1
+        assert page.inner_text(".turn[data-seq='1'] .asked li[data-tool='gmail']").count("carried out by seq 2") == 1
+        # the entries beneath each turn are the ones tied to it by prompt_ref
+        tied = {t["seq"]: t["calls"] for t in report["turns"]}
+        for seq, calls in tied.items():
+            got = page.eval_on_selector_all(f".turn[data-seq='{seq}'] .turn-entries tbody tr",
+                                            "rs => rs.map(r => Number(r.dataset.line))")
+            assert got == calls
+        # every finding is flagged at the seq where it occurs
+        flagged = page.eval_on_selector_all(".finding", "fs => fs.map(f => [f.dataset.kind, Number(f.dataset.seq)])")
+        assert sorted(map(tuple, flagged)) == sorted((f["kind"], f["seq"]) for f in report["findings"])
+        assert report["findings"]
+        # the rows are drawn from their own lines and marked by this browser's chain check
+        page.wait_for_selector('#browser-verdict[data-state="intact"]')
+        wait_until(page, "[...document.querySelectorAll('.turn tr[data-line]')]"
+                         ".every(r => r.dataset.chain === 'trusted')")
+    assert page.errors == []
+
+
+def test_a_session_without_prompt_capture_says_so(page, example):
+    with served(example) as base:
+        page.goto(f"{base}/?session={S}&tab=conversation")
+        page.wait_for_selector(".notes")
+        assert "no model calls in this session" in page.inner_text(".notes")
+    assert page.errors == []
+
+
+# -- 4. the diff of two sessions ------------------------------------------------------------------------------
+
+def test_the_diff_of_two_sessions_is_broker_diffs_side_by_side(page, example):
+    from journal.diff import diff_sessions
+
+    lines = (example / "journal" / f"{S}.jsonl").read_bytes().splitlines()
+    other = Vault(example)
+    w = JournalWriter(other, durable=False)
+    for i, line in enumerate(lines):
+        e = orjson.loads(line)
+        if i == 5:
+            continue  # seq 6 left out
+        f = {k: e[k] for k in ("ts", "agent", "principal", "connector", "effect", "capture", "request", "response",
+                               "mcp", "prompt_ref")}
+        f["session"] = "rerun"
+        if i == 12:
+            f["response"] = {**f["response"], "status": 429}
+        w.append(f)
+    w.close()
+    expected = diff_sessions(example, S, "rerun")
+    assert not expected.same
+    with served(example) as base:
+        page.goto(f"{base}/?session={S}")
+        page.click("#compare")
+        page.wait_for_selector("#diff-form")
+        assert page.input_value("#diff-a") == S
+        page.select_option("#diff-b", "rerun")
+        page.click("#diff-form button[type=submit]")
+        page.wait_for_selector("#diff-table")
+        assert f"a={S}" in page.url and "b=rerun" in page.url
+        assert page.get_attribute("#diff-summary", "data-differences") == str(len(expected.differences))
+        rows = page.query_selector_all("#diff-table tbody tr")
+        assert [r.get_attribute("data-op") for r in rows] == [d["op"] for d in expected.differences]
+        for r, d in zip(rows, expected.differences, strict=True):
+            cells = [c.inner_text() for c in r.query_selector_all("td")]
+            assert cells[1] == (str(d["a"]["seq"]) if "a" in d else "")
+            assert cells[3] == (str(d["b"]["seq"]) if "b" in d else "")
+        changed = page.query_selector("#diff-table tr[data-op=changed] .changed.add")
+        assert changed.inner_text() == "429"
+        page.goto(f"{base}/?view=diff&a={S}&b={S}")
+        page.wait_for_selector("#diff-summary")
+        assert page.get_attribute("#diff-summary", "data-same") == "true"
+        page.goto(f"{base}/?view=diff&a={S}&b=..%2Fescape")
+        page.wait_for_selector("#diff-result .error")
+    assert page.errors == []
+
+
+# -- 5. evidence at a glance ------------------------------------------------------------------------------------
+
+def test_evidence_checkpoint_witness_unsealed_tail_coverage_and_the_proof(page, example, tmp_path):
+    from journal.checkpoint.audit import session_tree
+    from journal.checkpoint.checkpoint import session_stem
+    from journal.checkpoint.note import Signer
+    from journal.checkpoint.proof_bundle import check_bundle
+    from journal.checkpoint.sealer import Sealer
+    from journal.checkpoint.witness import WitnessClient
+    from tests.support.checkpoint_harness import witness_server
+
+    vault = Vault(example)
+    signer, wkey = Signer.generate("vault.example/log"), Signer.generate("witness.example/w1")
+    stem = session_stem(S)
+    before = time.time()
+    with witness_server(wkey, tmp_path / "wstate", [signer.verifier()]) as url:
+        Sealer(vault, signer, [WitnessClient(url)]).seal(
+            {S: session_tree(vault, S)[1]},
+            coverage={(stem, "metadata.google.internal", "passed"): 3, (stem, "oauth2.googleapis.com", "token"): 2})
+    w = JournalWriter(vault, durable=False)  # two entries after the checkpoint: the unsealed tail
+    for n in (18, 19):
+        w.append(fields(S, n))
+    w.close()
+    with served(example) as base:
+        page.goto(f"{base}/?session={S}&tab=evidence")
+        page.wait_for_selector("#checkpoint[data-state=claimed]")
+        assert page.get_attribute("#checkpoint", "data-size") == "17"
+        assert page.inner_text('#checkpoint dd[data-field="signer"]').startswith("vault.example/log (key ")
+        row = [c.inner_text() for c in page.query_selector_all("#witnesses tbody tr td")]
+        assert row[0] == "witness.example/w1" and row[1] == wkey.cosigner_verifier().key_id.hex()
+        cosigned = time.mktime(time.strptime(row[2], "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
+        assert before - 5 <= cosigned <= time.time() + 5
+        assert page.get_attribute("#unsealed", "data-entries") == "2" and "seq 18–19" in page.inner_text("#unsealed")
+        cov = {r.get_attribute("data-kind"): r.inner_text() for r in page.query_selector_all("#coverage tbody tr")}
+        assert "metadata.google.internal" in cov["passed"] and "3" in cov["passed"]
+        assert "oauth2.googleapis.com" in cov["token"] and "none declared" in cov["refused"]
+        assert "not checked here" in page.inner_text("main")
+        page.goto(f"{base}/?session={S}&seq=4")
+        page.wait_for_selector("#proof-download")
+        with page.expect_download() as info:
+            page.click("#proof-download")
+        bundle = orjson.loads(Path(info.value.path()).read_bytes())
+        checked = check_bundle(bundle, signer.verifier(), [wkey.cosigner_verifier()])
+        assert checked.seq == 4 and checked.cosigned_by == ["witness.example/w1"]
+        page.goto(f"{base}/?session={S}&seq=18")  # past the checkpoint: no bundle offered
+        page.wait_for_selector("#proof span")
+        assert page.query_selector("#proof-download") is None
+        assert "Not covered by the checkpoint" in page.inner_text("#proof")
+    assert page.errors == []
+
+
+def test_evidence_of_an_unsealed_session(page, example):
+    with served(example) as base:
+        page.goto(f"{base}/?session={S}&tab=evidence")
+        page.wait_for_selector("#checkpoint[data-state=none]")
+        assert page.get_attribute("#unsealed", "data-entries") == "17"
+        assert "No vault index" in page.inner_text("#coverage")
+    assert page.errors == []
+
+
+# -- 6. the live sessions list ----------------------------------------------------------------------------------
+
+def test_the_sessions_list_is_live(page, tmp_path):
+    vault = Vault.create(tmp_path / "v")
+    with served(vault.root) as base:
+        page.goto(base + "/")
+        page.wait_for_selector("#empty")
+        w = JournalWriter(vault, durable=False)
+        for n in (1, 2):
+            w.append(fields("first", n))
+        page.wait_for_selector('#sessions tr[data-session="first"]:not([data-pending])')
+        cells = lambda s: [c.inner_text() for c in page.query_selector_all(f'#sessions tr[data-session="{s}"] td')]  # noqa: E731
+        count = "document.querySelector('#sessions tr[data-session=\"first\"] td:nth-child(2)').textContent"
+        wait_until(page, count + " === '2'")
+        w.append(fields("first", 3))
+        wait_until(page, count + " === '3'")
+        w2 = JournalWriter(vault, durable=False)
+        w2.append(fields("second", 1))
+        page.wait_for_selector('#sessions tr[data-session="second"]:not([data-pending])')
+        assert cells("second")[7] == "intact" and cells("first")[7] == "intact"
+        w.close()
+        w2.close()
+    assert page.errors == []

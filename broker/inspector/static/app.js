@@ -38,7 +38,7 @@
       if (v === undefined || v === null || v === false) continue;
       if (k === "class") node.className = v;
       else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
-      else if (k === "dataset") Object.assign(node.dataset, v);
+      else if (k === "dataset") { for (const [dk, dv] of Object.entries(v)) if (dv !== null && dv !== undefined) node.dataset[dk] = dv; }
       else if (k === "text") node.textContent = v;
       else node.setAttribute(k, v === true ? "" : String(v));
     }
