@@ -15,6 +15,7 @@ import pytest
 
 from journal.vault import Vault
 from journal.writer import JournalWriter
+from tests.support.inspector_scenes import record_conversation, rerun, seal_with_witness
 from tests.support.inspector_server import CHROMIUM, browser_page, chromium_browser, served
 from tests.support.journal_factories import fields
 
@@ -241,31 +242,11 @@ def test_copy_each_inverse_call_of_the_revert_plan(page, example):
 
 # -- 3. the conversation view -------------------------------------------------------------------------------
 
-def _conversation(root: Path) -> None:
-    """Session "s" with prompt capture, as tests/e2e/test_prompts.py records it through the service: a model
-    call that asks for a gmail tool call (carried out at seq 2), a gmail call while the model thinks (asked
-    for by nobody), a second model call that asks for nothing, and a gmail call after it."""
-    from broker.proxy.service import Service
-    from broker.proxy.wire import WholeCall
-    from journal.record import Recorder
-    from tests.e2e.test_prompts import _ahead, _anthropic_material, _gmail_material, _rest, _send
-
-    svc = Service(Recorder(root))
-    _send(svc, WholeCall(1, _anthropic_material("s", "refs", 1, tool=("gmail", {"q": "unread"}))))
-    _send(svc, _ahead(2, _gmail_material("s", 2)))
-    svc.prepare_pending()
-    _send(svc, _rest(2, _gmail_material("s", 2)))
-    _send(svc, _ahead(3, _anthropic_material("s", "refs", 3, tool=None, results=[("toolu_1", "x")])))
-    _send(svc, WholeCall(4, _gmail_material("s", 4)))
-    _send(svc, _rest(3, _anthropic_material("s", "refs", 3, tool=None, results=[("toolu_1", "x")])))
-    _send(svc, WholeCall(5, _gmail_material("s", 5)))
-
-
 def test_the_conversation_shows_turns_their_tool_calls_entries_and_findings(page, tmp_path):
     from journal.trajectory import trajectory
 
     root = tmp_path / "v"
-    _conversation(root)
+    record_conversation(root)
     report = trajectory(Vault(root), "s")
     assert [t["seq"] for t in report["turns"]] == [1, 4]
     with served(root) as base:
@@ -304,20 +285,7 @@ def test_a_session_without_prompt_capture_says_so(page, example):
 def test_the_diff_of_two_sessions_is_broker_diffs_side_by_side(page, example):
     from journal.diff import diff_sessions
 
-    lines = (example / "journal" / f"{S}.jsonl").read_bytes().splitlines()
-    other = Vault(example)
-    w = JournalWriter(other, durable=False)
-    for i, line in enumerate(lines):
-        e = orjson.loads(line)
-        if i == 5:
-            continue  # seq 6 left out
-        f = {k: e[k] for k in ("ts", "agent", "principal", "connector", "effect", "capture", "request", "response",
-                               "mcp", "prompt_ref")}
-        f["session"] = "rerun"
-        if i == 12:
-            f["response"] = {**f["response"], "status": 429}
-        w.append(f)
-    w.close()
+    rerun(example, S, "rerun")  # seq 6 left out, seq 13 answered 429
     expected = diff_sessions(example, S, "rerun")
     assert not expected.same
     with served(example) as base:
@@ -349,26 +317,15 @@ def test_the_diff_of_two_sessions_is_broker_diffs_side_by_side(page, example):
 # -- 5. evidence at a glance ------------------------------------------------------------------------------------
 
 def test_evidence_checkpoint_witness_unsealed_tail_coverage_and_the_proof(page, example, tmp_path):
-    from journal.checkpoint.audit import session_tree
-    from journal.checkpoint.checkpoint import session_stem
     from journal.checkpoint.note import Signer
     from journal.checkpoint.proof_bundle import check_bundle
-    from journal.checkpoint.sealer import Sealer
-    from journal.checkpoint.witness import WitnessClient
     from tests.support.checkpoint_harness import witness_server
 
-    vault = Vault(example)
     signer, wkey = Signer.generate("vault.example/log"), Signer.generate("witness.example/w1")
-    stem = session_stem(S)
     before = time.time()
     with witness_server(wkey, tmp_path / "wstate", [signer.verifier()]) as url:
-        Sealer(vault, signer, [WitnessClient(url)]).seal(
-            {S: session_tree(vault, S)[1]},
-            coverage={(stem, "metadata.google.internal", "passed"): 3, (stem, "oauth2.googleapis.com", "token"): 2})
-    w = JournalWriter(vault, durable=False)  # two entries after the checkpoint: the unsealed tail
-    for n in (18, 19):
-        w.append(fields(S, n))
-    w.close()
+        seal_with_witness(example, S, signer, url, {("metadata.google.internal", "passed"): 3,
+                                                    ("oauth2.googleapis.com", "token"): 2})
     with served(example) as base:
         page.goto(f"{base}/?session={S}&tab=evidence")
         page.wait_for_selector("#checkpoint[data-state=claimed]")

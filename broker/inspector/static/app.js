@@ -488,7 +488,7 @@
       this.entryBox = el("section", { class: "entry", id: "entry" });
       this.filterBox = el("input", { id: "timeline-filter", type: "search", value: this.filterText || "", autocomplete: "off",
         "aria-label": "filter the timeline (~c connector, ~e effect, ~m method, ~s status, ~h host, ~t tool, text; ! & | ( ))",
-        placeholder: "filter: ~c slack & ~e write | ~s 4xx, ~t tool, text  (? lists the keys)" });
+        placeholder: "filter: ~c slack & ~e write, ~s 4xx, ~t tool  (? keys)" });
       this.filterNote = el("span", { id: "filter-note", class: "muted", "aria-live": "polite" });
       this.filterBox.addEventListener("input", () => this.applyFilter());
       this.filterBox.addEventListener("keydown", (ev) => {
@@ -704,8 +704,9 @@
           const model = rows.get(turn.seq);
           return el("section", { class: "turn", dataset: { seq: turn.seq } },
             el("h3", {}, `Turn ${i + 1}: model call at seq `, nav({ session: this.session, seq: turn.seq }, turn.seq),
-              el("span", { class: "muted" }, ` ${turn.model_api} via ${turn.connector}, ${turn.ts}${turn.stream ? ", streamed" : ""}`), findingBadges(at.get(turn.seq))),
-            model ? el("table", { class: "turn-model" }, el("tbody", {}, this.entryRow(model))) : null,
+              el("span", { class: "muted" }, ` — ${turn.model_api}${turn.connector !== turn.model_api ? ` via ${turn.connector}` : ""}, ${turn.ts}${turn.stream ? ", streamed" : ""}`)),
+            at.has(turn.seq) ? el("div", { class: "turn-findings" }, findingBadges(at.get(turn.seq))) : null,
+            model ? el("table", { class: "turn-model turn-entries" }, el("tbody", {}, this.entryRow(model))) : null,
             turn.asked.length ? el("ol", { class: "asked" }, turn.asked.map((c) => el("li", { dataset: { tool: c.name } },
               el("strong", {}, c.name), ` (${c.id || "no id"}) `, el("code", {}, JSON.stringify(c.arguments)),
               c.carried_out_by.length ? [" — carried out by seq ", c.carried_out_by.map((s, k) => [k ? ", " : "", nav({ session: this.session, seq: s }, s)])]
@@ -714,7 +715,7 @@
               : el("p", { class: "muted" }, "asked for no tool call"),
             turn.calls.length ? [el("h4", {}, "Entries this model call led to (prompt_ref)"), table(turn.calls)] : null);
         }),
-        loose.length ? el("section", { class: "turn", id: "outside-turns" }, el("h3", {}, "Findings outside any turn"), table(loose.sort((a, b) => a - b))) : null);
+        loose.length ? el("section", { class: "turn", id: "outside-turns" }, el("h3", {}, "Outside any turn: entries with findings"), table(loose.sort((a, b) => a - b))) : null);
       this.rowsDrawn = true;
       this.markUntrusted();
     }
@@ -964,10 +965,10 @@
   }
 
   // -- the diff of two sessions (what `broker diff` compares: journal/diff.py), side by side -------------------
-  function callCells(call, fields, side) {
+  function callCells(session, call, fields, side) {
     if (!call) return [el("td", { class: "num" }, ""), el("td", { class: "empty-side" }, "")];
     const mark = (f, text) => el("span", { class: fields.includes(f) ? `changed ${side}` : "" }, text);
-    return [el("td", { class: "num" }, call.seq),
+    return [el("td", { class: "num" }, nav({ session, seq: call.seq }, call.seq)),
       el("td", { class: "url" }, mark("connector", call.connector), " ", mark("effect", call.effect), " ", mark("method", call.method), " ",
         mark("url", call.url), " body ", mark("request_body_sha256", call.request_body_sha256.slice(0, 12)), " → ", mark("status", call.status === null ? "no status" : call.status))];
   }
@@ -1007,7 +1008,7 @@
       el("thead", {}, el("tr", {}, el("th", { scope: "col" }, ""), el("th", { scope: "col", class: "num" }, "A seq"), el("th", { scope: "col" }, `A: ${d.a}`),
         el("th", { scope: "col", class: "num" }, "B seq"), el("th", { scope: "col" }, `B: ${d.b}`), el("th", { scope: "col" }, "What differs"))),
       el("tbody", {}, d.differences.map((x) => el("tr", { class: `diff-${x.op}`, dataset: { op: x.op } },
-        el("td", { "aria-label": x.op }, OP[x.op]), callCells(x.a, x.fields || [], "del"), callCells(x.b, x.fields || [], "add"),
+        el("td", { "aria-label": x.op }, OP[x.op]), callCells(d.a, x.a, x.fields || [], "del"), callCells(d.b, x.b, x.fields || [], "add"),
         el("td", {}, x.op === "changed" ? x.fields.join(", ") : x.op === "removed" ? `only in A` : `only in B`))))));
   }
 
