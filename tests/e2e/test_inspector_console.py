@@ -258,7 +258,7 @@ def test_the_conversation_shows_turns_their_tool_calls_entries_and_findings(page
         # the entries beneath each turn are the ones tied to it by prompt_ref
         tied = {t["seq"]: t["calls"] for t in report["turns"]}
         for seq, calls in tied.items():
-            got = page.eval_on_selector_all(f".turn[data-seq='{seq}'] .turn-entries tbody tr",
+            got = page.eval_on_selector_all(f".turn[data-seq='{seq}'] .turn-entries:not(.turn-model) tbody tr",
                                             "rs => rs.map(r => Number(r.dataset.line))")
             assert got == calls
         # every finding is flagged at the seq where it occurs
