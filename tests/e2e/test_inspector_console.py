@@ -386,3 +386,42 @@ def test_the_sessions_list_is_live(page, tmp_path):
         w.close()
         w2.close()
     assert page.errors == []
+
+
+# -- 7. accessibility: axe-core on every page ---------------------------------------------------------------------
+
+A11Y_PAGES = [  # page, a selector that says it is drawn, colour scheme
+    ("/", "#sessions[data-loaded=true]", "light"),
+    (f"/?session={S}", '#timeline tr[data-chain="trusted"]', "light"),
+    (f"/?session={S}&seq=4", "#entry-hash-check[data-chained=true]", "light"),
+    (f"/?session={S}&seq=4", "#entry-hash-check[data-chained=true]", "dark"),
+    ("/?session=s&tab=conversation", ".turn tr[data-chain=trusted]", "light"),
+    (f"/?session={S}&tab=plan", "#plan tbody tr", "light"),
+    (f"/?session={S}&tab=views", ".resource", "light"),
+    (f"/?session={S}&tab=evidence", "#checkpoint", "light"),
+    (f"/?view=diff&a={S}&b=rerun", "#diff-table", "light"),
+    ("/?view=search&effect=write", "#search-table tbody tr", "light"),
+]
+
+
+def test_no_serious_accessibility_violation_on_any_page(browser, example):
+    axe_playwright = pytest.importorskip("axe_playwright_python.sync_playwright",
+                                         reason="axe-playwright-python (axe-core) is not installed")
+    record_conversation(example, "s")
+    rerun(example, S, "rerun")
+    axe = axe_playwright.Axe()
+    found = {}
+    with served(example) as base:
+        for url, ready, scheme in A11Y_PAGES:
+            with browser_page(browser, TIMEOUT, viewport=SMALL, color_scheme=scheme) as pg:
+                pg.goto(base + url)
+                pg.wait_for_selector(ready)
+                if url == f"/?session={S}&seq=4":
+                    pg.click('#copy-entry button[data-tool="curl"]')
+                    pg.keyboard.press("?")
+                violations = axe.run(pg).response["violations"]
+                bad = [(v["id"], v["impact"], [n["target"] for n in v["nodes"]][:3]) for v in violations
+                       if v["impact"] in ("serious", "critical")]
+                if bad:
+                    found[f"{url} ({scheme})"] = bad
+    assert found == {}

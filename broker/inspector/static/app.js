@@ -34,6 +34,7 @@
   // -- building the page (text only) --------------------------------------------------------------
   function el(tag, props, ...children) {
     const node = document.createElement(tag);
+    if (tag === "pre") node.tabIndex = 0; // a scrolling box must be reachable by keyboard
     for (const [k, v] of Object.entries(props || {})) {
       if (v === undefined || v === null || v === false) continue;
       if (k === "class") node.className = v;
@@ -183,8 +184,9 @@
     }
     let sortKey = q.sort || "last_ts";
     let desc = q.dir ? q.dir === "desc" : true;
-    const filter = el("input", { id: "filter", type: "search", placeholder: "filter: session, connector…", value: q.filter || "" });
-    const chain = el("select", { id: "chain-filter" }, el("option", { value: "" }, "any chain"),
+    const filter = el("input", { id: "filter", type: "search", placeholder: "filter: session, connector…", value: q.filter || "",
+      "aria-label": "filter the sessions by session or connector" });
+    const chain = el("select", { id: "chain-filter", "aria-label": "chain state" }, el("option", { value: "" }, "any chain"),
       el("option", { value: "intact" }, "intact"), el("option", { value: "broken" }, "broken"));
     chain.value = q.chain || "";
     const tbody = el("tbody");
