@@ -15,12 +15,14 @@ from __future__ import annotations
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from playwright.sync_api import sync_playwright  # noqa: E402
+from playwright.sync_api import Page, ViewportSize, sync_playwright  # noqa: E402
 
 from journal.checkpoint.note import Signer  # noqa: E402
 from tests.support.checkpoint_harness import witness_server  # noqa: E402
@@ -30,7 +32,7 @@ from tests.support.replay_factories import drive_session, gmail_session, slack_s
 
 S = "session-2026-09-22"
 OUT = ROOT / "docs" / "img"
-VIEWPORT = {"width": 1280, "height": 800}
+VIEWPORT: ViewportSize = {"width": 1280, "height": 800}
 
 
 def _filter(page) -> None:
@@ -49,7 +51,8 @@ def _keys(page) -> None:
 
 
 TIMELINE = ["#agreement", '#timeline tr[data-chain="trusted"]']
-SHOTS = [  # name, page, selectors to wait for, colour scheme, what to do before the picture
+Shot = tuple[str, str, list[str], Literal["light", "dark"], Callable[[Page], None] | None]
+SHOTS: list[Shot] = [  # name, page, selectors to wait for, colour scheme, what to do before the picture
     ("sessions", "/", ["#sessions[data-loaded=true]"], "light", None),
     ("timeline", f"/?session={S}", TIMELINE, "light", _filter),
     ("entry", f"/?session={S}&seq=7", [*TIMELINE, "#writes .write", "#entry-hash-check[data-chained=true]"], "light",
