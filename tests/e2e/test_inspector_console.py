@@ -103,6 +103,26 @@ def test_the_filter_narrows_the_timeline_as_the_expression_says(page, example):
     assert page.errors == []
 
 
+def test_the_filter_narrows_a_live_timeline_as_rows_arrive(page, tmp_path):
+    vault = Vault.create(tmp_path / "v")
+    w = JournalWriter(vault, durable=False)
+    w.append(fields("live", 1))
+    w.append(fields("live", 2, effect="write", request={**fields()["request"], "method": "POST"}))
+    with served(vault.root) as base:
+        page.goto(f"{base}/?session=live")
+        page.wait_for_selector('#timeline tr[data-line="2"]')
+        page.fill("#timeline-filter", "~e write")
+        assert shown_lines(page) == [2]
+        w.append(fields("live", 3))
+        w.append(fields("live", 4, effect="write", request={**fields()["request"], "method": "DELETE"}))
+        w.close()
+        page.wait_for_selector('#timeline tr[data-line="4"]')
+        assert shown_lines(page) == [2, 4]
+        assert page.inner_text("#filter-note") == "2 of 4 rows on this page match"
+        assert page.input_value("#timeline-filter") == "~e write"
+    assert page.errors == []
+
+
 def test_the_tool_name_is_on_every_mcp_row(page, example):
     with served(example) as base:
         page.goto(f"{base}/?session={S}")
@@ -425,3 +445,37 @@ def test_no_serious_accessibility_violation_on_any_page(browser, example):
                 if bad:
                     found[f"{url} ({scheme})"] = bad
     assert found == {}
+
+
+# -- the new views keep recorded HTML inert --------------------------------------------------------------------
+
+XSS = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
+
+
+@pytest.mark.parametrize("bypass_csp", [False, True], ids=["csp", "no-csp"])
+def test_recorded_html_stays_text_in_the_new_views(browser, tmp_path, bypass_csp):
+    from tests.support.replay_factories import SessionBuilder
+
+    root = tmp_path / "v"
+    with SessionBuilder(root, "xss") as s:
+        s.call("GET", "https://slack.com/api/x?q=" + XSS, resp_raw=XSS.encode(), resp_type="text/html",
+               connector="slack", effect="read", headers=[("X-Note", XSS)])
+        s.post("https://slack.com/api/chat.postMessage", {"text": XSS}, {"ok": True, "message": XSS})
+    with browser_page(browser, TIMEOUT, viewport=SMALL, bypass_csp=bypass_csp) as pg, served(root) as base:
+        pg.goto(f"{base}/?session=xss&seq=1")
+        pg.wait_for_selector("#copy-entry")
+        pg.fill("#timeline-filter", "onerror")
+        for tool in ("curl", "httpie", "python"):
+            pg.click(f'#copy-entry button[data-tool="{tool}"]')
+            assert "onerror" in pg.inner_text("#copy-entry pre.copy-text")
+        for url, ready in (("/?view=diff&a=xss&b=xss", "#diff-summary"), ("/?session=xss&tab=conversation", ".notes"),
+                           ("/?session=xss&tab=evidence", "#checkpoint"), ("/?session=xss&tab=plan", "#plan, main p")):
+            pg.goto(base + url)
+            pg.wait_for_selector(ready)
+        pg.goto(f"{base}/?session=xss&tab=plan")
+        pg.wait_for_selector("#plan tbody tr")
+        for box in pg.query_selector_all("#plan .copy-as"):
+            box.query_selector('button[data-tool="curl"]').click()
+        assert pg.evaluate("window.__pwned") is None
+        assert pg.evaluate("document.querySelectorAll('#main img, #main script').length") == 0
+        assert pg.errors == []
