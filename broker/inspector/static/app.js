@@ -348,7 +348,7 @@
       this.badges = el("div", { class: "verdicts", id: "verdicts" });
       this.banner = el("div");
       this.body = el("div");
-      const tabs = el("nav", { class: "tabs" }, [["timeline", "Timeline"], ["conversation", "Conversation"], ["views", "Views"], ["plan", "Revert plan"], ["evidence", "Evidence"]].map(
+      const tabs = el("nav", { class: "tabs", "aria-label": "session views" }, [["timeline", "Timeline"], ["conversation", "Conversation"], ["views", "Views"], ["plan", "Revert plan"], ["evidence", "Evidence"]].map(
         ([t, label]) => nav(t === "timeline" ? { session: this.session } : { session: this.session, tab: t }, label,
           { class: t === this.tab ? "active" : "", id: `tab-${t}` })));
       const tools = el("div", { class: "toolbar" });
@@ -705,7 +705,7 @@
         t.turns.map((turn, i) => {
           const model = rows.get(turn.seq);
           return el("section", { class: "turn", dataset: { seq: turn.seq } },
-            el("h3", {}, `Turn ${i + 1}: model call at seq `, nav({ session: this.session, seq: turn.seq }, turn.seq),
+            el("h2", { class: "turn-title" }, `Turn ${i + 1}: model call at seq `, nav({ session: this.session, seq: turn.seq }, turn.seq),
               el("span", { class: "muted" }, ` — ${turn.model_api}${turn.connector !== turn.model_api ? ` via ${turn.connector}` : ""}, ${turn.ts}${turn.stream ? ", streamed" : ""}`)),
             at.has(turn.seq) ? el("div", { class: "turn-findings" }, findingBadges(at.get(turn.seq))) : null,
             model ? el("table", { class: "turn-model turn-entries" }, el("tbody", {}, this.entryRow(model))) : null,
@@ -715,9 +715,9 @@
                 : el("span", { class: "badge bad" }, "not carried out"),
               c.result ? [`; its result shown to the model at seq `, nav({ session: this.session, seq: c.result.shown_in }, c.result.shown_in)] : null)))
               : el("p", { class: "muted" }, "asked for no tool call"),
-            turn.calls.length ? [el("h4", {}, "Entries this model call led to (prompt_ref)"), table(turn.calls)] : null);
+            turn.calls.length ? [el("h3", {}, "Entries this model call led to (prompt_ref)"), table(turn.calls)] : null);
         }),
-        loose.length ? el("section", { class: "turn", id: "outside-turns" }, el("h3", {}, "Outside any turn: entries with findings"), table(loose.sort((a, b) => a - b))) : null);
+        loose.length ? el("section", { class: "turn", id: "outside-turns" }, el("h2", { class: "turn-title" }, "Outside any turn: entries with findings"), table(loose.sort((a, b) => a - b))) : null);
       this.rowsDrawn = true;
       this.markUntrusted();
     }
@@ -768,7 +768,7 @@
       if (!v.resources.length) { clear(this.body, el("p", {}, "Replay found no resources in this session.")); return; }
       clear(this.body, el("p", { class: "muted" }, `${v.resources.length} resources touched (built from what the platform answered; untrusted after a broken seq).`),
         v.resources.map((r) => el("section", { class: "resource", dataset: { resource: r.id } },
-          el("h3", {}, r.title, r.description ? el("span", { class: "muted" }, ` — ${r.description}`) : null),
+          el("h2", { class: "resource-title" }, r.title, r.description ? el("span", { class: "muted" }, ` — ${r.description}`) : null),
           el("p", {}, el("span", { class: "badge info" }, r.status), el("span", { class: `badge ${r.trusted ? "ok" : "bad"}` }, r.trusted ? "trusted" : `untrusted from seq ${r.untrusted_from_seq}`),
             `evidence: ${r.evidence.weakest || "-"}; entries: `, r.entries.map((e, i) => [i ? ", " : "", nav({ session: this.session, seq: e.seq }, `${e.seq} ${e.role}`)])),
           el("pre", {}, JSON.stringify(r.state, null, 2)),
@@ -1007,7 +1007,7 @@
     if (d.same) { clear(out, head); return; }
     const OP = { changed: "~", removed: "−", added: "+" };
     clear(out, head, el("table", { id: "diff-table", class: "diff" },
-      el("thead", {}, el("tr", {}, el("th", { scope: "col" }, ""), el("th", { scope: "col", class: "num" }, "A seq"), el("th", { scope: "col" }, `A: ${d.a}`),
+      el("thead", {}, el("tr", {}, el("th", { scope: "col", title: "− only in A, + only in B, ~ changed" }, "±"), el("th", { scope: "col", class: "num" }, "A seq"), el("th", { scope: "col" }, `A: ${d.a}`),
         el("th", { scope: "col", class: "num" }, "B seq"), el("th", { scope: "col" }, `B: ${d.b}`), el("th", { scope: "col" }, "What differs"))),
       el("tbody", {}, d.differences.map((x) => el("tr", { class: `diff-${x.op}`, dataset: { op: x.op } },
         el("td", { "aria-label": x.op }, OP[x.op]), callCells(d.a, x.a, x.fields || [], "del"), callCells(d.b, x.b, x.fields || [], "add"),
