@@ -23,6 +23,9 @@ from journal.vault import SessionIdError, Vault, VaultError
 
 from .api import Api, ApiError, json_response
 from .auth import Guard
+from .conversation import ConversationApi
+from .evidence import EvidenceApi
+from .session_diff import DiffApi
 
 STATIC = Path(str(files("broker.inspector") / "static"))
 
@@ -72,6 +75,8 @@ def create_app(vault: Vault, token: str | None = None) -> Guard:
         "session/views": api.views, "session/revert-plan": api.revert_plan, "session/body": api.body,
         "session/fixture": api.fixture, "blob": api.blob, "search": api.search,
     }
+    for extra in (EvidenceApi(api), ConversationApi(api), DiffApi(api)):  # issue 28's views, one module each
+        api_routes.update(extra.routes())
     routes: list[BaseRoute] = [Route("/", page, methods=["GET"])]
     routes += [Route(f"/api/{name}", endpoint(h), methods=["GET"]) for name, h in api_routes.items()]
     routes.append(Mount("/static", app=StaticFiles(directory=STATIC), name="static"))

@@ -34,11 +34,12 @@
   // -- building the page (text only) --------------------------------------------------------------
   function el(tag, props, ...children) {
     const node = document.createElement(tag);
+    if (tag === "pre") node.tabIndex = 0; // a scrolling box must be reachable by keyboard
     for (const [k, v] of Object.entries(props || {})) {
       if (v === undefined || v === null || v === false) continue;
       if (k === "class") node.className = v;
       else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
-      else if (k === "dataset") Object.assign(node.dataset, v);
+      else if (k === "dataset") { for (const [dk, dv] of Object.entries(v)) if (dv !== null && dv !== undefined) node.dataset[dk] = dv; }
       else if (k === "text") node.textContent = v;
       else node.setAttribute(k, v === true ? "" : String(v));
     }
@@ -81,6 +82,39 @@
   function clear(node, ...children) { node.replaceChildren(); return append(node, children); }
   function failure(err) { return el("p", { class: "error", role: "alert" }, err.message || String(err)); }
 
+  // "Copy as": the command for a call (static/copy-as.js), shown as text, with what is redacted named.
+  function copyBlock(call, id, label) {
+    const out = el("pre", { class: "copy-text", hidden: true });
+    const note = el("p", { class: "copy-note", hidden: true });
+    const copyBtn = el("button", { class: "copy-button", hidden: true, onclick: () => {
+      const done = () => { copyBtn.textContent = "copied"; setTimeout(() => { copyBtn.textContent = "copy to clipboard"; }, 1500); };
+      if (navigator.clipboard && window.isSecureContext) navigator.clipboard.writeText(out.textContent).then(done, () => selectText(out));
+      else selectText(out);
+    } }, "copy to clipboard");
+    const buttons = CopyAs.TOOLS.map(([tool, name]) => el("button", { dataset: { tool }, onclick: () => {
+      const got = CopyAs.build(call, tool);
+      for (const b of buttons) b.classList.toggle("active", b.dataset.tool === tool);
+      if (got.error) { out.hidden = true; copyBtn.hidden = true; note.hidden = false; note.className = "copy-note muted"; note.textContent = got.error; return; }
+      out.textContent = got.text;
+      out.hidden = false;
+      copyBtn.hidden = false;
+      const says = [];
+      if (got.redacted.length) says.push(`redacted when recorded, left as recorded: ${got.redacted.join(", ")} (put the real value in yourself)`);
+      says.push(...got.notes);
+      note.hidden = !says.length;
+      note.className = got.redacted.length ? "copy-note redacted" : "copy-note muted";
+      note.textContent = says.join("; ");
+    } }, name));
+    return el("div", { class: "copy-as", id }, el("span", { class: "muted" }, label || "Copy as "), buttons, copyBtn, note, out);
+  }
+  function selectText(node) {
+    const range = document.createRange();
+    range.selectNodeContents(node);
+    const sel = window.getSelection();
+    sel.removeAllRanges();
+    sel.addRange(range);
+  }
+
   // -- routing --------------------------------------------------------------------------------------
   let current = null; // the session page shown (its timers stop when another page is shown)
   let vaultInfo = null;
@@ -95,12 +129,14 @@
       } catch (err) { clear(main, failure(err)); return; }
     }
     if (q.view === "search") return searchPage(q);
+    if (q.view === "diff") return diffPage(q);
     if (q.session) { current = new SessionPage(q); return current.start(); }
     return sessionsPage(q);
   }
   window.addEventListener("popstate", route);
   document.getElementById("home").addEventListener("click", (ev) => { ev.preventDefault(); go({}); });
   document.getElementById("nav-search").addEventListener("click", (ev) => { ev.preventDefault(); go({ view: "search" }); });
+  document.getElementById("nav-diff").addEventListener("click", (ev) => { ev.preventDefault(); go({ view: "diff" }); });
 
   // -- sessions list ----------------------------------------------------------------------------------
   const SESSION_COLS = [
@@ -138,12 +174,19 @@
       captures: {}, verifies: null, sealed: null, checkpoint: null }));
     if (!rows.length) {
       clear(main, el("h1", {}, "Sessions"), el("p", { id: "empty" }, "This vault has no sessions yet."));
+      const waiting = { timer: null, stop() { clearInterval(this.timer); } };
+      current = waiting;
+      waiting.timer = setInterval(async () => {
+        const now = await api("sessions", { names: 1 }).catch(() => []);
+        if (now.length && current === waiting) route();
+      }, POLL_MS);
       return;
     }
     let sortKey = q.sort || "last_ts";
     let desc = q.dir ? q.dir === "desc" : true;
-    const filter = el("input", { id: "filter", type: "search", placeholder: "filter: session, connector…", value: q.filter || "" });
-    const chain = el("select", { id: "chain-filter" }, el("option", { value: "" }, "any chain"),
+    const filter = el("input", { id: "filter", type: "search", placeholder: "filter: session, connector…", value: q.filter || "",
+      "aria-label": "filter the sessions by session or connector" });
+    const chain = el("select", { id: "chain-filter", "aria-label": "chain state" }, el("option", { value: "" }, "any chain"),
       el("option", { value: "intact" }, "intact"), el("option", { value: "broken" }, "broken"));
     chain.value = q.chain || "";
     const tbody = el("tbody");
@@ -178,16 +221,49 @@
     chain.addEventListener("change", draw);
     clear(main, el("h1", {}, "Sessions"), el("div", { class: "toolbar" }, filter, chain, count), table);
     draw();
-    const shownNow = () => main.contains(table);
-    let next = 0;
-    const worker = async () => {
-      while (next < rows.length && shownNow()) {
-        const i = next++;
-        try { rows[i] = { ...(await api("session/summary", { session: rows[i].session })), pending: false }; }
-        catch (err) { rows[i] = { ...rows[i], pending: false, verifies: false, broken_at_seq: "?", detail: err.message }; }
-        if (shownNow()) draw();
-      }
+    const shownNow = () => main.contains(table) && !live.stopped;
+    // Live, as the timeline is: every POLL_MS the names and sizes are read again; a new session gets a
+    // row, a session whose file grew or changed is summarized (and verified) again.
+    const live = { stopped: false, timer: null, stop() { this.stopped = true; clearInterval(this.timer); } };
+    current = live;
+    const queue = rows.map((r) => r.session);
+    const busy = new Set();
+    const summarize = async (sid) => {
+      busy.add(sid);
+      try {
+        const got = await api("session/summary", { session: sid });
+        const i = rows.findIndex((r) => r.session === sid);
+        if (i >= 0) rows[i] = { ...got, pending: false, bytes: rows[i].bytes };
+      } catch (err) {
+        const i = rows.findIndex((r) => r.session === sid);
+        if (i >= 0) rows[i] = { ...rows[i], pending: false, verifies: false, broken_at_seq: "?", detail: err.message };
+      } finally { busy.delete(sid); }
+      if (shownNow()) draw();
     };
+    const worker = async () => {
+      while (queue.length && shownNow()) await summarize(queue.shift());
+    };
+    const poll = async () => {
+      if (!shownNow()) return;
+      let now;
+      try { now = await api("sessions", { names: 1 }); } catch (_) { return; }
+      let changed = false;
+      for (const n of now) {
+        const r = rows.find((x) => x.session === n.session);
+        if (!r) {
+          rows.push({ ...n, pending: true, entries: null, first_ts: null, last_ts: null, connectors: [], writes: null, captures: {},
+            verifies: null, sealed: null, checkpoint: null });
+          queue.push(n.session);
+          changed = true;
+        } else if (r.bytes !== n.bytes && !busy.has(n.session) && !queue.includes(n.session)) {
+          r.bytes = n.bytes; // the row keeps its last summary until the new one is in
+          queue.push(n.session);
+          changed = true;
+        }
+      }
+      if (changed) { draw(); await Promise.all([worker(), worker()]); }
+    };
+    live.timer = setInterval(poll, POLL_MS);
     await Promise.all([worker(), worker()]);
   }
 
@@ -220,6 +296,27 @@
     }
   }
 
+  // -- the keys (shown with ?) ----------------------------------------------------------------------------
+  const KEYS = [["j  or  ↓", "next row"], ["k  or  ↑", "previous row"], ["Enter", "open the row"], ["/", "filter the timeline"],
+    ["Esc", "close the entry, this list or leave the filter"], ["?", "show or hide these keys"]];
+  function closeKeyHelp() {
+    const d = document.getElementById("key-help");
+    if (!d) return false;
+    d.remove();
+    return true;
+  }
+  function toggleKeyHelp() {
+    if (closeKeyHelp()) return;
+    const close = el("button", { onclick: closeKeyHelp }, "Close");
+    const d = el("div", { id: "key-help", role: "dialog", "aria-modal": "false", "aria-labelledby": "key-help-title", class: "dialog" },
+      el("h2", { id: "key-help-title" }, "Keys"),
+      el("table", {}, el("tbody", {}, KEYS.map(([k, what]) => el("tr", {}, el("th", { scope: "row" }, el("kbd", {}, k)), el("td", {}, what))))),
+      el("p", { class: "muted" }, "Filter: ~c connector, ~e read|write, ~m method, ~s 404|4xx|none, ~h host, ~t tool, bare text; ! not, & and, | or, ( )."),
+      close);
+    document.body.append(d);
+    close.focus();
+  }
+
   // -- one session ------------------------------------------------------------------------------------
   class SessionPage {
     constructor(q) {
@@ -236,6 +333,8 @@
     }
     stop() {
       this.stopped = true;
+      if (this.keys) document.removeEventListener("keydown", this.keys);
+      closeKeyHelp();
       this.timers.forEach(clearInterval);
       if (this.check instanceof WorkerCheck) this.check.terminate();
     }
@@ -249,7 +348,7 @@
       this.badges = el("div", { class: "verdicts", id: "verdicts" });
       this.banner = el("div");
       this.body = el("div");
-      const tabs = el("nav", { class: "tabs" }, [["timeline", "Timeline"], ["views", "Views"], ["plan", "Revert plan"]].map(
+      const tabs = el("nav", { class: "tabs", "aria-label": "session views" }, [["timeline", "Timeline"], ["conversation", "Conversation"], ["views", "Views"], ["plan", "Revert plan"], ["evidence", "Evidence"]].map(
         ([t, label]) => nav(t === "timeline" ? { session: this.session } : { session: this.session, tab: t }, label,
           { class: t === this.tab ? "active" : "", id: `tab-${t}` })));
       const tools = el("div", { class: "toolbar" });
@@ -258,12 +357,15 @@
           "Download as test fixture"));
       }
       tools.append(el("a", { href: apiUrl("session/raw", { session: this.session }), download: "" }, "Download the raw session file"));
+      tools.append(nav({ view: "diff", a: this.session }, "Compare with another session…", { id: "compare" }));
       clear(main, el("h1", {}, "Session ", el("span", { id: "session-name" }, this.session)),
         this.badges, this.banner, tabs, tools, this.body);
       this.drawVerdicts();
       if (this.tab !== "timeline") {
         this.runChecks();
-        return this.tab === "views" ? this.viewsTab() : this.planTab();
+        const tab = { views: () => this.viewsTab(), plan: () => this.planTab(), conversation: () => this.conversationTab(),
+          evidence: () => this.evidenceTab() }[this.tab] || (() => this.planTab());
+        return tab();
       }
       await this.timelineTab(); // the first screen first; then both checks of the chain
       if (!this.stopped) this.runChecks();
@@ -386,11 +488,22 @@
       this.rowsBox = el("tbody");
       this.pager = el("div", { class: "pager" });
       this.entryBox = el("section", { class: "entry", id: "entry" });
+      this.filterBox = el("input", { id: "timeline-filter", type: "search", value: this.filterText || "", autocomplete: "off",
+        "aria-label": "filter the timeline (~c connector, ~e effect, ~m method, ~s status, ~h host, ~t tool, text; ! & | ( ))",
+        placeholder: "filter: ~c slack & ~e write, ~s 4xx, ~t tool  (? keys)" });
+      this.filterNote = el("span", { id: "filter-note", class: "muted", "aria-live": "polite" });
+      this.filterBox.addEventListener("input", () => this.applyFilter());
+      this.filterBox.addEventListener("keydown", (ev) => {
+        if (ev.key === "Escape" || ev.key === "Enter") { ev.preventDefault(); this.filterBox.blur(); }
+      });
       this.split = el("div", { class: "split closed" },
-        el("div", {}, this.pager, el("table", { id: "timeline" }, el("thead", {}, el("tr", {},
-          ["Seq", "Time (UTC)", "Gap", "Connector", "Effect", "Capture", "Method", "Status", "URL", "Answered by / error"].map(
-            (h, i) => el("th", { class: i === 0 || i === 7 ? "num" : "" }, h)))), this.rowsBox)), this.entryBox);
+        el("div", {}, el("div", { class: "toolbar" }, this.filterBox, this.filterNote), this.pager,
+          el("table", { id: "timeline" }, el("thead", {}, el("tr", {},
+            ["Seq", "Time (UTC)", "Gap", "Connector", "Effect", "Capture", "Method / tool", "Status", "URL", "Answered by"].map(
+              (h, i) => el("th", { class: i === 0 || i === 7 ? "num" : "", scope: "col", title: i === 9 ? "answered by / error" : h }, h)))), this.rowsBox)), this.entryBox);
       clear(this.body, this.split);
+      this.keys = (ev) => this.onKey(ev);
+      document.addEventListener("keydown", this.keys);
       const head = await api("session/head", { session: this.session }).catch((err) => { clear(this.body, failure(err)); return null; });
       if (!head) return;
       this.total = head.lines;
@@ -420,13 +533,78 @@
         return el("tr", { class: `row ${r.line === this.seq ? "selected" : ""}`, dataset: data, onclick: () => this.openEntry(r.line) },
           el("td", { class: "num" }, r.seq === r.line ? r.line : `${r.line} (claims ${show(r.seq)})`), el("td", {}, show(r.ts)), el("td", {}, g),
           el("td", {}, show(r.connector)), el("td", {}, show(r.effect)), el("td", {}, show(r.capture)),
-          el("td", {}, r.target ? `${show(r.method)} ${show(r.target)}` : show(r.method)),
-          el("td", { class: "num" }, r.status === null ? "—" : show(r.status)), el("td", { class: "url" }, show(r.url)),
-          el("td", {}, r.error ? `${answered}${answered ? ": " : ""}${show(r.error)}` : answered));
+          el("td", { title: r.target ? `${show(r.method)} ${show(r.target)}` : show(r.method) }, r.target ? `${show(r.method)} ${show(r.target)}` : show(r.method)),
+          el("td", { class: "num" }, r.status === null ? "—" : show(r.status)), el("td", { class: "url", title: show(r.url) }, show(r.url)),
+          el("td", { title: r.error ? `${answered}${answered ? ": " : ""}${show(r.error)}` : answered }, r.error ? `${answered}${answered ? ": " : ""}${show(r.error)}` : answered));
       }));
+      this.rowData = new Map(rows.map((r) => [r.line, r]));
       this.rowsDrawn = true;
       this.markUntrusted();
       this.drawPager();
+      this.applyFilter();
+    }
+
+    // The filter narrows the rows of the page shown (drawn from their raw lines); new rows of a live
+    // session are filtered as they arrive. An expression that does not parse hides nothing and says why.
+    applyFilter() {
+      if (!this.filterBox || !this.rowData) return;
+      this.filterText = this.filterBox.value;
+      let test;
+      try {
+        test = TimelineFilter.parse(this.filterText);
+        this.filterBox.removeAttribute("aria-invalid");
+      } catch (err) {
+        this.filterBox.setAttribute("aria-invalid", "true");
+        this.filterNote.className = "error";
+        this.filterNote.textContent = err.message;
+        for (const tr of this.rowsBox.querySelectorAll("tr[data-line]")) tr.hidden = false;
+        return;
+      }
+      let shown = 0;
+      const all = this.rowsBox.querySelectorAll("tr[data-line]");
+      for (const tr of all) {
+        const r = this.rowData.get(Number(tr.dataset.line));
+        const keep = !this.filterText.trim() || (r && !r.unreadable && test(r));
+        tr.hidden = !keep;
+        if (keep) shown++;
+      }
+      this.filterNote.className = "muted";
+      this.filterNote.textContent = this.filterText.trim() ? `${shown} of ${all.length} rows on this page match` : "";
+      const cur = this.rowsBox.querySelector("tr.cursor");
+      if (cur && cur.hidden) cur.classList.remove("cursor");
+    }
+
+    // Keys, as in mitmweb: j/k or the arrows move, Enter opens, / filters, ? lists the keys, Esc closes.
+    onKey(ev) {
+      if (this.stopped || ev.ctrlKey || ev.metaKey || ev.altKey) return;
+      const t = ev.target;
+      const typing = t && (t.tagName === "INPUT" || t.tagName === "TEXTAREA" || t.tagName === "SELECT" || t.isContentEditable);
+      if (typing) return;
+      if (ev.key === "?") { ev.preventDefault(); toggleKeyHelp(); return; }
+      if (ev.key === "Escape") {
+        if (closeKeyHelp()) return;
+        if (!this.split.classList.contains("closed")) { this.split.classList.add("closed"); this.seq = null; history.pushState(null, "", pageUrl(this.query())); }
+        return;
+      }
+      if (ev.key === "/") { ev.preventDefault(); this.filterBox.focus(); this.filterBox.select(); return; }
+      const down = ev.key === "j" || ev.key === "ArrowDown", up = ev.key === "k" || ev.key === "ArrowUp";
+      if (down || up) {
+        ev.preventDefault();
+        const rows = [...this.rowsBox.querySelectorAll("tr[data-line]")].filter((tr) => !tr.hidden);
+        if (!rows.length) return;
+        let i = rows.findIndex((tr) => tr.classList.contains("cursor"));
+        if (i < 0) i = rows.findIndex((tr) => tr.classList.contains("selected"));
+        i = i < 0 ? (down ? 0 : rows.length - 1) : Math.max(0, Math.min(rows.length - 1, i + (down ? 1 : -1)));
+        for (const tr of this.rowsBox.querySelectorAll("tr.cursor")) { tr.classList.remove("cursor"); tr.removeAttribute("aria-current"); }
+        rows[i].classList.add("cursor");
+        rows[i].setAttribute("aria-current", "true");
+        rows[i].scrollIntoView({ block: "nearest" });
+        return;
+      }
+      if (ev.key === "Enter" && !(t && (t.tagName === "BUTTON" || t.tagName === "A" || t.tagName === "SUMMARY"))) {
+        const cur = this.rowsBox.querySelector("tr.cursor");
+        if (cur) { ev.preventDefault(); this.openEntry(Number(cur.dataset.line)); }
+      }
     }
 
     drawPager() {
@@ -477,6 +655,111 @@
       renderEntry(this, got, n);
     }
 
+    evidence() {
+      if (!this.evidenceP) this.evidenceP = api("session/evidence", { session: this.session });
+      return this.evidenceP;
+    }
+
+    // Rows for the entries at `seqs`, drawn from their raw lines and hashed here like the timeline's,
+    // so markUntrusted() marks them by the chain this browser checked.
+    async rowsFor(seqs) {
+      const want = [...new Set(seqs)].sort((a, b) => a - b);
+      const out = new Map();
+      let i = 0;
+      while (i < want.length) {
+        const from = want[i];
+        const got = await api("session/entries", { session: this.session, from, limit: 1000 });
+        for (const r of await Promise.all(got.rows.filter((r) => want.includes(r.line)).map(rowFromRaw))) out.set(r.line, r);
+        while (i < want.length && want[i] < from + 1000) i++;
+      }
+      return out;
+    }
+
+    entryRow(r, flags) {
+      if (!r) return el("tr", {}, el("td", { colspan: 6 }, "(no such line)"));
+      if (r.unreadable) return el("tr", { class: "row untrusted", dataset: { line: r.line, hash: "" } }, el("td", { class: "num" }, r.line), el("td", { colspan: 5 }, "(this line is not a JSON object)"));
+      const data = r.hash === undefined ? { line: r.line } : { line: r.line, hash: r.hash };
+      return el("tr", { class: "row", dataset: data, onclick: () => go({ session: this.session, seq: r.line }) },
+        el("td", { class: "num" }, nav({ session: this.session, seq: r.line }, r.line)), el("td", {}, show(r.connector)), el("td", {}, show(r.effect)),
+        el("td", {}, r.target ? `${show(r.method)} ${show(r.target)}` : show(r.method)),
+        el("td", { class: "num" }, r.status === null ? "—" : show(r.status)), el("td", { class: "url" }, show(r.url), findingBadges(flags)));
+    }
+
+    async conversationTab() {
+      clear(this.body, el("p", { class: "loading" }, "Reading the conversation…"));
+      let t;
+      try { t = await api("session/trajectory", { session: this.session }); } catch (err) { clear(this.body, failure(err)); return; }
+      const at = new Map();
+      for (const f of t.findings) { if (!at.has(f.seq)) at.set(f.seq, []); at.get(f.seq).push(f); }
+      const inTurn = new Set(t.turns.flatMap((x) => [x.seq, ...x.calls]));
+      const loose = [...at.keys()].filter((s) => !inTurn.has(s));
+      const rows = await this.rowsFor([...inTurn, ...loose]).catch((err) => { clear(this.body, failure(err)); return null; });
+      if (!rows || this.stopped) return;
+      const table = (seqs) => el("table", { class: "turn-entries" }, el("thead", {}, el("tr", {},
+        ["Seq", "Connector", "Effect", "Method / tool", "Status", "URL / findings"].map((h, i) => el("th", { scope: "col", class: i === 0 || i === 4 ? "num" : "" }, h)))),
+      el("tbody", {}, seqs.map((s) => this.entryRow(rows.get(s), at.get(s)))));
+      const summary = el("p", { class: "muted" }, `${t.turns.length} model call(s); ${t.findings.length} finding(s). `,
+        "Read by the server (broker trajectory); each entry below is drawn from its own line and marked by the chain this browser checked.");
+      clear(this.body, summary,
+        t.notes.length ? el("ul", { class: "notes" }, t.notes.map((n) => el("li", { class: "muted" }, n))) : null,
+        t.turns.map((turn, i) => {
+          const model = rows.get(turn.seq);
+          return el("section", { class: "turn", dataset: { seq: turn.seq } },
+            el("h2", { class: "turn-title" }, `Turn ${i + 1}: model call at seq `, nav({ session: this.session, seq: turn.seq }, turn.seq),
+              el("span", { class: "muted" }, ` — ${turn.model_api}${turn.connector !== turn.model_api ? ` via ${turn.connector}` : ""}, ${turn.ts}${turn.stream ? ", streamed" : ""}`)),
+            at.has(turn.seq) ? el("div", { class: "turn-findings" }, findingBadges(at.get(turn.seq))) : null,
+            model ? el("table", { class: "turn-model turn-entries" }, el("tbody", {}, this.entryRow(model))) : null,
+            turn.asked.length ? el("ol", { class: "asked" }, turn.asked.map((c) => el("li", { dataset: { tool: c.name } },
+              el("strong", {}, c.name), ` (${c.id || "no id"}) `, el("code", {}, JSON.stringify(c.arguments)),
+              c.carried_out_by.length ? [" — carried out by seq ", c.carried_out_by.map((s, k) => [k ? ", " : "", nav({ session: this.session, seq: s }, s)])]
+                : el("span", { class: "badge bad" }, "not carried out"),
+              c.result ? [`; its result shown to the model at seq `, nav({ session: this.session, seq: c.result.shown_in }, c.result.shown_in)] : null)))
+              : el("p", { class: "muted" }, "asked for no tool call"),
+            turn.calls.length ? [el("h3", {}, "Entries this model call led to (prompt_ref)"), table(turn.calls)] : null);
+        }),
+        loose.length ? el("section", { class: "turn", id: "outside-turns" }, el("h2", { class: "turn-title" }, "Outside any turn: entries with findings"), table(loose.sort((a, b) => a - b))) : null);
+      this.rowsDrawn = true;
+      this.markUntrusted();
+    }
+
+    async evidenceTab() {
+      clear(this.body, el("p", { class: "loading" }, "Reading the checkpoint…"));
+      let ev;
+      try { ev = await this.evidence(); } catch (err) { clear(this.body, failure(err)); return; }
+      const cp = ev.checkpoint;
+      const when = (t) => (t === null || t === undefined ? "-" : new Date(t * 1000).toISOString().replace(".000Z", "Z"));
+      const claims = el("p", { class: "muted" }, "What the notes in seals/ claim. Their signatures are not checked here (the vault holds no keys): ",
+        el("code", {}, "broker verify --seal-key LOG.vkey --witness-key W.vkey"), " checks them.");
+      const cpBox = !cp ? el("p", { id: "checkpoint", dataset: { state: "none" } }, "No checkpoint: nothing seals this session yet (broker seal, or broker run --seal-key).")
+        : cp.error ? el("p", { id: "checkpoint", class: "error", dataset: { state: "unreadable" } }, `Checkpoint unreadable: ${cp.error}`)
+          : el("div", { id: "checkpoint", dataset: { state: "claimed", size: cp.size } },
+            el("dl", { class: "meta" }, [["size (entries)", fmt(cp.size)], ["origin", cp.origin], ["root", cp.root],
+              ["signer", `${cp.signer.name} (key ${cp.signer.key_id})`]].map(([k, v]) => [el("dt", {}, k), el("dd", { dataset: { field: k } }, v)])),
+            el("h3", {}, "Witnesses"),
+            cp.witnesses.length ? el("table", { id: "witnesses" }, el("thead", {}, el("tr", {}, ["Witness", "Key", "Cosigned at (UTC)"].map((h) => el("th", { scope: "col" }, h)))),
+              el("tbody", {}, cp.witnesses.map((w) => el("tr", {}, el("td", {}, w.name), el("td", { class: "hash" }, w.key_id), el("td", {}, when(w.cosigned_at))))))
+              : el("p", { class: "muted", id: "witnesses" }, "No witness cosignature: only the log's key vouches for this checkpoint."));
+      const tail = ev.unsealed
+        ? el("p", { id: "unsealed", class: "warn-text", dataset: { entries: ev.unsealed.entries } }, `Unsealed tail: seq ${fmt(ev.unsealed.from_seq)}–${fmt(ev.lines)} (${fmt(ev.unsealed.entries)} entries) are not covered by a checkpoint.`)
+        : el("p", { id: "unsealed", dataset: { entries: 0 } }, ev.lines ? `Every entry (${fmt(ev.lines)}) is covered by the checkpoint.` : "No entries.");
+      const idx = ev.index;
+      const kinds = [["passed", "passed through (no connector, not recorded)"], ["token", "left out (token exchanges)"], ["refused", "refused by the capture point"]];
+      const coverage = !idx ? el("p", { id: "coverage", class: "muted" }, "No vault index (seals/vault-index.note): no declared coverage.")
+        : idx.error ? el("p", { id: "coverage", class: "error" }, `Vault index unreadable: ${idx.error}`)
+          : el("div", { id: "coverage" }, el("p", { class: "muted" }, `The vault index (signed by ${idx.signer.name}, written ${when(idx.time)}) lists this session sealed at ${idx.sealed_size === null ? "-" : fmt(idx.sealed_size)} entries.`),
+            el("table", {}, el("thead", {}, el("tr", {}, ["Not recorded", "Host", "Calls"].map((h) => el("th", { scope: "col" }, h)))),
+              el("tbody", {}, kinds.flatMap(([k, label]) => idx.coverage[k].length
+                ? idx.coverage[k].map((c) => el("tr", { dataset: { kind: k } }, el("td", {}, label), el("td", {}, c.host), el("td", { class: "num" }, fmt(c.count))))
+                : [el("tr", { dataset: { kind: k } }, el("td", {}, label), el("td", { class: "muted" }, "none declared"), el("td", { class: "num" }, "0"))]))));
+      const seqIn = el("input", { type: "number", min: 1, id: "prove-seq", "aria-label": "seq to prove", size: 6, value: cp && !cp.error && cp.size ? cp.size : "" });
+      const prove = el("form", { class: "toolbar", onsubmit: (ev2) => {
+        ev2.preventDefault();
+        const a = el("a", { href: apiUrl("session/prove", { session: this.session, seq: seqIn.value }), download: "" });
+        document.body.append(a); a.click(); a.remove();
+      } }, el("label", { for: "prove-seq" }, "Proof bundle (broker prove) for seq "), seqIn, el("button", { type: "submit", id: "prove-button", disabled: !cp || !!cp.error }, "Download"));
+      clear(this.body, claims, el("h2", {}, "Checkpoint"), cpBox, tail, cp && !cp.error ? prove : null, el("h2", {}, "Declared coverage"), coverage);
+    }
+
     // -- views and revert plan ------------------------------------------------------------------------------
     async viewsTab() {
       clear(this.body, el("p", { class: "loading" }, "Replaying the session…"));
@@ -485,7 +768,7 @@
       if (!v.resources.length) { clear(this.body, el("p", {}, "Replay found no resources in this session.")); return; }
       clear(this.body, el("p", { class: "muted" }, `${v.resources.length} resources touched (built from what the platform answered; untrusted after a broken seq).`),
         v.resources.map((r) => el("section", { class: "resource", dataset: { resource: r.id } },
-          el("h3", {}, r.title, r.description ? el("span", { class: "muted" }, ` — ${r.description}`) : null),
+          el("h2", { class: "resource-title" }, r.title, r.description ? el("span", { class: "muted" }, ` — ${r.description}`) : null),
           el("p", {}, el("span", { class: "badge info" }, r.status), el("span", { class: `badge ${r.trusted ? "ok" : "bad"}` }, r.trusted ? "trusted" : `untrusted from seq ${r.untrusted_from_seq}`),
             `evidence: ${r.evidence.weakest || "-"}; entries: `, r.entries.map((e, i) => [i ? ", " : "", nav({ session: this.session, seq: e.seq }, `${e.seq} ${e.role}`)])),
           el("pre", {}, JSON.stringify(r.state, null, 2)),
@@ -502,9 +785,18 @@
           el("tbody", {}, plan.steps.map((s, i) => el("tr", { class: s.trusted ? "" : "untrusted" },
             el("td", { class: "num" }, i + 1), el("td", {}, nav({ session: this.session, seq: s.for_seq }, s.for_seq)), el("td", {}, s.connector),
             el("td", {}, s.op), el("td", {}, [s.revertible ? "yes" : "no", s.blind ? ", blind" : "", s.approximate ? ", approximate" : ""].join("")),
-            el("td", { class: "url" }, s.call ? `${s.call.method} ${s.call.url}${s.call.body === null ? "" : " " + JSON.stringify(s.call.body)}` : "—"),
+            el("td", { class: "url" }, s.call ? [`${s.call.method} ${s.call.url}${s.call.body === null ? "" : " " + JSON.stringify(s.call.body)}`,
+              copyBlock({ method: s.call.method, url: s.call.url, headers: [], body: s.call.body }, `copy-step-${i + 1}`)] : "—"),
             el("td", {}, s.reason), el("td", {}, s.evidence || "-"))))));
     }
+  }
+
+  const FINDING_LABEL = { not_carried_out: "not carried out", not_asked_for: "not asked for", not_logged: "result not logged",
+    tools_changed: "tool definition changed" };
+  function findingBadges(list) {
+    if (!list || !list.length) return null;
+    return list.map((f) => el("span", { class: "finding", dataset: { kind: f.kind, seq: f.seq } },
+      el("span", { class: "badge bad" }, FINDING_LABEL[f.kind] || f.kind), f.detail));
   }
 
   // -- rendering an entry ---------------------------------------------------------------------------------
@@ -563,9 +855,11 @@
         el("dt", {}, "hash"), el("dd", { class: "hash", id: "entry-hash" }, show(entry.hash))), hashLine,
       entry.mcp ? [el("h3", {}, "MCP request (as the agent sent it)"), el("pre", {}, JSON.stringify(entry.mcp, null, 2))] : null,
       el("h3", {}, "Request"), el("p", { class: "url", id: "entry-request-line" }, `${show(req.method)} ${show(req.url)}`),
+      copyBlock({ method: req.method, url: req.url, headers: req.headers, body: req.body, bodyFile: `seq-${n}-request.bin` }, "copy-entry"),
       headersTable(req.headers), bodyBlock(page, n, "request", req),
       el("h3", {}, "Response"), el("p", { id: "entry-status" }, resp.status === null ? `no status${resp.error ? ": " + show(resp.error) : ""}` : `status ${show(resp.status)}`),
       headersTable(resp.headers), bodyBlock(page, n, "response", resp),
+      proofLink(page, n),
       entry.effect === "write" ? writesBlock(page, n) : null,
       el("details", {}, el("summary", {}, "The line as recorded"), el("pre", { id: "raw-line" }, raw)));
     if (Canonical.hasCrypto()) {
@@ -592,6 +886,20 @@
         page.afterCheck = () => { if (page.seq === n) say(); };
       } catch (err) { hashLine.className = "error"; hashLine.textContent = `no canonical form: ${err.message}`; }
     }
+  }
+
+  // The `broker prove` bundle for this entry, offered when the session's checkpoint claims to cover it.
+  function proofLink(page, n) {
+    const box = el("p", { id: "proof" });
+    page.evidence().then((ev) => {
+      const cp = ev.checkpoint;
+      if (!cp) box.append(el("span", { class: "muted" }, "No checkpoint: no proof bundle (broker seal makes one)."));
+      else if (cp.error) box.append(el("span", { class: "muted" }, `The checkpoint is unreadable (${cp.error}): no proof bundle.`));
+      else if (n > cp.size) box.append(el("span", { class: "muted" }, `Not covered by the checkpoint (it claims ${fmt(cp.size)} entries): no proof bundle yet.`));
+      else box.append(el("a", { id: "proof-download", href: apiUrl("session/prove", { session: page.session, seq: n }), download: "" },
+        "Download the proof bundle (broker prove)"), el("span", { class: "muted" }, " — check it with broker verify-proof and the keys"));
+    }).catch((err) => box.append(failure(err)));
+    return box;
   }
 
   function headersTable(headers) {
@@ -656,6 +964,54 @@
             el("code", { class: "diff-add" }, JSON.stringify(d.actual)), d.note ? ` (${d.note})` : "")))) : el("p", { class: "muted" }, "the answer matches what was asked"))));
     }).catch((err) => clear(box, failure(err)));
     return box;
+  }
+
+  // -- the diff of two sessions (what `broker diff` compares: journal/diff.py), side by side -------------------
+  function callCells(session, call, fields, side) {
+    if (!call) return [el("td", { class: "num" }, ""), el("td", { class: "empty-side" }, "")];
+    const mark = (f, text) => el("span", { class: fields.includes(f) ? `changed ${side}` : "" }, text);
+    return [el("td", { class: "num" }, nav({ session, seq: call.seq }, call.seq)),
+      el("td", { class: "url" }, mark("connector", call.connector), " ", mark("effect", call.effect), " ", mark("method", call.method), " ",
+        mark("url", call.url), " body ", mark("request_body_sha256", call.request_body_sha256.slice(0, 12)), " → ", mark("status", call.status === null ? "no status" : call.status))];
+  }
+
+  async function diffPage(q) {
+    clear(main, el("h1", {}, "Compare two sessions"), el("p", { class: "loading" }, "Reading the vault…"));
+    let names;
+    try { names = (await api("sessions", { names: 1 })).map((r) => r.session); } catch (err) { clear(main, el("h1", {}, "Compare two sessions"), failure(err)); return; }
+    const pick = (id, value, label) => {
+      const sel = el("select", { id, name: id }, el("option", { value: "" }, "(choose a session)"), names.map((n) => el("option", { value: n }, n)));
+      sel.value = value || "";
+      return el("label", { for: id }, label, " ", sel);
+    };
+    const a = pick("diff-a", q.a, "A"), b = pick("diff-b", q.b, "B");
+    const form = el("form", { class: "toolbar", id: "diff-form", onsubmit: (ev) => {
+      ev.preventDefault();
+      const next = { view: "diff" };
+      const av = a.querySelector("select").value, bv = b.querySelector("select").value;
+      if (av) next.a = av;
+      if (bv) next.b = bv;
+      go(next);
+    } }, a, b, el("button", { type: "submit" }, "Compare"));
+    const out = el("div", { id: "diff-result" });
+    clear(main, el("h1", {}, "Compare two sessions"),
+      el("p", { class: "muted" }, "The comparison broker diff makes: the ordered calls (connector, effect, method, URL, request body hash) and their statuses; seq, times, headers and response bodies are not compared. Read by the server from the files as they are: open each session to see whether its chain holds."),
+      form, out);
+    if (!q.a || !q.b) { out.append(el("p", { class: "muted" }, "Choose two sessions.")); return; }
+    out.append(el("p", { class: "loading" }, "Comparing…"));
+    let d;
+    try { d = await api("diff", { a: q.a, b: q.b }); } catch (err) { clear(out, failure(err)); return; }
+    const head = el("p", { id: "diff-summary", dataset: { same: String(d.same), differences: d.differences.length } },
+      nav({ session: d.a }, d.a), ` (${d.a_calls.length} calls) vs `, nav({ session: d.b }, d.b), ` (${d.b_calls.length} calls): `,
+      d.same ? "same calls, same statuses" : `${d.differences.length} difference(s)`);
+    if (d.same) { clear(out, head); return; }
+    const OP = { changed: "~", removed: "−", added: "+" };
+    clear(out, head, el("table", { id: "diff-table", class: "diff" },
+      el("thead", {}, el("tr", {}, el("th", { scope: "col", title: "− only in A, + only in B, ~ changed" }, "±"), el("th", { scope: "col", class: "num" }, "A seq"), el("th", { scope: "col" }, `A: ${d.a}`),
+        el("th", { scope: "col", class: "num" }, "B seq"), el("th", { scope: "col" }, `B: ${d.b}`), el("th", { scope: "col" }, "What differs"))),
+      el("tbody", {}, d.differences.map((x) => el("tr", { class: `diff-${x.op}`, dataset: { op: x.op } },
+        el("td", { "aria-label": x.op }, OP[x.op]), callCells(d.a, x.a, x.fields || [], "del"), callCells(d.b, x.b, x.fields || [], "add"),
+        el("td", {}, x.op === "changed" ? x.fields.join(", ") : x.op === "removed" ? `only in A` : `only in B`))))));
   }
 
   // -- search --------------------------------------------------------------------------------------------
