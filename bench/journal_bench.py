@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import base64
 import cProfile
+import functools
 import hashlib
 import io
 import itertools
@@ -49,6 +50,7 @@ from pathlib import Path
 import orjson
 
 from bench import machine, scratch_dir, write_chained, write_json
+from journal.append_pipeline import Pending
 from journal.blobstore import BlobStore
 from journal.bodies import fit_entry
 from journal.canonical import canonical_bytes, canonical_value
@@ -327,7 +329,7 @@ def bench_submit(root: Path, n: int, pad: str) -> dict:
     finished = threading.Event()
     left = [n]
 
-    def settled(p, t0: int) -> None:  # the flusher thread, once the group is durable
+    def settled(p: Pending, t0: int) -> None:  # the flusher thread, once the group is durable
         lat.append(clock() - t0)
         if p.error is not None:
             errors.append(p.error)
@@ -341,7 +343,7 @@ def bench_submit(root: Path, n: int, pad: str) -> dict:
             c0 = time.process_time()
             for f in work:
                 a = clock()
-                writer.submit(f, lambda p, a=a: settled(p, a))
+                writer.submit(f, functools.partial(settled, t0=a))
             finished.wait()
             wall, cpu = (clock() - t0) / 1e9, time.process_time() - c0
             r1 = resource.getrusage(resource.RUSAGE_SELF)

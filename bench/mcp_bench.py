@@ -307,10 +307,15 @@ def installed_peers() -> dict:
     return {}
 
 
-async def bench_inflight(work: Path, calls: int, inflight: int, rounds: int) -> dict:
+async def bench_inflight(work: Path, calls: int, inflight: int, rounds: int, other: Path | None = None) -> dict:
     """Throughput with `inflight` calls at a time, each path in front of the same fast server, in
     `rounds` rounds (paths in a rotating order); ratio = throughput / direct in the same round, median."""
     argvs = peer_argvs(work, RAW_SERVER)
+    cwds = {name: REPO for name in argvs}
+    if other is not None:  # --compare: the other checkout's shim (its own code, this interpreter)
+        argvs["shim (--compare checkout)"] = [*shim_argv(work / "vault", session="bench-stdio-other", agent="bench"),
+                                              "--", *RAW_SERVER]
+        cwds["shim (--compare checkout)"] = other
     per_s: dict[str, list[float]] = {name: [] for name in argvs}
     cpu_us: dict[str, list[float]] = {name: [] for name in argvs}
     failed: dict[str, str] = {}
@@ -320,7 +325,7 @@ async def bench_inflight(work: Path, calls: int, inflight: int, rounds: int) -> 
         for name in names:
             if name in failed:
                 continue
-            client = PipeClient(argvs[name])
+            client = PipeClient(argvs[name], cwds[name])
             try:
                 await asyncio.wait_for(client.start(), 30)
                 await client.run(min(calls, 200), inflight)  # warm-up
@@ -471,7 +476,8 @@ def main(argv: list[str] | None = None) -> int:
             _print("stdio", figures["stdio"])
         if args.only in (None, "stdio", "inflight"):
             n = args.inflight_calls or (500 if args.quick else 3000)
-            figures["stdio_inflight"] = asyncio.run(bench_inflight(work, n, args.inflight, args.repeat))
+            figures["stdio_inflight"] = asyncio.run(bench_inflight(work, n, args.inflight, args.repeat,
+                                                                         args.compare))
             _print_inflight(figures["stdio_inflight"])
         if args.only in (None, "http"):
             figures["streamable_http"] = bench_http(work / "vault", calls, args.compare)
