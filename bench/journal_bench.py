@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import base64
 import cProfile
+import functools
 import hashlib
 import io
 import itertools
@@ -37,6 +38,7 @@ import pstats
 import random
 import resource
 import shutil
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -48,6 +50,7 @@ from pathlib import Path
 import orjson
 
 from bench import machine, scratch_dir, write_chained, write_json
+from journal.append_pipeline import Pending
 from journal.blobstore import BlobStore
 from journal.bodies import fit_entry
 from journal.canonical import canonical_bytes, canonical_value
@@ -160,6 +163,98 @@ def bench_baseline(root: Path, n: int, line: bytes) -> dict:
     }
 
 
+def bench_plain_threads(root: Path, n: int, threads: int, line: bytes) -> dict:
+    """The naive peer at `threads` writers: each thread does `os.write` + `os.fdatasync` of a pre-built
+    line on ONE shared descriptor (O_APPEND), n lines in all. The kernel coalesces the concurrent syncs
+    (one journal commit covers every write before it), which is the group commit users get for free."""
+    path = root / f"plain-{threads}.jsonl"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    start = threading.Barrier(threads + 1)
+    lats: list[list[int]] = [[] for _ in range(threads)]
+
+    def worker(t: int) -> None:
+        clock, out = time.perf_counter_ns, lats[t]
+        start.wait()
+        for _ in range(t, n, threads):
+            a = clock()
+            os.write(fd, line)
+            os.fdatasync(fd)
+            out.append(clock() - a)
+
+    pool = [threading.Thread(target=worker, args=(t,), daemon=True) for t in range(threads)]
+    try:
+        for th in pool:
+            th.start()
+        start.wait()
+        r0, c0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.process_time(), time.perf_counter_ns()
+        for th in pool:
+            th.join()
+        wall, cpu = (time.perf_counter_ns() - t0) / 1e9, time.process_time() - c0
+        r1 = resource.getrusage(resource.RUSAGE_SELF)
+    finally:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+    lat = sorted(itertools.chain.from_iterable(lats))
+    return {
+        "case": "peer: plain write+fdatasync, shared fd", "threads": threads, "sessions": 1, "entries": n,
+        "seconds": wall, "per_s": n / wall, "p50_ms": _pct(lat, 0.50), "p99_ms": _pct(lat, 0.99),
+        "entries_per_fsync": 1.0, "cpu_us": cpu / n * 1e6, "cores": cpu / wall,
+        "switches_per_entry": (r1.ru_nvcsw - r0.ru_nvcsw + r1.ru_nivcsw - r0.ru_nivcsw) / n,
+    }
+
+
+def bench_sqlite(root: Path, n: int, threads: int, line: bytes) -> dict:
+    """The database peer: SQLite in WAL mode with synchronous=FULL (every commit fsynced), one INSERT
+    per commit of the same pre-built line, `threads` threads each on its own connection to one file."""
+    path = root / f"peer-{threads}.sqlite"
+    setup = sqlite3.connect(path)
+    setup.execute("PRAGMA journal_mode=WAL")
+    setup.execute("CREATE TABLE log (seq INTEGER PRIMARY KEY, line BLOB NOT NULL)")
+    setup.commit()
+    setup.close()
+    start = threading.Barrier(threads + 1)
+    lats: list[list[int]] = [[] for _ in range(threads)]
+    errors: list[BaseException] = []
+
+    def worker(t: int) -> None:
+        db = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
+        db.execute("PRAGMA synchronous=FULL")
+        clock, out = time.perf_counter_ns, lats[t]
+        start.wait()
+        try:
+            for _ in range(t, n, threads):
+                a = clock()
+                db.execute("INSERT INTO log (line) VALUES (?)", (line,))  # autocommit: one fsynced commit
+                out.append(clock() - a)
+        except BaseException as exc:  # noqa: BLE001 - reported after the join
+            errors.append(exc)
+        finally:
+            db.close()
+
+    pool = [threading.Thread(target=worker, args=(t,), daemon=True) for t in range(threads)]
+    try:
+        for th in pool:
+            th.start()
+        start.wait()
+        r0, c0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.process_time(), time.perf_counter_ns()
+        for th in pool:
+            th.join()
+        wall, cpu = (time.perf_counter_ns() - t0) / 1e9, time.process_time() - c0
+        r1 = resource.getrusage(resource.RUSAGE_SELF)
+        if errors:
+            raise RuntimeError(f"sqlite peer failed: {errors[0]!r}") from errors[0]
+    finally:
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+    lat = sorted(itertools.chain.from_iterable(lats))
+    return {
+        "case": "peer: SQLite WAL synchronous=FULL", "threads": threads, "sessions": 1, "entries": n,
+        "seconds": wall, "per_s": n / wall, "p50_ms": _pct(lat, 0.50), "p99_ms": _pct(lat, 0.99),
+        "entries_per_fsync": float("nan"), "cpu_us": cpu / n * 1e6, "cores": cpu / wall,
+        "switches_per_entry": (r1.ru_nvcsw - r0.ru_nvcsw + r1.ru_nivcsw - r0.ru_nivcsw) / n,
+    }
+
+
 def bench_append(root: Path, n: int, threads: int, shared: bool, pad: str, durable: bool = True) -> dict:
     """n appends in total, split over `threads` threads, into one session (shared) or one each.
     durable=False (no fdatasync) is a reference only: the rate the CPU work alone allows."""
@@ -219,6 +314,56 @@ def bench_append(root: Path, n: int, threads: int, shared: bool, pad: str, durab
     }
 
 
+def bench_submit(root: Path, n: int, pad: str) -> dict:
+    """One producer thread that does not wait: `JournalWriter.submit` of n entries to one session, each
+    settled (its callback called) only after the fdatasync of its group, by the lane's flusher thread.
+    What a recording service or an event loop with several entries in flight does; the producer's CPU
+    work overlaps the fsyncs, which a blocking caller cannot do."""
+    vault_dir = Path(tempfile.mkdtemp(prefix="submit-", dir=root))
+    work = [_padded_fields(SESSION, k, pad) for k in range(n)]
+    writer = JournalWriter(vault_dir)
+    writer.head(SESSION)
+    clock = time.perf_counter_ns
+    lat: list[int] = []
+    errors: list[BaseException] = []
+    finished = threading.Event()
+    left = [n]
+
+    def settled(p: Pending, t0: int) -> None:  # the flusher thread, once the group is durable
+        lat.append(clock() - t0)
+        if p.error is not None:
+            errors.append(p.error)
+        left[0] -= 1
+        if not left[0]:
+            finished.set()
+
+    try:
+        with _FsyncCounter() as fsyncs:
+            r0, t0 = resource.getrusage(resource.RUSAGE_SELF), clock()
+            c0 = time.process_time()
+            for f in work:
+                a = clock()
+                writer.submit(f, functools.partial(settled, t0=a))
+            finished.wait()
+            wall, cpu = (clock() - t0) / 1e9, time.process_time() - c0
+            r1 = resource.getrusage(resource.RUSAGE_SELF)
+        if errors:
+            raise RuntimeError(f"submit failed: {errors[0]!r}") from errors[0]
+        if writer.head(SESSION)[0] != n:
+            raise RuntimeError(f"expected {n} entries in the journal, found {writer.head(SESSION)[0]}")
+    finally:
+        writer.close()
+        shutil.rmtree(vault_dir, ignore_errors=True)
+    lat.sort()
+    return {
+        "case": "broker, 1 producer, submit", "durable": True, "threads": 1, "sessions": 1, "entries": n,
+        "seconds": wall, "per_s": n / wall, "p50_ms": _pct(lat, 0.50), "p99_ms": _pct(lat, 0.99),
+        "entries_per_fsync": n / fsyncs.calls if fsyncs.calls else float("nan"), "cpu_us": cpu / n * 1e6,
+        "cores": cpu / wall,
+        "switches_per_entry": (r1.ru_nvcsw - r0.ru_nvcsw + r1.ru_nivcsw - r0.ru_nivcsw) / n,
+    }
+
+
 def _median_run(runs: list[dict], ratios: list[float]) -> dict:
     """The run with the median throughput (keeping its own latencies); ratio = median of the rounds' ratios."""
     ordered = sorted(runs, key=lambda r: r["per_s"])
@@ -229,34 +374,67 @@ def _median_run(runs: list[dict], ratios: list[float]) -> dict:
     return row
 
 
-def run_append(root: Path, n: int, thread_counts: list[int], repeat: int, pad: str) -> list[dict]:
+def run_append(root: Path, n: int, thread_counts: list[int], repeat: int, pad: str,
+               sqlite_entries: int | None = None) -> list[dict]:
     """`repeat` rounds of: baseline, case, baseline, case, ..., baseline.
 
-    Each case's ratio is taken against the baselines run just before and just after it (geometric
-    mean), so a slow phase of a shared machine (another process flushing the disk) hits both sides
-    of the ratio; the median over rounds is reported.
+    Each case's `ratio` is taken against the 1-thread baselines run just before and just after it
+    (geometric mean), so a slow phase of a shared machine (another process flushing the disk) hits both
+    sides of the ratio; the median over rounds is reported. The peers run in the same rotation: the
+    plain loop at every thread count above 1 (threads on one shared descriptor) and SQLite (WAL,
+    synchronous=FULL) at 1 thread and the largest count. Each broker row also gets `peer_ratio`: its
+    entries/s over the plain loop's at the same thread count in the same round (median over rounds);
+    `sqlite_ratio` likewise against SQLite where SQLite ran at that count.
     """
     line = prebuilt_line(pad)
-    cases: list[tuple[int, bool, bool]] = [(t, True, True) for t in thread_counts]
-    cases += [(t, False, True) for t in thread_counts if t > 1]
-    cases.append((max(thread_counts), True, False))  # reference: the same work without fdatasync
+    top = max(thread_counts)
+    cases: list[tuple[str, int, bool, bool]] = [("broker", t, True, True) for t in thread_counts]
+    cases.insert(1, ("submit", 1, True, True))
+    cases += [("broker", t, False, True) for t in thread_counts if t > 1]
+    cases.append(("broker", top, True, False))  # reference: the same work without fdatasync
+    cases += [("plain", t, True, True) for t in thread_counts if t > 1]
+    cases += [("sqlite", t, True, True) for t in sorted({1, top})]
+    sq_n = sqlite_entries or n
     bench_baseline(root, min(n, 200), line)  # warm-up: first fsyncs on a new file are slower
     base_runs: list[dict] = []
     case_runs: list[list[dict]] = [[] for _ in cases]
     case_ratios: list[list[float]] = [[] for _ in cases]
+    peer_ratios: list[list[float]] = [[] for _ in cases]
+    sqlite_ratios: list[list[float]] = [[] for _ in cases]
     for _ in range(repeat):
         before = bench_baseline(root, n, line)
         base_runs.append(before)
-        for i, (threads, shared, durable) in enumerate(cases):
-            run = bench_append(root, n, threads, shared, pad, durable)
+        this_round: dict[tuple[str, int], float] = {("plain", 1): before["per_s"]}
+        for i, (kind, threads, shared, durable) in enumerate(cases):
+            if kind == "plain":
+                run = bench_plain_threads(root, n, threads, line)
+            elif kind == "submit":
+                run = bench_submit(root, n, pad)
+            elif kind == "sqlite":
+                run = bench_sqlite(root, sq_n, threads, line)
+            else:
+                run = bench_append(root, n, threads, shared, pad, durable)
             after = bench_baseline(root, n, line)
             base_runs.append(after)
             case_runs[i].append(run)
             case_ratios[i].append(run["per_s"] / math.sqrt(before["per_s"] * after["per_s"]))
+            if kind != "broker":
+                this_round[(kind, threads)] = run["per_s"]
             before = after
+        for i, (kind, threads, shared, durable) in enumerate(cases):
+            if kind in ("broker", "submit") and shared and durable:
+                mine = case_runs[i][-1]["per_s"]
+                peer_ratios[i].append(mine / this_round[("plain", threads)])
+                if ("sqlite", threads) in this_round:
+                    sqlite_ratios[i].append(mine / this_round[("sqlite", threads)])
     rows = [_median_run(base_runs, [1.0] * len(base_runs))]
-    for runs, ratios in zip(case_runs, case_ratios, strict=True):
-        rows.append(_median_run(runs, ratios))
+    for runs, ratios, peer, sq in zip(case_runs, case_ratios, peer_ratios, sqlite_ratios, strict=True):
+        row = _median_run(runs, ratios)
+        if peer:
+            row["peer_ratio"], row["runs_peer_ratio"] = statistics.median(peer), peer
+        if sq:
+            row["sqlite_ratio"] = statistics.median(sq)
+        rows.append(row)
     return rows
 
 
@@ -506,21 +684,28 @@ def format_tables(append_rows: list[dict], verify_rows: list[dict], params: dict
         )
         out.append(
             f"{'case':<38} {'threads':>7} {'entries/s':>10} {'p50 ms':>8} {'p99 ms':>8} "
-            f"{'entries/fsync':>13} {'CPU us/entry':>12} {'cores':>5} {'cs/entry':>8} {'ratio':>7}"
+            f"{'entries/fsync':>13} {'CPU us/entry':>12} {'cores':>5} {'cs/entry':>8} {'ratio':>7} {'vs peer':>7} "
+            f"{'vs SQLite':>9}"
         )
         for r in append_rows:
             durable = r.get("durable", True)
-            fsyncs = f"{r['entries_per_fsync']:>13.1f}" if durable else f"{'-':>13}"
+            fsyncs = (f"{r['entries_per_fsync']:>13.1f}" if durable and r["entries_per_fsync"] == r["entries_per_fsync"]
+                      else f"{'-':>13}")
+            peer = f"{r['peer_ratio']:>7.2f}" if "peer_ratio" in r else f"{'':>7}"
+            sq = f"{r['sqlite_ratio']:>9.2f}" if "sqlite_ratio" in r else f"{'':>9}"
             ratio = f"{r['ratio']:>7.2f}" if durable else f"{'(' + format(r['ratio'], '.2f') + ')':>7}"
             out.append(
                 f"{r['case']:<38} {r['threads']:>7} {r['per_s']:>10.0f} {r['p50_ms']:>8.3f} "
                 f"{r['p99_ms']:>8.3f} {fsyncs} {r['cpu_us']:>12.1f} {r['cores']:>5.2f} "
-                f"{r['switches_per_entry']:>8.2f} {ratio}"
+                f"{r['switches_per_entry']:>8.2f} {ratio} {peer} {sq}"
             )
         base = append_rows[0]["runs_per_s"]
         spread = max(base) / min(base)
         out.append("ratio = entries/s / baseline lines/s measured just before and after the case (one os.write")
         out.append("        + os.fdatasync per line, same directory), median over rounds")
+        out.append("vs peer = broker entries/s / the plain write+fdatasync loop's lines/s at the same thread count")
+        out.append("        (threads on one shared descriptor) in the same round; vs SQLite likewise against SQLite")
+        out.append("        WAL synchronous=FULL (one INSERT per commit); both medians over rounds")
         out.append(
             f"baseline lines/s over {len(base)} runs: {min(base):.0f} .. {max(base):.0f}"
             + (f"  (spread {spread:.1f}x: the disk or CPUs were busy; figures are noisy)" if spread > 1.5 else "")
@@ -559,6 +744,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--verify-mb", type=float, help="size of the verify file in MB (default 100, --quick 10)")
     ap.add_argument("--threads", default="1,8,64", help="comma-separated thread counts (default 1,8,64)")
     ap.add_argument("--repeat", type=int, help="rounds of append cases, median kept (default 5, --quick 1)")
+    ap.add_argument("--sqlite-entries", type=int,
+                    help="inserts per SQLite peer case (default: --entries; SQLite is slow at many threads)")
     ap.add_argument("--only", choices=("append", "verify"), help="run only one of the two benchmarks")
     ap.add_argument("--json", metavar="FILE", help="also write the figures to FILE (key 'journal')")
     ap.add_argument("--profile", action="store_true", help="also print cProfile hot spots (append, verify)")
@@ -583,7 +770,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     try:
         if args.only in (None, "append"):
-            append_rows = run_append(root, n, thread_counts, repeat, pad)
+            append_rows = run_append(root, n, thread_counts, repeat, pad, args.sqlite_entries)
         if args.only in (None, "verify"):
             verify_rows, vinfo = run_verify(root, verify_bytes, pad, rounds=3 if args.quick else 5)
         profile = run_profile(root, min(n, 2000), min(verify_bytes, 20 * MB), pad) if args.profile else ""

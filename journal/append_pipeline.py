@@ -41,7 +41,7 @@ DEDUPE_BYTES = 64 << 20
 class Pending:
     """One entry on its way: prepared in the caller's thread, chained and written by a leader."""
 
-    __slots__ = ("fields", "pieces", "dedupe", "entry", "error", "wake", "after")
+    __slots__ = ("fields", "pieces", "dedupe", "entry", "error", "wake", "after", "done")
 
     def __init__(self, fields: dict, pieces: LinkPieces | None) -> None:
         self.fields = fields
@@ -51,6 +51,7 @@ class Pending:
         self.error: BaseException | None = None
         self.wake: threading.Lock | None = None  # held while a follower waits; its leader releases it
         self.after: threading.Lock | None = None  # the next follower's lock, released once woken
+        self.done: Callable[[Pending], None] | None = None  # `submit`: told once the entry is settled
 
 
 class Lane:
@@ -62,6 +63,7 @@ class Lane:
         self.pending: list[Pending] = []  # the group forming
         self.forming = False  # the forming group has a leader (its first entry's thread)
         self.failed: JournalError | None = None  # set by a backend that must take nothing more here
+        self.flusher: Flusher | None = None  # leads groups opened by `submit` (no caller thread waits)
 
 
 Recent = list[tuple[dict, dict]]
@@ -212,14 +214,44 @@ class AppendPipeline:
         except CanonicalError as exc:
             raise ContractError(f"entry has no canonical form: {exc}") from None
 
+    def submit(self, fields: dict, done: Callable[[Pending], None], *, dedupe: bool = False) -> None:
+        """Append without waiting: `done(pending)` is called (in the lane's flusher thread) once the
+        entry is durable (`pending.entry`) or refused (`pending.error`), never before its fdatasync.
+
+        The entry is prepared here, in the caller's thread (a ContractError or JournalError is raised
+        here and `done` is not called); the group is committed by the lane's flusher thread, which
+        leads it exactly as a waiting caller would (`_lead`), so one producer can keep handing entries
+        on while the previous group is on its way to the disk, and `done` runs once per entry right
+        after its group's fsync (a caller on an event loop batches its wake-ups there)."""
+        mine = self._prepare(fields)
+        mine.dedupe, mine.done = dedupe, done
+        lane = self._acquire(self._lane_key(fields["session"]))  # released by the flusher once settled
+        try:
+            with lane.mutex:
+                if lane.failed:
+                    raise lane.failed
+                lane.pending.append(mine)
+                lead = not lane.forming
+                if lead:
+                    lane.forming = True
+                    if lane.flusher is None:
+                        lane.flusher = Flusher(self, lane)
+                    flusher = lane.flusher
+        except BaseException:
+            self._release(lane)
+            raise
+        if lead:
+            flusher.lead()
+
     def _together(self, lane: Lane, mine: list[Pending]) -> None:
         """Queue `mine` and return once they are committed (or failed).
 
-        Group commit, one leader per group: the thread whose entry opens a group leads it. It waits
-        for the previous group's commit (`io`), takes the whole group, has the backend commit it,
-        then wakes exactly its group's followers, each on its own lock (no broadcast that wakes every
-        waiting thread to find most still waiting). While a group commits (an fsync or a database
-        round trip, the GIL released), the next one forms and its leader waits at `io`.
+        Group commit, one leader per group: the thread whose entry opens a group leads it (or the
+        lane's flusher thread, when `submit` opened it). The leader waits for the previous group's
+        commit (`io`), takes the whole group, has the backend commit it, then wakes exactly its
+        group's waiting followers, each on its own lock (no broadcast that wakes every waiting thread
+        to find most still waiting), and settles its submitted entries. While a group commits (an
+        fsync or a database round trip, the GIL released), the next one forms and its leader waits at `io`.
         """
         with lane.mutex:
             if lane.failed:
@@ -234,6 +266,14 @@ class AppendPipeline:
         if not leader:
             _wait_turn(wake, mine[-1])
             return
+        interrupted = self._lead(lane)
+        if interrupted is not None:
+            raise interrupted
+
+    def _lead(self, lane: Lane) -> BaseException | None:
+        """Commit the lane's forming group (whose leader we are): the one commit path of callers and
+        flushers. Returns an interrupt that came while waiting for the previous group, to be raised
+        once the group is settled (see `_acquire_fully`)."""
         interrupted = _acquire_fully(lane.io)  # the previous group's commit
         try:
             with lane.mutex:
@@ -250,10 +290,22 @@ class AppendPipeline:
                 first = _link_followers(batch)
                 if first is not None:
                     first.release()
+                self._settle_submitted(lane, batch)
         finally:
             lane.io.release()
-        if interrupted is not None:
-            raise interrupted
+        return interrupted
+
+    def _settle_submitted(self, lane: Lane, batch: list[Pending]) -> None:
+        """Tell each submitted entry of a committed group its outcome, and release its hold on the lane."""
+        for p in batch:
+            if p.done is None:
+                continue
+            try:
+                p.done(p)
+            except Exception:  # noqa: BLE001 - the entry is settled; a callback must not stop the others
+                log.exception("append callback failed")
+            finally:
+                self._release(lane)
 
     def _durable(self, session: str, chained: list[Pending]) -> None:
         """After a commit: hand the session's newly durable entries to `on_durable` (it must not fail them)."""
@@ -308,3 +360,43 @@ def _acquire_fully(lock: threading.Lock) -> BaseException | None:
             return interrupted
         except BaseException as exc:  # noqa: BLE001 - handed back to be raised
             interrupted = exc
+
+
+FLUSHER_IDLE_SECONDS = 2.0
+"""A lane's flusher thread ends after this long with no group to lead (the next `submit` starts one)."""
+
+
+class Flusher:
+    """The thread that leads a lane's groups opened by `submit`: the durable writer of a producer that
+    does not wait (an event loop, a recording service reading the next message). One per lane, started
+    on demand, ended when idle."""
+
+    def __init__(self, pipeline: AppendPipeline, lane: Lane) -> None:
+        self.pipeline, self.lane = pipeline, lane
+        self.cond = threading.Condition(threading.Lock())
+        self.wanted = 0  # groups to lead
+        self.thread: threading.Thread | None = None
+
+    def lead(self) -> None:
+        """A group was opened without a leader: lead it (now, or after the one being led)."""
+        with self.cond:
+            self.wanted += 1
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, name="journal-flusher", daemon=True)
+                self.thread.start()
+            else:
+                self.cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self.cond:
+                if not self.wanted:
+                    self.cond.wait(FLUSHER_IDLE_SECONDS)
+                if not self.wanted:
+                    self.thread = None
+                    return
+                self.wanted -= 1
+            try:
+                self.pipeline._lead(self.lane)
+            except BaseException:  # noqa: BLE001 - the group's entries carry the error; keep leading
+                log.exception("journal flusher: commit failed")

@@ -7,6 +7,10 @@
   first to arrive in a group leads it: once the previous group is synced it takes the group, links
   the entries (seq, prev, SHA-256), writes them with one write, syncs, and wakes the group's
   followers one after another. Appends that arrive meanwhile form the next group.
+- `submit` (journal/append_pipeline.py) appends without waiting: the group it opens is led by the
+  session's flusher thread, which calls each entry's callback after the group's fdatasync, so a
+  producer that does not wait (the MCP shim's event loop, a recording service) keeps preparing
+  entries while the previous group syncs, and never fsyncs on its own thread.
 - Several processes may append to the same session: every batch is written under an exclusive
   `flock` on the file, and if the file grew since this writer last wrote, it re-reads the last
   line and continues the chain from there.

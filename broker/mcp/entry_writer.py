@@ -1,33 +1,27 @@
-"""The shim's durable appends: one worker thread per journal, entries queued meanwhile go out together.
+"""The shim's durable appends: never on the event loop; the loop is woken once per durable group.
 
-`asyncio.to_thread` costs two thread hand-offs through the default executor per entry (about 80 µs on
-the 2-core development machine, of a 0.5 ms budget); a thread of our own that is already waiting on
-a condition costs about half of that, and it groups what queues while it writes: one
-`append_many` call, so one write and one fdatasync per session for all of them, where concurrent
-`to_thread` appends relied on the writer's leader/follower grouping. The event loop never waits on
-the disk: the answer whose entry this is waits on its future; other traffic keeps flowing.
+Entries whose fields were made on the loop (small answers) go to the journal writer's `submit`
+(journal/append_pipeline.py): the entry's contract check and canonical form are done on the loop, and
+the lane's flusher thread writes every entry queued meanwhile with one write and one fdatasync, then
+hands the outcomes back; the loop is woken once for all the answers that group settles (`_settle`),
+not once per entry. The event loop never waits on the disk (an fsync there held every other call's
+traffic for its duration): the answer whose entry this is waits on its future; other traffic flows.
 
-When nothing else is being written or awaited (the journal has no other call open) and appends
-have been quick (`INLINE_APPEND_SECONDS`), the entry is appended on the event loop itself
-(`write_now`): no hand-off at all, for the common case of one call at a time. The loop is then held
-for that one short append; a slow disk, or a second call in flight (whose answer may come meanwhile
-and should share the fdatasync), sends entries to the worker thread again.
-
-Each job brings the fields (worked out on the loop for small answers) or a function that builds
-them (large answers, in this thread), and `write_one`, the exact single-entry path with its
-fallbacks (`CallJournal._write`). A job that is alone, or whose entry `append_many` refused as a
-`ContractError` (which `writer.append` would have raised as a ValueError, TypeError or RecursionError
-that `_write` turns into a text entry), goes through `write_one`: the same result as before, entry
-for entry.
+Everything else goes to a worker thread of our own (`submit` with fields None, or a writer without
+`submit`): the fields are built there (large answers) and `write_one`, the exact single-entry path
+with its fallbacks (`CallJournal._write`), appends them; jobs queued while it writes go out together
+in one `append_many`. An entry that `submit` refuses before queuing it (a `ContractError`, which
+`writer.append` would raise as a ValueError, TypeError or RecursionError that `_write` turns into a
+text entry) goes that way too: the same result as before, entry for entry.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -37,8 +31,6 @@ log = logging.getLogger("broker.mcp")
 
 IDLE_SECONDS = 2.0
 """The worker thread ends after this long without work (a new entry starts it again)."""
-INLINE_APPEND_SECONDS = 0.002
-"""Appends are made on the event loop only while they take less than this (a moving average)."""
 
 
 @dataclass
@@ -62,40 +54,55 @@ class EntryWriter:
         self._cond = threading.Condition()
         self._jobs: list[Job] = []
         self._thread: threading.Thread | None = None
-        self._in_flight = 0  # jobs submitted and not yet written (read on the loop; changed under _cond)
-        self.append_seconds = 0.0  # moving average of an append's time, both paths
         self.batches = 0  # how many append_many calls grouped several entries (tests, --profile)
-        self.inline = 0  # entries appended on the event loop
-
-    def can_write_now(self) -> bool:
-        """Whether an entry may be appended on the loop: the worker has nothing, appends are quick."""
-        return self._in_flight == 0 and self.append_seconds < INLINE_APPEND_SECONDS
-
-    def write_now(self, fields: dict, write_one: Callable[[dict | None], dict | None]) -> dict | None:
-        """Append on the calling thread (the event loop), timed like the worker's appends."""
-        t0 = time.perf_counter()
-        try:
-            return write_one(fields)
-        finally:
-            self._timed(time.perf_counter() - t0)
-            self.inline += 1
-
-    def _timed(self, seconds: float) -> None:
-        self.append_seconds = 0.8 * self.append_seconds + 0.2 * seconds
+        self.submitted = 0  # entries handed to the writer's flusher (`writer.submit`)
+        self._ready: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future, object, BaseException | None]]] = {}
+        self._ready_lock = threading.Lock()
 
     def submit(self, fields: dict | None, write_one: Callable[[dict | None], dict | None]) -> asyncio.Future:
         """Queue one entry; the future gives the durable entry (or None), or raises what writing raised."""
         loop = asyncio.get_running_loop()
+        direct = getattr(self.writer, "submit", None) if fields is not None else None
+        if direct is not None:
+            future = loop.create_future()
+            try:
+                direct(fields, functools.partial(self._durable, loop, future))
+            except Exception:  # noqa: BLE001 - refused before queuing: the single path decides (text fallback)
+                pass
+            else:
+                self.submitted += 1
+                return future
         job = Job(fields, write_one, loop.create_future(), loop)
         with self._cond:
             self._jobs.append(job)
-            self._in_flight += 1
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="broker-mcp-journal", daemon=True)
                 self._thread.start()
             else:
                 self._cond.notify()
         return job.future
+
+    def _durable(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future, pending) -> None:
+        """In the writer's flusher thread, once the entry's group is durable (or refused): queue the
+        outcome, and wake the loop only for the first outcome of a group (the rest ride along)."""
+        with self._ready_lock:
+            ready = self._ready.setdefault(loop, [])
+            ready.append((future, pending.entry, pending.error))
+            first = len(ready) == 1
+        if first:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+                loop.call_soon_threadsafe(self._drain, loop)
+
+    def _drain(self, loop: asyncio.AbstractEventLoop) -> None:
+        with self._ready_lock:
+            ready = self._ready.pop(loop, [])
+        for future, entry, error in ready:
+            if future.done():  # cancelled: the entry is written all the same
+                continue
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(entry)
 
     def _run(self) -> None:
         while True:
@@ -106,16 +113,12 @@ class EntryWriter:
                     self._thread = None
                     return
                 jobs, self._jobs = self._jobs, []
-            t0 = time.perf_counter()
             try:
                 self._write(jobs)
             except BaseException as exc:  # noqa: BLE001 - every waiting answer must learn what happened
                 for job in jobs:
                     if not job.done:
                         job.error, job.done = exc, True
-            self._timed(time.perf_counter() - t0)
-            with self._cond:
-                self._in_flight -= len(jobs)
             self._resolve(jobs)
 
     def _write(self, jobs: list[Job]) -> None:

@@ -29,8 +29,9 @@ server's request, the response the client's answer, `answered_by` "upstream" whe
 Where the time goes (bench.mcp_bench --profile): the request's share of the entry (its redacted
 `mcp` value and body, `prompt_ref`) is worked out as soon as the request has gone upstream
 (`prepare_early`), while the server works; when the answer comes, only its own share is left (on the
-event loop for answers up to `INLINE_LIMIT`), and the durable append runs in the journal's worker
-thread (`entry_writer.EntryWriter`): the event loop keeps relaying other traffic while one response
+event loop for answers up to `INLINE_LIMIT`), and the durable append runs in the journal writer's
+flusher thread (`entry_writer.EntryWriter`, grouping the entries of concurrent answers into one
+fdatasync): the event loop never waits on the disk and keeps relaying other traffic while one response
 waits for its entry.
 """
 
@@ -281,7 +282,7 @@ class CallJournal:
         self.ask_tools: Callable[[Message], asyncio.Future] | None = None
         self.lookup_wait = LOOKUP_WAIT
         self.entries = EntryWriter(recorder.writer)
-        self.open_calls = 0  # started and not yet finished: with none, an entry may be appended on the loop
+        self.open_calls = 0  # started and not yet finished
         self.tasks: dict[str, TaskOrigin] = {}  # task id -> the call that created it (its entry, its effect)
 
     @property
@@ -389,10 +390,7 @@ class CallJournal:
                 fields = None  # the worker's `_write` makes them, with its fallback to text
         write = functools.partial(self._write, *args)
         try:
-            if fields is not None and self.open_calls == 0 and self.entries.can_write_now():
-                entry = self.entries.write_now(fields, write)  # one call at a time: no hand-off
-            else:
-                entry = await self.entries.submit(fields, write)
+            entry = await self.entries.submit(fields, write)  # never on the loop: its flusher fsyncs
         except (JournalError, ContractError, OSError, ValueError):
             self.failures += 1
             raise

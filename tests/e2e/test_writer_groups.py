@@ -209,3 +209,97 @@ def test_processes_with_many_threads_each_keep_one_chain(tmp_path):
     r = verify_session(Vault(tmp_path), "s1")
     assert r.intact, r
     assert r.entries == 3 * 6 * 20
+
+
+def test_no_submitted_entry_is_settled_before_its_line_is_synced(tmp_path, monkeypatch):
+    """`submit` (the producer does not wait): each callback comes after an fdatasync that covered the
+    entry, while blocking appends from other threads share the same groups; the chain stays whole."""
+    synced = [0]
+    real = os.fdatasync
+
+    def recording(fd: int) -> None:
+        written = _last_seq(fd)
+        real(fd)
+        synced[0] = max(synced[0], written)
+
+    monkeypatch.setattr(os, "fdatasync", recording)
+    w = JournalWriter(tmp_path)
+    early: list[tuple[int, int]] = []
+    settled: list[dict] = []
+    done = threading.Event()
+
+    def callback(p) -> None:
+        assert p.error is None, p.error
+        if p.entry["seq"] > synced[0]:
+            early.append((p.entry["seq"], synced[0]))
+        settled.append(p.entry)
+        if len(settled) == 200:
+            done.set()
+
+    def blocking(t: int) -> None:
+        for i in range(10):
+            e = w.append(fields(n=10_000 + t * 100 + i))
+            if e["seq"] > synced[0]:
+                early.append((e["seq"], synced[0]))
+
+    ts = [threading.Thread(target=blocking, args=(t,)) for t in range(4)]
+    for t in ts:
+        t.start()
+    for n in range(200):
+        w.submit(fields(n=n), callback)
+    for t in ts:
+        t.join(30)
+    assert done.wait(30)
+    w.close()
+    assert early == []
+    assert sorted(e["seq"] for e in settled) == sorted({e["seq"] for e in settled})  # each its own line
+    r = verify_session(Vault(tmp_path), "s1")
+    assert r.intact and r.entries == 240
+
+
+def test_a_failed_fsync_settles_every_submitted_entry_with_the_error(tmp_path, monkeypatch):
+    w = JournalWriter(tmp_path)
+    w.append(fields(n=0))
+
+    def failing(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", failing)
+    outcomes: list[object] = []
+    done = threading.Event()
+
+    def callback(p) -> None:
+        outcomes.append(p.entry if p.error is None else p.error)
+        if len(outcomes) == 5:
+            done.set()
+
+    for n in range(5):
+        try:
+            w.submit(fields(n=n + 1), callback)
+        except JournalStopped as exc:  # the session stopped before this one was queued
+            outcomes.append(exc)
+            if len(outcomes) == 5:
+                done.set()
+    assert done.wait(30)
+    assert all(isinstance(o, JournalStopped) for o in outcomes), outcomes
+    with pytest.raises(JournalStopped):
+        w.submit(fields(n=99), callback)
+    w.close()
+
+
+def test_a_failing_callback_does_not_keep_the_others_of_its_group_from_being_settled(tmp_path):
+    w = JournalWriter(tmp_path)
+    seen: list[int] = []
+    done = threading.Event()
+
+    def callback(p) -> None:
+        seen.append(p.entry["seq"])
+        if len(seen) == 20:
+            done.set()
+        raise RuntimeError("a broken callback")
+
+    for n in range(20):
+        w.submit(fields(n=n), callback)
+    assert done.wait(30)
+    assert w.append(fields(n=50))["seq"] == 21  # the lane is free again
+    w.close()

@@ -2,8 +2,9 @@
 
 - `CallJournal.prepare_early` (the request's share of the entry made while the call is upstream)
   gives the same fields as `Recorder.prepare` on the whole call at the end;
-- `EntryWriter` writes entries that queue together in one `append_many`, each the entry the single
-  path would have written (a value only text can hold falls back to text as before), in one chain;
+- `EntryWriter` hands entries to the writer's flusher (`submit`), never appending on the event loop;
+  those that queue together are written together, each the entry the single path would have written
+  (a value only text can hold falls back to text as before), in one chain;
 - a journal that cannot write fails each waiting call with its error (fail closed).
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
@@ -107,52 +109,51 @@ async def _finish_together(journal: CallJournal, pairs: list[tuple[bytes, bytes]
     ), return_exceptions=True)
 
 
-class GatedWriter:
-    """The journal's writer, its first append held until the test lets it go (so the rest queue up)."""
+class GatedSync:
+    """os.fdatasync with its first call held until the test lets it go (so the rest queue up); it
+    notes which threads synced."""
 
-    def __init__(self, writer) -> None:
-        self.writer = writer
+    def __init__(self, real) -> None:
+        self.real = real
         self.entered = threading.Event()
         self.release = threading.Event()
-        self.many: list[int] = []
+        self.calls = 0
+        self.threads: set[str] = set()
 
-    def append(self, fields: dict, **kwargs) -> dict:
+    def __call__(self, fd: int) -> None:
+        self.calls += 1
+        self.threads.add(threading.current_thread().name)
         if not self.entered.is_set():
             self.entered.set()
             self.release.wait(30)
-        return self.writer.append(fields, **kwargs)
-
-    def append_many(self, batch: list[dict]) -> list:
-        self.many.append(len(batch))
-        return self.writer.append_many(batch)
-
-    def __getattr__(self, name: str):
-        return getattr(self.writer, name)
+        self.real(fd)
 
 
-def test_entries_queued_together_are_written_together(tmp_path: Path) -> None:
+def test_entries_queued_together_are_written_together(tmp_path: Path, monkeypatch) -> None:
     journal = _journal(tmp_path)
-    gated = journal.recorder.writer = journal.entries.writer = GatedWriter(journal.recorder.writer)
+    gate = GatedSync(os.fdatasync)
+    monkeypatch.setattr(os, "fdatasync", gate)
     pairs = [_lines(i, p) for i, p in enumerate(REQUESTS, start=1)]
     deep = (b'{"jsonrpc":"2.0","id":99,"method":"tools/call","params":{"name":"deep","arguments":{"x":'
             + b"[" * 900 + b"]" * 900 + b"}}}\n")  # deeper than the writer's encoder: only text can hold it
     pairs.insert(3, (deep, _lines(99, None)[1]))
 
     async def run() -> list:
-        calls = _start(journal, pairs)  # all open: no entry is appended on the loop
+        calls = _start(journal, pairs)
         first = asyncio.ensure_future(_finish_together(journal, pairs[:1], calls[:1]))
-        await asyncio.to_thread(gated.entered.wait, 30)  # the worker is inside the first append
+        await asyncio.to_thread(gate.entered.wait, 30)  # the first entry's fsync is under way
         rest = asyncio.ensure_future(_finish_together(journal, pairs[1:], calls[1:]))
         await asyncio.sleep(0.05)  # every other entry is queued behind it
-        gated.release.set()
+        gate.release.set()
         return await first + await rest
 
     results = asyncio.run(run())
     assert all(isinstance(r, dict) for r in results), results
-    assert gated.many == [len(pairs) - 1] and journal.entries.batches == 1  # one append_many for the rest
-    assert journal.entries.inline == 0 and journal.open_calls == 0
+    assert gate.calls < len(pairs)  # the queued entries shared fsyncs
+    assert threading.main_thread().name not in gate.threads  # never on the event loop
+    assert journal.entries.submitted >= len(pairs) - 3 and journal.open_calls == 0
     text = [r for r in results if "unparsed" in r["mcp"]]
-    assert len(text) == 1 and "body_error" in text[0]["request"]  # refused in the batch: text, as alone
+    assert len(text) == 1 and "body_error" in text[0]["request"]  # refused by submit: text, as alone
     assert sorted(r["seq"] for r in results) == list(range(1, len(pairs) + 1))
     assert journal.recorded == len(pairs) and journal.failures == 0
     report = verify_session(Vault(tmp_path / "vault"), "s1")
@@ -191,24 +192,20 @@ def test_a_journal_that_cannot_write_fails_every_waiting_call(tmp_path: Path) ->
     assert journal.failures == 3 and journal.recorded == 0
 
 
-def test_one_call_at_a_time_is_appended_on_the_loop_and_a_slow_disk_moves_it_off(tmp_path: Path) -> None:
+def test_one_call_at_a_time_is_never_synced_on_the_event_loop(tmp_path: Path, monkeypatch) -> None:
     journal = _journal(tmp_path)
+    gate = GatedSync(os.fdatasync)
+    gate.entered.set()  # no hold: only note the threads
+    monkeypatch.setattr(os, "fdatasync", gate)
     pairs = [_lines(i, REQUESTS[0]) for i in range(1, 5)]
 
-    # The measured append time is set before each call, so what is asserted is the decision, not how
-    # fast this machine's disk happened to be (a loaded machine made the first appends "slow").
     async def run() -> list:
         out = []
-        for pair in pairs[:2]:
-            journal.entries.append_seconds = 0.0  # appends have been quick
-            out += await _finish_together(journal, [pair])
-        for pair in pairs[2:]:
-            journal.entries.append_seconds = 1.0  # as if appends had become slow
+        for pair in pairs:
             out += await _finish_together(journal, [pair])
         return out
 
     results = asyncio.run(run())
     assert [r["seq"] for r in results] == [1, 2, 3, 4]
-    assert journal.entries.inline == 2  # the first two on the loop, the slow ones in the worker thread
-    assert journal.entries.append_seconds != 1.0  # the worker timed its own appends into the average
+    assert gate.calls == 4 and threading.main_thread().name not in gate.threads
     assert verify_session(Vault(tmp_path / "vault"), "s1").intact
