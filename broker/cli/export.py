@@ -69,6 +69,7 @@ def export(vault_dir: str, session: str, fmt: str, out: str | None, inline_blobs
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
     else:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)  # `--out cassettes/s.yaml` makes cassettes/
         Path(out).write_bytes(data)
     return 0
 

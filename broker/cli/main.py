@@ -28,7 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
                             "signed checkpoint."),
     "verify-proof": ("checkpoint", "Check a `broker prove` bundle with nothing but the keys."),
     "run": ("proxy", "Run the broker: an HTTPS proxy that records calls."),
-    "env": ("proxy", "Print the proxy and CA settings a client needs."),
+    "env": ("env", "Print the proxy and CA settings a client needs."),
     "exec": ("exec", "Run COMMAND in its own network namespace, where TCP to ports 80 and 443 of any address "
                      "goes through the broker and every other connection is refused (Linux, root or "
                      "CAP_NET_ADMIN and CAP_SYS_ADMIN)."),

@@ -8,7 +8,16 @@ import sys
 import click
 
 from broker.cli.exec import confinement_for, confinement_options
-from broker.cli.options import autoseal_config, parse_listen, seal_options, store_option, store_or_vault, vault_option
+from broker.cli.options import (
+    autoseal_config,
+    bind,
+    parse_listen,
+    seal_options,
+    store_option,
+    store_or_vault,
+    vault_option,
+)
+from broker.log_lines import LOG_FORMATS, use_log_format
 
 _CTX = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 
@@ -23,7 +32,8 @@ _CTX = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 @click.option("--connector", default="", help="Connector name for the entries (default: the server's own name).")
 @click.option("--effects", "effects_file", default="", type=click.Path(dir_okay=False),
               help="TOML file overriding read/write per tool ([tools] name = \"read\"|\"write\").")
-@click.option("--listen", default="", metavar="HOST:PORT", help="Serve streamable HTTP/SSE here (needs --upstream).")
+@click.option("--listen", default="", metavar="HOST:PORT",
+              help="Serve streamable HTTP/SSE here (needs --upstream); stderr names the URL to give the client.")
 @click.option("--upstream", default="", metavar="URL", help="HTTP URL of the real MCP server.")
 @click.option("--gateway", is_flag=True,
               help="--listen as a shared gateway: each agent's calls in its own session (X-Broker-Session / "
@@ -48,6 +58,8 @@ _CTX = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 @seal_options
 @click.option("--record-tools-list/--no-record-tools-list", default=True, show_default=True,
               help="Record each tools/list answer (effect read): the tool definitions the model reads.")
+@click.option("--log-format", type=click.Choice(LOG_FORMATS), default="text", show_default=True,
+              help="The shim's own stderr lines: text (`broker mcp: ...`) or json (one JSON object per line).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def mcp(
     vault_dir: str, store: str | None,
@@ -55,24 +67,29 @@ def mcp(
     upstream: str, gateway: bool, through_broker: bool, confdir: str, upstream_ca: str | None, upstream_insecure: bool,
     resolve: tuple[str, ...], user: str | None, as_root: bool, binds: tuple[str, ...], call_timeout: float | None,
     cancel_grace: float, max_message_mib: int,
-    spill_threshold: int | None, record_tools_list: bool, command: tuple[str, ...], seal_key: str | None = None,
+    spill_threshold: int | None, record_tools_list: bool, log_format: str, command: tuple[str, ...],
+    seal_key: str | None = None,
     checkpoint_entries: int = 0, checkpoint_seconds: float = 0.0, witness: tuple[str, ...] = (),
 ) -> int:
     """Record MCP tool calls: relay an MCP server and journal every tools/call and resources/read.
 
     \b
-    stdio server:      broker mcp --session S --agent A -- COMMAND [ARGS...]
+    stdio server:      broker mcp --session S --agent A [--] COMMAND [ARGS...]
     HTTP server:       broker mcp --session S --agent A --listen 127.0.0.1:8765 --upstream URL
     stdio to HTTP:     broker mcp --session S --agent A --upstream URL
-    + server's HTTPS:  broker mcp --session S --agent A --through-broker -- COMMAND [ARGS...]
+    + server's HTTPS:  broker mcp --session S --agent A --through-broker [--] COMMAND [ARGS...]
 
     The protocol passes untouched. Each call is recorded (capture "gateway", the JSON-RPC request in
     the entry's "mcp" field, the whole answer in response.body) before its answer reaches the client.
-    Read or write comes from the server, never the client: --effects FILE first, then the tool's
-    readOnlyHint annotation, then a read verb leading the tool name (get, list, search, read, ...);
-    anything else is a write. Credentials in the server's command line (--token=..., ghp_...,
-    Bearer ...) are redacted; environment variables are never recorded. Give COMMAND as an absolute
-    path when the client starts the shim with a minimal PATH (desktop apps do).
+    Read or write comes from the server, never the client, and never from a tool's name: --effects
+    FILE first, then the tool's annotations from the server's tools/list (readOnlyHint: true is a
+    read, any other annotations a write); a tool the server gives no annotations for is recorded as
+    a write, as the MCP specification tells clients to assume. resources/read and prompts/get are
+    reads. Credentials in the server's command line (--token=..., ghp_..., Bearer ...) are redacted;
+    environment variables are never recorded. The `--` before COMMAND may be left out (everything
+    from COMMAND on is the server's). Give COMMAND as an absolute path when the client starts the
+    shim with a minimal PATH (desktop apps do). With --listen, the URL to give the MCP client is
+    printed on stderr as the shim starts (--listen 127.0.0.1:0 picks a free port).
     """
     from broker.mcp.effects import EffectRules, EffectsFileError
     from broker.mcp.recording import CallJournal, Identity, connector_name, fallback_connector, stdio_url
@@ -80,6 +97,7 @@ def mcp(
     from journal.record import Recorder
     from journal.vault import session_filename
 
+    use_log_format(log_format)
     CallJournal.record_tool_lists = record_tools_list  # one shim per process
     checkpoint_home = vault_dir  # a database store's checkpoints go into --vault
     vault_dir = store_or_vault(store, vault_dir)
@@ -124,6 +142,7 @@ def mcp(
 
         from broker.mcp import http_relay
 
+        sock = bind(*parse_listen(listen)) if listen else None  # a port in use: one line before anything starts
         recorder = Recorder(vault_dir, spill_threshold=threshold, autoseal=seal)
         # --listen: without --principal each call's principal is a fingerprint of the client's credential
         journal = CallJournal(
@@ -132,9 +151,8 @@ def mcp(
             rules=rules,
         )
         try:
-            if listen:
-                host, port = parse_listen(listen)
-                return asyncio.run(http_relay.serve(journal, upstream, host, port, max_line=max_line, gateway=gateway,
+            if sock is not None:
+                return asyncio.run(http_relay.serve(journal, upstream, sock, max_line=max_line, gateway=gateway,
                                                    cancel_grace=cancel_grace))
             return asyncio.run(http_relay.run_stdio_front(
                 journal, upstream, call_timeout=call_timeout, cancel_grace=cancel_grace, max_line=max_line,

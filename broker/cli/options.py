@@ -19,6 +19,7 @@ from pathlib import Path
 
 import click
 
+from broker.listen_failure import listen_error
 from broker.proxy.link import ACK_DEADLINE
 from journal.checkpoint.autoseal import DEFAULT_ENTRIES, DEFAULT_SECONDS, AutosealConfig
 from journal.checkpoint.keys import any_signer, any_verifier, load_signer, load_verifier
@@ -199,7 +200,11 @@ def bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise listen_error(host, port, exc) from None
     sock.listen(128)
     sock.set_inheritable(True)
     return sock

@@ -1,10 +1,9 @@
-"""Commands operators use to run the proxy: run, env."""
+"""`broker run`: the HTTPS proxy that records calls (`broker env`, the client settings, is broker/cli/env.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import shlex
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -24,6 +23,7 @@ from broker.cli.options import (
     unknown_host_options,
     vault_option,
 )
+from broker.log_lines import LOG_FORMATS, json_line, json_logs, stderr_handler, use_log_format
 from journal.connectors import Registry
 from journal.store.url import check_store
 
@@ -39,9 +39,20 @@ listen_option = click.option(
 )
 
 
-STOPPED_COMPLETE = "broker: stopped; every accepted entry is on disk"
-STOPPED_INCOMPLETE = ("broker: stopped; some calls were cut off before their entries were written (see the errors "
+STOPPED_COMPLETE = "stopped; every accepted entry is on disk"
+STOPPED_INCOMPLETE = ("stopped; some calls were cut off before their entries were written (see the errors "
                       "above; writes among them are recorded with an unknown outcome)")
+log_format_option = click.option(
+    "--log-format", type=click.Choice(LOG_FORMATS), default="text", show_default=True,
+    help="text: lines for a person; json: one JSON object per line (ts, level, source, logger, message) for a "
+    "log shipper, from every process the command starts.",
+)
+
+
+def say(text: str) -> None:
+    """A line of `broker run`'s own on stdout (where it listens, that it stopped): `broker: TEXT`, or a JSON
+    object with --log-format json."""
+    click.echo(json_line("broker", "INFO", text) if json_logs() else f"broker: {text}")
 
 
 class _LineFormatter(logging.Formatter):
@@ -65,11 +76,12 @@ def run_settings(opts: Mapping[str, Any]) -> tuple[ProxyConfig, str]:
     seal_key, checkpoint_entries, checkpoint_seconds = opts.get("seal_key"), opts.get("checkpoint_entries", 0), \
         opts.get("checkpoint_seconds", 0.0)
     witness, playback = opts.get("witness", ()), opts.get("playback", "")
+    mitmproxy_sets = list(opts.get("mitmproxy_sets") or ())
     # mitmproxy is imported here, not at the top: every other broker command starts faster without it.
     from mitmproxy.exceptions import OptionsError
 
     from broker.proxy.link import ACK_DEADLINE
-    from broker.proxy.runner import ProxyConfig
+    from broker.proxy.runner import ProxyConfig, check_mitmproxy_sets
     from broker.proxy.upstream_resolve import parse_resolve
 
     if upstream_ca and upstream_insecure:
@@ -79,6 +91,7 @@ def run_settings(opts: Mapping[str, Any]) -> tuple[ProxyConfig, str]:
         parse_resolve(resolve)
     except OptionsError as exc:
         raise click.BadParameter(str(exc), param_hint="--resolve") from None
+    check_mitmproxy_sets(mitmproxy_sets)  # an option the broker owns, or a bad value: one line before listening
     if connectors_file:
         Registry.builtin().with_file(connectors_file)  # a bad file is one clear error, before listening
     seal = autoseal_config(seal_key, checkpoint_entries, checkpoint_seconds, witness, store, vault_dir)
@@ -97,6 +110,7 @@ def run_settings(opts: Mapping[str, Any]) -> tuple[ProxyConfig, str]:
         upstream_insecure=upstream_insecure, on_journal_error=on_journal_error,
         pass_unknown=list(opts.get("pass_unknown") or ()), spill_threshold=spill_threshold, recorder=recorder,
         prompts=prompts, playback=playback, ack_deadline=opts.get("ack_deadline") or ACK_DEADLINE,
+        mitmproxy_sets=mitmproxy_sets,
     )
     if seal is not None:
         config.seal_key, config.witness = str(Path(seal.key_path).resolve()), seal.witnesses
@@ -145,28 +159,34 @@ def run_settings(opts: Mapping[str, Any]) -> tuple[ProxyConfig, str]:
     "The run is recorded as its own session.",
 )
 @ack_deadline_option
+@click.option(
+    "--set", "mitmproxy_sets", multiple=True, metavar="KEY=VALUE",
+    help="Set a mitmproxy option, as `mitmdump --set` does (repeatable), e.g. --set body_size_limit=50m. "
+    "Options the broker sets itself (listen address, mode, confdir, upstream TLS trust, vault, broker_*) and "
+    "options that would let calls around the recording (ignore_hosts, allow_hosts, ...) are refused.",
+)
+@log_format_option
 @click.option("-v", "--verbose", is_flag=True,
               help="Log one line per recorded call: seq, session, connector, effect, method, status, URL.")
 def run(**opts: Any) -> int:
     """Run the broker: an HTTPS proxy that records every connector call into the vault."""
+    use_log_format(opts["log_format"])  # before anything logs, and for the processes it starts
     config, shown = run_settings(opts)
     host, workers, seal, blobs = config.listen_host, opts["workers"], config.seal_key, opts.get("blobs")
     confdir = config.confdir
     # Warnings and errors from everything; with -v, the broker's own lines too (one per recorded call),
     # never mitmproxy's connection events.
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_LineFormatter())
-    logging.basicConfig(level=logging.WARNING, handlers=[handler])
+    logging.basicConfig(level=logging.WARNING, handlers=[stderr_handler("broker", _LineFormatter())])
     logging.getLogger("broker").setLevel(logging.INFO if opts["verbose"] else logging.WARNING)
     from broker.proxy.runner import ca_cert_path, serve_forever
 
     def announce_port(bound: int) -> None:
-        click.echo(f"broker: listening on http://{host}:{bound}" + (f" ({workers} workers)" if workers > 1 else ""))
-        click.echo(f"broker: CA certificate {ca_cert_path(confdir)}")
-        click.echo(f"broker: vault {shown}")
+        say(f"listening on http://{host}:{bound}" + (f" ({workers} workers)" if workers > 1 else ""))
+        say(f"CA certificate {ca_cert_path(confdir)}")
+        say(f"vault {shown}")
         if blobs:
-            click.echo(f"broker: blobs {blobs}")
-        click.echo("broker: Ctrl-C or SIGTERM stops it; `broker env` prints the client settings", err=False)
+            say(f"blobs {blobs}")
+        say("Ctrl-C or SIGTERM stops it; `broker env` prints the client settings")
         sys.stdout.flush()
 
     if workers > 1:
@@ -177,45 +197,11 @@ def run(**opts: Any) -> int:
 
         ensure_ca(confdir)  # once, before the workers, so they do not race to create it
         code = serve_workers(config, workers, announce_port)
-        click.echo(STOPPED_COMPLETE if code == 0 else STOPPED_INCOMPLETE)
+        say(STOPPED_COMPLETE if code == 0 else STOPPED_INCOMPLETE)
         return code
     complete = asyncio.run(serve_forever(config, lambda proxy: announce_port(proxy.port)))
-    click.echo(STOPPED_COMPLETE if complete else STOPPED_INCOMPLETE)
+    say(STOPPED_COMPLETE if complete else STOPPED_INCOMPLETE)
     return 0 if complete else 3
 
 
-@click.command(short_help="Print the proxy and CA settings a client needs.")
-@listen_option
-@confdir_option
-@click.option("--session", default=None, help="Session id to put in the proxy URL.")
-@click.option("--agent", default=None, help="Agent name to put in the proxy URL.")
-def env(listen: str, confdir: str, session: str | None, agent: str | None) -> int:
-    """Print the shell exports a client needs to go through the broker (eval "$(broker env)").
-
-    The proxy variables, and every CA variable common clients read (SSL_CERT_FILE, REQUESTS_CA_BUNDLE,
-    CURL_CA_BUNDLE, NODE_EXTRA_CA_CERTS, HTTPLIB2_CA_CERTS for google-api-python-client) pointing at a
-    bundle of the system roots and the broker's CA. `#` lines on stderr say which clients ignore
-    proxy variables whatever is set: their calls bypass the broker and are not recorded.
-    """
-    from broker.exec.environment import ca_variables, proxy_url, proxy_variables
-    from broker.proxy.runner import write_ca_bundle
-    host, port = parse_listen(listen)
-    bundle = str(write_ca_bundle(confdir))
-    exports = {**proxy_variables(proxy_url(host, port, session, agent)), **ca_variables(bundle)}
-    for k, v in exports.items():
-        click.echo(f"export {k}={shlex.quote(v)}")
-    for line in ENV_LIMITS:  # on stderr: stdout stays exports only, for eval and for parsers
-        click.echo(f"# {line}", err=True)
-    return 0
-
-
-ENV_LIMITS = (
-    "What proxy variables cannot do: some clients ignore them whatever is set, and then their calls",
-    "bypass the broker and are not recorded. Node 20's built-in fetch ignores HTTPS_PROXY (Node 24 and",
-    "later honour it with NODE_USE_ENV_PROXY=1); httplib2, under google-api-python-client, ignores it",
-    "unless PySocks is installed. For those, run the program with `broker exec` instead.",
-)
-"""Printed by `broker env` on stderr as `#` lines (seen when the exports are eval'ed)."""
-
-
-COMMANDS = [run, env]
+COMMANDS = [run]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from broker.cli.choices import FILTER_TYPES
 from broker.cli.options import vault_option
 from journal.search import Query, search
 from journal.summary import call_label, entry_row, status_text
@@ -18,8 +19,10 @@ _FILTERS = [
     ("agent", "The agent that made the call."),
     ("principal", "The account the connector acted as."),
     ("session", "Only this session."),
-    ("since", "Entries at or after this UTC time (or a prefix of one: 2026-09-22)."),
-    ("until", "Entries at or before this UTC time (or a prefix of one)."),
+    ("since", "Entries at or after this UTC time (or a prefix of one: 2026-09-22), ISO time with offset, or "
+              "time back from now (1h, 2d)."),
+    ("until", "Entries at or before this UTC time (or a prefix of one), ISO time with offset, or time back "
+              "from now."),
     ("url", "A substring of the request URL."),
     ("text", "A substring of the request or response body (ASCII letters without case)."),
 ]
@@ -27,7 +30,7 @@ _FILTERS = [
 
 def _with_filters(fn):
     for name, help_text in reversed(_FILTERS):
-        fn = click.option(f"--{name}", default=None, help=help_text)(fn)
+        fn = click.option(f"--{name}", default=None, type=FILTER_TYPES.get(name), help=help_text)(fn)
     return fn
 
 

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import itertools
 import secrets
+import socket
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
 
@@ -634,11 +635,22 @@ async def _wait_disconnect(receive) -> None:
             return
 
 
+def client_url(sock: socket.socket, upstream: str) -> str:
+    """The URL a client is given for the relay on `sock`: the relay's address with the upstream's path and query
+    (every request goes upstream with the same path). A wildcard address is shown as the loopback one."""
+    host, port = sock.getsockname()[:2]
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+    shown = f"[{host}]" if ":" in host else host
+    parts = urlsplit(upstream)
+    return f"http://{shown}:{port}{parts.path or '/'}" + (f"?{parts.query}" if parts.query else "")
+
+
 async def serve(
-    journal: CallJournal, upstream: str, host: str, port: int, *, max_line: int = MAX_LINE, gateway: bool = False,
+    journal: CallJournal, upstream: str, sock: socket.socket, *, max_line: int = MAX_LINE, gateway: bool = False,
     cancel_grace: float = 2.0,
 ) -> int:
-    """Run the HTTP relay until SIGINT/SIGTERM; every accepted entry is on disk when it returns.
+    """Run the HTTP relay on `sock` (bound by the caller, so that a port in use is the one error every
+    command gives) until SIGINT/SIGTERM; every accepted entry is on disk when it returns.
 
     There is no shim timeout over HTTP: the client's own timeout closes its stream, which is recorded
     as a disconnect."""
@@ -646,12 +658,11 @@ async def serve(
 
     relay = HttpRelay(journal, upstream, principal=journal.identity.principal, max_line=max_line, gateway=gateway,
                       cancel_grace=cancel_grace)
-    config = uvicorn.Config(relay, host=host, port=port, log_level="warning", lifespan="off",
-                            timeout_graceful_shutdown=5)
+    config = uvicorn.Config(relay, log_level="warning", lifespan="off", timeout_graceful_shutdown=5)
     server = uvicorn.Server(config)
-    say(f"relaying http://{host}:{port} -> {upstream}")
+    say(f"give the MCP client the URL {client_url(sock, upstream)} (relayed to {upstream})")
     try:
-        await server.serve()
+        await server.serve(sockets=[sock])
     finally:
         await relay.flush_unanswered("the shim stopped before the upstream answered")
         await relay.aclose()

@@ -28,6 +28,7 @@ import secrets
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+from broker.log_lines import json_line, json_logs
 from broker.mcp.messages import (
     RECORDED_METHODS,
     Line,
@@ -58,9 +59,11 @@ LIST_PAGES = 100
 
 
 def say(message: str) -> None:
-    """One line on stderr, prefixed so it stands apart from the server's own stderr."""
+    """One line on stderr, prefixed so it stands apart from the server's own stderr (a JSON object with
+    `--log-format json`, broker/log_lines.py)."""
+    line = json_line("broker mcp", "INFO", message) if json_logs() else f"broker mcp: {message}"
     try:
-        sys.stderr.write(f"broker mcp: {message}\n")
+        sys.stderr.write(line + "\n")
         sys.stderr.flush()
     except (OSError, ValueError):
         pass

@@ -7,7 +7,6 @@ error, which an embedding program cannot handle; here a failed bind is reported 
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
 import signal
 import ssl
@@ -19,6 +18,7 @@ from mitmproxy.addons import block, core, disable_h2c, dns_resolver, next_layer,
 from mitmproxy.certs import CertStore
 from mitmproxy.master import Master
 
+from broker.listen_failure import listen_error
 from broker.proxy.addon import ConnectorJournal
 from broker.proxy.link import ACK_DEADLINE
 from broker.proxy.upstream_resolve import UpstreamResolve
@@ -71,6 +71,55 @@ class ProxyConfig:
     playback: str = ""  # a recorded session that answers every call (addons/playback.py); "" for none
     ack_deadline: float = ACK_DEADLINE  # seconds to wait for the recording service (broker/proxy/link.py)
     write_ahead: bool = True  # writes' request halves durable before upstream (journal/write_ahead.py)
+    mitmproxy_sets: list[str] = field(default_factory=list)  # `--set KEY=VALUE`, checked by check_mitmproxy_sets
+
+
+BROKER_OWNED_OPTIONS: dict[str, str] = {
+    "listen_host": "use --listen HOST:PORT", "listen_port": "use --listen HOST:PORT",
+    "mode": "the broker runs as a regular proxy (`broker exec` captures without proxy settings)",
+    "confdir": "use --confdir", "vault": "use --vault or --store",
+    "ssl_insecure": "use --upstream-insecure", "ssl_verify_upstream_trusted_ca": "use --upstream-ca",
+    "ssl_verify_upstream_trusted_confdir": "use --upstream-ca", "connect_addr": "use --resolve HOST=IP:PORT",
+    "connection_strategy": "the broker sets it itself",
+    "ignore_hosts": "it would let calls pass unrecorded and uncounted; use --pass-unknown HOST_PATTERN",
+    "allow_hosts": "it would let calls pass unrecorded and uncounted; use --pass-unknown HOST_PATTERN",
+    "tcp_hosts": "it would let calls pass unrecorded; use --pass-unknown HOST_PATTERN",
+    "udp_hosts": "it would let calls pass unrecorded; use --pass-unknown HOST_PATTERN",
+    "rawtcp": "the broker sets it itself", "server": "the broker sets it itself",
+    "websocket": "turning it off would relay WebSocket messages unrecorded",
+    "stream_large_bodies": "the broker streams bodies itself and records them whole",
+    "store_streamed_bodies": "the broker streams bodies itself and records them whole",
+}
+"""mitmproxy options `broker run --set` refuses (and every `broker_*` option): the broker sets them from its
+own options, or they would let calls around the recording. What to use instead."""
+
+
+def check_mitmproxy_sets(specs: list[str]) -> None:
+    """Refuse, in one line each, a `--set` spec that is not KEY=VALUE, names an option the broker owns, or that
+    mitmproxy would not take (an unknown name, a value of the wrong type): before anything listens."""
+    from mitmproxy.exceptions import OptionsError
+
+    from journal.errors import InputError
+
+    for spec in specs:
+        key, sep, _ = spec.partition("=")
+        if not sep or not key:
+            raise InputError(f"--set {spec!r}: give KEY=VALUE, as mitmdump --set takes it (--set body_size_limit=50m)")
+        if key in BROKER_OWNED_OPTIONS or key.startswith("broker_"):
+            why = BROKER_OWNED_OPTIONS.get(key, "it is set from `broker run`'s own options (see broker run --help)")
+            raise InputError(f"--set {key}: the broker owns this mitmproxy option; {why}")
+    if not specs:
+        return
+
+    async def try_them() -> None:
+        master = Master(options.Options())
+        master.addons.add(*proxy_addons(), UpstreamResolve(), ConnectorJournal())
+        master.options.set(*specs)
+
+    try:
+        asyncio.run(try_them())
+    except OptionsError as exc:
+        raise InputError(f"--set: {exc}") from None
 
 
 def ca_cert_path(confdir: str) -> Path:
@@ -131,13 +180,10 @@ class _ListenErrors(logging.Filter):
             return False
         return True
 
-    def reason(self, host: str, port: int) -> str:
+    def error(self, host: str, port: int) -> OSError:
         text = " ".join(self.messages)
-        if "in use" in text or f"[Errno {errno.EADDRINUSE}]" in text:
-            return (f"cannot listen on {host}:{port}: the address is already in use (another broker or program "
-                    "holds it); choose another with --listen HOST:PORT")
         detail = text.split(" with ", 1)[-1].splitlines()[0] if text else "address in use or not permitted"
-        return f"cannot listen on {host}:{port}: {detail}"
+        return listen_error(host, port, detail)
 
 
 class EmbeddedProxy:
@@ -189,6 +235,8 @@ class EmbeddedProxy:
         if c.upstream_insecure:
             update["ssl_insecure"] = True
         self.master.options.update(**update)
+        if c.mitmproxy_sets:
+            self.master.options.set(*c.mitmproxy_sets)  # checked by check_mitmproxy_sets
         listen_errors = _ListenErrors()
         server_log = logging.getLogger("mitmproxy.addons.proxyserver")
         server_log.addFilter(listen_errors)
@@ -206,7 +254,7 @@ class EmbeddedProxy:
         if not addrs:
             self.master.shutdown()
             await self._task
-            raise OSError(listen_errors.reason(c.listen_host, c.listen_port))
+            raise listen_errors.error(c.listen_host, c.listen_port)
         self.port = addrs[0][1]
 
     def _playback(self) -> list:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import msgspec
 
+from broker.log_lines import stderr_handler
 from broker.proxy.wire import (
     Ack,
     Completion,
@@ -264,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--vault DIR (or a store URL in BROKER_STORE) is required")
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="recording service: %(message)s")
+    logging.basicConfig(level=logging.INFO, handlers=[
+        stderr_handler("recording service", logging.Formatter("recording service: %(message)s"))])
     sock = socket.socket(fileno=args.fd)
     try:
         registry = Registry.builtin()

@@ -29,6 +29,8 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
+from broker.listen_failure import listen_error
+from broker.log_lines import stderr_handler
 from broker.proxy.runner import ProxyConfig
 
 log = logging.getLogger("broker")
@@ -46,7 +48,7 @@ def reserve_port(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise OSError(f"cannot listen on {host}:{port} ({exc.strerror})") from None
+        raise listen_error(host, port, exc) from None
     return sock
 
 
@@ -73,8 +75,8 @@ def _worker(config: ProxyConfig, index: int, ready) -> None:
     are blocked until serve_forever handles them)."""
     from broker.proxy.runner import serve_forever
 
-    logging.basicConfig(level=logging.WARNING, format=f"broker[{index}]: %(levelname)s: %(message)s",
-                        stream=sys.stderr)
+    logging.basicConfig(level=logging.WARNING, handlers=[
+        stderr_handler(f"broker[{index}]", logging.Formatter(f"broker[{index}]: %(levelname)s: %(message)s"))])
     _listen_with_reuse_port()
     try:
         complete = asyncio.run(serve_forever(config, lambda proxy: ready.put((index, proxy.port, None))))

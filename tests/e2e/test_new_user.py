@@ -70,13 +70,18 @@ def test_mcp_help_says_it_inline_and_points_to_no_file():
 @pytest.mark.parametrize("doc", ["README.md", "docs/mcp.md"])
 def test_mcp_client_examples_use_absolute_paths(doc):
     text = (ROOT / doc).read_text()
-    blocks = [b for b in re.findall(r"```json\n(.*?)```", text, re.S) if "mcpServers" in b]
+    blocks = [b for b in re.findall(r"```json\n(.*?)```", text, re.S) if "mcpServers" in b or '"servers"' in b]
     assert blocks
     for block in blocks:
-        for server in json.loads(block)["mcpServers"].values():
+        config = json.loads(block)
+        for server in (config.get("mcpServers") or config["servers"]).values():
+            if "url" in server:
+                continue
             assert server["command"].startswith("/")
             args = server["args"]
-            assert args[args.index("--") + 1].startswith("/"), args
+            first = args.index("--") + 1 if "--" in args else next(i for i, a in enumerate(args) if a.startswith("/")
+                                                                   and args[i - 1] not in ("--vault",))
+            assert args[first].startswith("/"), args
 
 
 def test_a_port_in_use_is_one_broker_line(tmp_path):
