@@ -50,8 +50,9 @@ def _vault_text(vault: Path) -> str:
 
 
 def test_text_binary_fragmented_ping_close_each_an_entry(tmp_path, upstream):
-    """Every message is an entry in the direction it went, with its kind; a ping's pong comes back;
-    the close is an entry; each message is on disk before the other side gets it."""
+    """Every message is an entry in the direction it went, with its kind; a ping and its pong (which
+    the upstream answered, through the proxy) are entries too; the close is an entry; each message is
+    on disk before the other side gets it."""
     broker = BrokerProcess(tmp_path, upstream, "--spill-threshold", "100000").start()
     seen_on_disk: list[bool] = []
 
@@ -86,7 +87,7 @@ def test_text_binary_fragmented_ping_close_each_an_entry(tmp_path, upstream):
         assert got[1] == b"\x00\x01\xffbinary"
         assert got[2] == "frag-ment-ed"
         assert got[3] == "pong" and got[4] == 300_000
-        entries = broker.entries("ws1", count=12)
+        entries = broker.entries("ws1", count=14)
     finally:
         broker.stop()
     assert upstream.errors == []
@@ -96,14 +97,15 @@ def test_text_binary_fragmented_ping_close_each_an_entry(tmp_path, upstream):
     assert GITHUB_PAT not in handshake["request"]["url"]
     msgs = _messages(entries)
     kinds = [(m["request"]["websocket"]["direction"], m["request"]["websocket"]["kind"]) for m in msgs]
-    assert kinds[:10] == [
+    assert kinds[:12] == [
         ("client_to_server", "text"), ("server_to_client", "text"),
         ("client_to_server", "binary"), ("server_to_client", "binary"),
         ("client_to_server", "text"), ("server_to_client", "text"),
+        ("client_to_server", "ping"), ("server_to_client", "pong"),
         ("client_to_server", "text"), ("server_to_client", "text"),
         ("client_to_server", "close"), ("server_to_client", "close"),
-    ][: len(kinds[:10])]
-    assert len(msgs) >= 9
+    ][: len(kinds[:12])]
+    assert len(msgs) >= 11
     for i, m in enumerate(msgs, 1):
         ws = m["request"]["websocket"]
         assert ws["handshake"] == handshake["hash"] and ws["handshake_seq"] == handshake["seq"]
@@ -119,9 +121,13 @@ def test_text_binary_fragmented_ping_close_each_an_entry(tmp_path, upstream):
     assert msgs[1]["request"]["body"] is None
     assert msgs[2]["request"]["body"] == {"base64": base64.b64encode(b"\x00\x01\xffbinary").decode()}
     assert msgs[4]["request"]["body"] == "frag-ment-ed"
-    assert msgs[7]["response"]["body"]["size"] == 300_000  # over the spill threshold: a blob
-    assert (broker.vault / msgs[7]["response"]["body"]["ref"]).stat().st_size == 300_000
-    close = msgs[8]
+    ping, pong = msgs[6], msgs[7]
+    assert ping["request"]["body"] == {"base64": base64.b64encode(b"are-you-there").decode()}
+    assert pong["response"]["body"] == {"base64": base64.b64encode(b"are-you-there").decode()}
+    assert ping["effect"] == pong["effect"] == "read"  # no application data
+    assert msgs[9]["response"]["body"]["size"] == 300_000  # over the spill threshold: a blob
+    assert (broker.vault / msgs[9]["response"]["body"]["ref"]).stat().st_size == 300_000
+    close = msgs[10]
     assert close["request"]["websocket"]["kind"] == "close"
     assert close["request"]["websocket"]["close_code"] == 1000
     assert close["request"]["websocket"]["close_reason"] == "done here"
