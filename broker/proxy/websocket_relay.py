@@ -42,6 +42,10 @@ from wsproto.frame_protocol import Opcode
 
 log = logging.getLogger("broker")
 
+UPSTREAMLESS = "broker_upstreamless"
+"""`flow.metadata` key set on a WebSocket the broker answers itself (`--playback`): nothing is ever sent
+to the server side (no upstream connection is opened); only the client gets the close."""
+
 installed = False
 """The relay is replaced: `websocket_flush` follows each run of messages (the addon may defer its waits)."""
 
@@ -51,15 +55,20 @@ class ControlFrame:
     payload; `drop()` keeps it from being relayed (its entry could not be written). (mitmproxy hands a
     hook exactly one argument: the frame carries its flow.)"""
 
-    __slots__ = ("flow", "kind", "from_client", "payload", "timestamp", "dropped")
+    __slots__ = ("flow", "kind", "from_client", "payload", "timestamp", "dropped", "answered")
 
     def __init__(self, flow: http.HTTPFlow, kind: str, from_client: bool, payload: bytes) -> None:
         self.flow, self.kind, self.from_client, self.payload = flow, kind, from_client, payload
         self.timestamp = time.time()
         self.dropped = False
+        self.answered = False
 
     def drop(self) -> None:
         self.dropped = True
+
+    def answer(self) -> None:
+        """Answer a ping here with its pong, instead of relaying it (playback: there is no upstream)."""
+        self.dropped = self.answered = True
 
 
 @dataclass
@@ -81,13 +90,15 @@ class WebsocketFlushHook(commands.StartHook):
 _Held = tuple[websocket.WebSocketMessage, ws_layer.Fragmentizer] | tuple[ControlFrame, wsproto.events.Event]
 
 
-def _flush(flow: http.HTTPFlow, dst_ws: ws_layer.WebsocketConnection, held: list[_Held],
-           ) -> layer.CommandGenerator[None]:
+def _flush(flow: http.HTTPFlow, src_ws: ws_layer.WebsocketConnection, dst_ws: ws_layer.WebsocketConnection,
+           held: list[_Held]) -> layer.CommandGenerator[None]:
     """Wait for the flush hook, then encode and send what was held and not dropped, in order."""
     if not held:
         return
     yield WebsocketFlushHook(flow)
     for item, how in held:
+        if isinstance(item, ControlFrame) and item.answered and item.kind == "ping":
+            yield src_ws.send2(wsproto.events.Pong(item.payload))
         if item.dropped:
             continue
         if isinstance(how, ws_layer.Fragmentizer):
@@ -152,13 +163,14 @@ def _relay_messages(self: ws_layer.WebsocketLayer, event: events.Event) -> layer
             yield WebsocketControlHook(frame)
             held.append((frame, ws_event))
         elif isinstance(ws_event, wsproto.events.CloseConnection):
-            yield from _flush(self.flow, dst_ws, held)
+            yield from _flush(self.flow, src_ws, dst_ws, held)
             self.flow.websocket.timestamp_end = time.time()
             self.flow.websocket.closed_by_client = from_client
             self.flow.websocket.close_code = ws_event.code
             self.flow.websocket.close_reason = ws_event.reason
 
-            for ws in [self.server_ws, self.client_ws]:
+            sides = [self.client_ws] if self.flow.metadata.get(UPSTREAMLESS) else [self.server_ws, self.client_ws]
+            for ws in sides:
                 if ws.state in {ConnectionState.OPEN, ConnectionState.REMOTE_CLOSING}:
                     # response == original event, so no need to differentiate here.
                     yield ws.send2(ws_event)
@@ -168,7 +180,7 @@ def _relay_messages(self: ws_layer.WebsocketLayer, event: events.Event) -> layer
             self._handle_event = self.done
         else:  # pragma: no cover
             raise AssertionError(f"Unexpected WebSocket event: {ws_event}")
-    yield from _flush(self.flow, dst_ws, held)
+    yield from _flush(self.flow, src_ws, dst_ws, held)
 
 
 def install() -> None:
