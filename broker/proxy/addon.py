@@ -704,11 +704,12 @@ class ConnectorJournal:
         pending, conn.pending = conn.pending, []
         return _all_done(pending)
 
-    @staticmethod
-    def _hold(conn: WebSocketConnection, flow: http.HTTPFlow, recording: Coroutine[Any, Any, None],
+    def _hold(self, conn: WebSocketConnection, flow: http.HTTPFlow, recording: Coroutine[Any, Any, None],
               ) -> Awaitable[None] | None:
         if not websocket_relay.installed:
             return recording  # the stock relay: the hook itself waits
+        if self.link is None and conn.pending:  # recorded in this process (inline): appends run in
+            recording = _after(conn.pending[-1], recording)  # threads, so one after the other, in order
         conn.pending.append(asyncio.ensure_future(recording))
         return None
 
@@ -893,6 +894,11 @@ class ConnectorJournal:
         )
 
 
+
+
+async def _after(previous: asyncio.Future[None], recording: Coroutine[Any, Any, None]) -> None:
+    await previous  # (never raises: each recording handles its own failure)
+    await recording
 
 
 async def _all_done(pending: list[asyncio.Future[None]]) -> None:

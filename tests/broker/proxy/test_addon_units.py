@@ -215,6 +215,7 @@ def test_held_messages_are_durable_when_the_flush_returns_and_pings_are_entries(
         asyncio.run(addon.done())
     entries = list(iter_entries(Vault(tmp_path / "vault"), "default"))
     ws = [e["request"]["websocket"] for e in entries[1:]]
+    assert [w["message"] for w in ws] == [1, 2, 3, 4, 5]  # appended in the order they went over the wire
     assert [(w["direction"], w["kind"]) for w in ws[3:]] == [("client_to_server", "ping"), ("server_to_client", "pong")]
     assert entries[4]["request"]["body"] == {"base64": "YXJlLXlvdS10aGVyZQ=="}
     assert entries[5]["response"]["body"] == {"base64": "YXJlLXlvdS10aGVyZQ=="}
