@@ -67,8 +67,8 @@ async def _send(proxy: str | None, ca: str, n: int, port: int = 0, sample=None) 
                                       "text": "a message of the kind an agent sends, about this long"}))
             if i % 256 == 0:
                 await asyncio.sleep(0)  # let the connection's reader run (closes, errors) during a long send
-            if sample is not None and i % max(n // 5, 1) == 0:
-                sample()
+            if sample is not None and i and i % max(n // 10, 1) == 0:
+                sample(i)
         await ws.send("sync")
         got = await ws.recv()
         elapsed = time.perf_counter() - t0
@@ -83,19 +83,24 @@ def _rss_mib(pid: int) -> float:
 
 
 def _run(proxy_proc: BrokerProcess, session: str, n: int) -> dict:
-    """Messages per second, peak RSS, and the RSS (proxy + its children) at every fifth of the run."""
+    """Messages per second, peak RSS, and at every tenth of the run the messages sent so far with the RSS
+    and the peak RSS so far (VmHWM) of the proxy and its children (the recording service) together."""
     assert proxy_proc.proc is not None
     pid = proxy_proc.proc.pid
     samples: list[float] = []
+    peaks: dict[int, float] = {}
 
-    def sample() -> None:
-        samples.append(round(_rss_mib(pid) + sum(_rss_mib(c) for c in _children(pid)), 1))
+    def sample(sent: int) -> None:
+        procs = [pid, *_children(pid)]
+        samples.append(round(sum(_rss_mib(p) for p in procs), 1))
+        peaks[sent] = round(sum(_hwm_mib(p) for p in procs), 1)
 
     elapsed = asyncio.run(_send(proxy_proc.proxy_url(session, "bench"), proxy_proc.ca, n, sample=sample))
-    sample()
+    sample(n)
     service = _children(pid)
     return {"seconds": elapsed, "per_second": n / elapsed, "proxy_mib": _hwm_mib(pid),
-            "service_mib": _hwm_mib(service[0]) if service else 0.0, "rss_mib_over_the_run": samples}
+            "service_mib": _hwm_mib(service[0]) if service else 0.0, "rss_mib_over_the_run": samples,
+            "peak_mib_at": peaks}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"peak RSS: broker proxy {b_['proxy_mib']:.0f} MiB + recording service "
           f"{b_['service_mib']:.0f} MiB = {b_['proxy_mib'] + b_['service_mib']:.0f} MiB; "
           f"over the run (MiB): {b_['rss_mib_over_the_run']}")
+    print("broker peak RSS (proxy + service) after N messages: "
+          + ", ".join(f"{k:,}: {v:.0f} MiB" for k, v in b_["peak_mib_at"].items()))
     print(f"entries written: {out['entries']} (expected {n + 4}: the handshake, {n} messages, the sync and its "
           "answer, the close)")
     if args.json:

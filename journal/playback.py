@@ -51,8 +51,13 @@ class RecordedSession:
         self._queues: dict[MatchKey, deque[dict]] = {}
         self._by_call: dict[tuple[str, str, str], int] = {}  # (connector, method, url) -> entries recorded
         self._used: dict[MatchKey, int] = {}
+        self._messages: dict[str, list[dict]] = {}  # a WebSocket handshake's hash -> its message entries
         for e in entries:
             if e.get("capture") != "broker":
+                continue
+            ws = e["request"].get("websocket")
+            if isinstance(ws, dict):  # a message answers no call: it is played back after its handshake
+                self._messages.setdefault(str(ws.get("handshake")), []).append(e)
                 continue
             key = entry_key(e)
             self._queues.setdefault(key, deque()).append(e)
@@ -83,6 +88,12 @@ class RecordedSession:
         if same_call:
             return Miss(f"{same_call} recorded call(s) to this {connector} URL with this method differ in request body")
         return Miss(f"no {connector} call {method} to this URL in recorded session {self.session!r}")
+
+    def messages_of(self, handshake: dict) -> list[dict]:
+        """The message entries of a recorded WebSocket (docs/contract.md section 8), in the order they
+        went over the connection (both directions), from its handshake's entry."""
+        found = self._messages.get(str(handshake.get("hash")), [])
+        return sorted(found, key=lambda e: (e["request"]["websocket"].get("message") or 0, e["seq"]))
 
     def playback_of(self, entry: dict) -> str:
         """The name of the recorded entry that answered a call: `<session>#<seq>`."""

@@ -288,8 +288,8 @@ class Recorder:
         """(connector, effect, effect_basis) of a WebSocket message (docs/contract.md, "WebSocket
         messages"): what the agent received, and a close, are reads; what it sent is classified by the
         connector rules with the message as the body (a Slack RTM message that posts is a write), and
-        is a write when no rule knows it."""
-        if websocket.get("direction") != "client_to_server" or websocket.get("kind") == "close":
+        is a write when no rule knows it. A close, ping or pong carries no application data: a read."""
+        if websocket.get("direction") != "client_to_server" or websocket.get("kind") in ("close", "ping", "pong"):
             return connector, "read", "rule"
         data = body.data if isinstance(body, WebSocketPayload) else body if isinstance(body, bytes) else None
         return self.classify(method, url, [], data, connector)

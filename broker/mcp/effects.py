@@ -11,7 +11,7 @@ Order (the first that decides wins; see docs/mcp.md), with the `effect_basis` ea
 The shim asks the server itself (`tools/list`) before it decides for a tool it has no listing for
 (relay.py), so a first call made before the client listed tools is decided by annotations too.
 `resources/read`, `prompts/get` and the server's own requests to the client (`sampling/createMessage`,
-`elicitation/create`) are reads by the protocol's own definition ("rule"): they fetch what the model
+`elicitation/create`, `roots/list`) are reads by the protocol's own definition ("rule"): they fetch what the model
 or the user reads, or ask them; a tool call the model makes after it is an entry of its own. A
 `tasks/*` request about a task has the effect of the call that created the task (recording.py).
 The client cannot change any of this: what it sends in `tools/call` (the tool name) is only looked
@@ -40,7 +40,7 @@ ANNOTATIONS, OVERRIDE, DEFAULT, RULE = "annotations", "override", "default", "ru
 
 
 READ_METHODS = frozenset({
-    "resources/read", "tools/list", "prompts/get", "sampling/createMessage", "elicitation/create",
+    "resources/read", "tools/list", "prompts/get", "sampling/createMessage", "elicitation/create", "roots/list",
 })
 """Methods that are reads by the protocol's definition."""
 

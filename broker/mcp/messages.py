@@ -21,9 +21,10 @@ RECORDED_METHODS = frozenset({
 })
 """Client requests that become journal entries (a `tasks/get` only when its answer ends the task:
 `recording.CallJournal.finish`)."""
-SERVER_RECORDED_METHODS = frozenset({"sampling/createMessage", "elicitation/create"})
+SERVER_RECORDED_METHODS = frozenset({"sampling/createMessage", "elicitation/create", "roots/list"})
 """Server-to-client requests that become journal entries, with the client's answer as the response:
-what the client's model or its user was asked, and what they said."""
+what the client's model or its user was asked, and what they said; and which roots (directories,
+repositories) the client gave the server to work in."""
 TASK_METHODS = frozenset({"tasks/get", "tasks/result", "tasks/cancel"})
 """Client requests about a task (2025-11-25): their entries name the call that created the task."""
 TASK_ENDED = frozenset({"completed", "failed", "cancelled"})

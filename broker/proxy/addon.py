@@ -30,13 +30,16 @@ import asyncio
 import logging
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
+from typing import Any
 
 import msgspec
 from mitmproxy import connection, ctx, exceptions, http
 from mitmproxy.net.http import url
+from mitmproxy.websocket import WebSocketMessage
 
+from broker.proxy import websocket_relay
 from broker.proxy.call_log import recorded_call_line
 from broker.proxy.coverage import CoverageCount
 from broker.proxy.destination import MISDIRECTED, misdirected
@@ -55,6 +58,7 @@ from broker.proxy.service import call_fields
 from broker.proxy.streaming import body_capture, captured_body, feeding, hold_back_the_end, must_stream
 from broker.proxy.trailers import install as install_trailers
 from broker.proxy.websocket import WebSocketConnection
+from broker.proxy.websocket_relay import ControlFrame
 from broker.proxy.wire import sendable
 from journal.bodies import SPILL_THRESHOLD, BodyCapture
 from journal.call import Call, Identity, Request, Response
@@ -158,6 +162,7 @@ class ConnectorJournal:
 
     def load(self, loader) -> None:
         install_trailers()  # HTTP/1.1 trailers: relayed and recorded instead of a crash (broker.proxy.trailers)
+        websocket_relay.install()  # WebSocket messages held until durable, in runs; ping/pong seen
         loader.add_option("vault", str, "./vault", "Vault directory (or postgresql:// store) the journal goes to.")
         loader.add_option("broker_session", str, "default", "Session for calls that name none.")
         loader.add_option("broker_agent", str, "unknown", "Agent for calls that name none.")
@@ -662,22 +667,56 @@ class ConnectorJournal:
 
     # -- WebSocket ------------------------------------------------------------------------------
 
-    async def websocket_message(self, flow: http.HTTPFlow) -> None:
+    def websocket_message(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
         """Each message of a recorded WebSocket is an entry, durable before mitmproxy passes the message
-        on (it waits for this hook). mitmproxy appends every message to `flow.websocket.messages` for
-        the connection's life; the list is emptied here, so a long connection holds no history
-        (mitmproxy keeps its own reference to the message it is about to forward)."""
+        on. With the batching relay (`broker.proxy.websocket_relay`) the message is held until
+        `websocket_flush`, so its call goes to the recorder now and the flush waits for it (the
+        messages of one read share an fsync); else this hook waits. mitmproxy appends every message to
+        `flow.websocket.messages` for the connection's life; the list is emptied here, so a long
+        connection holds no history (the relay keeps its own reference to the message it passes on)."""
         data = flow.websocket
         if data is None or not data.messages:
-            return
+            return None
         message = data.messages[-1]
         data.messages.clear()
         conn: WebSocketConnection | None = flow.metadata.get(_WS_META)
         if conn is None:
-            return
+            return None
         block = self._opts.get("broker_on_journal_error", "block") == "block"
+        return self._hold(conn, flow, self._record_frame(flow, conn.message_call(message, block), message, block))
+
+    def websocket_control(self, frame: ControlFrame) -> Awaitable[None] | None:
+        """A ping or pong of a recorded WebSocket is an entry too, held like a message (the relay calls
+        this hook; stock mitmproxy relays them unseen)."""
+        flow = frame.flow
+        conn: WebSocketConnection | None = flow.metadata.get(_WS_META)
+        if conn is None:
+            return None
+        block = self._opts.get("broker_on_journal_error", "block") == "block"
+        return self._hold(conn, flow, self._record_frame(flow, conn.control_call(frame, block), frame, block))
+
+    def websocket_flush(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
+        """The held messages are about to be passed on: wait until every one's entry is durable (or
+        the message is dropped, its entry failed)."""
+        conn: WebSocketConnection | None = flow.metadata.get(_WS_META)
+        if conn is None or not conn.pending:
+            return None
+        pending, conn.pending = conn.pending, []
+        return _all_done(pending)
+
+    def _hold(self, conn: WebSocketConnection, flow: http.HTTPFlow, recording: Coroutine[Any, Any, None],
+              ) -> Awaitable[None] | None:
+        if not websocket_relay.installed:
+            return recording  # the stock relay: the hook itself waits
+        if self.link is None and conn.pending:  # recorded in this process (inline): appends run in
+            recording = _after(conn.pending[-1], recording)  # threads, so one after the other, in order
+        conn.pending.append(asyncio.ensure_future(recording))
+        return None
+
+    async def _record_frame(self, flow: http.HTTPFlow, whole: Call, item: WebSocketMessage | ControlFrame,
+                            block: bool) -> None:
         try:
-            await self._record_message(conn.message_call(message, block))
+            await self._record_message(whole)
         except Exception as exc:  # noqa: BLE001 - whatever kept the entry out, the message must not pass unrecorded
             self.journal_failures += 1
             if not isinstance(exc, (JournalError, OSError, ValueError)):
@@ -685,7 +724,7 @@ class ConnectorJournal:
             where = f"WebSocket message on {redact_url(str(flow.request.url))}"
             if block:
                 log.error("journal: %s not forwarded, entry could not be written: %s", where, exc)
-                message.drop()
+                item.drop()
             else:
                 log.error("journal: %s passed WITHOUT an entry: %s", where, exc)
 
@@ -855,3 +894,13 @@ class ConnectorJournal:
         )
 
 
+
+
+async def _after(previous: asyncio.Future[None], recording: Coroutine[Any, Any, None]) -> None:
+    await previous  # (never raises: each recording handles its own failure)
+    await recording
+
+
+async def _all_done(pending: list[asyncio.Future[None]]) -> None:
+    """Wait for every recording (each handles its own failure: none raises)."""
+    await asyncio.gather(*pending)

@@ -12,7 +12,8 @@ method, URL and request body; identical calls take the recorded entries in seq o
 answered with the recorded status, headers and body (spilled bodies read back from the blob store);
 the new entry's `request.playback_of` names it (`<session>#<seq>`). Anything else, a call no
 connector recognises included, is answered 502 with the reason in the body and in `X-Broker-Error`.
-No call ever goes upstream: every flow gets its answer in the `request` hook.
+No call ever goes upstream: every flow gets its answer in the `request` hook. A recorded WebSocket is
+played back too, its messages included (`broker.proxy.websocket_playback`).
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ import logging
 from mitmproxy import ctx, http
 from mitmproxy.addonmanager import traverse
 
+from broker.proxy import websocket_relay
 from broker.proxy.addon import _META as JOURNAL_META
 from broker.proxy.addon import ERROR_HEADER, PLAYBACK_META
+from broker.proxy.websocket_playback import SCRIPT, Script, handshake_answer, is_upgrade
 from journal.bodies import SPILL_THRESHOLD
 from journal.call import Call
 from journal.export.recorded_body import body_bytes, header
@@ -162,5 +165,33 @@ class Playback:
             return _refusal(f"playback: unmatched call: {found.reason}")
         flow.metadata[PLAYBACK_META]["playback_of"] = recorded.playback_of(found)
         self.answered += 1
+        if found["response"].get("status") == 101 and is_upgrade(flow):
+            if not websocket_relay.installed:
+                return _refusal("playback: WebSockets are played back only on mitmproxy 12 (its relay is replaced)")
+            return handshake_answer(flow, recorded, found, self._recorder)
         return recorded_response(recorded, found)
+
+    # -- a played-back WebSocket (broker.proxy.websocket_playback) ---------------------------------
+
+    def websocket_start(self, flow: http.HTTPFlow) -> None:
+        script: Script | None = flow.metadata.get(SCRIPT)
+        if script is not None:
+            script.server_turn(flow)
+
+    def websocket_message(self, flow: http.HTTPFlow) -> None:
+        script: Script | None = flow.metadata.get(SCRIPT)
+        if script is None or flow.websocket is None or not flow.websocket.messages:
+            return
+        message = flow.websocket.messages[-1]
+        if message.from_client and not message.injected:
+            script.client_message(flow, message)
+            if script.failed is not None:
+                self.unmatched += 1
+
+    def websocket_control(self, frame: websocket_relay.ControlFrame) -> None:
+        if SCRIPT in frame.flow.metadata:
+            if frame.from_client and frame.kind == "ping":
+                frame.answer()  # there is no upstream to answer it
+            else:
+                frame.drop()
 

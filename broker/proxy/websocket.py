@@ -12,9 +12,12 @@ number on that connection. Status 101 says the message went over the connection 
 
 from __future__ import annotations
 
+import asyncio
+
 from mitmproxy.websocket import WebSocketData, WebSocketMessage
 from wsproto.frame_protocol import Opcode
 
+from broker.proxy.websocket_relay import ControlFrame
 from journal.call import Call, Identity, Request, Response, WebSocketPayload
 
 METHOD = "WEBSOCKET"
@@ -26,7 +29,8 @@ CLIENT, SERVER = "client_to_server", "server_to_client"
 class WebSocketConnection:
     """One recorded WebSocket connection: who it belongs to and its handshake's entry."""
 
-    __slots__ = ("identity", "connector", "url", "prompts", "model_api", "handshake_hash", "handshake_seq", "count")
+    __slots__ = ("identity", "connector", "url", "prompts", "model_api", "handshake_hash", "handshake_seq", "count",
+                 "pending")
 
     def __init__(self, identity: Identity, connector: str, url: str | bytes, prompts: str | None,
                  model_api: str | None, handshake_hash: str | None, handshake_seq: int | None) -> None:
@@ -34,6 +38,8 @@ class WebSocketConnection:
         self.prompts, self.model_api = prompts, model_api
         self.handshake_hash, self.handshake_seq = handshake_hash, handshake_seq
         self.count = 0  # messages recorded so far (a message's number on its connection)
+        self.pending: list[asyncio.Future[None]] = []
+        """Recordings of the messages held since the last flush (`broker.proxy.websocket_relay`)."""
 
     def _meta(self, direction: str, kind: str) -> dict:
         self.count += 1
@@ -56,6 +62,11 @@ class WebSocketConnection:
         if message.injected:
             meta["injected"] = True
         return self._call(meta, WebSocketPayload(bytes(message.content), text), message.timestamp, fail_closed)
+
+    def control_call(self, frame: ControlFrame, fail_closed: bool) -> Call:
+        """The call of a ping or pong frame (its payload, binary; no payload is an empty one)."""
+        meta = self._meta(CLIENT if frame.from_client else SERVER, frame.kind)
+        return self._call(meta, WebSocketPayload(frame.payload, False), frame.timestamp, fail_closed)
 
     def close_call(self, data: WebSocketData, now: float, fail_closed: bool) -> Call:
         """The call of the connection's close: who closed it, the code and the reason."""

@@ -225,7 +225,7 @@ def har_entry(entry: dict, vault: Vault, inline_blobs: bool = False) -> dict:
     return out
 
 
-_OPCODES = {"text": 1, "binary": 2, "close": 8}
+_OPCODES = {"text": 1, "binary": 2, "close": 8, "ping": 9, "pong": 10}
 
 
 def websocket_message(entry: dict, ws: dict, vault: Vault, inline_blobs: bool) -> dict:

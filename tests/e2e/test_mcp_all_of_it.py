@@ -18,7 +18,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.types import CreateMessageResult, ElicitResult, TextContent
+from mcp.types import CreateMessageResult, ElicitResult, ListRootsResult, Root, TextContent
 
 from tests.support.mcp_servers.harness import (
     NOTES_SERVER,
@@ -307,12 +307,20 @@ async def _elicitation(ctx, params) -> ElicitResult:
     return ElicitResult(action="accept", content={"ok": True})
 
 
+ROOT_URI = "file:///work/project"
+
+
+async def _roots(ctx) -> ListRootsResult:  # a root whose name holds a token: redacted like any body
+    return ListRootsResult(roots=[Root(uri=ROOT_URI, name="project " + SECRET)])
+
+
 async def _everything(c: Client, release: Path) -> None:
-    """Prompt, sampling, elicitation, a tool error, and a call cancelled while the server works on it."""
+    """Prompt, sampling, elicitation, roots, a tool error, and a call cancelled while the server works on it."""
     prompt = await c.get_prompt("greet", {"who": "ann"})
     assert "ann" in prompt.messages[0].content.text
     assert (await c.call_tool("ask_llm", {"question": "q"})).content[0].text == "llm said: 42"
     assert (await c.call_tool("ask_user", {"question": "q"})).content[0].text == "user said ok=True"
+    assert (await c.call_tool("roots", {})).content[0].text == ROOT_URI
     assert (await c.call_tool("fail", {"reason": "nope"})).is_error is True
     started = asyncio.Event()
 
@@ -339,6 +347,12 @@ def _check_everything(vault: Path) -> None:
     assert sampling["response"]["body"]["result"]["content"]["text"] == "42" and sampling["effect"] == "read"
     (elicitation,) = by_method["elicitation/create"]
     assert elicitation["response"]["body"]["result"]["content"] == {"ok": True}
+    (roots,) = by_method["roots/list"]  # the server asked the client for its roots: the answer is recorded
+    assert roots["effect"] == "read" and roots["request"]["effect_basis"] == "rule"
+    assert roots["mcp"]["method"] == "roots/list" and roots["response"]["answered_by"] == "upstream"
+    (root,) = roots["response"]["body"]["result"]["roots"]
+    assert root["uri"] == ROOT_URI and root["name"].startswith("project ")
+    assert SECRET not in json.dumps(got)  # the token in the root's URI is redacted like any body
     calls = {e["mcp"]["params"]["name"]: e for e in by_method["tools/call"]}
     assert calls["fail"]["response"]["error"] == TOOL_ERROR
     # cancelled: no answer (answered_by none), or the server's own answer to the cancel (an SDK server
@@ -356,6 +370,7 @@ def test_sdk_client_over_stdio(tmp_path: Path) -> None:
 
     async def run() -> None:
         async with Client(params, mode="legacy", sampling_callback=_sampling, elicitation_callback=_elicitation,
+                          list_roots_callback=_roots,
                           read_timeout_seconds=WAIT) as c:
             await _everything(c, tmp_path / "never")
 
@@ -412,7 +427,7 @@ def test_sdk_client_over_streamable_http(tmp_path: Path, upstream_http: str) -> 
         async def run() -> None:
             http = httpx2.AsyncClient(timeout=httpx2.Timeout(WAIT, read=WAIT))
             transport = streamable_http_client(shim.url("/mcp"), http_client=http)
-            async with Client(transport, mode="legacy", sampling_callback=_sampling,
+            async with Client(transport, mode="legacy", sampling_callback=_sampling, list_roots_callback=_roots,
                               elicitation_callback=_elicitation, read_timeout_seconds=WAIT) as c:
                 await _everything(c, tmp_path / "never")
 
@@ -430,7 +445,7 @@ def test_sdk_client_over_legacy_sse(tmp_path: Path, upstream_sse: str) -> None:
     try:
         async def run() -> None:
             transport = sse_client(shim.url("/sse"), timeout=WAIT)
-            async with Client(transport, mode="legacy", sampling_callback=_sampling,
+            async with Client(transport, mode="legacy", sampling_callback=_sampling, list_roots_callback=_roots,
                               elicitation_callback=_elicitation, read_timeout_seconds=WAIT) as c:
                 await _everything(c, tmp_path / "never")
                 # the cancelled call's entry is written while the session is still open

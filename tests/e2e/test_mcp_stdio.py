@@ -135,9 +135,9 @@ def test_sdk_client_through_shim_records_every_call(tmp_path: Path, mode: str) -
     assert [e["seq"] for e in every] == list(range(1, len(every) + 1))
     assert all(e["effect"] == "read" for e in every if e["request"]["method"] == "tools/list")
     asks = [e["request"]["method"] for e in every if e["request"]["method"] in ("sampling/createMessage",
-                                                                                "elicitation/create")]
+                                                                                "elicitation/create", "roots/list")]
     # the 2025 era's server-to-client requests are entries of their own; the 2026 era has none
-    assert asks == (["sampling/createMessage", "elicitation/create"] if mode == "legacy" else [])
+    assert asks == (["sampling/createMessage", "elicitation/create", "roots/list"] if mode == "legacy" else [])
     assert len(every) > len(got)
 
 

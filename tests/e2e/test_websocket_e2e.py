@@ -42,7 +42,7 @@ def _messages(entries: list[dict]) -> list[dict]:
 
 
 def _run(coro):
-    return asyncio.run(asyncio.wait_for(coro, 60))
+    return asyncio.run(asyncio.wait_for(coro, 180))
 
 
 def _vault_text(vault: Path) -> str:
@@ -50,8 +50,9 @@ def _vault_text(vault: Path) -> str:
 
 
 def test_text_binary_fragmented_ping_close_each_an_entry(tmp_path, upstream):
-    """Every message is an entry in the direction it went, with its kind; a ping's pong comes back;
-    the close is an entry; each message is on disk before the other side gets it."""
+    """Every message is an entry in the direction it went, with its kind; a ping and its pong (which
+    the upstream answered, through the proxy) are entries too; the close is an entry; each message is
+    on disk before the other side gets it."""
     broker = BrokerProcess(tmp_path, upstream, "--spill-threshold", "100000").start()
     seen_on_disk: list[bool] = []
 
@@ -86,7 +87,7 @@ def test_text_binary_fragmented_ping_close_each_an_entry(tmp_path, upstream):
         assert got[1] == b"\x00\x01\xffbinary"
         assert got[2] == "frag-ment-ed"
         assert got[3] == "pong" and got[4] == 300_000
-        entries = broker.entries("ws1", count=12)
+        entries = broker.entries("ws1", count=14)
     finally:
         broker.stop()
     assert upstream.errors == []
@@ -96,14 +97,15 @@ def test_text_binary_fragmented_ping_close_each_an_entry(tmp_path, upstream):
     assert GITHUB_PAT not in handshake["request"]["url"]
     msgs = _messages(entries)
     kinds = [(m["request"]["websocket"]["direction"], m["request"]["websocket"]["kind"]) for m in msgs]
-    assert kinds[:10] == [
+    assert kinds[:12] == [
         ("client_to_server", "text"), ("server_to_client", "text"),
         ("client_to_server", "binary"), ("server_to_client", "binary"),
         ("client_to_server", "text"), ("server_to_client", "text"),
+        ("client_to_server", "ping"), ("server_to_client", "pong"),
         ("client_to_server", "text"), ("server_to_client", "text"),
         ("client_to_server", "close"), ("server_to_client", "close"),
-    ][: len(kinds[:10])]
-    assert len(msgs) >= 9
+    ][: len(kinds[:12])]
+    assert len(msgs) >= 11
     for i, m in enumerate(msgs, 1):
         ws = m["request"]["websocket"]
         assert ws["handshake"] == handshake["hash"] and ws["handshake_seq"] == handshake["seq"]
@@ -119,9 +121,13 @@ def test_text_binary_fragmented_ping_close_each_an_entry(tmp_path, upstream):
     assert msgs[1]["request"]["body"] is None
     assert msgs[2]["request"]["body"] == {"base64": base64.b64encode(b"\x00\x01\xffbinary").decode()}
     assert msgs[4]["request"]["body"] == "frag-ment-ed"
-    assert msgs[7]["response"]["body"]["size"] == 300_000  # over the spill threshold: a blob
-    assert (broker.vault / msgs[7]["response"]["body"]["ref"]).stat().st_size == 300_000
-    close = msgs[8]
+    ping, pong = msgs[6], msgs[7]
+    assert ping["request"]["body"] == {"base64": base64.b64encode(b"are-you-there").decode()}
+    assert pong["response"]["body"] == {"base64": base64.b64encode(b"are-you-there").decode()}
+    assert ping["effect"] == pong["effect"] == "read"  # no application data
+    assert msgs[9]["response"]["body"]["size"] == 300_000  # over the spill threshold: a blob
+    assert (broker.vault / msgs[9]["response"]["body"]["ref"]).stat().st_size == 300_000
+    close = msgs[10]
     assert close["request"]["websocket"]["kind"] == "close"
     assert close["request"]["websocket"]["close_code"] == 1000
     assert close["request"]["websocket"]["close_reason"] == "done here"
@@ -239,7 +245,7 @@ def test_slack_sdk_socket_mode_client(tmp_path, upstream):
         try:
             client.connect()
             assert done.wait(20), broker.output.decode(errors="replace")[-2000:]
-            entries = broker.entries("sdk1", count=5)
+            entries = broker.entries("sdk1", count=7)  # (the SDK's ping and its pong are entries too)
         finally:
             client.close()
     assert got == ["<@U0BOT> hello"]
@@ -405,3 +411,78 @@ def test_readers_take_message_entries(tmp_path):  # here, not in tests/journal/:
     plan = plan_dict(replay_session(vault, "s"))
     step = next(s for s in plan["steps"] if s["for_seq"] == 2)
     assert "refused" not in json.dumps(step) and "changed nothing" not in json.dumps(step)
+
+
+def test_playback_replays_websockets_without_upstream(tmp_path, upstream):
+    """`--playback` plays a recorded session's WebSockets back: the handshake and the server's messages
+    (a Socket Mode hello sent first, echoes after each client message, text and binary) reach the client
+    in the recorded order, pings are answered, and nothing reaches the upstream. A client message that
+    differs from the recorded one stops the playback of that connection with an error naming the entry."""
+    socket_url = f"wss://wss-primary.slack.com/link/?ticket={SOCKET_TICKET}&app_id=A0FAKE"
+    for d in ("rec", "pb", "pb2"):
+        (tmp_path / d).mkdir()
+
+    async def echo(broker: BrokerProcess, session: str, second: str, wait: float = 60) -> list:
+        got: list = []
+        async with connect("wss://api.github.com/ws/echo", proxy=broker.proxy_url(session, "agent-a"),
+                           ssl=_client_ssl(broker), compression=None, open_timeout=60) as ws:
+            await ws.send("hello")
+            got.append(await ws.recv())
+            await ws.send(second)
+            try:
+                got.append(await asyncio.wait_for(ws.recv(), wait))
+            except TimeoutError:
+                got.append("no answer")
+            await ws.send(b"\x00\x01binary")
+            try:
+                got.append(await asyncio.wait_for(ws.recv(), wait))
+            except TimeoutError:
+                got.append("no answer")
+            await asyncio.wait_for(await ws.ping(b"still-there"), 10)
+        return got
+
+    async def socket_mode(broker: BrokerProcess, session: str) -> list:
+        async with connect(socket_url, proxy=broker.proxy_url(session, "bot"), ssl=_client_ssl(broker),
+                           compression=None, open_timeout=60) as ws:
+            got = [json.loads(await ws.recv())["type"], json.loads(await ws.recv())["type"]]
+            await ws.send(json.dumps({"envelope_id": "env-1"}))
+        return got
+
+    def started(name: str, *extra: str, vault: Path | None = None) -> BrokerProcess:
+        return BrokerProcess(tmp_path / name, upstream, *extra, vault=vault).start(timeout=120)  # (a busy machine)
+
+    rec = started("rec")
+    try:
+        recorded = _run(echo(rec, "rec", '{"n": 1}'))
+        assert _run(socket_mode(rec, "rec")) == ["hello", "events_api"]
+        rec.entries("rec", count=17)
+    finally:
+        rec.stop()
+    assert recorded == ["hello", '{"n": 1}', b"\x00\x01binary"]
+    requests, received = list(upstream.http_requests), list(upstream.received)
+
+    pb = started("pb", "--playback", "rec", vault=rec.vault)
+    try:
+        replayed = _run(echo(pb, "pb", '{"n": 1}'))
+        # the recorded answers, in order (a JSON text message is recorded as its JSON value: replayed as
+        # that value, compact, not byte for byte)
+        assert replayed[0] == "hello" and json.loads(replayed[1]) == {"n": 1} and replayed[2] == recorded[2]
+        assert _run(socket_mode(pb, "pb")) == ["hello", "events_api"]  # sent before the client said anything
+        played = pb.entries("pb", count=17)
+    finally:
+        pb.stop()
+    assert "error" not in bytes(pb.output).decode(errors="replace").lower(), bytes(pb.output).decode()
+    pb2 = started("pb2", "--playback", "rec", vault=rec.vault)
+    try:
+        assert _run(echo(pb2, "pb2", '{"n": 2}', wait=5)) == ["hello", "no answer", "no answer"]
+    finally:
+        pb2.stop()
+    output = bytes(pb2.output).decode(errors="replace")
+    assert upstream.http_requests == requests and upstream.received == received  # no upstream connection
+    assert "client message 2 on https://api.github.com/ws/echo differs from the recorded one (rec#" in output
+    handshakes = [e for e in played if e["response"]["status"] == 101 and "websocket" not in e["request"]]
+    assert len(handshakes) == 2 and all(e["request"]["playback_of"].startswith("rec#") for e in handshakes)
+    assert all(e["response"]["answered_by"] == "capture" for e in handshakes)
+    kinds = [(m["request"]["websocket"]["direction"], m["request"]["websocket"]["kind"]) for m in _messages(played)]
+    assert kinds[:6] == [("client_to_server", "text"), ("server_to_client", "text")] * 2 + [
+        ("client_to_server", "binary"), ("server_to_client", "binary")]

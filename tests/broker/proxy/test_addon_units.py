@@ -125,6 +125,18 @@ def _websocket_flow(addon, url: str):
     return f
 
 
+async def _relay(addon, f, *frames) -> None:
+    """What the relay (broker.proxy.websocket_relay) does for a run of one message (the flow's last)
+    and then the control frames given: each hook, then the flush, after which what is not dropped goes."""
+    held = [addon.websocket_message(f)] + [addon.websocket_control(frame) for frame in frames]
+    for waited in held:
+        if waited is not None:  # (the stock relay: the hook itself waits)
+            await waited
+    flushed = addon.websocket_flush(f)
+    if flushed is not None:
+        await flushed
+
+
 def test_each_websocket_message_is_recorded_then_dropped_from_the_flow(tmp_path):
     """The hook writes the message's entry, linked to the handshake, and empties mitmproxy's message list
     (which otherwise holds every message of the connection for its life); the message is still forwarded."""
@@ -145,7 +157,7 @@ def test_each_websocket_message_is_recorded_then_dropped_from_the_flow(tmp_path)
         for i in range(3):
             msg = WebSocketMessage(Opcode.TEXT, True, b'{"type": "message", "text": "m%d"}' % i)
             f.websocket.messages.append(msg)
-            asyncio.run(addon.websocket_message(f))
+            asyncio.run(_relay(addon, f))
             assert f.websocket.messages == [] and not msg.dropped
         f.websocket.closed_by_client, f.websocket.close_code = False, 1001
         asyncio.run(addon.websocket_end(f))
@@ -156,6 +168,58 @@ def test_each_websocket_message_is_recorded_then_dropped_from_the_flow(tmp_path)
     assert {w["handshake"] for w in ws} == {entries[0]["hash"]} and [w["message"] for w in ws] == [1, 2, 3, 4]
     assert ws[-1]["kind"] == "close" and ws[-1]["direction"] == "server_to_client" and ws[-1]["close_code"] == 1001
     assert [e["effect"] for e in entries[1:]] == ["write", "write", "write", "read"]
+
+
+def test_held_messages_are_durable_when_the_flush_returns_and_pings_are_entries(tmp_path):
+    """With the batching relay a message's hook returns before its entry is written (the message is
+    held); the flush returns only once every held message and control frame is an entry. A ping the
+    client sent and the server's pong are entries (reads), their payloads binary."""
+    import asyncio
+
+    from mitmproxy.test import taddons
+    from mitmproxy.websocket import WebSocketMessage
+    from wsproto.frame_protocol import Opcode
+
+    import broker.proxy.addon as cj
+    from broker.proxy import websocket_relay
+    from broker.proxy.websocket_relay import ControlFrame
+    from journal.reader import iter_entries
+    from journal.vault import Vault
+
+    addon = cj.ConnectorJournal()
+    with taddons.context(addon) as tctx:
+        assert websocket_relay.installed  # loading the addon installs it (mitmproxy 12)
+        tctx.configure(addon, vault=str(tmp_path / "vault"), broker_recorder="inline")
+        f = _websocket_flow(addon, "https://wss-primary.slack.com/websocket/R1")
+
+        def on_disk() -> int:
+            return len(list(iter_entries(Vault(tmp_path / "vault"), "default")))
+
+        async def run() -> tuple[int, int]:
+            for i in range(3):
+                f.websocket.messages.append(WebSocketMessage(Opcode.TEXT, True, b'{"n": %d}' % i))
+                assert addon.websocket_message(f) is None  # held, not waited for here
+            ping = ControlFrame(f, "ping", True, b"are-you-there")
+            pong = ControlFrame(f, "pong", False, b"are-you-there")
+            assert addon.websocket_control(ping) is None and addon.websocket_control(pong) is None
+            before = on_disk()
+            flushed = addon.websocket_flush(f)
+            assert flushed is not None
+            await flushed
+            assert not ping.dropped and not pong.dropped
+            return before, on_disk()
+
+        before, after = asyncio.run(run())
+        assert before == 1 and after == 6  # the handshake; then its five frames, all at the flush
+        assert addon.websocket_flush(f) is None  # nothing held any more
+        asyncio.run(addon.done())
+    entries = list(iter_entries(Vault(tmp_path / "vault"), "default"))
+    ws = [e["request"]["websocket"] for e in entries[1:]]
+    assert [w["message"] for w in ws] == [1, 2, 3, 4, 5]  # appended in the order they went over the wire
+    assert [(w["direction"], w["kind"]) for w in ws[3:]] == [("client_to_server", "ping"), ("server_to_client", "pong")]
+    assert entries[4]["request"]["body"] == {"base64": "YXJlLXlvdS10aGVyZQ=="}
+    assert entries[5]["response"]["body"] == {"base64": "YXJlLXlvdS10aGVyZQ=="}
+    assert entries[4]["effect"] == entries[5]["effect"] == "read"
     assert all("secret-ticket-1" not in e["request"]["url"] for e in entries)
 
 
@@ -179,12 +243,12 @@ def test_a_websocket_message_that_cannot_be_recorded_is_not_forwarded_under_bloc
         monkeypatch.setattr(cj, "call_fields", broken)
         msg = WebSocketMessage(Opcode.TEXT, True, b'{"type": "message", "text": "unrecorded"}')
         f.websocket.messages.append(msg)
-        asyncio.run(addon.websocket_message(f))
+        asyncio.run(_relay(addon, f))
         assert msg.dropped and addon.journal_failures == 1
         tctx.configure(addon, broker_on_journal_error="pass")
         passed = WebSocketMessage(Opcode.TEXT, True, b'{"type": "message", "text": "passes"}')
         f.websocket.messages.append(passed)
-        asyncio.run(addon.websocket_message(f))
+        asyncio.run(_relay(addon, f))
         assert not passed.dropped and addon.journal_failures == 2
         asyncio.run(addon.done())
 
@@ -204,7 +268,7 @@ def test_a_websocket_to_a_passed_host_leaves_no_entry_and_no_history(tmp_path):
                        broker_pass_unknown=["ws.unknown.example"])
         f = _websocket_flow(addon, "https://ws.unknown.example/socket")
         f.websocket.messages.append(WebSocketMessage(Opcode.BINARY, False, b"\x00" * 10))
-        asyncio.run(addon.websocket_message(f))
+        asyncio.run(_relay(addon, f))
         assert f.websocket.messages == []
         asyncio.run(addon.done())
     assert not (tmp_path / "vault" / "journal" / "default.jsonl").exists()

@@ -27,7 +27,7 @@ def shim_argv(vault: Path, *options: str, session: str = "s1", agent: str = "age
     return [PY, "-m", "broker.cli", "mcp", "--vault", str(vault), "--session", session, "--agent", agent, *options]
 
 
-SERVER_ASKS = ("sampling/createMessage", "elicitation/create")
+SERVER_ASKS = ("sampling/createMessage", "elicitation/create", "roots/list")
 """Server-to-client requests the shim records (their entries hold the client's answers)."""
 
 
