@@ -789,7 +789,7 @@ def main(argv: list[str] | None = None) -> int:
         broker2 = BrokerProcess(root / "broker2", upstream.info, "--session", SESSION, "--workers", "2")
         procs += [mitm, mitm_w, lean, addon, broker, broker2]
         for p in procs:
-            p.start()
+            p.start(timeout=180)  # six proxies starting at once on a shared, busy machine
         targets = {"direct": Target("direct", upstream, None), "mitmdump": Target("mitmdump", upstream, mitm),
                    "mitmdump-w": Target("mitmdump-w", upstream, mitm_w),
                    "lean": Target("lean", upstream, lean), "addon": Target("addon", upstream, addon),

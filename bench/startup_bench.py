@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -38,13 +39,28 @@ def _env() -> dict[str, str]:
     return env
 
 
+CPU: dict[str, list[float]] = {}
+"""CPU seconds (user + system, the process and its children) of every command timed, by command line: on a
+shared machine the wall time moves with the others' load, the CPU time much less."""
+
+
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def _wall(cmd: list[str], env: dict[str, str]) -> float:
-    t0 = time.perf_counter()
+    c0, t0 = _children_cpu(), time.perf_counter()
     proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     took = time.perf_counter() - t0
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr.decode(errors='replace')[-400:]}")
+    CPU.setdefault(" ".join(cmd), []).append(_children_cpu() - c0)
     return took
+
+
+def _cpu(cmd: list[str]) -> float:
+    return statistics.median(CPU[" ".join(cmd)])
 
 
 def _broker() -> list[str]:
@@ -66,7 +82,8 @@ def run_startup(repeat: int, env: dict[str, str]) -> list[dict]:
             times[name].append(_wall(cmd, env))
     floor = statistics.median(times["python -c pass"])
     return [{"case": name, "median_s": statistics.median(ts), "min_s": min(ts), "max_s": max(ts),
-             "over_python_s": statistics.median(ts) - floor, "runs": len(ts)} for name, ts in times.items()]
+             "over_python_s": statistics.median(ts) - floor, "runs": len(ts), "cpu_s": _cpu(cases[name])}
+            for name, ts in times.items()]
 
 
 def build_vault(root: Path, megabytes: float) -> tuple[Path, Path, int]:
@@ -98,22 +115,25 @@ def run_verify(vault_dir: Path, path: Path, repeat: int, env: dict[str, str]) ->
     for name, ts in times.items():
         round_ratios = [t / s for t, s in zip(ts, times["sha256sum"], strict=True)]
         rows.append({"case": name, "median_s": statistics.median(ts), "mb_per_s": size / 1e6 / statistics.median(ts),
-                     "ratio": statistics.median(round_ratios)})
+                     "ratio": statistics.median(round_ratios), "cpu_s": _cpu(cases[name]),
+                     "cpu_ratio": _cpu(cases[name]) / _cpu(cases["sha256sum"])})
     return rows, ratios
 
 
 def format_tables(start: list[dict], verify: list[dict], info: dict) -> str:
     out = [f"start-up, whole process, median of {start[0]['runs']} runs (load average {info['load_before']})",
-           f"{'case':<26}{'median s':>10}{'min s':>9}{'max s':>9}{'over python':>13}"]
+           f"{'case':<26}{'median s':>10}{'min s':>9}{'max s':>9}{'over python':>13}{'CPU s':>8}"]
     for r in start:
         out.append(f"{r['case']:<26}{r['median_s']:>10.3f}{r['min_s']:>9.3f}{r['max_s']:>9.3f}"
-                   f"{r['over_python_s']:>13.3f}")
+                   f"{r['over_python_s']:>13.3f}{r['cpu_s']:>8.3f}")
     out.append("")
     out.append(f"whole-process verify of a {info['verify_mb']:.1f} MB session ({info['entries']} entries), warm cache, "
                f"median of {info['repeat']} rounds")
-    out.append(f"{'case':<26}{'median s':>10}{'MB/s':>9}{'ratio':>8}")
+    out.append(f"{'case':<26}{'median s':>10}{'MB/s':>9}{'ratio':>8}{'CPU s':>8}{'CPU ratio':>10}")
     for r in verify:
-        out.append(f"{r['case']:<26}{r['median_s']:>10.3f}{r['mb_per_s']:>9.1f}{r['ratio']:>8.2f}")
+        out.append(f"{r['case']:<26}{r['median_s']:>10.3f}{r['mb_per_s']:>9.1f}{r['ratio']:>8.2f}"
+                   f"{r['cpu_s']:>8.3f}{r['cpu_ratio']:>10.2f}")
+    out.append("CPU s: median CPU seconds (user + system, with children); CPU ratio: against sha256sum's")
     out.append("ratio = time / sha256sum time of the same round, median over rounds; broker verify per round: "
                + " ".join(f"{x:.2f}" for x in info["verify_ratios"]))
     out.append(f"load average before/after: {info['load_before']} / {info['load_after']}"
