@@ -74,13 +74,15 @@ from types import SimpleNamespace
 import httpx
 
 from bench import machine, scratch_dir, write_json
+from bench.load import busy_load
 from tests.support.broker_harness import BIN, ROOT, BrokerProcess
 from tests.support.upstreams.client import _AsyncMappedBackend, _MappedBackend
 
 SESSION = "bench"
-TARGETS = ("direct", "mitmdump", "lean", "addon", "broker", "broker2")
+TARGETS = ("direct", "mitmdump", "mitmdump-w", "lean", "addon", "broker", "broker2")
 """lean: mitmproxy with broker run's own addon set and no recording (bench/lean_proxy.py), the fair
-baseline for what recording costs; broker2: `broker run --workers 2`."""
+baseline for what recording costs; mitmdump-w: stock mitmdump writing every flow to a file (`-w`, mitmproxy's
+own recording, which never fsyncs); broker2: `broker run --workers 2`."""
 GET_URL = "https://gmail.googleapis.com/gmail/v1/users/me/labels"
 POST_URL = "https://slack.com/api/chat.postMessage"
 GET_HEADERS = {"Authorization": "Bearer ya29.bench-access-token", "Accept": "application/json"}
@@ -157,7 +159,7 @@ class PlainMitmdump(BrokerProcess):
                "--listen-host", "127.0.0.1", "--listen-port", "0"]
         for s in sets:
             cmd += ["--set", s]
-        return cmd
+        return cmd + list(self.extra)
 
 
 class LeanProxy(BrokerProcess):
@@ -169,6 +171,54 @@ class LeanProxy(BrokerProcess):
         for h in self.upstream.hosts:
             cmd += ["--resolve", f"{h}=127.0.0.1:{self.upstream.port}"]
         return cmd
+
+
+def fdatasync_latencies(directory: Path, n: int = 300) -> list[int]:
+    """Nanoseconds of `os.write` of a 2 KB line + `os.fdatasync`, n times, in `directory` (the vault's
+    filesystem): the floor of a durable entry, measured in the same run as the latencies it is taken from."""
+    path = directory / "fdatasync-probe"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    line = b"x" * 2047 + b"\n"
+    out = []
+    try:
+        for _ in range(n):
+            t0 = time.perf_counter_ns()
+            os.write(fd, line)
+            os.fdatasync(fd)
+            out.append(time.perf_counter_ns() - t0)
+    finally:
+        os.close(fd)
+        path.unlink()
+    return sorted(out)
+
+
+def goal_rows(ratios: list[dict], fsync_p50_ms: float, clients: int) -> list[dict]:
+    """The rows of issue 30's table this benchmark measures, from the summaries of one run."""
+    by = {s["scenario"]: s for s in ratios}
+    out = []
+    for name in ("seq GET", "seq mix"):
+        s = by.get(name)
+        if s is None:
+            continue
+        out.append({"row": f"{name}: added p50 over mitmdump - fdatasync p50 (ms)", "goal": "<= 0.2",
+                    "value": s["added_p50_broker_ms"] - fsync_p50_ms})
+        out.append({"row": f"{name}: p99 broker / p99 mitmdump", "goal": "<= 1.3", "value": s["p99_broker/mitmdump"]})
+    for name in (f"{clients}x GET", f"{clients}x mix"):
+        s = by.get(name)
+        if s is None:
+            continue
+        out.append({"row": f"{name}: req/s broker / mitmdump -w", "goal": ">= 1.5", "value": s["broker/mitmdump-w"]})
+        out.append({"row": f"{name}: req/s broker / lean mitmproxy", "goal": ">= 0.9", "value": s["broker/lean"]})
+    return out
+
+
+def format_goals(rows: list[dict], fsync: list[int], load: tuple) -> str:
+    out = ["", f"issue 30 rows (fdatasync of a 2 KB line in the vault's directory, same run: p50 "
+           f"{_pct(fsync, 0.5):.3f} ms, p99 {_pct(fsync, 0.99):.3f} ms; load average {load[0][0]:.1f} at the start, "
+           f"{load[1][0]:.1f} at the end)"]
+    for r in rows:
+        out.append(f"  {r['row']:<58} {r['value']:>7.2f}   goal {r['goal']}")
+    return "\n".join(out)
 
 
 def _own_cpu(pid: int) -> float:
@@ -581,10 +631,12 @@ def summarise(rows: list[dict], scens: list[dict], names: tuple[str, ...] = TARG
                 summary[f"{t}/{base}"] = statistics.median(vals)
                 summary[f"{t}/{base} runs"] = [round(v, 3) for v in vals]
                 summary[f"{t}/{base} pooled"] = pooled_rows[t]["req_s"] / pooled_rows[base]["req_s"]
-        for num, den in (("broker", "lean"), ("broker2", "broker")):
+        for num, den in (("broker", "lean"), ("broker2", "broker"), ("broker", "mitmdump-w")):
             if num in names and den in names:
                 summary[f"{num}/{den}"] = statistics.median(
                     rr[num]["req_s"] / rr[den]["req_s"] for rr in by_round.values())
+        if "broker" in names and base in names:
+            summary[f"p99_broker/{base}"] = pooled_rows["broker"]["p99_ms"] / pooled_rows[base]["p99_ms"]
         if "direct" in names and "broker" in names:
             b, m, d = pooled_rows["broker"], pooled_rows["mitmdump"], pooled_rows["direct"]
             summary["broker/direct"] = statistics.median(
@@ -693,6 +745,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-curl", action="store_true",
                     help="skip the curl scenarios (lean, broker, --workers 2 with curl --parallel as the client)")
     ap.add_argument("--json", metavar="FILE", help="also write the figures to FILE (key 'broker')")
+    ap.add_argument("--load", type=int, default=0, metavar="N",
+                    help="N busy processes (bench/load.py) during the scenarios: the 'under a load of N' rows")
     ap.add_argument("--profile", action="store_true",
                     help="also run broker what-if variants, py-spy (if installed) and an addon stage breakdown")
     args = ap.parse_args(argv)
@@ -724,17 +778,20 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     try:
         upstream.start()
-        for name in ("mitmdump", "lean", "addon", "broker", "broker2"):
+        for name in ("mitmdump", "mitmdump-w", "lean", "addon", "broker", "broker2"):
             (root / name).mkdir()
         mitm = PlainMitmdump(root / "mitmdump", upstream.info, flavour="mitmdump")
+        mitm_w = PlainMitmdump(root / "mitmdump-w", upstream.info, "-w", str(root / "mitmdump-w" / "flows"),
+                               flavour="mitmdump")
         lean = LeanProxy(root / "lean", upstream.info)
         addon = BrokerProcess(root / "addon", upstream.info, "--set", f"broker_session={SESSION}", flavour="mitmdump")
         broker = BrokerProcess(root / "broker", upstream.info, "--session", SESSION)
         broker2 = BrokerProcess(root / "broker2", upstream.info, "--session", SESSION, "--workers", "2")
-        procs += [mitm, lean, addon, broker, broker2]
+        procs += [mitm, mitm_w, lean, addon, broker, broker2]
         for p in procs:
-            p.start()
+            p.start(timeout=180)  # six proxies starting at once on a shared, busy machine
         targets = {"direct": Target("direct", upstream, None), "mitmdump": Target("mitmdump", upstream, mitm),
+                   "mitmdump-w": Target("mitmdump-w", upstream, mitm_w),
                    "lean": Target("lean", upstream, lean), "addon": Target("addon", upstream, addon),
                    "broker": Target("broker", upstream, broker), "broker2": Target("broker2", upstream, broker2)}
         log(f"processes: upstream pid {upstream.pid}, mitmdump pid {mitm.proc.pid}, mitmdump -s addon pid "
@@ -743,9 +800,12 @@ def main(argv: list[str] | None = None) -> int:
             measure(t, upstream, {"name": "warm-up", "clients": 1, "n": 100, "warm": 0, "mix": True})
             measure(t, upstream, {"name": "warm-up", "clients": args.clients, "n": args.clients * 5, "warm": 0,
                                   "mix": True})
-        rows = [row for scen in scens for row in run_scenario(targets, upstream, scen, rounds, log)]
-        curl_rows = [row for scen in curl_scens
-                     for row in run_curl(curl, targets, upstream, scen, curl_rounds, root, log)] if curl else []
+        with busy_load(args.load):
+            fsync = fdatasync_latencies(broker.vault)
+            rows = [row for scen in scens for row in run_scenario(targets, upstream, scen, rounds, log)]
+            fsync = sorted(fsync + fdatasync_latencies(broker.vault))
+            curl_rows = [row for scen in curl_scens
+                         for row in run_curl(curl, targets, upstream, scen, curl_rounds, root, log)] if curl else []
         check = {}
         for name, proc in (("broker", broker), ("broker2", broker2), ("addon", addon)):
             code = proc.stop()
@@ -769,6 +829,8 @@ def main(argv: list[str] | None = None) -> int:
     elif not args.no_curl:
         print("\n(curl not found: the curl scenarios were skipped)")
     load = (load_start, os.getloadavg())
+    goals = goal_rows(ratios, _pct(fsync, 0.5), args.clients)
+    print(format_goals(goals, fsync, load) + (f" [with {args.load} busy processes]" if args.load else ""))
     print(f"\n(benchmark {bench_seconds:.1f} s, total {total:.1f} s, on {os.cpu_count()} CPUs, "
           f"Python {sys.version.split()[0]}, httpx {httpx.__version__}, mitmproxy {_mitmproxy_version()}, "
           f"revision {revision}; load average {load[0][0]:.1f} at the start, {load[1][0]:.1f} at the end)")
@@ -780,7 +842,8 @@ def main(argv: list[str] | None = None) -> int:
             "revision": revision,
             "params": params, "table": table, "ratios": ratios, "runs": _without_latencies(rows),
             "curl_table": curl_table, "curl_ratios": curl_ratios, "curl_runs": _without_latencies(curl_rows),
-            "load_average": load,
+            "load_average": load, "busy_processes": args.load,
+            "fdatasync_p50_ms": _pct(fsync, 0.5), "fdatasync_p99_ms": _pct(fsync, 0.99), "goals": goals,
             "vault_check": check,
             "bench_seconds": bench_seconds, "total_seconds": total, "profile": profile_figures,
         })

@@ -94,6 +94,7 @@ def _name_pattern(names: Iterable[str], escape: str | None = None) -> str:
         )
         return f"{escape}u(?:{codes})"
 
+    @functools.cache  # a few dozen characters, at thousands of trie nodes
     def char(ch: str) -> str:
         plain = "[_-]" if ch == "_" else f"[{ch}{ch.upper()}]" if ch.isalpha() else re.escape(ch)
         if escape is not None:
@@ -122,12 +123,26 @@ def _name_pattern(names: Iterable[str], escape: str | None = None) -> str:
 
 _URL_ALT = _name_pattern(_URL_NAMES)
 _BODY_ALT = _name_pattern(_BODY_NAMES)
-# JSON keys as written: plain or with \uXXXX escapes; inside a JSON string holding JSON the escape's
-# backslash may itself be escaped (\\u0077).
-_JSON_KEY_ALT = _name_pattern(_BODY_NAMES, escape=r"\\")
-_JSON_IN_JSON_KEY_ALT = _name_pattern(_BODY_NAMES, escape=r"\\\\?")
-_URL_NAME_RE = re.compile(_URL_ALT)
-_BODY_NAME_RE = re.compile(_BODY_ALT)
+
+
+@functools.cache
+def _escaped_key_alts() -> tuple[str, str]:
+    """JSON keys as written with \\uXXXX escapes: (as a key, as a key inside a JSON string holding JSON,
+    where the escape's backslash may itself be escaped: \\\\u0077). The larger patterns, built on first use."""
+    return _name_pattern(_BODY_NAMES, escape=r"\\"), _name_pattern(_BODY_NAMES, escape=r"\\\\?")
+
+
+@functools.cache
+def _url_name_re() -> re.Pattern[str]:
+    """A URL parameter (or form field) name that holds a credential; compiled on first use, as every
+    regex of this module: every command imports it, most never redact anything."""
+    return re.compile(_URL_ALT)
+
+
+@functools.cache
+def _body_name_re() -> re.Pattern[str]:
+    """A JSON key that holds a credential (compiled on first use)."""
+    return re.compile(_BODY_ALT)
 
 _HEADER_NAMES = frozenset(
     h.lower()
@@ -189,15 +204,22 @@ class _Elements:
     limit, so they are consumed as they stream instead of being held.
     """
 
-    __slots__ = ("regex", "width")
+    __slots__ = ("pattern", "width", "_regex")
 
     def __init__(self, pattern: bytes, width: int) -> None:
-        self.regex = re.compile(pattern)
+        self.pattern = pattern
         self.width = width
+        self._regex: re.Pattern[bytes] | None = None  # compiled at the first match, not at import
+
+    @property
+    def regex(self) -> re.Pattern[bytes]:
+        if self._regex is None:
+            self._regex = re.compile(self.pattern)
+        return self._regex
 
     def step(self, buf: bytes, pos: int, final: bool) -> tuple[int, bool]:
         """Consume what surely belongs to the tail; done once the byte that ends it is known."""
-        m = self.regex.match(buf, pos)
+        m = (self._regex or self.regex).match(buf, pos)
         end = m.end() if m else pos
         return end, final or end + self.width <= len(buf)
 
@@ -470,7 +492,11 @@ _T_JSON_IN_JSON = _Elements(rb'[^"\\]*(?:(?:\\[^"\\]|\\\\(?:\\[\s\S]|[^"\\]))[^"
 # JSON keys as written: plain, or with \uXXXX escapes (inside a JSON string holding JSON the escape's
 # backslash may itself be escaped: \\u0077). The escaped spelling is only needed where a name-character
 # escape occurs (`_NAME_ESCAPE`); its regex is several times larger, so it is compiled only then.
-_JSON_RULES_BY_ESC = {False: _json_rules(_BODY_ALT, _BODY_ALT), True: _json_rules(_JSON_KEY_ALT, _JSON_IN_JSON_KEY_ALT)}
+@functools.cache
+def _json_rules_by_esc(esc: bool) -> tuple[_Rule, ...]:
+    """The JSON key rules for plain (False) or escaped (True) key names, built on first use."""
+    return _json_rules(*_escaped_key_alts()) if esc else _json_rules(_BODY_ALT, _BODY_ALT)
+
 
 # name=value after ?, &, &amp; or \u0026 (URLs inside text), and at the start of the body: form-encoded
 # credentials whatever the declared content type (password=... sent as text/plain or octet-stream).
@@ -514,7 +540,7 @@ def _kind_rules(kind: str, esc: bool) -> tuple[_Rule, ...]:
     A declared binary type gets the text rules too: octet-stream is often JSON or form text (a Drive
     download of token.json, a form posted with a wrong type), and what is stored as base64 must not hold
     a credential either. In real binary data the key and form heads practically never occur."""
-    common = (*_JSON_RULES_BY_ESC[esc], _URL_PARAM_RULE)
+    common = (*_json_rules_by_esc(esc), _URL_PARAM_RULE)
     if kind == _FORM:
         return (_FORM_RULE, *common, _FORM_ASSIGN_RULE, _XML_RULE, *_VALUE_RULES)
     if kind == _MULTI:
@@ -545,7 +571,10 @@ def _kind_regex(kind: str, esc: bool) -> re.Pattern[bytes]:
     return _compile(_kind_rules(kind, esc))
 
 
-_VALUE_RE = _compile(_VALUE_RULES)  # small: no key names in it
+@functools.cache
+def _value_re() -> re.Pattern[bytes]:
+    """The value rules alone (small: no key names in it), compiled on first use."""
+    return _compile(_VALUE_RULES)
 
 
 _TEXT_TYPES = ("application/xml", "application/javascript", "application/graphql", "application/x-ndjson",
@@ -632,8 +661,13 @@ def _merged_conds(rules: tuple) -> dict[str, list[str]]:
     return out
 
 
-for _char, _conds in _prefix_trigger_conds().items():
-    _VALUE_TRIGGER_CONDS.setdefault(_char, []).extend(_conds)
+@functools.cache
+def _value_trigger_conds() -> dict[str, list[str]]:
+    """`_VALUE_TRIGGER_CONDS` with the catalogue's conditions added (built on first use; callers copy it)."""
+    conds = {k: list(v) for k, v in _VALUE_TRIGGER_CONDS.items()}
+    for char, cs in _prefix_trigger_conds().items():
+        conds.setdefault(char, []).extend(cs)
+    return conds
 
 
 def _triggers(conds: dict[str, list[str]]) -> bytes:
@@ -736,7 +770,7 @@ def _chars_before(char: str, conds: list[str]) -> str:
 
 def _text_trigger_conds(key_alt: str, in_json_key_alt: str, kind: str) -> dict[str, list[str]]:
     url = _URL_ALT
-    conds = {k: list(v) for k, v in _VALUE_TRIGGER_CONDS.items()}
+    conds = {k: list(v) for k, v in _value_trigger_conds().items()}
     extra = {
         '"': [f'(?=(?:{key_alt})")'],
         "\\": [f'(?="(?:{in_json_key_alt})\\\\")', f"u0026(?=(?:{url})=)"],
@@ -758,8 +792,14 @@ def _text_trigger_conds(key_alt: str, in_json_key_alt: str, kind: str) -> dict[s
 
 
 _PCT_ASSIGN_LOOK = _PCT_ASSIGN_NAME.decode()
-_VALUE_TRIGGERS = _triggers(_VALUE_TRIGGER_CONDS)
-_VALUE_TRIGGER_RE = re.compile(_VALUE_TRIGGERS)
+
+
+@functools.cache
+def _value_trigger_re() -> re.Pattern[bytes]:
+    """The value rules' triggers, compiled on first use."""
+    return re.compile(_triggers(_value_trigger_conds()))
+
+
 # Two trigger sets per kind: JSON keys as written plainly, and keys that may hold \uXXXX escapes. The
 # second costs more at every quote, and is needed only where an escape of a name character (a letter,
 # digit, _, -, @ or .) occurs: `_NAME_ESCAPE` finds one (in JSON inside JSON too: \\u0077 holds \u0077).
@@ -770,7 +810,7 @@ _NAME_ESCAPE = re.compile(rb"\\u00(?:[2-7][0-9a-fA-F])")
 def _kind_triggers(kind: str, esc: bool) -> re.Pattern[bytes]:
     """Trigger regex of a kind for one spelling of JSON keys, compiled on first use."""
     if esc:
-        return re.compile(_triggers(_text_trigger_conds(_JSON_KEY_ALT, _JSON_IN_JSON_KEY_ALT, kind)))
+        return re.compile(_triggers(_text_trigger_conds(*_escaped_key_alts(), kind)))
     return re.compile(_triggers(_text_trigger_conds(_BODY_ALT, _BODY_ALT, kind)))
 
 
@@ -1034,9 +1074,10 @@ def contains_credential(data: bytes | str) -> bool:
         data = data.encode("utf-8", "surrogatepass")
     # Every value rule starts at one of its triggers: with none in `data` (the usual case, decided in
     # one C-level search) `_search` could not match either.
-    if _VALUE_TRIGGER_RE.search(data) is None:
+    triggers = _value_trigger_re()
+    if triggers.search(data) is None:
         return False
-    return _search(_VALUE_RE, _VALUE_TRIGGER_RE, data, 0, len(data)) is not None
+    return _search(_value_re(), triggers, data, 0, len(data)) is not None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1133,7 +1174,7 @@ def _redact_params(params: str) -> str:
     for i, part in enumerate(parts):
         name, eq, value = part.partition("=")
         if eq:
-            if _URL_NAME_RE.fullmatch(unquote_plus(name)) or _has_credential_text(value):
+            if _url_name_re().fullmatch(unquote_plus(name)) or _has_credential_text(value):
                 parts[i] = name + "=" + REDACTED_URL
             elif _has_credential_text(name):
                 parts[i] = REDACTED_URL + "=" + value
@@ -1156,7 +1197,7 @@ def _params_clean(params: str, texts: list[str]) -> bool:
     for part in params.split("&"):
         name, eq, value = part.partition("=")
         if eq:
-            if _URL_NAME_RE.fullmatch(unquote_plus(name) if "%" in name or "+" in name else name):
+            if _url_name_re().fullmatch(unquote_plus(name) if "%" in name or "+" in name else name):
                 return False
             texts += _forms(value)
             texts += _forms(name)
@@ -1265,7 +1306,7 @@ def redact_json_value(value: object) -> object:
     if isinstance(value, dict):
         out: dict[object, object] = {}
         for k, v in value.items():
-            if isinstance(k, str) and _BODY_NAME_RE.fullmatch(k) and v is not None and not isinstance(v, bool):
+            if isinstance(k, str) and _body_name_re().fullmatch(k) and v is not None and not isinstance(v, bool):
                 out[_redact_text(k)] = REDACTED
             else:
                 out[_redact_text(k) if isinstance(k, str) else k] = redact_json_value(v)

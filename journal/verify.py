@@ -51,11 +51,11 @@ from journal.erasure_signature import erasure_signer
 from journal.forked_call import ForkedCall, can_fork, usable_cpus
 from journal.reader import LineBlock, iter_line_blocks
 from journal.seal import Seal, check_signature, read_seal
-from journal.trajectory import ToolListWatch
 from journal.vault import Vault, VaultError
 
 if TYPE_CHECKING:
     from journal.checkpoint.note import Verifier
+    from journal.trajectory import ToolListWatch
 
 KINDS = (
     "edited", "removed", "inserted", "reordered", "torn_tail", "not_canonical",
@@ -121,7 +121,7 @@ def verify_session(
                  seal.entries if seal is not None else None, on_entry, progress)
     _verify_file(walk, path, workers)
     report.erased = [tombstone for _, tombstone in walk.erased]
-    report.notes += walk.tool_lists.notes()  # docs/prompts.md: tool definitions changed within the session
+    report.notes += walk.tool_list_notes()  # docs/prompts.md: tool definitions changed within the session
     for t in report.erased:
         report.notes.append(
             f"blob {t['sha256']} erased on {t.get('erased_at')} by {t.get('erased_by')}: {t.get('reason')} "
@@ -178,9 +178,22 @@ class _Walk:
         self.sealed_hash: str | None = None
         self.blob_ok: dict[str, str | None] = {}
         self.erased: list[tuple[str, dict]] = []  # (sha256, tombstone) of erased blobs, first seen first
-        self.tool_lists = ToolListWatch()
+        self._tool_lists: ToolListWatch | None = None  # made at the first gateway entry (see tool_lists)
         self.listings: list[dict] | None = None  # a range worker collects tools/list entries here instead
         self.broken = False
+
+    @property
+    def tool_lists(self) -> ToolListWatch:
+        """The watch of MCP tool listings, made at the first gateway entry: journal.trajectory (and with it
+        the model and redaction modules) is imported only by a verify that meets one."""
+        if self._tool_lists is None:
+            from journal.trajectory import ToolListWatch
+
+            self._tool_lists = ToolListWatch()
+        return self._tool_lists
+
+    def tool_list_notes(self) -> list[str]:
+        return self._tool_lists.notes() if self._tool_lists is not None else []
 
     def run(self, blocks: Iterator[LineBlock], after: Callable[[], Iterator[LineBlock]] | None = None) -> bool:
         """Check the lines of `blocks` after the k lines already checked; False once a break is recorded.
@@ -233,7 +246,7 @@ class _Walk:
                     if entry["capture"] == "gateway":  # ToolListWatch.is_listing looks at nothing else
                         if self.listings is None:
                             self.tool_lists.observe(entry)
-                        elif ToolListWatch.is_listing(entry):
+                        elif self.tool_lists.is_listing(entry):
                             self.listings.append(entry)
                 nbytes += sum(map(len, lines)) + len(lines)
             return True

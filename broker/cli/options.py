@@ -16,15 +16,21 @@ from __future__ import annotations
 import socket
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from broker.listen_failure import listen_error
-from broker.proxy.link import ACK_DEADLINE
-from journal.checkpoint.autoseal import DEFAULT_ENTRIES, DEFAULT_SECONDS, AutosealConfig
 from journal.checkpoint.keys import any_signer, any_verifier, load_signer, load_verifier
 from journal.store import is_database_url, open_store
 from journal.vault import Vault
+
+if TYPE_CHECKING:
+    from journal.checkpoint.autoseal import AutosealConfig
+
+# The recording stack (broker.proxy.link, journal.checkpoint.autoseal -> journal.writer) is imported by the
+# options of the commands that record, when those commands are built: read-only commands (verify, show,
+# search, ...) import this module too and never load it.
 
 vault_option = click.option(
     "--vault", "vault_dir", envvar="BROKER_VAULT", default="./vault", show_default=True,
@@ -135,6 +141,8 @@ SIGNER_KEY_FILE = KeyParam(_checked_signer_path, "KEY")
 def seal_options(f: Callable) -> Callable:
     """--seal-key (a signer key file: the recording process reads it itself), --checkpoint-entries,
     --checkpoint-seconds and --witness, for the commands that record."""
+    from journal.checkpoint.autoseal import DEFAULT_ENTRIES, DEFAULT_SECONDS
+
     f = click.option("--witness", "witness", multiple=True, metavar="URL",
                      help="tlog-witness to cosign each checkpoint (repeatable); one that is down never blocks.")(f)
     f = click.option("--checkpoint-seconds", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_SECONDS,
@@ -155,6 +163,8 @@ def autoseal_config(seal_key: str | None, entries: int, seconds: float, witness:
         if witness:
             raise click.UsageError("--witness needs --seal-key")
         return None
+    from journal.checkpoint.autoseal import AutosealConfig
+
     home = str(Path(vault_dir).resolve()) if store and is_database_url(store) else ""
     return AutosealConfig(seal_key, entries, seconds, list(witness), vault_dir=home)
 
@@ -179,12 +189,18 @@ def unknown_host_options(f: Callable) -> Callable:
         "'*.corp.example', or 'all' (repeatable). Every other unknown host is recorded (connector 'other'); "
         "each passed host is said once on stderr and counted in the checkpoints' declared coverage.",
     )(f)
-ack_deadline_option = click.option(
-    "--ack-deadline", type=click.FloatRange(min=0, min_open=True), default=ACK_DEADLINE, show_default=True,
-    metavar="SECONDS",
-    help="Seconds a call waits for the recording service's acknowledgement; past it the service is treated as "
-    "dead (killed and replaced) and the proxy records the waiting calls itself.",
-)
+
+
+def ack_deadline_option(f: Callable) -> Callable:
+    """--ack-deadline SECONDS (broker/proxy/link.py), for the commands that run the proxy."""
+    from broker.proxy.link import ACK_DEADLINE
+
+    return click.option(
+        "--ack-deadline", type=click.FloatRange(min=0, min_open=True), default=ACK_DEADLINE, show_default=True,
+        metavar="SECONDS",
+        help="Seconds a call waits for the recording service's acknowledgement; past it the service is treated "
+        "as dead (killed and replaced) and the proxy records the waiting calls itself.",
+    )(f)
 
 
 def parse_listen(listen: str, param_hint: str = "--listen") -> tuple[str, int]:

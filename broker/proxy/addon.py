@@ -102,7 +102,8 @@ class _Tracked:
 
     __slots__ = (
         "session", "agent", "principal", "connector", "url", "req_fields", "req_cap", "resp_cap", "call",
-        "sent", "inline", "resp_fields", "prompts", "model_api", "refused", "write_ahead",
+        "sent", "inline", "resp_fields", "prompts", "model_api", "refused", "write_ahead", "effect",
+        "effect_ahead",
     )
 
     def __init__(
@@ -122,6 +123,11 @@ class _Tracked:
         self.model_api: str | None = None  # a model call's API
         self.refused: str | None = None  # answered by the broker itself, never forwarded: why
         self.write_ahead: str | None = None  # a write's durable record, made before it went upstream
+        # (connector, effect, effect_basis) as `Recorder.classify` gave them for the request with its whole
+        # body, on the event loop (to decide on a write-ahead record): handed to the recorder with the call,
+        # which then classifies it no second time. None: not classified here.
+        self.effect: tuple[str, str, str] | None = None
+        self.effect_ahead: tuple[str, str, str] | None = None  # the same for a streamed request, without its body
 
 
 def _autoseal(opts) -> AutosealConfig | None:
@@ -429,14 +435,23 @@ class ConnectorJournal:
         return None
 
     def _is_write(self, call: _Tracked, flow: http.HTTPFlow) -> bool:
-        """Whether this call gets a write-ahead record: the connector rules' effect, as the entry's."""
+        """Whether this call gets a write-ahead record: the connector rules' effect, as the entry's.
+        Classified once: with the whole body, the result goes with the call to the recorder (`call.effect`)."""
         if self.wal is None or call.model_api:  # a model call is recorded as a read (its texts referenced)
             return False
         assert self.recorder is not None
         req = flow.request
-        body = None if call.req_cap is not None else req.raw_content
-        _, effect, _ = self.recorder.classify(req.method, call.url, text_pairs(call.req_fields), body, call.connector)
-        return effect == "write"
+        streamed = call.req_cap is not None
+        cls = self.recorder.classify(req.method, call.url, text_pairs(call.req_fields),
+                                     None if streamed else req.raw_content, call.connector)
+        # The recorder reads a method or URL that is not ASCII back from its wire form (journal.record.wire_field),
+        # which may differ from mitmproxy's text: such a call is classified there again.
+        if req.method.isascii() and call.url.isascii():
+            if streamed:
+                call.effect_ahead = cls
+            else:
+                call.effect = cls
+        return cls[1] == "write"
 
     async def _write_ahead(self, flow: http.HTTPFlow, call: _Tracked, body_pending: bool,
                            then: Callable[[http.HTTPFlow, _Tracked], None] | None) -> None:
@@ -444,6 +459,9 @@ class ConnectorJournal:
         A record that cannot be made keeps the write from the platform (under `block`)."""
         try:
             built = self._request_call(call, flow, with_body=not body_pending)  # a streamed body is still coming
+            if body_pending and call.effect_ahead is not None:  # as `_is_write` classified it, without its body
+                connector, effect, basis = call.effect_ahead
+                built = msgspec.structs.replace(built, connector=connector, effect=effect, effect_basis=basis)
             wal = self.wal
             assert wal is not None and self.recorder is not None
             recorder = self.recorder
@@ -833,12 +851,15 @@ class ConnectorJournal:
         extra = dict(played) if played else {}
         if call.write_ahead is not None:
             extra[ID_KEY] = call.write_ahead  # the entry names its write-ahead record (journal/write_ahead.py)
+        # classified already (`_is_write`, with the same body: the request is not streamed): not again
+        known = call.effect if call.effect is not None and with_body else None
+        connector, effect, basis = known if known is not None else (call.connector, None, None)
         return Call(
-            Identity(call.session, call.agent, call.principal), call.connector,
+            Identity(call.session, call.agent, call.principal), connector,
             Request(sendable(flow.request.method), sendable(call.url), call.req_fields,
                     captured_body(flow.request, call.req_cap) if with_body else None, extra or None,
                     trailers=flow.request.trailers.fields if flow.request.trailers else ()),
-            prompts=call.prompts, model_api=call.model_api,
+            effect=effect, effect_basis=basis, prompts=call.prompts, model_api=call.model_api,
             fail_closed=self._opts["broker_on_journal_error"] == "block",
         )
 

@@ -107,3 +107,40 @@ def test_a_model_call_makes_no_record_its_texts_would_be_in(tmp_path):
         assert addon.request(f) is None and f.response is None  # on its way, no record awaited
         asyncio.run(addon.done())
     assert _records(vault) == []
+
+
+def test_each_call_is_classified_once_and_its_entry_says_what_the_rules_say(tmp_path, monkeypatch):
+    """The event loop classifies a call to decide on a write-ahead record; the recorder takes that result
+    with the call instead of classifying it again. The entries are as a fresh classification makes them."""
+    from journal.record import Recorder
+
+    seen: list[str] = []
+    classify = Recorder.classify
+
+    def counting(self, method, url, *args, **kwargs):
+        seen.append(f"{method} {url}")
+        return classify(self, method, url, *args, **kwargs)
+
+    monkeypatch.setattr(Recorder, "classify", counting)
+    vault = tmp_path / "vault"
+    addon = cj.ConnectorJournal()
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, vault=str(vault), broker_recorder="inline", broker_session="once")
+        for method, url, body in (("POST", SEND, b'{"raw": "aGk"}'), ("GET", LABELS, b"")):
+            f = _flow(method, url, body)
+            addon.requestheaders(f)
+            ahead = addon.request(f)
+            if ahead is not None:
+                asyncio.run(ahead)
+            f.response = http.Response.make(200, b"{}", [(b"Content-Type", b"application/json")])
+            addon.responseheaders(f)
+            asyncio.run(addon.response(f))
+        asyncio.run(addon.done())
+        assert seen == [f"POST {SEND}", f"GET {LABELS}"]
+        fresh = Recorder(str(vault))
+        entries = list(iter_entries(Vault(vault), "once"))
+        assert [(e["connector"], e["effect"], e["request"]["effect_basis"]) for e in entries] == [
+            classify(fresh, "POST", SEND, [("Content-Type", "application/json")], b'{"raw": "aGk"}', "unknown"),
+            classify(fresh, "GET", LABELS, [("Content-Type", "application/json")], None, "unknown"),
+        ]
+        fresh.close()
