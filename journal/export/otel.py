@@ -41,6 +41,7 @@ from journal.entry import parse_ts
 from journal.errors import PeerError
 from journal.export.fixture import body_digest, chain_verdict, read_entries
 from journal.export.recorded_body import header
+from journal.reader import open_vault
 from journal.vault import Vault
 from journal.verify import verify_session
 
@@ -211,9 +212,9 @@ def _digest16(label: str, session: str, n: int) -> str:
     return hashlib.sha256(f"connector-broker {label}\n{session}".encode()).hexdigest()[:n]
 
 
-def build_otlp(vault_root: str | os.PathLike, session: str, *, content: bool = False) -> dict:
+def build_otlp(vault_root: Vault | str | os.PathLike, session: str, *, content: bool = False) -> dict:
     """The session's spans as an OTLP/JSON ExportTraceServiceRequest (see the module docstring)."""
-    vault = Vault.open_existing(vault_root)
+    vault = open_vault(vault_root)
     report = verify_session(vault, session).as_dict()
     entries, _ = read_entries(vault, session)
     contexts = [trace_context(e) for e in entries]
