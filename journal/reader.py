@@ -219,16 +219,3 @@ class SessionTail:
                 if len(self._marks) > self.MARKS:
                     self._marks.popitem(last=False)
 
-
-def line_of_seq(vault: Vault, session: str, seq: int) -> bytes | None:
-    """The line (with its newline) of the session's entry with this seq, None when there is none: a database
-    store's row by its key; in a file the line found through the session's seq index (journal/seq_index.py),
-    checked to hold that seq. What it returns is not verified: `broker verify` says whether to trust it."""
-    if seq < 1:
-        return None
-    if isinstance(vault, RowSource):
-        vault.require_session(session)
-        return vault.line_at(session, seq)
-    from journal.seq_index import find_line
-
-    return find_line(vault, session, seq)

@@ -24,19 +24,14 @@ from pathlib import Path
 
 from journal.chain import line_link
 from journal.confine import open_regular
-from journal.reader import iter_lines
+from journal.reader import RowSource, iter_lines
+from journal.user_cache import cache_home
 from journal.vault import Vault
 
 STRIDE = 128
 _MAGIC = b"BSQ1"
 _HEAD = struct.Struct("<4sQQ")
 _READ = 1 << 20
-
-
-def cache_home() -> Path:
-    """The user's cache folder for the broker ($XDG_CACHE_HOME/broker, else ~/.cache/broker)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "broker"
 
 
 class SeqIndex:
@@ -181,3 +176,15 @@ def find_line(vault: Vault, session: str, seq: int) -> bytes | None:
         if _holds(found.data, seq):
             return found.data
     return None
+
+
+def line_of_seq(vault: Vault, session: str, seq: int) -> bytes | None:
+    """The line (with its newline) of the session's entry with this seq, None when there is none: a database
+    store's row by its key; in a file the line found through the session's seq index (journal/seq_index.py),
+    checked to hold that seq. What it returns is not verified: `broker verify` says whether to trust it."""
+    if seq < 1:
+        return None
+    if isinstance(vault, RowSource):
+        vault.require_session(session)
+        return vault.line_at(session, seq)
+    return find_line(vault, session, seq)

@@ -20,7 +20,8 @@ from journal.checkpoint.audit import audit_vault, session_tree
 from journal.checkpoint.note import Verifier
 from journal.checkpoint.witness import WitnessClient
 from journal.entry import parse_ts
-from journal.reader import RowSource, iter_entries, line_of_seq, session_size
+from journal.reader import RowSource, iter_entries, session_size
+from journal.seq_index import line_of_seq
 from journal.summary import call_label, status_text, summarize_session
 from journal.vault import Vault, VaultError
 from journal.vault_verify import verify_sessions

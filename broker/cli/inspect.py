@@ -33,11 +33,9 @@ def inspect(vault_dir: str, store: str | None, listen: str, open_browser: bool, 
     plans, search, and every hash re-checked in the browser. GET and HEAD only."""
     import uvicorn
 
-    from broker.cli.replay import default_out
     from broker.inspector import create_app
 
     vault = reading_vault(store, vault_dir)
-    vault.views_dir = default_out(vault)  # replay's scratch for the views and revert-plan tabs: never the vault
     host, port = parse_listen(listen)
     if not is_loopback(host) and not token:
         token = secrets.token_urlsafe(24)

@@ -11,7 +11,6 @@ usage error. Nothing is ever executed.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,6 +22,7 @@ from broker.cli.progress import progress_bar
 from journal.reader import session_size
 from journal.replay import BrokenChainError, plan_dict, replay_session, write_outputs
 from journal.replay.plan import ordered_steps, step_dict
+from journal.user_cache import views_home
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -42,21 +42,13 @@ _out = click.option("--out", "out_dir", type=click.Path(file_okay=False), defaul
                     "($XDG_CACHE_HOME/broker/views/..., said on stderr); never the vault.")
 
 
-def default_out(vault) -> Path:
-    """The views' default folder: the user's cache, one folder per vault or store (named by its path or URL)."""
-    from journal.seq_index import cache_home
-
-    where = str(getattr(vault, "label", vault.root))
-    return cache_home() / "views" / hashlib.sha256(where.encode("utf-8", "surrogateescape")).hexdigest()[:16]
-
-
 def _run(
     vault_dir: str, session: str, require_intact: bool, seal_key: Verifier | Ed25519PublicKey | None,
     store: str | None = None, out_dir: str | None = None, *, write: bool = True,
 ):
     vault = reading_vault(store, vault_dir)
     vault.require_session(session)
-    out = Path(out_dir).absolute() if out_dir else default_out(vault)
+    out = Path(out_dir).absolute() if out_dir else views_home(vault)
     if write and not out_dir:
         click.echo(f"views go to {out} (give --out DIR for another folder)", err=True)
     out.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,7 @@ from journal.blob_read import open_recorded_blob
 from journal.confine import NotConfined, is_blob_name, read_chunks
 from journal.errors import BrokerError
 from journal.export.recorded_body import BlobUnavailable, BodyUndecodable, body_kind, decode_body, header
-from journal.reader import RowSource
+from journal.reader import RowSource, session_lines, session_size
 from journal.replay.labels import resource_id, title
 from journal.replay.plan import plan_dict
 from journal.search import Query, search
@@ -153,6 +153,8 @@ class Api:
         line, for the page's own chain check. X-Complete-Bytes says where that is."""
         sid = self.session(request)
         offset = _int(request, "offset", 0)
+        if isinstance(self.vault, RowSource):
+            return self._raw_rows(sid, offset)
         head = self.index.head(sid)
         end = head["bytes"]  # the whole file: a torn last line is part of what the page must judge
         if offset > end:
@@ -169,6 +171,19 @@ class Api:
                         break
                     left -= len(block)
                     yield block
+
+        return StreamingResponse(chunks(), media_type="application/octet-stream", headers={
+            "cache-control": "no-store", "x-file-bytes": str(end), "x-offset": str(offset),
+        })
+
+    def _raw_rows(self, sid: str, offset: int) -> Response:
+        """`raw` for a database store: the lines a pulled file would hold, streamed a page of rows at a time."""
+        end = session_size(self.vault, sid)
+        offset = min(offset, end)
+
+        def chunks():
+            for line in session_lines(self.vault, sid, offset):
+                yield line.data
 
         return StreamingResponse(chunks(), media_type="application/octet-stream", headers={
             "cache-control": "no-store", "x-file-bytes": str(end), "x-offset": str(offset),

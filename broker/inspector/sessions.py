@@ -23,6 +23,7 @@ from journal.reader import RowSource
 from journal.replay import Replay, replay_session
 from journal.replay.views import Views
 from journal.summary import summarize_session
+from journal.user_cache import views_home
 from journal.vault import Vault
 from journal.verify import SessionReport, verify_session
 
@@ -54,6 +55,8 @@ class SessionIndex:
     """Per-session derived state for one vault, safe to use from several request threads."""
 
     def __init__(self, vault: Vault) -> None:
+        if vault.views_dir == vault.root / "views":  # replay's scratch (views, revert-plan tabs): never the vault
+            vault.views_dir = views_home(vault)
         self.vault = vault
         self._sessions: dict[str, _Session] = {}
         self._lock = threading.Lock()

@@ -36,6 +36,12 @@ class DatabaseVault(Vault):
         self.label = store.shown
         self.unmapped: dict[str, str] = {}  # session ids the store holds that no vault file can be named for
 
+    def origin(self, *, create: bool = False, prefix: str = "connector-broker.vault") -> str | None:
+        """As Vault.origin, in the --vault directory of the store's checkpoints (made when a sealer needs it)."""
+        if create and not self.root.is_dir():
+            Vault.create(self.root)
+        return super().origin(create=create, prefix=prefix)
+
     def sessions(self) -> list[str]:
         """The store's sessions in the file vault's order; an id no file could be named for goes to `unmapped`
         (a finding for verify, skipped by the other readers, as a pull skips it)."""

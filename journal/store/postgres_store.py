@@ -317,10 +317,13 @@ class PostgresStore:
         return bytes(row[0]) if row else None
 
     def size_of(self, session: str) -> int:
-        """The bytes of the session's lines (octet_length reads a stored value's length, not the value)."""
+        """The bytes of the session's lines as a pulled file holds them (a row lacking its final newline gets
+        one there): one pass over the session's rows in the database, nothing sent but the sum."""
         with self._pooled() as conn:
-            return int(conn.execute("SELECT coalesce(sum(octet_length(line)), 0) FROM journal_entries "
-                                    "WHERE session = %s", (session,)).fetchone()[0])
+            return int(conn.execute(
+                "SELECT coalesce(sum(octet_length(line) + CASE WHEN octet_length(line) > 0 AND "
+                "get_byte(line, octet_length(line) - 1) = 10 THEN 0 ELSE 1 END), 0) FROM journal_entries "
+                "WHERE session = %s", (session,)).fetchone()[0])
 
     # -- blobs ------------------------------------------------------------------------------
 
