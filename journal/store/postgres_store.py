@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import select
-import tempfile
 import threading
 import time
 import uuid
@@ -33,7 +32,7 @@ from journal.chain import GENESIS
 from journal.entry import format_ts
 from journal.store.interface import BlobErased, StoreError, Tombstone
 from journal.store.postgres_schema import CURRENT_VERSION, MIGRATIONS, SCHEMA_LOCK, grant_writer_sql
-from journal.vault import SessionIdError, Vault, session_filename
+from journal.vault import SessionIdError, session_filename
 from journal.writer import JournalError
 
 log = logging.getLogger(__name__)
@@ -93,7 +92,6 @@ class PostgresStore:
         self._schema_checked = False
         self._idle: list = []
         self._lock = threading.Lock()
-        self.unmapped: dict[str, str] = {}  # by reading_vault: session ids no vault file can hold -> why
 
     # -- connections ------------------------------------------------------------------------
 
@@ -418,19 +416,6 @@ class PostgresStore:
         except psycopg.Error as exc:
             log.warning("erased bytes stay in dead rows until the next VACUUM of journal_blob_chunks "
                         "(this role could not run it: %s)", _first_line(exc))
-
-    # -- readers that want a file vault -----------------------------------------------------
-
-    @contextmanager
-    def reading_vault(self, *, blobs: bool = True) -> Iterator[Vault]:
-        """A temporary file vault pulled from this store: the one file verifier reads the very lines."""
-        from journal.store.file_store import FileStore
-        from journal.store.transfer import copy_store
-
-        with tempfile.TemporaryDirectory(prefix="broker-pull-") as tmp:
-            target = FileStore(tmp, create=True)
-            self.unmapped = copy_store(self, target, blobs=blobs).unmapped
-            yield target.vault
 
 
 class PostgresBlobWriter:
