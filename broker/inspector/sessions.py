@@ -46,7 +46,7 @@ class _Session:
     starts: array = field(default_factory=lambda: array("q"))  # byte offset of each complete line
     indexed: int = 0  # bytes indexed (end of the last complete line)
     tail: bytes = b""  # the last line's bytes as indexed, to notice a rewrite before `indexed`
-    derived: dict[str, tuple[tuple[int, int], object]] = field(default_factory=dict)
+    derived: dict[str, tuple[tuple[int, object], object]] = field(default_factory=dict)  # by file stamp or db head
     lock: threading.Lock = field(default_factory=threading.Lock)  # the line index
     builders: dict[str, threading.Lock] = field(default_factory=dict)  # one per derived value
 
