@@ -9,13 +9,18 @@ import os
 from typing import BinaryIO
 
 from journal.confine import is_blob_name, open_blob
+from journal.vault import Vault
 
 
-def open_recorded_blob(root: str | os.PathLike, digest: str) -> BinaryIO:
-    """Blob `digest` of the vault at `root` (as confine.open_blob), else of BROKER_BLOBS' store;
-    FileNotFoundError when neither holds it, or the store's bytes do not hash to its name."""
+def open_recorded_blob(vault: Vault | str | os.PathLike, digest: str) -> BinaryIO:
+    """Blob `digest` of the vault (or the vault at that path: as confine.open_blob; a database store read in
+    place: from its rows, checked against its name), else of BROKER_BLOBS' store; FileNotFoundError when
+    neither holds it, or the bytes do not hash to its name."""
+    from_store = getattr(vault, "open_blob", None)  # journal/store/database_vault.py
     try:
-        return open_blob(root, digest)
+        if from_store is not None and is_blob_name(digest):
+            return from_store(digest)
+        return open_blob(vault.root if isinstance(vault, Vault) else vault, digest)
     except FileNotFoundError:
         remote = os.environ.get("BROKER_BLOBS")
         if not remote or not is_blob_name(digest):

@@ -17,6 +17,7 @@ import os
 from dataclasses import dataclass, field
 
 from journal.export.fixture import expected_call, read_entries
+from journal.reader import open_vault
 from journal.vault import Vault
 
 CALL_FIELDS = ("connector", "effect", "method", "url", "request_body_sha256")
@@ -89,9 +90,9 @@ def session_calls(vault: Vault, session: str) -> list[dict]:
     return [expected_call(e) for e in entries]
 
 
-def diff_sessions(vault_root: str | os.PathLike, a: str, b: str) -> SessionDiff:
+def diff_sessions(vault_root: Vault | str | os.PathLike, a: str, b: str) -> SessionDiff:
     """Compare two sessions of one vault; VaultError when either is missing."""
-    vault = Vault.open_existing(vault_root)
+    vault = open_vault(vault_root)
     a_calls, b_calls = session_calls(vault, a), session_calls(vault, b)
     return SessionDiff(a, b, a_calls, b_calls, diff_calls(a_calls, b_calls))
 

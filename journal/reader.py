@@ -7,8 +7,9 @@ import itertools
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import orjson
 
@@ -103,14 +104,82 @@ def iter_lines(path: str | os.PathLike, start: int = 0) -> Iterator[Line]:
             offset += len(data) + 1
 
 
+def open_vault(vault: Vault | str | os.PathLike) -> Vault:
+    """A reader's vault: one already opened (a file vault, or a database store read in place:
+    journal/store/database_vault.py) as it is, else the vault directory at that path."""
+    return vault if isinstance(vault, Vault) else Vault.open_existing(vault)
+
+
+def blocks_of_lines(lines: Iterable[bytes], size: int = 512) -> Iterator[LineBlock]:
+    """LineBlocks of about `size` lines (as iter_line_blocks gives a file's) from lines held elsewhere (a
+    database row each). A line is what a file holding these bytes one after another would hold: a line
+    lacking its final newline gets one (as `broker pull` writes it) and one holding a newline inside is
+    two lines, so a reader of either store sees the same lines."""
+    it = iter(lines)
+    while True:
+        chunk = [line if line.endswith(b"\n") else line + b"\n" for line in itertools.islice(it, size)]
+        if not chunk:
+            return
+        raw = b"".join(chunk)
+        yield LineBlock(raw.split(b"\n")[:-1], raw)
+
+
+@runtime_checkable
+class RowSource(Protocol):
+    """A vault whose sessions live in rows of a database rather than in files (journal/store/database_vault.py).
+    The functions below read either; what a reader sees is the same lines in the same order."""
+
+    def line_blocks(self, session: str, after_seq: int = 0, last_seq: int | None = None) -> Iterator[LineBlock]:
+        """The session's lines (blocks_of_lines) of the rows with seq in (after_seq, last_seq], in seq order."""
+        ...
+
+    def line_at(self, session: str, seq: int) -> bytes | None:
+        """The line (with its newline) of the row with this seq; None when there is none."""
+        ...
+
+    def size_of(self, session: str) -> int:
+        """The session's bytes (for progress bars and the sharing out of work)."""
+        ...
+
+
+def session_blocks(vault: Vault, session: str) -> Iterator[LineBlock]:
+    """A session's lines in blocks, in file (seq) order, from whichever store holds them."""
+    if isinstance(vault, RowSource):
+        vault.require_session(session)
+        return vault.line_blocks(session)
+    return iter_line_blocks(vault.require_session(session))
+
+
+def session_lines(vault: Vault, session: str, start: int = 0) -> Iterator[Line]:
+    """As iter_lines over the session's file from byte `start` (a line start), whichever store holds it
+    (a database's offsets are those of the same lines in a pulled file)."""
+    if not isinstance(vault, RowSource):
+        yield from iter_lines(vault.require_session(session), start)
+        return
+    index, offset = 0, 0
+    for block in session_blocks(vault, session):
+        for data in block.lines:
+            if offset >= start:
+                yield Line(index, offset, data + b"\n")
+                index += 1
+            offset += len(data) + 1
+
+
+def session_size(vault: Vault, session: str) -> int:
+    """The session's bytes, whichever store holds it."""
+    if isinstance(vault, RowSource):
+        return vault.size_of(session)
+    return vault.session_path(session).stat().st_size
+
+
 def iter_entries(vault: Vault, session: str) -> Iterator[dict]:
     """Parsed entries of a session, in file order. Unparseable lines raise InputError (a ValueError) naming the line."""
-    path = vault.require_session(session)
-    for line in iter_lines(path):
+    for line in session_lines(vault, session):
         try:
             yield orjson.loads(line.data)
         except orjson.JSONDecodeError as exc:
-            raise InputError(f"{path}: line {line.index + 1} is not JSON ({exc}); run `broker verify`") from None
+            raise InputError(f"session {session!r}: line {line.index + 1} is not JSON ({exc}); run `broker verify`"
+                             ) from None
 
 
 class SessionTail:
@@ -149,3 +218,4 @@ class SessionTail:
                 self._marks.move_to_end(session)
                 if len(self._marks) > self.MARKS:
                     self._marks.popitem(last=False)
+

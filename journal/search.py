@@ -24,6 +24,7 @@ import orjson
 
 from journal.canonical import canonical_bytes
 from journal.errors import InputError
+from journal.reader import RowSource
 from journal.vault import Vault
 
 _STATUS_RE = re.compile(r"(?:[1-5][0-9]{2}|[1-5]xx|none)\Z")
@@ -216,13 +217,25 @@ def _candidates(path, matcher: _Matcher) -> Iterator[tuple[int, bytes]]:
                 return
 
 
+def _row_candidates(vault: RowSource, session: str, matcher: _Matcher) -> Iterator[tuple[int, bytes]]:
+    """(seq, line) of a database session's rows holding every spelling the query needs: the database
+    filters the rows (position() in each line, on the server), so only candidates travel; the session
+    filter is the primary key's range."""
+    rows = vault.store.matching_lines(session, matcher.need)  # type: ignore[attr-defined]
+    for seq, line in rows:
+        if matcher.maybe(line):
+            yield seq, line
+
+
 def search(vault: Vault, query: Query) -> Iterator[Match]:
     """Every entry that matches `query`, session by session (sorted by file name), in file order."""
     matcher = _Matcher(query)
     sessions = [query.session] if query.session is not None else vault.sessions()
     for session in sessions:
         path = vault.require_session(session)
-        for index, line in _candidates(path, matcher):
+        found = _row_candidates(vault, session, matcher) if isinstance(vault, RowSource) else \
+            _candidates(path, matcher)
+        for index, line in found:
             raw = line[:-1] if line.endswith(b"\n") else line
             try:
                 entry = orjson.loads(raw)

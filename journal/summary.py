@@ -14,6 +14,7 @@ from journal.call import TOOL_ERROR
 from journal.checkpoint.checkpoint import Checkpoint, read_checkpoint_note
 from journal.checkpoint.note import NoteError, parse_note
 from journal.confine import NotConfined
+from journal.reader import RowSource, session_blocks
 from journal.seal import read_seal
 from journal.vault import Vault
 from journal.verify import verify_session
@@ -21,6 +22,8 @@ from journal.verify import verify_session
 
 def count_lines(vault: Vault, session: str) -> int:
     """Lines in a session file (entries, when the chain is broken and the verifier stopped early)."""
+    if isinstance(vault, RowSource):  # a database store read in place: the same lines a pulled file holds
+        return sum(len(block.lines) for block in session_blocks(vault, session))
     try:
         f = os.fdopen(vault.open_session(session), "rb")
     except NotConfined:  # not read (journal/confine.py); the verifier's report says why

@@ -125,7 +125,7 @@ def _matches(part: object, recorded: list[_Recorded], vault: Vault) -> list[int]
             return hits
         try:
             vault.blob_path(part["ref"])  # refuses a ref that is not blobs/sha256/<hh>/<64 hex>
-            with open_recorded_blob(vault.root, part["ref"].rsplit("/", 1)[-1]) as f:
+            with open_recorded_blob(vault, part["ref"].rsplit("/", 1)[-1]) as f:
                 text = f.read().decode("utf-8", "replace")
         except (OSError, VaultError):
             return []

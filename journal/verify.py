@@ -49,7 +49,7 @@ from journal.entry import ContractError, is_valid_entry, validate_entry
 from journal.erasure import read_tombstone
 from journal.erasure_signature import erasure_signer
 from journal.forked_call import ForkedCall, can_fork, usable_cpus
-from journal.reader import LineBlock, iter_line_blocks
+from journal.reader import LineBlock, RowSource, iter_line_blocks, session_blocks
 from journal.seal import Seal, check_signature, read_seal
 from journal.vault import Vault, VaultError
 
@@ -112,14 +112,20 @@ def verify_session(
         return report
     seal = read_seal(vault, session)
     remote = None
+    rows = isinstance(vault, RowSource)  # a database store read in place (journal/store/database_vault.py)
     if blobs_url and check_blobs:
         from journal.store.url import open_blob_sink
 
         remote, workers = open_blob_sink(blobs_url), 1
+    elif rows and check_blobs:
+        remote = vault.blob_checker()  # type: ignore[attr-defined]
     checker = BlobStore(vault.root, erasure_keys=erasure_keys, remote=remote) if check_blobs else None
     walk = _Walk(session, report, checker,
                  seal.entries if seal is not None else None, on_entry, progress)
-    _verify_file(walk, path, workers)
+    if rows:
+        walk.run(session_blocks(vault, session))
+    else:
+        _verify_file(walk, path, workers)
     report.erased = [tombstone for _, tombstone in walk.erased]
     report.notes += walk.tool_list_notes()  # docs/prompts.md: tool definitions changed within the session
     for t in report.erased:
@@ -579,7 +585,8 @@ def _check_blobs(
                 cache[digest] = checked
                 if checked is not None and "missing" in checked:
                     try:
-                        tombstone = read_tombstone(blobs.root, digest)
+                        held = getattr(blobs.remote, "tombstone", None)  # a database store keeps its own
+                        tombstone = held(digest) if held is not None else read_tombstone(blobs.root, digest)
                     except VaultError as exc:
                         tombstone, cache[digest] = None, f"{cache[digest]} ({exc})"
                     keys = cast("list[Verifier]", blobs.erasure_keys)  # BlobStore holds them untyped

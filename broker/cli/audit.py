@@ -10,7 +10,6 @@ from broker.cli.options import (
     ANY_VERIFIER_KEY,
     VERIFIER_KEY,
     blobs_option,
-    pulled_vault,
     reading_vault,
     store_option,
     unmapped_sessions,
@@ -21,7 +20,8 @@ from journal.checkpoint.audit import audit_vault, session_tree
 from journal.checkpoint.note import Verifier
 from journal.checkpoint.witness import WitnessClient
 from journal.entry import parse_ts
-from journal.reader import iter_entries
+from journal.reader import RowSource, iter_entries, session_size
+from journal.seq_index import line_of_seq
 from journal.summary import call_label, status_text, summarize_session
 from journal.vault import Vault, VaultError
 from journal.vault_verify import verify_sessions
@@ -37,7 +37,12 @@ def _select(vault: Vault, sessions: tuple[str, ...]) -> list[str]:
 
 
 def _total_bytes(vault: Vault, sessions: list[str]) -> int:
-    return sum(vault.session_path(s).stat().st_size for s in sessions)
+    """For the progress bar: 0 (no bar) for a database store, whose sizes would cost a pass of their own."""
+    return 0 if isinstance(vault, RowSource) else sum(session_size(vault, s) for s in sessions)
+
+
+def _where(vault: Vault) -> str:
+    return str(getattr(vault, "label", vault.root))
 
 
 @click.command(short_help="Check every session's chain, contract, blobs and seal.")
@@ -66,24 +71,21 @@ def verify(vault_dir: str, store: str | None, sessions: tuple[str, ...], as_json
 
     Exit 0 when every session is intact, 1 when any is broken, 2 on a usage error.
     """
+    # A database store is read in place; its checkpoints and seals stay in the --vault directory they were
+    # written to (docs/postgres.md), which is read there, never written.
+    vault = reading_vault(store, vault_dir)
     if isinstance(seal_key, Verifier):
-        if store:  # checkpoints of a database store live in the vault it was pulled into and sealed in
-            vault_dir = str(pulled_vault(store, vault_dir, list(sessions) or None).root)
-        return verify_checkpoints(vault_dir, sessions, as_json, no_blobs, seal_key, witness_keys, witness_urls,
+        return verify_checkpoints(vault, sessions, as_json, no_blobs, seal_key, witness_keys, witness_urls,
                                   require_sealed, erasure_keys, blobs)
     if witness_keys or witness_urls or require_sealed:
         raise click.UsageError("--witness-key, --witness and --require-sealed need a --seal-key verifier key")
     public = seal_key  # a legacy .pub key checks the old .seal files
-    if public is not None and store:  # seals of a database store live in the vault it was pulled into and sealed in
-        vault = pulled_vault(store, vault_dir, list(sessions) or None)
-    else:
-        vault = reading_vault(store, vault_dir, blobs=not no_blobs and not blobs)
     names = _select(vault, sessions)
     with progress_bar(_total_bytes(vault, names), "verifying") as advance:
         reports = verify_sessions(vault, names, check_blobs=not no_blobs, progress=advance, seal_key=public,
                                   erasure_keys=list(erasure_keys), blobs_url=blobs)
     print_reports(reports, as_json)
-    unmapped = unmapped_sessions()
+    unmapped = {} if sessions else unmapped_sessions(vault)
     for session, why in unmapped.items():  # rows of a database store no vault file can hold: not verified
         if as_json:
             click.echo(orjson.dumps({"session": session, "intact": False, "kind": "contract_violation",
@@ -91,17 +93,16 @@ def verify(vault_dir: str, store: str | None, sessions: tuple[str, ...], as_json
         else:
             click.echo(f"{session!r}: BROKEN at seq 1: contract_violation: {why}; not verified")
     if not names and not as_json and not unmapped:
-        click.echo(f"no sessions in {vault.root}")
+        click.echo(f"no sessions in {_where(vault)}")
     return 0 if all(r.intact for r in reports) and not unmapped else 1
 
 
-def verify_checkpoints(vault_dir: str, sessions: tuple[str, ...], as_json: bool, no_blobs: bool, key: Verifier,
+def verify_checkpoints(vault: Vault, sessions: tuple[str, ...], as_json: bool, no_blobs: bool, key: Verifier,
                        witness_keys: tuple[Verifier, ...], witness_urls: tuple[str, ...], require_sealed: bool,
                        erasure_keys: tuple[Verifier, ...] = (), blobs_url: str | None = None) -> int:
     """`broker verify --seal-key VKEY`: the chain of each session, then checkpoints, index and witnesses."""
     wkeys = list(witness_keys)
     clients = [WitnessClient(u, None) for u in witness_urls]
-    vault = Vault.open_existing(vault_dir)
     names = _select(vault, sessions)
     checked = {}
     with progress_bar(_total_bytes(vault, names), "verifying") as advance:
@@ -163,7 +164,7 @@ def sessions(vault_dir: str, store: str | None, as_json: bool) -> int:
             click.echo(orjson.dumps(row).decode())
         return 0
     if not rows:
-        click.echo(f"no sessions in {vault.root}")
+        click.echo(f"no sessions in {_where(vault)}")
         return 0
     header = f"{'SESSION':<28} {'ENTRIES':>7} {'FIRST':<24} {'LAST':<24} {'WRITES':>6}  VERIFIES  CONNECTORS"
     click.echo(header)
@@ -203,14 +204,11 @@ def show(vault_dir: str, store: str | None, session: str, seq: int | None, as_js
     error result shows as `200 (tool error)`. With --seq, that entry's line and the whole entry."""
     vault = reading_vault(store, vault_dir, blobs=False)
     vault.require_session(session)
+    if seq is not None:
+        return _show_one(vault, session, seq, as_json)
     if as_json:
-        found = False
         for entry in iter_entries(vault, session):
-            if seq is None or entry.get("seq") == seq:
-                found = True
-                click.echo(orjson.dumps(entry).decode())
-        if seq is not None and not found:
-            raise VaultError(f"session {session!r} has no entry with seq {seq}")
+            click.echo(orjson.dumps(entry).decode())
         return 0
     # Two passes, so that every column is as wide as its widest value without holding the session.
     widths = [1] * 8
@@ -229,6 +227,42 @@ def show(vault_dir: str, store: str | None, session: str, seq: int | None, as_js
     return 0
 
 
+def _show_one(vault: Vault, session: str, seq: int, as_json: bool) -> int:
+    """`show --seq N`: the entry's line (found by the store's key or the file's seq index, journal/reader.py
+    line_of_seq: time independent of N) and the one before it for the gap; nothing else is read."""
+    line = line_of_seq(vault, session, seq)
+    entry = _parsed(line)
+    if entry is None:
+        raise VaultError(f"session {session!r} has no entry with seq {seq}")
+    if as_json:
+        click.echo(orjson.dumps(entry).decode())
+        return 0
+    before = _parsed(line_of_seq(vault, session, seq - 1)) if seq > 1 else None
+    row = _row(entry, _gap(before.get("ts") if before else None, entry.get("ts", "")))
+    click.echo("  ".join(row[:8]) + "  " + row[8])
+    click.echo(orjson.dumps(entry, option=orjson.OPT_INDENT_2).decode())
+    return 0
+
+
+def _parsed(line: bytes | None) -> dict | None:
+    try:
+        entry = orjson.loads(line) if line is not None else None
+    except orjson.JSONDecodeError:
+        return None
+    return entry if isinstance(entry, dict) else None
+
+
+def _row(entry: dict, gap: str) -> list[str]:
+    """The timeline's columns of one entry."""
+    req, resp = entry.get("request", {}), entry.get("response", {})
+    req = req if isinstance(req, dict) else {}
+    resp = resp if isinstance(resp, dict) else {}
+    status_s = status_text(resp.get("status"), resp.get("error"))
+    return [str(entry.get("seq", "?")), str(entry.get("ts", "")), gap, str(entry.get("connector", "?")),
+            str(entry.get("effect", "?")), str(entry.get("capture", "?")), call_label(entry), status_s,
+            str(req.get("url", ""))]
+
+
 def _timeline(vault: Vault, session: str, seq: int | None):
     """(columns, entry) per entry shown: seq, time, gap, connector, effect, capture, method, status, URL."""
     prev_ts = None
@@ -238,11 +272,7 @@ def _timeline(vault: Vault, session: str, seq: int | None):
         prev_ts = ts
         if seq is not None and entry.get("seq") != seq:
             continue
-        req, resp = entry.get("request", {}), entry.get("response", {})
-        status_s = status_text(resp.get("status"), resp.get("error"))
-        row = [str(entry.get("seq", "?")), ts, gap, str(entry.get("connector", "?")), str(entry.get("effect", "?")),
-               str(entry.get("capture", "?")), call_label(entry), status_s, str(req.get("url", ""))]
-        yield row, entry
+        yield _row(entry, gap), entry
 
 
 COMMANDS = [verify, sessions, show]

@@ -8,12 +8,11 @@ from pathlib import Path
 import click
 import orjson
 
-from broker.cli.options import SIGNER_KEY, VERIFIER_KEY, bind, parse_listen, vault_option
+from broker.cli.options import SIGNER_KEY, VERIFIER_KEY, bind, parse_listen, reading_vault, store_option, vault_option
 from journal.checkpoint.note import Signer, Verifier
 from journal.checkpoint.proof_bundle import check_bundle, make_bundle
 from journal.checkpoint.witness import Witness, app
 from journal.errors import InputError
-from journal.vault import Vault
 
 
 @click.command()
@@ -43,12 +42,13 @@ def witness(listen: str, signer: Signer, state_dir: str, log_keys: tuple[Verifie
 
 @click.command()
 @vault_option
+@store_option
 @click.argument("session")
 @click.argument("seq", type=int)
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None, help="Write the bundle here.")
-def prove(vault_dir: str, session: str, seq: int, out_path: str | None) -> int:
+def prove(vault_dir: str, store: str | None, session: str, seq: int, out_path: str | None) -> int:
     """Write a self-contained proof of one entry: its line, its inclusion proof and the signed checkpoint."""
-    vault = Vault.open_existing(vault_dir)
+    vault = reading_vault(store, vault_dir)  # a database store's checkpoints: in --vault DIR
     vault.require_session(session)
     data = orjson.dumps(make_bundle(vault, session, seq), option=orjson.OPT_INDENT_2) + b"\n"
     if out_path:

@@ -5,20 +5,21 @@ from __future__ import annotations
 import click
 import orjson
 
-from broker.cli.options import vault_option
+from broker.cli.options import reading_vault, store_option, vault_option
 
 
 @click.command()
 @vault_option
+@store_option
 @click.argument("session_a")
 @click.argument("session_b")
 @click.option("--json", "as_json", is_flag=True, help="The differences as one JSON object.")
-def diff(vault_dir: str, session_a: str, session_b: str, as_json: bool) -> int:
+def diff(vault_dir: str, store: str | None, session_a: str, session_b: str, as_json: bool) -> int:
     """Compare the ordered calls (connector, effect, method, URL, request body hash) and statuses of two
     sessions. Exit 0 when they match, 1 when they differ, 2 on a usage error."""
     from journal.diff import diff_sessions, render
 
-    d = diff_sessions(vault_dir, session_a, session_b)
+    d = diff_sessions(reading_vault(store, vault_dir), session_a, session_b)
     if as_json:
         click.echo(orjson.dumps(d.as_dict()).decode())
     else:

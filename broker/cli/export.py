@@ -8,12 +8,13 @@ from pathlib import Path
 import click
 import orjson
 
-from broker.cli.options import vault_option
+from broker.cli.options import reading_vault, store_option, vault_option
+from journal.vault import Vault
 
 FORMATS = ("fixture", "har", "vcr", "otel", "ocsf")
 
 
-def _render(fmt: str, vault_dir: str, session: str, inline_blobs: bool, content: bool) -> bytes:
+def _render(fmt: str, vault_dir: Vault, session: str, inline_blobs: bool, content: bool) -> bytes:
     if fmt == "fixture":
         from journal.export.fixture import build_fixture, fixture_bytes
 
@@ -38,6 +39,7 @@ def _render(fmt: str, vault_dir: str, session: str, inline_blobs: bool, content:
 
 @click.command()
 @vault_option
+@store_option
 @click.argument("session")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), required=True, help="What to write.")
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help="Write here instead of standard output.")
@@ -46,8 +48,8 @@ def _render(fmt: str, vault_dir: str, session: str, inline_blobs: bool, content:
               help="otel: put request and response bodies on the spans (off by default: spans reference them).")
 @click.option("--otlp", "otlp_url", default=None, metavar="URL",
               help="otel: send the spans to this OTLP/HTTP endpoint (e.g. http://127.0.0.1:4318/v1/traces).")
-def export(vault_dir: str, session: str, fmt: str, out: str | None, inline_blobs: bool, content: bool,
-           otlp_url: str | None) -> int:
+def export(vault_dir: str, store: str | None, session: str, fmt: str, out: str | None, inline_blobs: bool,
+           content: bool, otlp_url: str | None) -> int:
     """Write SESSION as a test fixture, HAR 1.2, a VCR.py cassette, OpenTelemetry spans (OTLP/JSON)
     or OCSF API Activity events (JSON lines).
 
@@ -57,14 +59,15 @@ def export(vault_dir: str, session: str, fmt: str, out: str | None, inline_blobs
         raise click.UsageError("--inline-blobs applies to --format har (vcr always inlines)")
     if (content or otlp_url) and fmt != "otel":
         raise click.UsageError("--content and --otlp apply to --format otel")
+    vault = reading_vault(store, vault_dir)
     if otlp_url:
         from journal.export.otel import build_otlp, send_otlp
 
-        status = send_otlp(otlp_url, build_otlp(vault_dir, session, content=content))
+        status = send_otlp(otlp_url, build_otlp(vault, session, content=content))
         click.echo(f"sent {session} to {otlp_url}: HTTP {status}", err=True)
         if out is None:
             return 0
-    data = _render(fmt, vault_dir, session, inline_blobs, content)
+    data = _render(fmt, vault, session, inline_blobs, content)
     if out is None:
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()

@@ -1,8 +1,8 @@
 """The options several commands share, and how each is read: one place for each.
 
 - `--vault DIR` and `--store URL` (see journal/store/): a command given `--store` (or BROKER_STORE)
-  uses it; otherwise `--vault DIR` as before. Readers of a PostgreSQL store read a temporary file vault
-  pulled from it (byte-identical lines), so the one file verifier and the existing readers run unchanged.
+  uses it; otherwise `--vault DIR` as before. Readers of a PostgreSQL store read it in place
+  (journal/store/database_vault.py): the same lines a pulled vault would hold, in seq order, paged.
 - `--seal-key` and the checkpoint options `broker run` and `broker mcp` share (journal/checkpoint/autoseal.py).
 - every key option (`--seal-key`, `--witness-key`, `--log-key`, `--key`): read by journal/checkpoint/keys.py.
 - `--listen HOST:PORT` and the socket it binds.
@@ -70,40 +70,25 @@ def store_or_vault(store: str | None, vault_dir: str) -> str:
 
 
 def reading_vault(store: str | None, vault_dir: str, *, blobs: bool = True) -> Vault:
-    """A vault to read: --vault DIR, --store DIR, or a temporary pull of a --store database (removed when
-    the command ends)."""
+    """The vault a reader reads: --vault DIR, --store DIR, or a --store database read in place (rows in seq
+    order, a page at a time: journal/store/database_vault.py), with --vault DIR as the folder of its
+    checkpoints and seals. Nothing is copied and nothing is written. (`blobs` is kept for old callers: a
+    database's blobs are read from it as they are needed.)"""
     if not store:
         return Vault.open_existing(vault_dir)
     if not is_database_url(store):
         return Vault.open_existing(store)
-    db = open_store(store)
-    ctx = click.get_current_context()
-    vault = ctx.with_resource(db.reading_vault(blobs=blobs))
-    ctx.meta["unmapped_sessions"] = getattr(db, "unmapped", {})
-    return vault
-
-
-def unmapped_sessions() -> dict[str, str]:
-    """Session ids the database store read by `reading_vault` holds but no vault file can be named for -> why
-    (findings for the reader to report: such a row was not verified)."""
-    return click.get_current_context().meta.get("unmapped_sessions", {})
-
-
-def pulled_vault(store: str | None, vault_dir: str, sessions: list[str] | None) -> Vault:
-    """For readers that write beside the entries (replay's views): a database store's sessions are
-    first pulled into --vault DIR (only what is new), which is then read and written as usual."""
-    if not store or not is_database_url(store):
-        return Vault.open_existing(store or vault_dir)
-    from journal.store.file_store import FileStore
-    from journal.store.transfer import copy_store
+    from journal.store.database_vault import DatabaseVault
 
     db = open_store(store)
-    target = FileStore(vault_dir, create=True)
-    try:
-        copy_store(db, target, sessions=sessions)
-    finally:
-        db.close()
-    return target.vault
+    click.get_current_context().call_on_close(db.close)
+    return DatabaseVault(db, vault_dir)  # type: ignore[arg-type]
+
+
+def unmapped_sessions(vault: Vault) -> dict[str, str]:
+    """Session ids a database store holds but no vault file can be named for -> why (findings for the reader
+    to report: such a row was not verified); none for a file vault."""
+    return dict(getattr(vault, "unmapped", {}))
 
 
 class KeyParam(click.ParamType):

@@ -1,7 +1,9 @@
 """Replay commands: `broker replay` (views of what the agent saw and changed) and `broker revert-plan`.
 
-Both verify and fold the session in one pass (journal/replay) and (re)write the derived folder
-`<vault>/views/<session>/`: resource notes, index, timeline, `revert-plan.md`/`.json`, `views.json`.
+Both verify and fold the session in one pass (journal/replay). `replay` (re)writes the derived folder
+`<out>/<session>/`: resource notes, index, timeline, `revert-plan.md`/`.json`, `views.json`, where `<out>`
+is `--out DIR`, by default a folder of the user's cache (said on stderr): a reader never writes into the
+vault or the store, which may be a read-only mount. `revert-plan` prints the plan and writes no view.
 Exit 0 when the session's chain is intact, 1 when it is broken (the outputs are written with
 everything from the broken seq on marked untrusted; `--require-intact` refuses instead), 2 on a
 usage error. Nothing is ever executed.
@@ -9,15 +11,18 @@ usage error. Nothing is ever executed.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 import orjson
 
-from broker.cli.options import ANY_VERIFIER_KEY, pulled_vault, store_option, vault_option
+from broker.cli.options import ANY_VERIFIER_KEY, reading_vault, store_option, vault_option
 from broker.cli.progress import progress_bar
+from journal.reader import session_size
 from journal.replay import BrokenChainError, plan_dict, replay_session, write_outputs
 from journal.replay.plan import ordered_steps, step_dict
+from journal.user_cache import views_home
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -32,14 +37,27 @@ _seal_key = click.option("--seal-key", type=ANY_VERIFIER_KEY, default=None,
                          "checks the old .seal file.")
 
 
+_out = click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+                    help="Folder to write the views under (<out>/<session>/). Default: a folder of your cache "
+                    "($XDG_CACHE_HOME/broker/views/..., said on stderr); never the vault.")
+
+
 def _run(
     vault_dir: str, session: str, require_intact: bool, seal_key: Verifier | Ed25519PublicKey | None,
-    store: str | None = None,
+    store: str | None = None, out_dir: str | None = None, *, write: bool = True,
 ):
-    vault = pulled_vault(store, vault_dir, [session])
-    path = vault.require_session(session)
-    with progress_bar(path.stat().st_size, "replaying") as advance:
+    vault = reading_vault(store, vault_dir)
+    vault.require_session(session)
+    out = Path(out_dir).absolute() if out_dir else views_home(vault)
+    if write and not out_dir:
+        click.echo(f"views go to {out} (give --out DIR for another folder)", err=True)
+    out.mkdir(parents=True, exist_ok=True)
+    vault.views_dir = out  # replay's scratch store and views: never inside the vault
+    total = 0 if getattr(vault, "label", None) else session_size(vault, session)
+    with progress_bar(total, "replaying") as advance:
         rp = replay_session(vault, session, progress=advance, require_intact=require_intact, seal_key=seal_key)
+    if not write:
+        return vault, rp, None, []
     folder, files = write_outputs(vault, rp)
     return vault, rp, folder, files
 
@@ -57,11 +75,13 @@ def _broken_line(rp) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary (views.json holds everything).")
 @_require
 @_seal_key
+@_out
 def replay(
     vault_dir: str, store: str | None, session: str, as_json: bool, require_intact: bool,
-    seal_key: Verifier | Ed25519PublicKey | None,
+    seal_key: Verifier | Ed25519PublicKey | None, out_dir: str | None = None,
 ) -> int:
-    """Rebuild views of every resource SESSION touched, under <vault>/views/<session>/.
+    """Rebuild views of every resource SESSION touched, under <out>/<session>/ (--out DIR, by default a
+    folder of your cache; never inside the vault).
 
     One Markdown note per resource (state as last seen, the entries that read or changed it, and
     for each write its before-state, request, response and their differences), an index note,
@@ -69,7 +89,7 @@ def replay(
     same bytes.
     """
     try:
-        _, rp, folder, files = _run(vault_dir, session, require_intact, seal_key, store)
+        _, rp, folder, files = _run(vault_dir, session, require_intact, seal_key, store, out_dir)
     except BrokenChainError as exc:
         click.echo(f"broker: {exc}", err=True)
         return 1
@@ -103,11 +123,11 @@ def revert_plan(
 ) -> int:
     """The revert plan for SESSION: for each write, newest first, the inverse call or why there is none.
 
-    Also written as revert-plan.md and revert-plan.json beside the views (the whole views folder is
-    refreshed). Never executes anything.
+    Computed from the folded state alone: no view is written (`broker replay` writes revert-plan.md and
+    revert-plan.json with the views). Never executes anything.
     """
     try:
-        _, rp, folder, _ = _run(vault_dir, session, require_intact, seal_key, store)
+        _, rp, _, _ = _run(vault_dir, session, require_intact, seal_key, store, write=False)
     except BrokenChainError as exc:
         click.echo(f"broker: {exc}", err=True)
         return 1
@@ -117,8 +137,7 @@ def revert_plan(
     if not rp.intact:
         click.echo(_broken_line(rp))
     steps = ordered_steps(rp)
-    click.echo(f"revert plan for {session}: {len(rp.steps)} steps, newest first (never executed); "
-               f"{folder / 'revert-plan.md'}")
+    click.echo(f"revert plan for {session}: {len(rp.steps)} steps, newest first (never executed)")
     for i, s in enumerate(steps, 1):
         d = step_dict(rp, s)
         flags = ["revertible" if d["revertible"] else "NOT revertible"]

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from broker.cli.options import ANY_SIGNER_KEY, VERIFIER_KEY, pulled_vault, store_option, vault_option
+from broker.cli.options import ANY_SIGNER_KEY, VERIFIER_KEY, reading_vault, store_option, vault_option
 from journal.checkpoint.audit import session_tree
 from journal.checkpoint.note import Signer, Verifier
 from journal.checkpoint.sealer import Sealer
@@ -66,9 +66,9 @@ def seal(vault_dir: str, store: str | None, sessions: tuple[str, ...], signer: S
 
     Exit 1 when a session is broken or refused (its file changed under an earlier checkpoint).
     A witness that cannot be reached is reported; the checkpoint is written without its cosignature.
-    With a database --store, its sessions are pulled into --vault DIR first and sealed there.
+    With a database --store, its sessions are read in place and the checkpoints go into --vault DIR.
     """
-    vault = pulled_vault(store, vault_dir, list(sessions) or None)
+    vault = reading_vault(store, vault_dir)
     names = list(sessions) or vault.sessions()
     if isinstance(signer, Ed25519PrivateKey):
         return _legacy_seal(vault, names, signer)

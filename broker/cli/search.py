@@ -5,10 +5,9 @@ from __future__ import annotations
 import click
 
 from broker.cli.choices import FILTER_TYPES
-from broker.cli.options import vault_option
+from broker.cli.options import reading_vault, store_option, vault_option
 from journal.search import Query, search
 from journal.summary import call_label, entry_row, status_text
-from journal.vault import Vault
 
 _FILTERS = [
     ("connector", "Connector name (gmail, slack, ...)."),
@@ -36,12 +35,13 @@ def _with_filters(fn):
 
 @click.command("search")
 @vault_option
+@store_option
 @_with_filters
 @click.option("--json", "as_json", is_flag=True, help="Print each matching entry as recorded, one per line.")
-def search_command(vault_dir: str, as_json: bool, **filters: str | None) -> int:
+def search_command(vault_dir: str, store: str | None, as_json: bool, **filters: str | None) -> int:
     """Find entries across every session; the filters given must all hold. Exit 0 when something
     matched, 1 when nothing did. Search reads what is on disk: `broker verify` says whether to trust it."""
-    vault = Vault.open_existing(vault_dir)
+    vault = reading_vault(store, vault_dir)
     query = Query.from_mapping(filters)
     found = 0
     for m in search(vault, query):

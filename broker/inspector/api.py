@@ -19,6 +19,7 @@ from journal.blob_read import open_recorded_blob
 from journal.confine import NotConfined, is_blob_name, read_chunks
 from journal.errors import BrokerError
 from journal.export.recorded_body import BlobUnavailable, BodyUndecodable, body_kind, decode_body, header
+from journal.reader import RowSource, session_lines, session_size
 from journal.replay.labels import resource_id, title
 from journal.replay.plan import plan_dict
 from journal.search import Query, search
@@ -58,6 +59,11 @@ def _int(request: Request, name: str, default: int | None = None, low: int = 0, 
     return max(low, min(high, value))
 
 
+def _bytes(vault: Vault, session: str) -> int:
+    """A session's size for the list of names: a file's, or 0 for a database store (asked at once, not summed)."""
+    return 0 if isinstance(vault, RowSource) else vault.session_path(session).lstat().st_size
+
+
 class Api:
     """Handlers bound to one vault."""
 
@@ -80,14 +86,13 @@ class Api:
     # -- the vault ----------------------------------------------------------------------------------
 
     def vault_info(self, request: Request) -> Response:
-        return json_response({"root": str(self.vault.root), "sessions": len(self.vault.sessions()),
-                              "fixture_export": True})
+        root = str(getattr(self.vault, "label", self.vault.root))
+        return json_response({"root": root, "sessions": len(self.vault.sessions()), "fixture_export": True})
 
     def sessions(self, request: Request) -> Response:
         """Every session's summary; with `names=1` only the ids and file sizes (at once, for a large vault)."""
         if request.query_params.get("names"):
-            return json_response([{"session": s, "bytes": self.vault.session_path(s).lstat().st_size}
-                                  for s in self.vault.sessions()])
+            return json_response([{"session": s, "bytes": _bytes(self.vault, s)} for s in self.vault.sessions()])
         return json_response([self._summary(s) for s in self.vault.sessions()])
 
     def _summary(self, session: str) -> dict:
@@ -148,6 +153,8 @@ class Api:
         line, for the page's own chain check. X-Complete-Bytes says where that is."""
         sid = self.session(request)
         offset = _int(request, "offset", 0)
+        if isinstance(self.vault, RowSource):
+            return self._raw_rows(sid, offset)
         head = self.index.head(sid)
         end = head["bytes"]  # the whole file: a torn last line is part of what the page must judge
         if offset > end:
@@ -164,6 +171,19 @@ class Api:
                         break
                     left -= len(block)
                     yield block
+
+        return StreamingResponse(chunks(), media_type="application/octet-stream", headers={
+            "cache-control": "no-store", "x-file-bytes": str(end), "x-offset": str(offset),
+        })
+
+    def _raw_rows(self, sid: str, offset: int) -> Response:
+        """`raw` for a database store: the lines a pulled file would hold, streamed a page of rows at a time."""
+        end = session_size(self.vault, sid)
+        offset = min(offset, end)
+
+        def chunks():
+            for line in session_lines(self.vault, sid, offset):
+                yield line.data
 
         return StreamingResponse(chunks(), media_type="application/octet-stream", headers={
             "cache-control": "no-store", "x-file-bytes": str(end), "x-offset": str(offset),
@@ -201,7 +221,7 @@ class Api:
         if not is_blob_name(digest):
             raise ApiError(400, "parameter sha256 must be 64 lowercase hex digits")
         try:
-            f = open_recorded_blob(self.vault.root, digest)  # a regular file inside the vault, no link followed
+            f = open_recorded_blob(self.vault, digest)  # a regular file inside the vault, no link followed
         except FileNotFoundError:
             raise ApiError(404, f"blob {digest} is not in the vault") from None
         except NotConfined as exc:
@@ -266,7 +286,7 @@ class Api:
         from journal.export.fixture import build_fixture, fixture_bytes
 
         sid = self.session(request)
-        data = fixture_bytes(build_fixture(self.vault.root, sid))
+        data = fixture_bytes(build_fixture(self.vault, sid))
         name = self.vault.session_path(sid).name[: -len(".jsonl")]
         return Response(data, media_type="application/json", headers={
             "content-disposition": f'attachment; filename="{name}.fixture.json"', "cache-control": "no-store",

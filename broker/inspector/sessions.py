@@ -19,9 +19,11 @@ from pathlib import Path
 import orjson
 
 from journal.confine import open_regular
+from journal.reader import RowSource
 from journal.replay import Replay, replay_session
 from journal.replay.views import Views
 from journal.summary import summarize_session
+from journal.user_cache import views_home
 from journal.vault import Vault
 from journal.verify import SessionReport, verify_session
 
@@ -33,13 +35,18 @@ def _stamp(path: Path) -> tuple[int, int]:
     return st.st_size, st.st_mtime_ns
 
 
+def _row_stamp(vault: RowSource, session: str) -> tuple[int, str]:
+    """A database session's state: its head (seq, hash); it changes only by growing."""
+    return vault.store.head(session)  # type: ignore[attr-defined]
+
+
 @dataclass
 class _Session:
     path: Path
     starts: array = field(default_factory=lambda: array("q"))  # byte offset of each complete line
     indexed: int = 0  # bytes indexed (end of the last complete line)
     tail: bytes = b""  # the last line's bytes as indexed, to notice a rewrite before `indexed`
-    derived: dict[str, tuple[tuple[int, int], object]] = field(default_factory=dict)
+    derived: dict[str, tuple[tuple[int, object], object]] = field(default_factory=dict)  # by file stamp or db head
     lock: threading.Lock = field(default_factory=threading.Lock)  # the line index
     builders: dict[str, threading.Lock] = field(default_factory=dict)  # one per derived value
 
@@ -48,6 +55,8 @@ class SessionIndex:
     """Per-session derived state for one vault, safe to use from several request threads."""
 
     def __init__(self, vault: Vault) -> None:
+        if vault.views_dir == vault.root / "views":  # replay's scratch (views, revert-plan tabs): never the vault
+            vault.views_dir = views_home(vault)
         self.vault = vault
         self._sessions: dict[str, _Session] = {}
         self._lock = threading.Lock()
@@ -92,6 +101,10 @@ class SessionIndex:
 
     def head(self, session: str) -> dict:
         """How far the file goes: complete lines, bytes, and whether a partial last line is pending."""
+        if isinstance(self.vault, RowSource):  # a database store: rows by seq, its head is its length
+            self.vault.require_session(session)
+            seq, _ = _row_stamp(self.vault, session)
+            return {"session": session, "lines": seq, "bytes": 0, "complete_bytes": 0}
         s = self._get(session)
         with s.lock:
             size = self._index(s)
@@ -99,6 +112,17 @@ class SessionIndex:
 
     def lines(self, session: str, first: int, count: int) -> tuple[int, list[bytes]]:
         """(total complete lines, the raw bytes of lines first..first+count-1, 1-based, without newline)."""
+        if isinstance(self.vault, RowSource):  # a page is one primary-key range of the database's rows
+            self.vault.require_session(session)
+            total, _ = _row_stamp(self.vault, session)
+            first = max(1, first)
+            last = min(total, first + count - 1)
+            if first > last:
+                return total, []
+            got: list[bytes] = []
+            for block in self.vault.line_blocks(session, first - 1, last):
+                got += block.lines
+            return total, got[:count]
         s = self._get(session)
         with s.lock:
             self._index(s)
@@ -130,7 +154,7 @@ class SessionIndex:
         with s.lock:
             builder = s.builders.setdefault(key, threading.Lock())
         with builder:  # a slow verify or replay never holds up the line index (timeline pages)
-            stamp = _stamp(s.path)
+            stamp = _row_stamp(self.vault, session) if isinstance(self.vault, RowSource) else _stamp(s.path)
             hit = s.derived.get(key)
             if hit is not None and hit[0] == stamp:
                 return hit[1]

@@ -34,7 +34,7 @@ from journal.checkpoint.merkle import MerkleTree
 from journal.checkpoint.note import NoteError, Verifier, open_note
 from journal.checkpoint.vault_index import VaultIndex, index_path, read_index
 from journal.checkpoint.witness import WitnessClient, WitnessUnavailable
-from journal.reader import iter_lines
+from journal.reader import session_lines
 from journal.vault import SESSION_SUFFIX, SessionIdError, Vault, session_from_filename
 from journal.verify import SessionReport, verify_session
 
@@ -101,6 +101,7 @@ def audit_vault(
     if origin is None and stems:
         audit.vault_problems.append(("seal_mismatch", "VAULT.json names no origin, yet checkpoints exist"))
     by_stem = {session_stem(s): s for s in checked}
+    present = set(vault.sessions()) if stems - set(by_stem) else set()
     for stem in sorted(stems - set(by_stem)):
         try:
             session = session_from_filename(stem + SESSION_SUFFIX)
@@ -108,7 +109,7 @@ def audit_vault(
             continue
         if selected is not None and session not in selected:
             continue
-        if vault.session_path(session).exists():
+        if session in present:
             continue  # present but not selected
         r = SessionReport(session)
         sealed = index.sessions[stem].size if index and stem in index.sessions else None
@@ -127,7 +128,7 @@ def check_session_checkpoint(vault: Vault, report: SessionReport, key: Verifier)
     `.leaves` hint. A finding breaks `report` at the seq it concerns (a vault-level one, such as an index
     that does not verify, at seq 1: verify fails the whole vault for it) or becomes one of its notes."""
     tree = MerkleTree()
-    for line in iter_lines(vault.session_path(report.session)):
+    for line in session_lines(vault, report.session):
         if line.index >= report.entries:
             break
         tree.append(bytes.fromhex(orjson.loads(line.data)["hash"]))

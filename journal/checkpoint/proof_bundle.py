@@ -26,7 +26,7 @@ from journal.checkpoint.audit import session_tree
 from journal.checkpoint.checkpoint import Checkpoint, read_checkpoint_note, session_stem
 from journal.checkpoint.merkle import ProofError, leaf_hash, verify_inclusion
 from journal.checkpoint.note import NoteError, Verifier, open_note, parse_note
-from journal.reader import iter_lines
+from journal.reader import session_lines
 from journal.vault import Vault, VaultError
 
 PROOF_FORMAT = "connector-journal-proof/1"
@@ -46,7 +46,7 @@ def make_bundle(vault: Vault, session: str, seq: int) -> dict:
     report, tree = session_tree(vault, session, check_blobs=False)
     if tree.size < cp.size or tree.root(cp.size) != cp.root:
         raise BundleError(f"session {session!r} no longer matches its checkpoint: run `broker verify --seal-key`")
-    line = next(ln.data for ln in iter_lines(vault.session_path(session)) if ln.index == seq - 1)
+    line = next(ln.data for ln in session_lines(vault, session) if ln.index == seq - 1)
     return {
         "format": PROOF_FORMAT, "session": session, "seq": seq, "line": line.rstrip(b"\n").decode(),
         "tree_size": cp.size,

@@ -30,7 +30,7 @@ import os
 import orjson
 
 from journal.canonical import canonical_bytes
-from journal.reader import iter_lines
+from journal.reader import open_vault, session_lines
 from journal.vault import Vault
 from journal.verify import verify_session
 
@@ -69,7 +69,7 @@ def read_entries(vault: Vault, session: str) -> tuple[list[dict], list[int]]:
     """The parsed entries of a session in file order, and the 1-based numbers of lines that are not JSON."""
     entries: list[dict] = []
     unparsed: list[int] = []
-    for line in iter_lines(vault.require_session(session)):
+    for line in session_lines(vault, session):
         try:
             value = orjson.loads(line.data)
         except orjson.JSONDecodeError:
@@ -103,10 +103,10 @@ def _source(vault: Vault, session: str, entries: list[dict], unparsed: list[int]
     return source
 
 
-def build_fixture(vault_root: str | os.PathLike, session: str) -> dict:
+def build_fixture(vault_root: Vault | str | os.PathLike, session: str) -> dict:
     """The fixture of one session (see the module docstring for its keys). Raises VaultError for an
     unknown session or a directory that is not a vault."""
-    vault = Vault.open_existing(vault_root)
+    vault = open_vault(vault_root)
     report = verify_session(vault, session).as_dict()
     entries, unparsed = read_entries(vault, session)
     return {

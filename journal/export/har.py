@@ -41,6 +41,7 @@ from journal.export.recorded_body import (
     read_blob,
     spilled_refs,
 )
+from journal.reader import open_vault
 from journal.vault import Vault
 from journal.verify import verify_session
 
@@ -251,9 +252,9 @@ def websocket_message(entry: dict, ws: dict, vault: Vault, inline_blobs: bool) -
     return out
 
 
-def build_har(vault_root: str | os.PathLike, session: str, *, inline_blobs: bool = False) -> dict:
+def build_har(vault_root: Vault | str | os.PathLike, session: str, *, inline_blobs: bool = False) -> dict:
     """The HAR 1.2 document of one session (see the module docstring)."""
-    vault = Vault.open_existing(vault_root)
+    vault = open_vault(vault_root)
     report = verify_session(vault, session).as_dict()
     entries, unparsed = read_entries(vault, session)
     har_entries, other = [], []

@@ -33,6 +33,7 @@ from journal.export.har import is_http_url
 from journal.export.model_span import model_call
 from journal.export.otel import mcp_protocol_version, mcp_session_id, trace_context
 from journal.export.recorded_body import header, http_request_view
+from journal.reader import open_vault
 from journal.vault import Vault
 
 OCSF_VERSION = "1.8.0"
@@ -200,10 +201,10 @@ def ocsf_event(entry: dict, *, session_entries: int, session_head: str | None, p
     return event
 
 
-def iter_ocsf(vault_root: str | os.PathLike, session: str) -> Iterator[dict]:
+def iter_ocsf(vault_root: Vault | str | os.PathLike, session: str) -> Iterator[dict]:
     """The events of one session, in seq order (the entries as recorded: a broken chain is exported as
     it is, and `broker verify-export` then names where it breaks)."""
-    vault = Vault.open_existing(vault_root)
+    vault = open_vault(vault_root)
     entries, _ = read_entries(vault, session)
     head = entries[-1].get("hash") if entries else None
     version = _version()
@@ -211,6 +212,6 @@ def iter_ocsf(vault_root: str | os.PathLike, session: str) -> Iterator[dict]:
         yield ocsf_event(e, session_entries=len(entries), session_head=head, product_version=version)
 
 
-def ocsf_lines(vault_root: str | os.PathLike, session: str) -> bytes:
+def ocsf_lines(vault_root: Vault | str | os.PathLike, session: str) -> bytes:
     """The events as JSON lines (one event per line, each ending in a newline)."""
     return b"".join(orjson.dumps(ev) + b"\n" for ev in iter_ocsf(vault_root, session))

@@ -50,6 +50,7 @@ from journal.errors import PeerError
 from journal.export.fixture import body_digest, chain_verdict, read_entries
 from journal.export.model_span import ModelCall, model_call
 from journal.export.recorded_body import header, spilled_refs
+from journal.reader import open_vault
 from journal.redact import REDACTED
 from journal.vault import Vault
 from journal.verify import verify_session
@@ -312,9 +313,9 @@ def _digest16(label: str, session: str, n: int) -> str:
     return hashlib.sha256(f"connector-broker {label}\n{session}".encode()).hexdigest()[:n]
 
 
-def build_otlp(vault_root: str | os.PathLike, session: str, *, content: bool = False) -> dict:
+def build_otlp(vault_root: Vault | str | os.PathLike, session: str, *, content: bool = False) -> dict:
     """The session's spans as an OTLP/JSON ExportTraceServiceRequest (see the module docstring)."""
-    vault = Vault.open_existing(vault_root)
+    vault = open_vault(vault_root)
     report = verify_session(vault, session).as_dict()
     entries, _ = read_entries(vault, session)
     contexts = [trace_context(e) for e in entries]

@@ -60,7 +60,7 @@ def read_blob(vault: Vault, ref: dict) -> bytes:
     if not is_blob_name(digest) or ref["ref"] != f"blobs/sha256/{digest[:2]}/{digest}":
         raise BlobUnavailable(f"{str(ref['ref'])[:120]!r} is not a blob reference of this vault (run `broker verify`)")
     try:
-        with open_recorded_blob(vault.root, digest) as f:
+        with open_recorded_blob(vault, digest) as f:
             data = f.read()
     except FileNotFoundError:
         raise BlobUnavailable(f"blob {ref['ref']} is missing from {vault.root} (run `broker verify`)") from None

@@ -26,6 +26,7 @@ import yaml
 from journal.export.fixture import chain_verdict, read_entries
 from journal.export.har import is_http_url
 from journal.export.recorded_body import body_bytes, header, http_request_view
+from journal.reader import open_vault
 from journal.vault import Vault
 from journal.verify import verify_session
 
@@ -83,9 +84,9 @@ def interaction(entry: dict, vault: Vault) -> dict:
     }
 
 
-def build_cassette(vault_root: str | os.PathLike, session: str) -> dict:
+def build_cassette(vault_root: Vault | str | os.PathLike, session: str) -> dict:
     """The cassette of one session, as the dict vcrpy's YAML serializer writes (see the module docstring)."""
-    vault = Vault.open_existing(vault_root)
+    vault = open_vault(vault_root)
     report = verify_session(vault, session).as_dict()
     entries, _ = read_entries(vault, session)
     interactions, other = [], []

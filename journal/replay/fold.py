@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from journal.connectors._http import normalise_host, normalise_path, parse_query
-from journal.reader import iter_lines
+from journal.reader import RowSource, iter_lines, session_lines
 from journal.vault import Vault
 from journal.verify import SessionReport, verify_session
 
@@ -904,6 +904,8 @@ def _fold_beside_verifier(vault: Vault, session: str, progress: Callable[[int], 
     verified entry, parsed the same way, with its seq as its line number. Anything else (a break, a
     seal that does not match, a file that grew in between, no fork here) gives None: the caller folds
     serially, behind the verifier, as before."""
+    if isinstance(vault, RowSource):  # a database store: a forked child must not share this one's connections
+        return None
     path = vault.require_session(session)
     child = forked.start(lambda: verify_session(vault, session, seal_key=seal_key))
     if child is None:
@@ -945,7 +947,7 @@ def _fold_lines(vault: Vault, session: str, folder: Folder, first_line: int, off
     before line `trusted_before` as trusted (the verifier passed them), every other one untrusted."""
     untrusted_from = trusted_before if trusted_before is not None else first_line
     folder.untrusted_from = untrusted_from
-    for line in iter_lines(vault.session_path(session), offset):
+    for line in session_lines(vault, session, offset):
         pos, data = first_line + line.index, line.data
         if pos < untrusted_from:
             folder.feed(orjson.loads(data), pos, trusted=True)

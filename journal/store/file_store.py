@@ -9,9 +9,9 @@ which copies lines chained elsewhere (pull) under the same flock and fdatasync.
 from __future__ import annotations
 
 import fcntl
+import itertools
 import os
 from collections.abc import Iterable, Iterator
-from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 from journal.blobstore import CHUNK, BlobStore
@@ -20,6 +20,7 @@ from journal.confine import NotConfined, is_blob_name, open_blob, read_chunks
 from journal.entry import format_ts
 from journal.erasure import erase_file_blob, read_tombstone
 from journal.reader import SessionTail, iter_entries, iter_lines
+from journal.seq_index import line_of_seq
 from journal.store.interface import BlobErased, StoreError, Tombstone
 from journal.vault import Vault
 from journal.writer import JournalWriter
@@ -59,8 +60,15 @@ class FileStore:
         for line in iter_lines(self.vault.require_session(session)):
             yield line.data
 
-    def lines_after(self, session: str, seq: int = 0) -> Iterator[bytes]:
-        return self._tail.lines_after(session, seq)
+    def lines_after(self, session: str, seq: int = 0, last_seq: int | None = None) -> Iterator[bytes]:
+        lines = self._tail.lines_after(session, seq)
+        return lines if last_seq is None else itertools.islice(lines, max(0, last_seq - seq))
+
+    def has_session(self, session: str) -> bool:
+        return os.path.lexists(self.vault.session_path(session))
+
+    def line_at(self, session: str, seq: int) -> bytes | None:
+        return line_of_seq(self.vault, session, seq)
 
     def iter_entries(self, session: str) -> Iterator[dict]:
         return iter_entries(self.vault, session)
@@ -163,9 +171,6 @@ class FileStore:
 
     def put_tombstone(self, tombstone: Tombstone) -> None:
         erase_file_blob(self.vault.root, tombstone.as_dict())
-
-    def reading_vault(self, *, blobs: bool = True) -> AbstractContextManager[Vault]:
-        return nullcontext(self.vault)
 
     def close(self) -> None:
         pass

@@ -150,11 +150,19 @@ class MemoryWriter(AppendPipeline):
     def head(self, session: str) -> tuple[int, str]:
         return self._head_of(self._acquire(session))
 
-    def lines_after(self, session: str, seq: int = 0) -> Iterator[bytes]:
+    def lines_after(self, session: str, seq: int = 0, last_seq: int | None = None) -> Iterator[bytes]:
         with self._lock:
             lane = self._lanes.get(session)
-            lines = list(lane.lines[seq:]) if lane is not None else []
+            lines = list(lane.lines[seq:last_seq]) if lane is not None else []
         return iter(lines)
+
+    def has_session(self, session: str) -> bool:
+        with self._lock:
+            return session in self._lanes
+
+    def line_at(self, session: str, seq: int) -> bytes | None:
+        got = list(self.lines_after(session, seq - 1, seq)) if seq >= 1 else []
+        return got[0] if got else None
 
     def checkpoint_vault(self) -> None:
         return None

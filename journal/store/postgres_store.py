@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import select
-import tempfile
 import threading
 import time
 import uuid
@@ -33,7 +32,7 @@ from journal.chain import GENESIS
 from journal.entry import format_ts
 from journal.store.interface import BlobErased, StoreError, Tombstone
 from journal.store.postgres_schema import CURRENT_VERSION, MIGRATIONS, SCHEMA_LOCK, grant_writer_sql
-from journal.vault import SessionIdError, Vault, session_filename
+from journal.vault import SessionIdError, session_filename
 from journal.writer import JournalError
 
 log = logging.getLogger(__name__)
@@ -93,7 +92,6 @@ class PostgresStore:
         self._schema_checked = False
         self._idle: list = []
         self._lock = threading.Lock()
-        self.unmapped: dict[str, str] = {}  # by reading_vault: session ids no vault file can hold -> why
 
     # -- connections ------------------------------------------------------------------------
 
@@ -266,19 +264,64 @@ class PostgresStore:
         for line in self.iter_lines(session):
             yield orjson.loads(line)
 
-    def lines_after(self, session: str, seq: int = 0) -> Iterator[bytes]:
-        """The session's lines after seq `seq`, PAGE rows per query; nothing for a session with no entries."""
+    def lines_after(self, session: str, seq: int = 0, last_seq: int | None = None, *,
+                    page: int = PAGE) -> Iterator[bytes]:
+        """The session's lines after seq `seq` (up to `last_seq`), in seq order; nothing for a session with no
+        entries. Keyset paging on the primary key (session, seq): each page is one index range scan of `page`
+        rows on a pooled connection, so a reader holds one page in memory and no transaction open between
+        pages, whatever the session's length."""
+        top = last_seq if last_seq is not None else 2**63 - 1
         while True:
             with self._pooled() as conn:
                 rows = conn.execute(
-                    "SELECT seq, line FROM journal_entries WHERE session = %s AND seq > %s ORDER BY seq LIMIT %s",
-                    (session, seq, PAGE),
+                    "SELECT seq, line FROM journal_entries WHERE session = %s AND seq > %s AND seq <= %s "
+                    "ORDER BY seq LIMIT %s",
+                    (session, seq, top, page),
                 ).fetchall()
             for row_seq, line in rows:
                 yield bytes(line)
                 seq = row_seq
-            if len(rows) < PAGE:
+            if len(rows) < page:
                 return
+
+    def matching_lines(self, session: str, needles: list[bytes], *, page: int = PAGE) -> Iterator[tuple[int, bytes]]:
+        """(seq, line) of the session's rows whose line holds every one of `needles`, in seq order, keyset
+        paged on the primary key: the database does the filtering, only matching rows are sent."""
+        cond = "".join(" AND position(%s::bytea in line) > 0" for _ in needles)
+        seq = 0
+        while True:
+            with self._pooled() as conn:
+                rows = conn.execute(
+                    f"SELECT seq, line FROM journal_entries WHERE session = %s AND seq > %s{cond} "
+                    "ORDER BY seq LIMIT %s",
+                    (session, seq, *needles, page),
+                ).fetchall()
+            for row_seq, line in rows:
+                data = bytes(line)
+                yield row_seq, data if data.endswith(b"\n") else data + b"\n"
+                seq = row_seq
+            if len(rows) < page:
+                return
+
+    def has_session(self, session: str) -> bool:
+        with self._pooled() as conn:
+            return conn.execute("SELECT 1 FROM journal_sessions WHERE session = %s", (session,)).fetchone() is not None
+
+    def line_at(self, session: str, seq: int) -> bytes | None:
+        """The line of the row (session, seq): one primary-key lookup."""
+        with self._pooled() as conn:
+            row = conn.execute("SELECT line FROM journal_entries WHERE session = %s AND seq = %s",
+                               (session, seq)).fetchone()
+        return bytes(row[0]) if row else None
+
+    def size_of(self, session: str) -> int:
+        """The bytes of the session's lines as a pulled file holds them (a row lacking its final newline gets
+        one there): one pass over the session's rows in the database, nothing sent but the sum."""
+        with self._pooled() as conn:
+            return int(conn.execute(
+                "SELECT coalesce(sum(octet_length(line) + CASE WHEN octet_length(line) > 0 AND "
+                "get_byte(line, octet_length(line) - 1) = 10 THEN 0 ELSE 1 END), 0) FROM journal_entries "
+                "WHERE session = %s", (session,)).fetchone()[0])
 
     # -- blobs ------------------------------------------------------------------------------
 
@@ -322,6 +365,10 @@ class PostgresStore:
             (digest,),
         ).fetchone()
         return Tombstone(*row) if row else None
+
+    def tombstone(self, digest: str) -> Tombstone | None:
+        with self._pooled() as conn:
+            return self._tombstone(conn, digest)
 
     def tombstones(self) -> Iterator[Tombstone]:
         with self._pooled() as conn:
@@ -369,19 +416,6 @@ class PostgresStore:
         except psycopg.Error as exc:
             log.warning("erased bytes stay in dead rows until the next VACUUM of journal_blob_chunks "
                         "(this role could not run it: %s)", _first_line(exc))
-
-    # -- readers that want a file vault -----------------------------------------------------
-
-    @contextmanager
-    def reading_vault(self, *, blobs: bool = True) -> Iterator[Vault]:
-        """A temporary file vault pulled from this store: the one file verifier reads the very lines."""
-        from journal.store.file_store import FileStore
-        from journal.store.transfer import copy_store
-
-        with tempfile.TemporaryDirectory(prefix="broker-pull-") as tmp:
-            target = FileStore(tmp, create=True)
-            self.unmapped = copy_store(self, target, blobs=blobs).unmapped
-            yield target.vault
 
 
 class PostgresBlobWriter:

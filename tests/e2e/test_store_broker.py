@@ -94,7 +94,7 @@ def test_broker_records_into_postgres_fails_closed_and_resumes(upstream, own_ser
     assert verified.returncode == 0, verified.stdout + verified.stderr
     assert json.loads(verified.stdout)["intact"] is True
     pulled = _broker("pull", "--from", url, "--to", str(tmp_path / "pulled"))
-    assert pulled.returncode == 0, pulled.stdout + pulled.stderr
+    assert pulled.returncode == 1 and "blob_missing" in pulled.stdout, pulled.stdout + pulled.stderr  # no erasure key
     lines = (tmp_path / "pulled" / "journal" / "s-pg.jsonl").read_bytes().splitlines(keepends=True)
     assert lines == list(store.iter_lines("s-pg"))
     for line in lines:
@@ -130,7 +130,9 @@ def test_readers_and_erase_on_a_database_store(pg_url, tmp_path):
     assert unkeyed.returncode == 1 and json.loads(unkeyed.stdout)["kind"] == "blob_missing"
     plan = _broker("revert-plan", "--store", pg_url, "--vault", str(tmp_path / "local"), "s-api")
     assert plan.returncode == 1, plan.stderr  # replay is given no erasure key: the erased blob counts as missing
-    assert (tmp_path / "local" / "views" / "s-api").is_dir()
+    assert not (tmp_path / "local").exists()  # read in place: nothing pulled, no view written (issue 26)
+    pulled = _broker("pull", "--from", pg_url, "--to", str(tmp_path / "local"))
+    assert pulled.returncode == 1 and "blob_missing" in pulled.stdout, pulled.stdout + pulled.stderr  # no erasure key
     pushed = _broker("push", "--from", str(tmp_path / "local"), "--to", pg_url)  # push verifies without an erasure key
     assert pushed.returncode == 1 and "not pushed, BROKEN at seq 1: blob_missing" in pushed.stdout
     migrated = _broker("store", "migrate", "--store", pg_url)
