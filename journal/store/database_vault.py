@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
 from journal.reader import LineBlock, blocks_of_lines
-from journal.store.interface import BlobErased, StoreError
+from journal.store.interface import BlobErased, StoreError, checked_blob
 from journal.store.postgres_store import PostgresStore
 from journal.vault import SessionIdError, Vault, VaultError, session_filename
 
@@ -84,20 +83,7 @@ class DatabaseVault(Vault):
     def open_blob(self, digest: str) -> BinaryIO:
         """The blob's bytes from the store, spooled (memory bounded) and handed over only when they hash to
         its name; FileNotFoundError otherwise (a reader treats it as missing, never as the recorded body)."""
-        out = tempfile.SpooledTemporaryFile(max_size=8 << 20)
-        h = hashlib.sha256()
-        try:
-            for chunk in self.store.read_blob(digest):
-                h.update(chunk)
-                out.write(chunk)
-        except StoreError as exc:
-            out.close()
-            raise FileNotFoundError(str(exc)) from None
-        if h.hexdigest() != digest:
-            out.close()
-            raise FileNotFoundError(f"blob {digest} in {self.label} does not hash to its name; not used")
-        out.seek(0)
-        return out  # type: ignore[return-value]
+        return checked_blob(self.store, digest, self.label)
 
     def blob_checker(self) -> DatabaseBlobCheck:
         return DatabaseBlobCheck(self.store)

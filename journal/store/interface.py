@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import BinaryIO, Protocol, runtime_checkable
 
 from journal.errors import JournalError
 from journal.vault import Vault
@@ -148,3 +148,32 @@ class Store(Protocol):
     def erase_blob(self, digest: str, *, reason: str, by: str, signer: object | None = None) -> Tombstone: ...
     def put_tombstone(self, tombstone: Tombstone) -> None: ...
     def close(self) -> None: ...
+
+
+class BlobSource(Protocol):
+    """Anything blobs can be read from by name (a Store, a blob sink such as S3Blobs)."""
+
+    def read_blob(self, digest: str) -> Iterator[bytes]: ...
+
+
+def checked_blob(source: BlobSource, digest: str, where: str) -> BinaryIO:
+    """Blob `digest` read from `source` into a spooled file (memory bounded: a temporary file past 8 MiB,
+    gone when closed) and handed over only when its bytes hash to its name. FileNotFoundError when the
+    source lacks it or its bytes do not match: a reader treats it as missing, never as the recorded body."""
+    import hashlib
+    import tempfile
+
+    out = tempfile.SpooledTemporaryFile(max_size=8 << 20)
+    h = hashlib.sha256()
+    try:
+        for chunk in source.read_blob(digest):
+            h.update(chunk)
+            out.write(chunk)
+    except StoreError as exc:
+        out.close()
+        raise FileNotFoundError(str(exc)) from None
+    if h.hexdigest() != digest:
+        out.close()
+        raise FileNotFoundError(f"blob {digest} in {where} does not hash to its name; not used")
+    out.seek(0)
+    return out  # type: ignore[return-value]

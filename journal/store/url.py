@@ -81,25 +81,7 @@ def open_blob_sink(url: str) -> BlobSink:
 
 def open_remote_blob(url: str, digest: str) -> BinaryIO:
     """Blob `digest` fetched from the blob store at `url` (BROKER_BLOBS) for a reader whose vault does not
-    hold it: streamed into a spooled file (memory bounded, a temporary file past 8 MiB, gone when closed)
-    and handed over only when its bytes hash to its name. FileNotFoundError when it is absent or does not
-    match: a reader treats it as missing, never as the recorded body."""
-    import hashlib
-    import tempfile
+    hold it, checked against its name (journal/store/interface.py `checked_blob`)."""
+    from journal.store.interface import checked_blob
 
-    from journal.store.interface import StoreError
-
-    out = tempfile.SpooledTemporaryFile(max_size=8 << 20)
-    h = hashlib.sha256()
-    try:
-        for chunk in open_blob_sink(url).read_blob(digest):  # type: ignore[attr-defined]
-            h.update(chunk)
-            out.write(chunk)
-    except StoreError as exc:
-        out.close()
-        raise FileNotFoundError(str(exc)) from None
-    if h.hexdigest() != digest:
-        out.close()
-        raise FileNotFoundError(f"blob {digest} in {url} does not hash to its name; not used")
-    out.seek(0)
-    return out  # type: ignore[return-value]
+    return checked_blob(open_blob_sink(url), digest, url)  # type: ignore[arg-type]
