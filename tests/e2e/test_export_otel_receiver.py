@@ -75,8 +75,8 @@ def test_spans_sent_to_a_real_otlp_receiver(tmp_path, phoenix):
     for s in spans:
         by_name.setdefault(s["name"], []).append(s)
     assert len(spans) == 9 and len({s["context"]["trace_id"] for s in spans}) == 1
-    assert len(by_name["execute_tool search_notes"]) == 2 and len(by_name[f"session {SESSION}"]) == 1
-    tool = by_name["execute_tool search_notes"][0]
+    assert len(by_name["tools/call search_notes"]) == 2 and len(by_name[f"session {SESSION}"]) == 1
+    tool = by_name["tools/call search_notes"][0]
     assert tool["attributes"]["gen_ai.operation.name"] == "execute_tool"
     assert tool["attributes"]["mcp.method.name"] == "tools/call"
     root_id = by_name[f"session {SESSION}"][0]["context"]["span_id"]
