@@ -68,8 +68,12 @@ class Confinement:
 
     def argv(self, command: list[str]) -> list[str]:
         """The confine step, then COMMAND through setpriv: no capabilities, no way to regain them."""
-        plan = {"hidden": self.hidden, "read_only": code_directories(), "put_back": self.put_back,
-                "binds": [str(Path(b).resolve()) for b in self.binds], "cwd": os.getcwd()}
+        code = code_directories()
+        # Code under /tmp or /run (a checkout in /tmp, as CI makes) would vanish under the private tmpfs:
+        # it is bound back, read-only like every bind.
+        under_private = [c for c in code if c == "/tmp" or c.startswith(("/tmp/", "/run/"))]
+        plan = {"hidden": self.hidden, "read_only": code, "put_back": self.put_back,
+                "binds": [str(Path(b).resolve()) for b in self.binds] + under_private, "cwd": os.getcwd()}
         who = ["--reuid", str(self.uid), "--regid", str(self.gid)]
         who += ["--init-groups"] if self.uid else ["--clear-groups"]
         return [sys.executable, "-I", "-S", str(CONFINE_SCRIPT), json.dumps(plan), "--",

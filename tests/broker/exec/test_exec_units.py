@@ -202,3 +202,16 @@ def test_stale_state_is_recognised_by_pid_and_start_time(tmp_path, monkeypatch) 
     claim_file.write_text(json.dumps({"pid": 2 ** 22 + 1, "start_time": "1"}))
     assert cleanup.recover_stale() == [f"{cleanup.NAME_PREFIX}999999"]
     assert not claim_file.exists()
+
+
+def test_code_under_tmp_is_bound_back_read_only(monkeypatch) -> None:
+    """A checkout under /tmp (as CI makes) stays visible to COMMAND: the private /tmp would hide it."""
+    import json
+
+    from broker.exec import confinement
+
+    monkeypatch.setattr(confinement, "code_directories", lambda: ["/opt/app", "/run/x/venv", "/tmp/ci"])
+    argv = confinement.Confinement(uid=65534, gid=65534).argv(["true"])
+    plan = json.loads(next(a for a in argv if a.startswith("{")))
+    assert plan["read_only"] == ["/opt/app", "/run/x/venv", "/tmp/ci"]
+    assert plan["binds"] == ["/run/x/venv", "/tmp/ci"]  # bound again after the tmpfs (read-only, confine.py)
