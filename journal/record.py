@@ -178,6 +178,23 @@ def principal_fingerprint(headers: list[tuple[str, str]], url: str) -> str:
     return "fp:" + digest.hexdigest()[:16]
 
 
+def session_fingerprint(value: str) -> str:
+    """An `Mcp-Session-Id` as an entry keeps it: a keyed fingerprint (as `principal_fingerprint`, under its
+    own label). The id is a capability for the session, so it is never kept; the fingerprint is equal for
+    every call of one MCP session, so readers (the OTel export's `mcp.session.id`) can group them."""
+    digest = hmac.new(fingerprint_key(), b"connector-broker mcp-session\0" + value.encode(), hashlib.sha256)
+    return "fp:" + digest.hexdigest()[:16]
+
+
+def _recorded_headers(headers: list[tuple[str, str]]) -> list[list[str]]:
+    """The headers as an entry keeps them: redacted (journal/redact.py), an MCP session id fingerprinted."""
+    out = redact_headers(headers)
+    for i, (name, value) in enumerate(headers):
+        if value and len(name) == 14 and name.lower() == "mcp-session-id":
+            out[i][1] = session_fingerprint(value)
+    return out
+
+
 def _content_headers(headers: list[tuple[str, str]]) -> tuple[str | None, str | None]:
     """(Content-Type, Content-Encoding) as `header_value` finds them (the first of each), in one pass."""
     ctype = coding = None
@@ -319,7 +336,8 @@ class Recorder:
             connector, effect, effect_basis = self.classify(method, url, req_headers, raw_req, connector)
         elif effect_basis not in EFFECT_BASES:
             raise ContractError(f"effect_basis must be one of {', '.join(EFFECT_BASES)}, not {effect_basis!r}")
-        request: dict[str, object] = {"method": method, "url": redact_url(url), "headers": redact_headers(req_headers)}
+        request: dict[str, object] = {"method": method, "url": redact_url(url),
+                                      "headers": _recorded_headers(req_headers)}
         request["body"], extra = self._body(request_body, req_headers)
         request.update(extra)
         if req.trailers:
@@ -343,7 +361,7 @@ class Recorder:
         request = dict(half.fields["request"])
         request.update(half.request_extra)
         status, error = resp.status, resp.error
-        response: dict = {"status": status, "headers": redact_headers(resp_headers)}
+        response: dict = {"status": status, "headers": _recorded_headers(resp_headers)}
         response["body"], extra = self._body(resp.body, resp_headers)
         response.update(extra)
         response.update(resp.extra or {})

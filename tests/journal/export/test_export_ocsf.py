@@ -95,7 +95,8 @@ def test_event_fields(vault):
     (prompt,) = iter_ocsf(vault, KINDS_MCP_HTTP)
     assert prompt["api"]["operation"] == "prompts/get" and prompt["api"]["version"] == "2025-11-25"
     assert prompt["api"]["request"]["uid"] == "p1"
-    assert "uid_alt" not in prompt["actor"]["session"]  # the recorder keeps no Mcp-Session-Id in clear
+    # the recorder keeps no Mcp-Session-Id in clear, only its keyed fingerprint (journal/record.py)
+    assert prompt["actor"]["session"]["uid_alt"].startswith("fp:")
     assert MCP_SESSION_ID not in json.dumps(prompt)
     (model,) = iter_ocsf(vault, KINDS_MODEL)
     assert model["ai_model"] == {"name": "gpt-4o", "ai_provider": "openai"}
