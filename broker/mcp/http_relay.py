@@ -54,7 +54,7 @@ from broker.mcp.relay import (
 )
 from broker.mcp.upstream import UpstreamPool, UpstreamResponse
 from broker.proxy.identity import IDENTITY_HEADERS, Claims, take_identity
-from journal.record import principal_fingerprint, text_pairs, wire_text
+from journal.record import principal_fingerprint, session_fingerprint, text_pairs, wire_text
 from journal.sse import event_fields, event_with_data, split_events
 from journal.vault import SessionIdError, session_filename
 
@@ -561,7 +561,8 @@ class GatewaySessions:
     HTTPS proxy reads them; the gateway's principal stays --principal or the credential's
     fingerprint); a session as the first path segment
     (`/<session>/mcp`, stripped before the request goes upstream); else one session per MCP session,
-    `<--session>.<Mcp-Session-Id>`, or, in the 2026-07-28 era that has no MCP session, one per client
+    `<--session>.<16 hex>` (the Mcp-Session-Id's keyed fingerprint, journal/record.py), or, in the
+    2026-07-28 era that has no MCP session, one per client
     connection, `<--session>.conn-<host>-<port>`. The agent defaults to `--agent`. A session id that
     cannot be mapped to a vault file is refused (400), never rewritten.
     """
@@ -587,8 +588,8 @@ class GatewaySessions:
             path = b"/" + parts[1]
         if session is None:
             base = self.identity.session
-            if mcp_session:
-                session = f"{base}.{mcp_session}"
+            if mcp_session:  # its keyed fingerprint: the id is a capability, and session names are file names
+                session = f"{base}.{session_fingerprint(mcp_session).removeprefix('fp:')}"
             elif client:
                 session = f"{base}.conn-{client[0]}-{client[1]}"
             else:

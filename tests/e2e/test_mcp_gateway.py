@@ -5,6 +5,7 @@ gateway's own headers never forwarded. Real SDK clients, concurrently."""
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 
 import httpx2
@@ -48,7 +49,11 @@ def test_a_shared_gateway_keeps_each_agent_in_its_own_session(tmp_path: Path, up
     sessions = Vault(vault).sessions()
     assert "alice" in sessions and "bob" in sessions
     legacy = [s for s in sessions if s.startswith("s1.")]
-    assert len(legacy) == 2  # one per MCP session (Mcp-Session-Id)
+    assert len(legacy) == 2  # one per MCP session (Mcp-Session-Id), named by its keyed fingerprint, never the id
+    assert all(re.fullmatch(r"s1\.[0-9a-f]{16}", s) for s in legacy)
+    ids = {v for s in legacy for e in entries(vault, s) for k, v in e["response"]["headers"]
+           if k.lower() == "mcp-session-id"}
+    assert {"s1." + i.removeprefix("fp:") for i in ids} == set(legacy)
     for s in sessions:
         assert verify_session(Vault(vault), s).intact
     alice, bob = entries(vault, "alice"), entries(vault, "bob")
