@@ -66,9 +66,16 @@ class CountingRelay:
                     pass
 
     def close(self) -> None:
+        """Shutdown first: closing a listening socket does not wake a thread blocked in accept on Linux,
+        and a thread left running keeps every later forking test from forking (tests/e2e/conftest.py)."""
         self.stopping = True
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self.sock.close()
         self.thread.join(5)
+        assert not self.thread.is_alive(), "the relay's accept thread did not stop"
 
 
 class RelayedUpstream:
