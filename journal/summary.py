@@ -11,8 +11,8 @@ import os
 from collections.abc import Callable
 
 from journal.call import TOOL_ERROR
-from journal.checkpoint.checkpoint import Checkpoint, read_checkpoint_note
-from journal.checkpoint.note import NoteError, parse_note
+from journal.checkpoint.checkpoint import read_checkpoint_note
+from journal.checkpoint.claims import checkpoint_claims
 from journal.confine import NotConfined
 from journal.reader import RowSource, session_blocks
 from journal.seal import read_seal
@@ -61,18 +61,17 @@ def summarize_session(vault: Vault, session: str, *, progress: Callable[[int], N
 
 
 def checkpoint_status(vault: Vault, session: str) -> dict | None:
-    """What the session's checkpoint file claims, read for display and not verified: `size` (entries
-    covered), `signers` (the key names on its signature lines: the log's, then any witnesses'), or
-    `error` when the file cannot be read as a checkpoint note. None when there is no checkpoint."""
-    note = read_checkpoint_note(vault, session)
-    if note is None:
+    """The sessions list's short form of what the checkpoint claims (journal/checkpoint/claims.py), not
+    verified: `size` (entries covered), `signers` (the key names on its signature lines: the log's, then
+    any witnesses'), or `error` when the file cannot be read as a checkpoint note. None when there is
+    no checkpoint."""
+    claims = checkpoint_claims(read_checkpoint_note(vault, session))
+    if claims is None:
         return None
-    try:
-        parsed = parse_note(note)
-        body = Checkpoint.parse(parsed.text)
-    except NoteError as exc:
-        return {"size": None, "signers": [], "error": str(exc)}
-    return {"size": body.size, "signers": [sig.name for sig in parsed.sigs], "error": None}
+    if claims["error"] is not None:
+        return {"size": None, "signers": [], "error": claims["error"]}
+    signers = [claims["signer"]["name"]] + [w["name"] for w in claims["witnesses"]]
+    return {"size": claims["size"], "signers": signers, "error": None}
 
 
 def call_target(entry: dict) -> str | None:
