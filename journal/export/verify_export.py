@@ -112,6 +112,17 @@ def _ocsf(data: bytes) -> tuple[list[Link], str | None]:
     return links, None
 
 
+def _in_file_order(where: str, seq: object, last: int) -> tuple[int, str | None]:
+    """HAR's order check: (the last seq now, the problem when `seq` is not above `last`). HAR nests a
+    WebSocket's messages in their handshake's entry, so `_har` sorts its links by seq for `check_links`
+    and the order as the file has it is checked here, before the sort hides a reordered or repeated one."""
+    if type(seq) is not int:
+        return last, None
+    if seq <= last:
+        return last, f"{where}: seq {seq} after seq {last}: reordered or repeated"
+    return seq, None
+
+
 def _har(doc: dict) -> tuple[list[Link], str | None]:
     log = doc["log"]
     session = str(log.get("_session"))
@@ -123,9 +134,9 @@ def _har(doc: dict) -> tuple[list[Link], str | None]:
         if not isinstance(j, dict):
             return links, f"entry {n}: no _journal: not an entry `broker export --format har` wrote"
         seq = j.get("seq")
-        if type(seq) is int and seq <= last_top:
-            return links, f"entry {n}: seq {seq} after seq {last_top}: reordered or repeated"
-        last_top = seq if type(seq) is int else last_top
+        last_top, problem = _in_file_order(f"entry {n}", seq, last_top)
+        if problem:
+            return links, problem
         links.append(Link(f"entry {n}", session, seq, j.get("hash"), j.get("prev")))
         last_msg = seq if type(seq) is int else 0
         for m, msg in enumerate(e.get("_webSocketMessages") or [], 1):
@@ -133,9 +144,9 @@ def _har(doc: dict) -> tuple[list[Link], str | None]:
             if not isinstance(mj, dict):
                 return links, f"entry {n} message {m}: no _journal"
             mseq = mj.get("seq")
-            if type(mseq) is int and mseq <= last_msg:
-                return links, f"entry {n} message {m}: seq {mseq} after seq {last_msg}: reordered or repeated"
-            last_msg = mseq if type(mseq) is int else last_msg
+            last_msg, problem = _in_file_order(f"entry {n} message {m}", mseq, last_msg)
+            if problem:
+                return links, problem
             links.append(Link(f"entry {n} message {m}", session, mseq, mj.get("hash"), mj.get("prev")))
     links.sort(key=lambda k: k.seq if type(k.seq) is int else 0)  # messages sit inside their handshake's entry
     if links and head:

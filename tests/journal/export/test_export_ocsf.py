@@ -230,6 +230,20 @@ def test_verify_export_catches_a_dropped_websocket_message(vault, tmp_path):
     assert code == 1 and "seq 4: dropped: seq 3 missing" in out, out
 
 
+def test_verify_export_catches_reordered_and_repeated_websocket_messages(vault, tmp_path):
+    """Messages sit inside their handshake's entry and the links are sorted by seq before the chain is
+    followed: their order in the file is checked before that, or a swap would pass."""
+    har = build_har(vault, KINDS_WS)
+    msgs = har["log"]["entries"][0]["_webSocketMessages"]
+    msgs[0], msgs[1] = msgs[1], msgs[0]
+    code, out = _run(_write(tmp_path, "ws.har", orjson.dumps(har)))
+    assert code == 1 and "entry 1 message 2: seq 2 after seq 3: reordered or repeated" in out, out
+    har = build_har(vault, KINDS_WS)
+    har["log"]["entries"][0]["_webSocketMessages"].insert(1, har["log"]["entries"][0]["_webSocketMessages"][0])
+    code, out = _run(_write(tmp_path, "ws.har", orjson.dumps(har)))
+    assert code == 1 and "entry 1 message 2: seq 2 after seq 2: reordered or repeated" in out, out
+
+
 def test_verify_export_catches_a_bad_otel_copy(vault, tmp_path):
     otlp = build_otlp(vault, SESSION)
     spans = otlp["resourceSpans"][0]["scopeSpans"][0]["spans"]
