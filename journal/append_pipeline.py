@@ -228,12 +228,8 @@ class AppendPipeline:
         lane = self._acquire(self._lane_key(fields["session"]))  # released by the flusher once settled
         try:
             with lane.mutex:
-                if lane.failed:
-                    raise lane.failed
-                lane.pending.append(mine)
-                lead = not lane.forming
+                lead = _join_group(lane, [mine])
                 if lead:
-                    lane.forming = True
                     if lane.flusher is None:
                         lane.flusher = Flusher(self, lane)
                     flusher = lane.flusher
@@ -254,13 +250,8 @@ class AppendPipeline:
         fsync or a database round trip, the GIL released), the next one forms and its leader waits at `io`.
         """
         with lane.mutex:
-            if lane.failed:
-                raise lane.failed
-            lane.pending.extend(mine)
-            leader = not lane.forming
-            if leader:
-                lane.forming = True
-            else:
+            leader = _join_group(lane, mine)
+            if not leader:
                 wake = mine[-1].wake = _allocate_lock()
                 wake.acquire()
         if not leader:
@@ -318,6 +309,17 @@ class AppendPipeline:
             self.on_durable(session, entries)
         except Exception:  # noqa: BLE001 - the entries are durable; a hook must not fail them
             log.exception("on_durable hook failed")
+
+
+def _join_group(lane: Lane, mine: list[Pending]) -> bool:
+    """Add `mine` to the lane's forming group (the caller holds `lane.mutex`): True when they open it,
+    so that the caller (or the lane's flusher) leads it. A lane whose writer failed refuses them."""
+    if lane.failed:
+        raise lane.failed
+    lane.pending.extend(mine)
+    opens = not lane.forming
+    lane.forming = True
+    return opens
 
 
 def _link_followers(batch: list[Pending]) -> threading.Lock | None:
