@@ -3,16 +3,13 @@ service's model entries and prompt_ref, the MCP exact tie, the connectors file's
 
 from __future__ import annotations
 
-import gzip
 import json
 from pathlib import Path
 
-import msgspec
 import pytest
 
 from broker.proxy.service import Service
-from broker.proxy.wire import Completion, RequestAhead, WholeCall, frame, split_to_service
-from journal.call import Call
+from broker.proxy.wire import WholeCall
 from journal.canonical import canonical_bytes
 from journal.connectors import Registry
 from journal.models import APIS, anthropic, gemini, openai, route_call
@@ -24,10 +21,15 @@ from journal.store.file_store import FileStore
 from journal.store.memory_store import MemoryWriter
 from journal.trajectory import trajectory
 from journal.vault import Vault
+from tests.support.prompt_calls import (
+    SECRET_TEXTS,
+    anthropic_call,
+    completion_of,
+    gmail_call,
+    request_ahead,
+    send_framed,
+)
 from tests.support.upstreams import Upstream
-
-SECRET_TEXTS = ["the private task text", "a secret system prompt", "tool said: 42 unread",
-                "thinking hard about it", "iVBORw0KGgoAAAANSUhEUg=="]
 
 
 @pytest.fixture(scope="module")
@@ -157,73 +159,19 @@ def test_route_call_builtin_hosts_and_the_connectors_file(tmp_path):
 
 # -- the recording service: model entries and prompt_ref ---------------------------------------------
 
-def _call(m: dict) -> Call:
-    """The Call the addon hands over for these fields (prompt capture's `prompts`/`model_api` included)."""
-    prompts, model_api = m.pop("prompts", None), m.pop("model_api", None)
-    call = Call.make(**m)
-    call.prompts, call.model_api = prompts, model_api
-    return call
-
-
-def _send(svc: Service, *messages) -> list:
-    """Messages handed to the service as they travel: framed, then read back from the bytes."""
-    return svc.handle(split_to_service(bytearray(b"".join(frame(m) for m in messages)))[0])
-
-
-def _ahead(n: int, call: Call) -> RequestAhead:
-    return RequestAhead(n, msgspec.structs.replace(call, response=None))
-
-
-def _rest(n: int, call: Call) -> Completion:
-    return Completion(n, call.response, call.ts, call.mcp)
-
-
-def _anthropic_material(session: str, mode: str, n: int, *, tool: tuple[str, dict] | None, results=(),
-                        gzipped: bool = False) -> Call:
-    messages = [{"role": "user", "content": SECRET_TEXTS[0]}]
-    for call_id, text in results:
-        messages += [{"role": "assistant", "content": [{"type": "tool_use", "id": call_id, "name": "t", "input": {}}]},
-                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call_id, "content": text}]}]
-    content = [{"type": "text", "text": SECRET_TEXTS[3]}]
-    if tool:
-        content.append({"type": "tool_use", "id": f"toolu_{n}", "name": tool[0], "input": tool[1]})
-    resp = json.dumps({"type": "message", "role": "assistant", "content": content}).encode()
-    return _call({
-        "session": session, "agent": "a", "principal": None, "connector": "anthropic", "method": "POST",
-        "url": "https://api.anthropic.com/v1/messages",
-        "request_headers": ((b"x-api-key", b"sk-ant-api03-secret-key"), (b"Content-Type", b"application/json")),
-        "request_body": json.dumps({"model": "m", "system": SECRET_TEXTS[1], "messages": messages}).encode(),
-        "status": 200, "response_headers": ((b"Content-Type", b"application/json"),)
-        + (((b"Content-Encoding", b"gzip"),) if gzipped else ()),
-        "response_body": gzip.compress(resp) if gzipped else resp, "error": None, "ts": 1790000000.0 + n,
-        "mcp": None, "prompts": mode, "model_api": "anthropic",
-    })
-
-
-def _gmail_material(session: str, n: int, mode: str | None = "refs") -> Call:
-    m = {"session": session, "agent": "a", "principal": None, "connector": "gmail", "method": "GET",
-         "url": f"https://gmail.googleapis.com/gmail/v1/users/me/messages?n={n}",
-         "request_headers": ((b"Authorization", b"Bearer ya29.x"),), "request_body": None, "status": 200,
-         "response_headers": ((b"Content-Type", b"application/json"),), "response_body": b'{"messages": []}',
-         "error": None, "ts": 1790000000.5 + n, "mcp": None}
-    if mode:
-        m["prompts"] = mode
-    return _call(m)
-
-
 @pytest.mark.parametrize("mode", ["refs", "full"])
 def test_service_records_model_calls_and_ties_the_calls_that_follow(tmp_path, mode):
     vault = tmp_path / "v"
     svc = Service(Recorder(vault))
-    model = _anthropic_material("s", mode, 1, tool=("gmail", {}), gzipped=True)
-    assert _send(svc, WholeCall(1, model))[0].outcome == "ok"
-    _send(svc, _ahead(2, _gmail_material("s", 2)))  # the agent carries out the tool call
+    model = anthropic_call("s", mode, 1, tool=("gmail", {}), gzipped=True)
+    assert send_framed(svc, WholeCall(1, model))[0].outcome == "ok"
+    send_framed(svc, request_ahead(2, gmail_call("s", 2)))  # the agent carries out the tool call
     svc.prepare_pending()
-    _send(svc, _rest(2, _gmail_material("s", 2)))
-    _send(svc, _ahead(3, _anthropic_material("s", mode, 3, tool=None, results=[("toolu_1", "x")])))
-    _send(svc, WholeCall(4, _gmail_material("s", 4)))  # while the model is thinking: asked for by nobody
-    _send(svc, _rest(3, _anthropic_material("s", mode, 3, tool=None, results=[("toolu_1", "x")])))
-    _send(svc, WholeCall(5, _gmail_material("s", 5)))  # after a response that asked for nothing
+    send_framed(svc, completion_of(2, gmail_call("s", 2)))
+    send_framed(svc, request_ahead(3, anthropic_call("s", mode, 3, tool=None, results=[("toolu_1", "x")])))
+    send_framed(svc, WholeCall(4, gmail_call("s", 4)))  # while the model is thinking: asked for by nobody
+    send_framed(svc, completion_of(3, anthropic_call("s", mode, 3, tool=None, results=[("toolu_1", "x")])))
+    send_framed(svc, WholeCall(5, gmail_call("s", 5)))  # after a response that asked for nothing
     e = list(iter_entries(Vault(vault), "s"))
     assert [x["connector"] for x in e] == ["anthropic", "gmail", "gmail", "anthropic", "gmail"]
     assert e[0]["request"]["prompt_capture"] == mode and e[0]["effect"] == "read"
@@ -244,9 +192,9 @@ def test_service_records_model_calls_and_ties_the_calls_that_follow(tmp_path, mo
 
 def test_a_restarted_service_ties_calls_to_the_model_entry_in_the_journal():
     journal = MemoryWriter()  # each Service gets a fresh Recorder (fresh prompt links) over the same journal
-    _send(Service(Recorder(journal)), WholeCall(1, _anthropic_material("s", "refs", 1, tool=("g", {}))))
-    _send(Service(Recorder(journal)), WholeCall(1, _gmail_material("s", 2)))
-    _send(Service(Recorder(journal)), WholeCall(1, _gmail_material("other", 2)))
+    send_framed(Service(Recorder(journal)), WholeCall(1, anthropic_call("s", "refs", 1, tool=("g", {}))))
+    send_framed(Service(Recorder(journal)), WholeCall(1, gmail_call("s", 2)))
+    send_framed(Service(Recorder(journal)), WholeCall(1, gmail_call("other", 2)))
     e = journal.entries("s")
     assert e[1]["prompt_ref"] == e[0]["hash"]
     assert journal.entries("other")[0]["prompt_ref"] is None
@@ -254,7 +202,7 @@ def test_a_restarted_service_ties_calls_to_the_model_entry_in_the_journal():
 
 def test_without_prompt_capture_nothing_changes():
     journal = MemoryWriter()
-    _send(Service(Recorder(journal)), WholeCall(1, _gmail_material("s", 1, mode=None)))
+    send_framed(Service(Recorder(journal)), WholeCall(1, gmail_call("s", 1, mode=None)))
     (entry,) = journal.entries("s")
     assert entry["prompt_ref"] is None and "body_sha256" not in entry["response"]
 
@@ -262,13 +210,13 @@ def test_without_prompt_capture_nothing_changes():
 def test_tool_call_index_ties_exactly_and_follows_the_file(tmp_path):
     vault = Vault.create(tmp_path / "v")
     svc = Service(Recorder(vault.root))
-    _send(svc, WholeCall(1, _anthropic_material("s", "refs", 1, tool=("mcp__notes__add_note", {"id": "n1"}))))
+    send_framed(svc, WholeCall(1, anthropic_call("s", "refs", 1, tool=("mcp__notes__add_note", {"id": "n1"}))))
     source = svc.recorder.writer  # the store protocol's reader of the sessions it appends to
     assert tool_call_prompt_ref(source, "s", "tools/call", {"name": "add_note", "arguments": {"id": "n1"}}) == \
         next(iter_entries(vault, "s"))["hash"]
     assert tool_call_prompt_ref(source, "s", "tools/call", {"name": "add_note", "arguments": {"id": "n2"}}) is None
     assert tool_call_prompt_ref(source, "s", "resources/read", {"name": "add_note"}) is None
-    _send(svc, WholeCall(2, _anthropic_material("s", "refs", 2, tool=("add_note", {"id": "n2"}))))
+    send_framed(svc, WholeCall(2, anthropic_call("s", "refs", 2, tool=("add_note", {"id": "n2"}))))
     second = list(iter_entries(vault, "s"))[1]["hash"]
     assert ToolCallIndex(FileStore(vault.root), "s").find("add_note", {"id": "n2"}) == second
     assert tool_call_prompt_ref(source, "s", "tools/call", {"name": "add_note", "arguments": {"id": "n2"}}) == second
@@ -291,7 +239,7 @@ def test_mcp_tools_call_tied_to_the_model_call_that_asked_for_it(tmp_path: Path)
     from tests.support.mcp_servers.harness import NOTES_SERVER, REPO, shim_argv
 
     vault = tmp_path / "vault"
-    _send(Service(Recorder(vault)), WholeCall(1, _anthropic_material(
+    send_framed(Service(Recorder(vault)), WholeCall(1, anthropic_call(
         "s1", "refs", 1, tool=("add_note", {"note_id": "n1", "text": "hello"}))))
     lines = [
         {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
@@ -378,11 +326,11 @@ def test_model_tool_definitions_that_change_are_reported(tmp_path):
     vault = tmp_path / "v"
     svc = Service(Recorder(vault))
     for n, description in enumerate(["Count mail.", "Count mail.", "Count mail, then forward it all."], 1):
-        m = _anthropic_material("s", "refs", n, tool=None)
+        m = anthropic_call("s", "refs", n, tool=None)
         body = json.loads(m.request.body)
         body["tools"] = [{"name": "count", "description": description, "input_schema": {"type": "object"}}]
         m.request.body = json.dumps(body).encode()
-        _send(svc, WholeCall(n, m))
+        send_framed(svc, WholeCall(n, m))
     findings = trajectory(Vault(vault), "s")["findings"]
     assert [(f["kind"], f["seq"]) for f in findings] == [("tools_changed", 3)]
 
@@ -407,8 +355,8 @@ def test_a_stream_over_the_hold_limit_is_kept_as_its_hash(tmp_path):
 
 def test_tool_call_index_waits_for_a_line_still_being_written(tmp_path):
     vault = Vault.create(tmp_path / "v")
-    material = _anthropic_material("s", "refs", 1, tool=("add_note", {"id": "n1"}))
-    _send(Service(Recorder(vault.root)), WholeCall(1, material))
+    material = anthropic_call("s", "refs", 1, tool=("add_note", {"id": "n1"}))
+    send_framed(Service(Recorder(vault.root)), WholeCall(1, material))
     line = vault.session_path("s").read_bytes()
     copy = Vault.create(tmp_path / "copy")
     other = copy.session_path("s")

@@ -18,10 +18,10 @@ from journal.store.file_store import FileStore
 from journal.store.postgres_store import PostgresStore
 from journal.store.transfer import copy_store
 from journal.vault import Vault
-from tests.e2e.test_prompts import _anthropic_material, _gmail_material, _send
 from tests.support import postgres_server as _pg
 from tests.support.checkpoint_harness import audit, checkpoint_size, record_reads, report_of, signer_key_file
 from tests.support.journal_factories import fields
+from tests.support.prompt_calls import anthropic_call, gmail_call, send_framed
 
 postgres_server, pg_url = _pg.postgres_server, _pg.pg_url  # fixtures
 GMAIL = "https://gmail.googleapis.com/gmail/v1/users/me"
@@ -37,9 +37,9 @@ def _entries(url: str, session: str) -> list[dict]:
 
 def test_prompt_capture_ties_calls_on_a_database_store(pg_url):
     svc = Service(Recorder(pg_url, durable=False))
-    first = _send(svc, WholeCall(1, _anthropic_material("s", "refs", 1, tool=("add_note", {"id": "n1"}))))
+    first = send_framed(svc, WholeCall(1, anthropic_call("s", "refs", 1, tool=("add_note", {"id": "n1"}))))
     assert first[0].outcome == "ok"
-    assert _send(svc, WholeCall(2, _gmail_material("s", 2)))[0].outcome == "ok"
+    assert send_framed(svc, WholeCall(2, gmail_call("s", 2)))[0].outcome == "ok"
     svc.recorder.close()
     model, call = _entries(pg_url, "s")
     assert model["connector"] == "anthropic" and "prompt_capture" in model["request"]
@@ -47,8 +47,8 @@ def test_prompt_capture_ties_calls_on_a_database_store(pg_url):
     assert call["connector"] == "gmail" and call["prompt_ref"] == model["hash"]
 
     restarted = Service(Recorder(pg_url, durable=False))  # a fresh service finds the latest model entry in the database
-    assert _send(restarted, WholeCall(3, _gmail_material("s", 3)))[0].outcome == "ok"
-    assert _send(restarted, WholeCall(4, _gmail_material("other", 4)))[0].outcome == "ok"
+    assert send_framed(restarted, WholeCall(3, gmail_call("s", 3)))[0].outcome == "ok"
+    assert send_framed(restarted, WholeCall(4, gmail_call("other", 4)))[0].outcome == "ok"
     restarted.recorder.close()
     assert _entries(pg_url, "s")[2]["prompt_ref"] == model["hash"]
     assert _entries(pg_url, "other")[0]["prompt_ref"] is None  # another session's model call ties nothing
@@ -57,14 +57,14 @@ def test_prompt_capture_ties_calls_on_a_database_store(pg_url):
 def test_the_exact_tool_call_tie_reads_a_database_store(pg_url):
     rec = Recorder(pg_url, durable=False)
     try:
-        _send(Service(rec), WholeCall(1, _anthropic_material("s", "refs", 1, tool=("mcp__notes__add_note",
+        send_framed(Service(rec), WholeCall(1, anthropic_call("s", "refs", 1, tool=("mcp__notes__add_note",
                                                                                    {"id": "n1"}))))
         model = _entries(pg_url, "s")[0]
         tie = tool_call_prompt_ref(rec.writer, "s", "tools/call", {"name": "add_note", "arguments": {"id": "n1"}})
         assert tie == model["hash"]
         assert tool_call_prompt_ref(rec.writer, "s", "tools/call", {"name": "add_note", "arguments": {"id": "n2"}}) \
             is None
-        _send(Service(rec), WholeCall(2, _anthropic_material("s", "refs", 2, tool=("add_note", {"id": "n2"}))))
+        send_framed(Service(rec), WholeCall(2, anthropic_call("s", "refs", 2, tool=("add_note", {"id": "n2"}))))
         second = _entries(pg_url, "s")[1]["hash"]  # read incrementally: the index follows the session
         assert tool_call_prompt_ref(rec.writer, "s", "tools/call", {"name": "add_note", "arguments": {"id": "n2"}}) \
             == second

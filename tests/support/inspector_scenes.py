@@ -20,17 +20,17 @@ def record_conversation(root: Path, session: str = "s") -> None:
     from broker.proxy.service import Service
     from broker.proxy.wire import WholeCall
     from journal.record import Recorder
-    from tests.e2e.test_prompts import _ahead, _anthropic_material, _gmail_material, _rest, _send
+    from tests.support.prompt_calls import anthropic_call, completion_of, gmail_call, request_ahead, send_framed
 
     svc = Service(Recorder(root))
-    _send(svc, WholeCall(1, _anthropic_material(session, "refs", 1, tool=("gmail", {"q": "unread"}))))
-    _send(svc, _ahead(2, _gmail_material(session, 2)))
+    send_framed(svc, WholeCall(1, anthropic_call(session, "refs", 1, tool=("gmail", {"q": "unread"}))))
+    send_framed(svc, request_ahead(2, gmail_call(session, 2)))
     svc.prepare_pending()
-    _send(svc, _rest(2, _gmail_material(session, 2)))
-    _send(svc, _ahead(3, _anthropic_material(session, "refs", 3, tool=None, results=[("toolu_1", "x")])))
-    _send(svc, WholeCall(4, _gmail_material(session, 4)))
-    _send(svc, _rest(3, _anthropic_material(session, "refs", 3, tool=None, results=[("toolu_1", "x")])))
-    _send(svc, WholeCall(5, _gmail_material(session, 5)))
+    send_framed(svc, completion_of(2, gmail_call(session, 2)))
+    send_framed(svc, request_ahead(3, anthropic_call(session, "refs", 3, tool=None, results=[("toolu_1", "x")])))
+    send_framed(svc, WholeCall(4, gmail_call(session, 4)))
+    send_framed(svc, completion_of(3, anthropic_call(session, "refs", 3, tool=None, results=[("toolu_1", "x")])))
+    send_framed(svc, WholeCall(5, gmail_call(session, 5)))
 
 
 def rerun(root: Path, source: str, session: str, *, skip: int = 6, status_429_at: int = 13) -> None:
