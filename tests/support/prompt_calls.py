@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from typing import Any
 
 import msgspec
 
@@ -37,6 +38,7 @@ def request_ahead(n: int, call: Call) -> RequestAhead:
 
 def completion_of(n: int, call: Call) -> Completion:
     """The answer half of call `n`, which completes its `request_ahead`."""
+    assert call.response is not None
     return Completion(n, call.response, call.ts, call.mcp)
 
 
@@ -44,11 +46,11 @@ def anthropic_call(session: str, mode: str, n: int, *, tool: tuple[str, dict] | 
                    gzipped: bool = False) -> Call:
     """An Anthropic Messages call of seq `n` with prompt capture `mode`: its texts are SECRET_TEXTS, its
     answer asks for `tool` (name, input) when given, and `results` are (tool_use id, text) already answered."""
-    messages = [{"role": "user", "content": SECRET_TEXTS[0]}]
+    messages: list[dict[str, Any]] = [{"role": "user", "content": SECRET_TEXTS[0]}]
     for call_id, text in results:
         messages += [{"role": "assistant", "content": [{"type": "tool_use", "id": call_id, "name": "t", "input": {}}]},
                      {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call_id, "content": text}]}]
-    content = [{"type": "text", "text": SECRET_TEXTS[3]}]
+    content: list[dict[str, Any]] = [{"type": "text", "text": SECRET_TEXTS[3]}]
     if tool:
         content.append({"type": "tool_use", "id": f"toolu_{n}", "name": tool[0], "input": tool[1]})
     resp = json.dumps({"type": "message", "role": "assistant", "content": content}).encode()
@@ -66,7 +68,7 @@ def anthropic_call(session: str, mode: str, n: int, *, tool: tuple[str, dict] | 
 
 def gmail_call(session: str, n: int, mode: str | None = "refs") -> Call:
     """A gmail read of seq `n`, with prompt capture `mode` (None: off)."""
-    m = {"session": session, "agent": "a", "principal": None, "connector": "gmail", "method": "GET",
+    m: dict[str, Any] = {"session": session, "agent": "a", "principal": None, "connector": "gmail", "method": "GET",
          "url": f"https://gmail.googleapis.com/gmail/v1/users/me/messages?n={n}",
          "request_headers": ((b"Authorization", b"Bearer ya29.x"),), "request_body": None, "status": 200,
          "response_headers": ((b"Content-Type", b"application/json"),), "response_body": b'{"messages": []}',
