@@ -6,6 +6,7 @@ import click
 import orjson
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from broker.cli.main import summary
 from broker.cli.options import (
     ANY_VERIFIER_KEY,
     VERIFIER_KEY,
@@ -45,7 +46,7 @@ def _where(vault: Vault) -> str:
     return str(getattr(vault, "label", vault.root))
 
 
-@click.command(short_help="Check every session's chain, contract, blobs and seal.")
+@click.command(short_help=summary("verify"))
 @vault_option
 @store_option
 @click.argument("sessions", nargs=-1)
@@ -147,7 +148,7 @@ def print_reports(reports: list[SessionReport], as_json: bool) -> None:
                 click.echo(f"  note: {note}")
 
 
-@click.command(short_help="List sessions: entries, times, writes, connectors.")
+@click.command(short_help=summary("sessions"))
 @vault_option
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line per session.")
@@ -191,7 +192,7 @@ def _gap(prev_ts: str | None, ts: str) -> str:
     return f"+{seconds / 3600:.1f}h"
 
 
-@click.command(short_help="A session's timeline, or one entry in full.")
+@click.command(short_help=summary("show"))
 @vault_option
 @store_option
 @click.argument("session")

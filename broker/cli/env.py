@@ -11,6 +11,7 @@ import shlex
 
 import click
 
+from broker.cli.main import summary
 from broker.cli.options import parse_listen
 from broker.cli.proxy import confdir_option, listen_option
 
@@ -53,7 +54,7 @@ ENV_LIMITS = (
 """Printed by `broker env` on stderr as `#` lines (seen when the settings are eval'ed)."""
 
 
-@click.command(short_help="Print the proxy and CA settings a client needs.")
+@click.command(short_help=summary("env"))
 @listen_option
 @confdir_option
 @click.option("--session", default=None, help="Session id to put in the proxy URL.")

@@ -3,7 +3,9 @@
 The group imports a command's module only when that command runs (or its own help is asked for):
 `broker --version` and `broker --help` import click and this file, not the journal library and its
 redaction rules, which take most of a second to load. `COMMANDS` says where each command lives and
-its one-line summary; tests/broker/test_cli_lazy_commands.py checks it against the modules.
+its one-line summary: the one copy of it, which a command whose help opens with another text takes as
+its `short_help` (`summary`); tests/broker/cli/test_lazy_commands.py checks the table against the
+modules (a command whose docstring is its summary repeats it there: its own `--help` opens with it).
 """
 
 from __future__ import annotations
@@ -54,6 +56,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "erase": ("store", "Delete a blob's bytes and leave a tombstone (sha256, when, by whom, why); the chain "
                        "still verifies."),
 }
+
+
+def summary(name: str) -> str:
+    """Command `name`'s one-line summary from the table, for its `short_help` (importing this module
+    imports no command module)."""
+    return COMMANDS[name][1]
 
 
 class _LazyCommands(click.Group):

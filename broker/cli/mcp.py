@@ -8,6 +8,7 @@ import sys
 import click
 
 from broker.cli.exec import confinement_for, confinement_options
+from broker.cli.main import summary
 from broker.cli.options import (
     autoseal_config,
     bind,
@@ -22,7 +23,7 @@ from broker.log_lines import LOG_FORMATS, use_log_format
 _CTX = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 
 
-@click.command(context_settings=_CTX, short_help="Relay an MCP server and record its tool calls.")
+@click.command(context_settings=_CTX, short_help=summary("mcp"))
 @vault_option
 @store_option
 @click.option("--session", required=True, help="Session the calls are recorded under.")

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from broker.cli.main import summary
 from broker.cli.options import (
     ack_deadline_option,
     autoseal_config,
@@ -119,7 +120,7 @@ def run_settings(opts: Mapping[str, Any]) -> tuple[ProxyConfig, str]:
     return config, shown
 
 
-@click.command(short_help="Run the broker: an HTTPS proxy that records calls.")
+@click.command(short_help=summary("run"))
 @vault_option
 @store_option
 @listen_option

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import click
 
+from broker.cli.main import summary
 from broker.cli.options import SIGNER_KEY, reading_vault, store_option, vault_option
 from journal.checkpoint.checkpoint import session_origin
 from journal.checkpoint.note import Signer
@@ -14,7 +15,7 @@ from journal.checkpoint.tiles import tile_target
 from journal.verify import verify_session
 
 
-@click.command(short_help="Publish a session's Merkle tree as C2SP tlog-tiles (entry hashes only).")
+@click.command(short_help=summary("publish"))
 @vault_option
 @store_option
 @click.argument("session")

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import click
 import orjson
 
+from broker.cli.main import summary
 from broker.cli.options import ANY_VERIFIER_KEY, reading_vault, store_option, vault_option
 from broker.cli.progress import progress_bar
 from journal.reader import session_size
@@ -68,7 +69,7 @@ def _broken_line(rp) -> str:
             f"{rp.untrusted_from} on is marked UNTRUSTED")
 
 
-@click.command(short_help="Rebuild views of the resources a session touched.")
+@click.command(short_help=summary("replay"))
 @vault_option
 @store_option
 @click.argument("session")
@@ -110,7 +111,7 @@ def replay(
     return 0 if rp.intact else 1
 
 
-@click.command("revert-plan", short_help="The inverse call for each write of a session.")
+@click.command("revert-plan", short_help=summary("revert-plan"))
 @vault_option
 @store_option
 @click.argument("session")

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from broker.cli.main import summary
 from broker.cli.options import ANY_SIGNER_KEY, VERIFIER_KEY, reading_vault, store_option, vault_option
 from journal.checkpoint.audit import session_tree
 from journal.checkpoint.note import Signer, Verifier
@@ -19,7 +20,7 @@ from journal.vault import Vault, VaultError
 from journal.verify import verify_session
 
 
-@click.command(short_help="Create an Ed25519 key pair for sealing.")
+@click.command(short_help=summary("keygen"))
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=".", show_default=True,
               help="Directory for NAME.key (signer key, mode 0600) and NAME.vkey (verifier key); characters "
               "other than letters, digits, '.', '_' and '-' become '_' in the file names.")
@@ -49,7 +50,7 @@ def keygen(out_dir: str, name: str, cosigner: bool) -> int:
     return 0
 
 
-@click.command(short_help="Sign each intact session's length and head.")
+@click.command(short_help=summary("seal"))
 @vault_option
 @store_option
 @click.argument("sessions", nargs=-1)
