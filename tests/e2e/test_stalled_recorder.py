@@ -3,24 +3,34 @@
 The recording service is stopped (SIGSTOP) while four clients call through the broker. Past the
 acknowledgement deadline (`--ack-deadline`) the proxy kills and replaces it and records the calls
 that waited on it itself, so every call the upstream received has its entry after a clean stop
-(SIGTERM, even with the new service stalled again at that moment) and after a kill of the broker."""
+(SIGTERM, even with the new service stalled again at that moment) and after a kill of the broker.
+
+A WebSocket under `--on-journal-error block` too: a message the relay holds for the stalled service
+must not reach the upstream before its entry is on disk (checked in the upstream as each message
+arrives); past the deadline it is recorded by the proxy and passed on, or dropped with the reason
+logged."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
 import ssl
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
 
 from journal.vault import Vault
 from journal.verify import verify_session
 from tests.support.broker_harness import BrokerProcess
 from tests.support.upstreams import Upstream
+from tests.support.ws_upstream import WsUpstream
 
 GMAIL = "https://gmail.googleapis.com/gmail/v1/users/me"
 ON_DISK = b"every accepted entry is on disk"
@@ -188,3 +198,89 @@ def _wait_exit(pid: int, timeout: float = 30) -> None:
             return
         time.sleep(0.05)
     _gone(pid)
+
+
+ECHO = "wss://api.github.com/ws/echo"
+DURING = ["during-stall-1", "during-stall-2", "during-stall-3"]
+
+
+def _journal_text(vault: Path) -> str:
+    return "".join(p.read_text() for p in (vault / "journal").glob("*.jsonl"))
+
+
+def _holds_open(pid: int, path: Path) -> bool:
+    """The process has `path` open: the recording service keeps a session's file open once it has written
+    an entry to it, so it is past its start (whose calls get a longer deadline: link.STARTUP_ALLOWANCE)."""
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except FileNotFoundError:
+        return False
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            if os.readlink(fd) == str(path):
+                return True
+    return False
+
+
+@pytest.mark.e2e
+def test_a_websocket_message_held_for_a_stalled_service_never_reaches_the_upstream_unrecorded(tmp_path):
+    with WsUpstream() as upstream:
+        b = BrokerProcess(tmp_path, upstream, "--ack-deadline", "2", "--on-journal-error", "block").start()
+        unrecorded: list[str] = []
+
+        def entry_first(path: str, message: str | bytes) -> None:  # in the upstream, before it echoes
+            if f'"{message!s}"' not in _journal_text(b.vault):
+                unrecorded.append(str(message))
+
+        upstream.on_message = entry_first
+        stalled = said_before = 0
+        echoed: list[str] = []
+        answered_unrecorded: list[str] = []
+
+        def answer_entry_first(text: str) -> None:  # in the client: the echo's own entry is on disk too
+            if _journal_text(b.vault).count(f'"{text}"') < 2:  # the message's entry and the answer's
+                answered_unrecorded.append(text)
+
+        async def talk() -> None:
+            nonlocal stalled, said_before
+            async with connect(ECHO, proxy=b.proxy_url("ws-stall", "agent-s"), ssl=upstream.client_ssl(b.ca),
+                               compression=None, ping_interval=None) as ws:
+                for n in range(1, 600):  # until the service records (a service not ready yet has more time)
+                    await ws.send(f"before-stall-{n}")
+                    echoed.append(str(await ws.recv()))
+                    answer_entry_first(echoed[-1])
+                    stalled = b.service_pid()
+                    if _holds_open(stalled, Vault(b.vault).session_path("ws-stall")):
+                        break
+                    await asyncio.sleep(0.1)
+                os.kill(stalled, signal.SIGSTOP)
+                before, said_before = len(echoed), len(b.output)
+                for text in DURING:  # one burst: the relay holds them together for one flush
+                    await ws.send(text)
+                with contextlib.suppress(ConnectionClosed):  # a connection closed for a dropped message
+                    while len(echoed) < before + len(DURING):
+                        echoed.append(str(await asyncio.wait_for(ws.recv(), 60)))
+                        answer_entry_first(echoed[-1])
+
+        try:
+            asyncio.run(asyncio.wait_for(talk(), 120))
+            entries = b.entries("ws-stall")
+        finally:
+            b.stop()
+            if stalled:
+                _gone(stalled)
+        out = bytes(b.output).decode(errors="replace")
+    assert stalled, out[-3000:]
+    assert upstream.errors == []
+    assert unrecorded == [], f"reached the upstream without an entry: {unrecorded}\n{out[-3000:]}"
+    assert answered_unrecorded == [], f"reached the client without an entry: {answered_unrecorded}"
+    assert b"did not acknowledge a call within 2.0 s" in bytes(b.output)[said_before:], out[-3000:]  # says why
+    reached = [str(m) for _, m in upstream.received]
+    assert reached[0] == "before-stall-1"
+    texts = {str(e["request"].get("body")) for e in entries if "websocket" in e["request"]}
+    texts |= {str(e["response"].get("body")) for e in entries if "websocket" in e["request"]}
+    assert set(reached) <= texts  # (again, after the fact: every message the upstream got is an entry)
+    assert set(echoed) <= texts  # and every answer the client got
+    for text in DURING:  # each message held for the stalled service: recorded and passed, or dropped and said
+        assert text in reached or "not forwarded, entry could not be written" in out, (text, out[-3000:])
+    assert verify_session(Vault(b.vault), "ws-stall").intact
