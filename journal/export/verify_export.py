@@ -112,15 +112,20 @@ def _ocsf(data: bytes) -> tuple[list[Link], str | None]:
     return links, None
 
 
-def _in_file_order(where: str, seq: object, last: int) -> tuple[int, str | None]:
-    """HAR's order check: (the last seq now, the problem when `seq` is not above `last`). HAR nests a
-    WebSocket's messages in their handshake's entry, so `_har` sorts its links by seq for `check_links`
-    and the order as the file has it is checked here, before the sort hides a reordered or repeated one."""
-    if type(seq) is not int:
-        return last, None
-    if seq <= last:
+def _har_link(links: list[Link], where: str, item: object, session: str, last: int, what: str,
+              ) -> tuple[int, str | None]:
+    """Read one HAR entry's or WebSocket message's `_journal` into `links`: (the last seq now, the
+    problem or None). HAR nests a WebSocket's messages in their handshake's entry, so `_har` sorts the
+    links by seq for `check_links`; the order as the file has it (each seq above `last`) is checked
+    here, before the sort would hide a reordered or repeated event."""
+    j = item.get("_journal") if isinstance(item, dict) else None
+    if not isinstance(j, dict):
+        return last, f"{where}: no _journal{what}"
+    seq = j.get("seq")
+    if type(seq) is int and seq <= last:
         return last, f"{where}: seq {seq} after seq {last}: reordered or repeated"
-    return seq, None
+    links.append(Link(where, session, seq, j.get("hash"), j.get("prev")))
+    return (seq if type(seq) is int else last), None
 
 
 def _har(doc: dict) -> tuple[list[Link], str | None]:
@@ -130,24 +135,15 @@ def _har(doc: dict) -> tuple[list[Link], str | None]:
     links: list[Link] = []
     last_top = 0
     for n, e in enumerate(log.get("entries") or [], 1):
-        j = e.get("_journal") if isinstance(e, dict) else None
-        if not isinstance(j, dict):
-            return links, f"entry {n}: no _journal: not an entry `broker export --format har` wrote"
-        seq = j.get("seq")
-        last_top, problem = _in_file_order(f"entry {n}", seq, last_top)
+        last_top, problem = _har_link(links, f"entry {n}", e, session, last_top,
+                                      ": not an entry `broker export --format har` wrote")
         if problem:
             return links, problem
-        links.append(Link(f"entry {n}", session, seq, j.get("hash"), j.get("prev")))
-        last_msg = seq if type(seq) is int else 0
+        last_msg = last_top if type(links[-1].seq) is int else 0
         for m, msg in enumerate(e.get("_webSocketMessages") or [], 1):
-            mj = msg.get("_journal") if isinstance(msg, dict) else None
-            if not isinstance(mj, dict):
-                return links, f"entry {n} message {m}: no _journal"
-            mseq = mj.get("seq")
-            last_msg, problem = _in_file_order(f"entry {n} message {m}", mseq, last_msg)
+            last_msg, problem = _har_link(links, f"entry {n} message {m}", msg, session, last_msg, "")
             if problem:
                 return links, problem
-            links.append(Link(f"entry {n} message {m}", session, mseq, mj.get("hash"), mj.get("prev")))
     links.sort(key=lambda k: k.seq if type(k.seq) is int else 0)  # messages sit inside their handshake's entry
     if links and head:
         links[-1].entries, links[-1].head = head.get("entries"), head.get("head")
