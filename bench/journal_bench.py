@@ -45,6 +45,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -362,6 +363,102 @@ def bench_submit(root: Path, n: int, pad: str) -> dict:
         "cores": cpu / wall,
         "switches_per_entry": (r1.ru_nvcsw - r0.ru_nvcsw + r1.ru_nivcsw - r0.ru_nivcsw) / n,
     }
+
+
+def _fdatasync_variants(root: Path, line: bytes) -> list[tuple[str, int, Callable[[int], object]]]:
+    """The naive loop and its syscall-level variants: (name, descriptor, one durable append). Each has
+    its own file in `root`. `pwritev RWF_DSYNC` is write + data sync in one system call (Linux >= 4.7);
+    `O_DSYNC` makes every write synchronous; `preallocated` reserves 64 MB past the end with
+    fallocate(FALLOC_FL_KEEP_SIZE) first, as the broker's writer reserves space (journal/preallocation.py)."""
+    from journal.preallocation import FALLOC_FL_KEEP_SIZE, fallocate
+
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+
+    def plain(fd: int) -> None:
+        os.write(fd, line)
+        os.fdatasync(fd)
+
+    out: list[tuple[str, int, Callable[[int], object]]] = [
+        ("plain write+fdatasync loop", os.open(root / "v-plain", flags, 0o644), plain)]
+    if hasattr(os, "RWF_DSYNC"):
+        out.append(("plain loop, pwritev RWF_DSYNC", os.open(root / "v-rwf", flags, 0o644),
+                    lambda fd: os.pwritev(fd, [line], -1, os.RWF_DSYNC)))
+    if hasattr(os, "O_DSYNC"):
+        out.append(("plain loop, O_DSYNC write", os.open(root / "v-odsync", flags | os.O_DSYNC, 0o644),
+                    lambda fd: os.write(fd, line)))
+    fd = os.open(root / "v-prealloc", flags, 0o644)
+    try:
+        fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, 64 << 20)
+        out.append(("plain loop, preallocated (KEEP_SIZE)", fd, plain))
+    except OSError:
+        os.close(fd)
+    return out
+
+
+def bench_one_writer_interleaved(root: Path, n: int, pad: str) -> list[dict]:
+    """One writer that waits for each entry, against the plain write+fdatasync loop and its variants,
+    interleaved operation by operation (each on its own file, the order reversed every round), so a slow
+    phase of the shared disk hits every path alike; the broker's writer also once with its space
+    reservation switched off. Per path: p50 and mean latency, CPU per entry, and `ratio` = the plain
+    loop's mean time per line / this path's (> 1: faster than the loop), `p50 ratio` likewise at p50."""
+    line = prebuilt_line(pad)
+    work = [_padded_fields(SESSION, k, pad) for k in range(n + 20)]
+    dirs = [Path(tempfile.mkdtemp(prefix="one-", dir=root)) for _ in range(2)]
+    writers = [JournalWriter(d) for d in dirs]
+    for w in writers:
+        w.head(SESSION)
+    writers[1]._logs[SESSION].reserve.works = False  # the same writer without journal/preallocation.py
+    it = [iter(work), iter(work)]
+    paths: list[tuple[str, Callable[[], object]]] = [
+        ("broker, 1 writer (append)", lambda: writers[0].append(next(it[0]))),
+        ("broker, 1 writer, no reservation", lambda: writers[1].append(next(it[1]))),
+    ]
+    variants = _fdatasync_variants(root, line)
+    paths += [(name, functools.partial(fn, fd)) for name, fd, fn in variants]
+    lat: list[list[int]] = [[] for _ in paths]
+    cpu: list[int] = [0 for _ in paths]
+    clock, cpu_clock = time.perf_counter_ns, time.process_time_ns
+    try:
+        for _ in range(20):  # warm-up: first syncs of a new file are slower
+            for _, op in paths:
+                op()
+        for k in range(n):
+            for i in (range(len(paths)) if k % 2 == 0 else range(len(paths) - 1, -1, -1)):
+                c, a = cpu_clock(), clock()
+                paths[i][1]()
+                lat[i].append(clock() - a)
+                cpu[i] += cpu_clock() - c
+    finally:
+        for w in writers:
+            w.close()
+        for _, fd, _ in variants:
+            os.close(fd)
+        for d in dirs:
+            shutil.rmtree(d, ignore_errors=True)
+        for name in ("v-plain", "v-rwf", "v-odsync", "v-prealloc"):
+            (root / name).unlink(missing_ok=True)
+    plain_i = next(i for i, (name, _) in enumerate(paths) if name.startswith("plain write"))
+    plain_mean, plain_p50 = statistics.fmean(lat[plain_i]), statistics.median(lat[plain_i])
+    rows = []
+    for (name, _), ns, c in zip(paths, lat, cpu, strict=True):
+        mean = statistics.fmean(ns)
+        rows.append({"case": name, "entries": n, "per_s": 1e9 / mean, "p50_ms": statistics.median(ns) / 1e6,
+                     "mean_ms": mean / 1e6, "p99_ms": _pct(sorted(ns), 0.99), "cpu_us": c / n / 1e3,
+                     "ratio": plain_mean / mean, "p50_ratio": plain_p50 / statistics.median(ns)})
+    return rows
+
+
+def format_interleaved(rows: list[dict], load: tuple[str, str]) -> str:
+    out = [f"1 writer that waits for each entry, interleaved op by op with the plain loop and its variants "
+           f"({rows[0]['entries']} ops per path; load average {load[0]} -> {load[1]})",
+           f"{'path':<38} {'per s':>8} {'p50 ms':>8} {'mean ms':>8} {'p99 ms':>8} {'CPU us':>8} {'ratio':>7} "
+           f"{'p50 ratio':>9}"]
+    for r in rows:
+        out.append(f"{r['case']:<38} {r['per_s']:>8.0f} {r['p50_ms']:>8.3f} {r['mean_ms']:>8.3f} {r['p99_ms']:>8.3f} "
+                   f"{r['cpu_us']:>8.1f} {r['ratio']:>7.3f} {r['p50_ratio']:>9.3f}")
+    out.append("ratio = the plain write+fdatasync loop's mean time per line / this path's (> 1: faster than the "
+               "loop); p50 ratio likewise with medians; CPU us = process CPU per op (user + system)")
+    return "\n".join(out)
 
 
 def _median_run(runs: list[dict], ratios: list[float]) -> dict:
@@ -737,6 +834,13 @@ def format_tables(append_rows: list[dict], verify_rows: list[dict], params: dict
     return "\n".join(out)
 
 
+def _loadavg() -> str:
+    try:
+        return Path("/proc/loadavg").read_text().split()[0]
+    except OSError:
+        return "?"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.journal_bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small run (800 entries, 10 MB verify file)")
@@ -746,7 +850,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, help="rounds of append cases, median kept (default 5, --quick 1)")
     ap.add_argument("--sqlite-entries", type=int,
                     help="inserts per SQLite peer case (default: --entries; SQLite is slow at many threads)")
-    ap.add_argument("--only", choices=("append", "verify"), help="run only one of the two benchmarks")
+    ap.add_argument("--only", choices=("append", "verify", "one"),
+                    help="run only one part (one: the interleaved 1-writer comparison, also run with append)")
     ap.add_argument("--json", metavar="FILE", help="also write the figures to FILE (key 'journal')")
     ap.add_argument("--profile", action="store_true", help="also print cProfile hot spots (append, verify)")
     args = ap.parse_args(argv)
@@ -766,9 +871,14 @@ def main(argv: list[str] | None = None) -> int:
     root = scratch_dir("journal-")
     append_rows: list[dict] = []
     verify_rows: list[dict] = []
+    one_rows: list[dict] = []
     vinfo: dict = {}
     t0 = time.perf_counter()
     try:
+        if args.only in (None, "append", "one"):
+            load0 = _loadavg()
+            one_rows = bench_one_writer_interleaved(root, n, pad)
+            one_load = (load0, _loadavg())
         if args.only in (None, "append"):
             append_rows = run_append(root, n, thread_counts, repeat, pad, args.sqlite_entries)
         if args.only in (None, "verify"):
@@ -778,6 +888,8 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(root, ignore_errors=True)
     total = time.perf_counter() - t0
 
+    if one_rows:
+        print(format_interleaved(one_rows, one_load) + "\n")
     print(format_tables(append_rows, verify_rows, params, vinfo))
     print(f"\n(total {total:.1f} s on {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, "
           f"orjson {orjson.__version__})")
@@ -787,6 +899,7 @@ def main(argv: list[str] | None = None) -> int:
         write_json(args.json, "journal", {
             "machine": machine() | {"orjson": orjson.__version__},
             "params": params, "append": append_rows, "verify": verify_rows, "verify_file": vinfo,
+            "one_writer_interleaved": one_rows,
             "total_seconds": total,
         })
         print(f"figures written to {args.json}")

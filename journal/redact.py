@@ -577,6 +577,27 @@ def _value_re() -> re.Pattern[bytes]:
     return _compile(_VALUE_RULES)
 
 
+def _gate(rules: tuple[_Rule, ...]) -> re.Pattern[bytes]:
+    """The rules as one alternation without the groups that name them: it matches at exactly the
+    positions where `_compile(rules)` does (an alternation matches where one of its branches does), and
+    it is 30-50x faster to try where none does (about 3 against 100-150 us for a short string):
+    with no named group in front of a branch, the engine drops the branch at its first literal or
+    character class. Tried before the named alternation wherever most tries find nothing."""
+    return re.compile(b"|".join(b"(?:%s%s)" % (keep, rest) for keep, rest, _t, _u in rules))
+
+
+@functools.cache
+def _kind_gate(kind: str, esc: bool) -> re.Pattern[bytes]:
+    """`_gate` of a kind's rules (the same positions as `_kind_regex(kind, esc)`), compiled on first use."""
+    return _gate(_kind_rules(kind, esc))
+
+
+@functools.cache
+def _value_gate() -> re.Pattern[bytes]:
+    """`_gate` of the value rules (the same positions as `_value_re()`), compiled on first use."""
+    return _gate(_VALUE_RULES)
+
+
 _TEXT_TYPES = ("application/xml", "application/javascript", "application/graphql", "application/x-ndjson",
                "application/jsonl", "application/ld+json")  # fmt: skip
 
@@ -885,18 +906,20 @@ def _run_interiors(buf: bytes, start: int) -> list[tuple[int, int]]:
 
 def _search(
     regex: re.Pattern[bytes], triggers: re.Pattern[bytes] | None, buf: bytes, pos: int, safe: int,
-    skips: list[tuple[int, int]] | tuple = (),
+    skips: list[tuple[int, int]] | tuple = (), gate: re.Pattern[bytes] | None = None,
 ) -> re.Match[bytes] | None:
     """Leftmost match of `regex` starting in [pos, safe], or None; same result as a plain search.
 
     With `triggers`, only positions where some rule can start are tried, and none inside `skips`
-    (from `_run_interiors` of the same buffer).
+    (from `_run_interiors` of the same buffer); with `gate` (`_gate` of the same rules), `regex` is
+    tried only where the gate matches (the same positions, found faster where there is none).
     """
     if triggers is None:
         m = regex.search(buf, pos)
         return m if m is not None and m.start() <= safe else None
+    match = regex.match if gate is None else functools.partial(_gated_match, regex, gate)
     if pos == 0:  # start of the body: a form field needs no '&' before it
-        m = regex.match(buf, 0)
+        m = match(buf, 0)
         if m is not None:
             return m
     lo = max(0, pos - _TRIGGER_BACK)
@@ -912,10 +935,15 @@ def _search(
                 continue
             if start > safe:
                 return None
-            m = regex.match(buf, start)
+            m = match(buf, start)
             if m is not None:
                 return m
     return None
+
+
+def _gated_match(regex: re.Pattern[bytes], gate: re.Pattern[bytes], buf: bytes, pos: int) -> re.Match[bytes] | None:
+    """`regex.match(buf, pos)`, after `gate` (which matches at the same positions) said there is one."""
+    return regex.match(buf, pos) if gate.match(buf, pos) is not None else None
 
 
 def _windows(lo: int, skips: list[tuple[int, int]] | tuple, n: int) -> list[tuple[int, int]]:
@@ -996,6 +1024,7 @@ class StreamingRedactor:
         # Without triggers (the tests' reference scan) every rule in its widest spelling.
         regex = _kind_regex(self._kind, esc or not use_triggers)
         triggers = _kind_triggers(self._kind, esc) if use_triggers else None
+        gate = _kind_gate(self._kind, esc) if use_triggers else None
         skips: list[tuple[int, int]] | None = None
         out: list[bytes] = []
         while True:
@@ -1008,7 +1037,7 @@ class StreamingRedactor:
                 break
             if skips is None:  # once per buffer, when a scan reaches this far
                 skips = _run_interiors(buf, pos) if use_triggers else []
-            m = _search(regex, triggers, buf, pos, safe, skips)
+            m = _search(regex, triggers, buf, pos, safe, skips, gate)
             if m is None:
                 end = max(pos, min(n, safe + (0 if final else 1)))
                 out.append(buf[pos:end])
@@ -1060,9 +1089,10 @@ def _body_plainly_clean(body: bytes, kind: str) -> bool:
     """True when the rules of `kind` cannot change `body`: none matches at its start (a form field needs
     nothing before it there) and no trigger of the kind occurs anywhere, so `_search`, which only tries
     trigger positions, finds nothing either. Decided in two C-level searches, which saves setting up a
-    StreamingRedactor for the many short clean bodies and strings (headers' JSON, MCP params)."""
+    StreamingRedactor for the many short clean bodies and strings (headers' JSON, MCP params). The
+    match at the start is the gate's (`_kind_gate`: the same positions as the rules' alternation)."""
     esc = _NAME_ESCAPE.search(body) is not None
-    return _kind_triggers(kind, esc).search(body) is None and _kind_regex(kind, esc).match(body, 0) is None
+    return _kind_triggers(kind, esc).search(body) is None and _kind_gate(kind, esc).match(body, 0) is None
 
 
 def contains_credential(data: bytes | str) -> bool:
@@ -1077,7 +1107,7 @@ def contains_credential(data: bytes | str) -> bool:
     triggers = _value_trigger_re()
     if triggers.search(data) is None:
         return False
-    return _search(_value_re(), triggers, data, 0, len(data)) is not None
+    return _search(_value_re(), triggers, data, 0, len(data), gate=_value_gate()) is not None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -54,6 +54,7 @@ from journal.append_pipeline import (
 from journal.blobstore import BlobStore
 from journal.bodies import LINE_LIMIT
 from journal.chain import GENESIS
+from journal.preallocation import Reservation
 from journal.reader import SessionTail
 from journal.vault import Vault, fsync_dir
 
@@ -89,6 +90,20 @@ class _SessionLog(Lane):
         self.prev = GENESIS
         self.end = -1
         self.users = 0  # threads between _acquire and _release; only idle files are closed
+        self.reserve = Reservation()  # disk space reserved past the end (journal/preallocation.py)
+
+    def close(self) -> None:
+        """Give back the space reserved past the end (unless a group is being written: then the file
+        keeps it) and close the descriptor."""
+        if self.io.acquire(blocking=False):
+            try:
+                self.reserve.release(self.fd)
+            finally:
+                self.io.release()
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
 
 
 class JournalWriter(AppendPipeline):
@@ -150,10 +165,7 @@ class JournalWriter(AppendPipeline):
         with self._lock:
             self._closed = True
             for slog in self._logs.values():
-                try:
-                    os.close(slog.fd)
-                except OSError:
-                    pass
+                slog.close()
             self._logs.clear()
 
     def __enter__(self) -> JournalWriter:
@@ -176,7 +188,7 @@ class JournalWriter(AppendPipeline):
                 path = self.vault.session_path(session)
                 try:
                     self.vault.journal_dir.mkdir(parents=True, exist_ok=True)
-                    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                    fd = _open_session_file(path)
                 except OSError as exc:
                     raise JournalError(f"cannot open journal file {path}: {exc.strerror}") from None
                 slog = _SessionLog(session, path, fd)
@@ -204,10 +216,7 @@ class JournalWriter(AppendPipeline):
             if slog.failed is not None:
                 self._stopped[session] = slog.failed
             del self._logs[session]
-            try:
-                os.close(slog.fd)
-            except OSError:
-                pass
+            slog.close()
             excess -= 1
 
     def _commit(self, slog: _SessionLog, batch: list[Pending]) -> None:  # type: ignore[override]
@@ -224,6 +233,8 @@ class JournalWriter(AppendPipeline):
             if not parts:
                 return
             data = b"".join(parts)
+            if self.durable:
+                slog.reserve.cover(fd, slog.end, len(data))  # the fdatasync then commits no block allocation
             try:
                 view = memoryview(data)
                 while view:
@@ -248,6 +259,7 @@ class JournalWriter(AppendPipeline):
         """A write that failed before any fsync (a full disk, a quota): the partial bytes are cut off
         again, so the file is exactly as it was and the next batch can try (once space is free).
         Only when the cut itself fails is the session stopped."""
+        slog.reserve.forget()  # the cut also drops what was reserved past the end
         try:
             os.ftruncate(slog.fd, slog.end)
         except OSError as exc:
@@ -315,6 +327,7 @@ class JournalWriter(AppendPipeline):
             q.write(torn)
             q.flush()
             os.fsync(q.fileno())
+        slog.reserve.forget()
         os.ftruncate(slog.fd, start)
         os.fsync(slog.fd)
         fsync_dir(slog.path.parent)
@@ -324,6 +337,22 @@ class JournalWriter(AppendPipeline):
             "session %r: torn last line (%d bytes) moved to %s and the file truncated to its last "
             "complete entry", slog.session, len(torn), qpath,
         )
+
+
+def _open_session_file(path: Path) -> int:
+    """Open a session file for appending, creating it if needed; a file created here has its name made
+    durable (its directory fsynced) before any entry in it is acknowledged."""
+    flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return os.open(path, flags | os.O_CREAT, 0o644)
+    try:
+        fsync_dir(path.parent)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _rfind_byte(fd: int, end: int, byte: int) -> int:

@@ -335,3 +335,45 @@ def test_redact_text_fast_path_equals_the_redactor(text: str) -> None:
 
     raw = text.encode("utf-8", "surrogatepass")
     assert _redact_text(text).encode("utf-8", "surrogatepass") == _full_redact(raw, "text/plain")
+
+
+# -- the gates: the rules' alternation without named groups ----------------------------------------
+
+_FRAGMENTS = st.sampled_from([
+    *(t.encode() for t in SECRETS), b"token=", b"&access_token=", b"?code=", b"\\u0026key=", b'"password": ',
+    b'"pass\\u0077ord":"', b'\\"token\\": \\"', b"\nexport API_KEY=", b"Bearer ", b"basic ", b"-----BEGIN ",
+    b"Content-Disposition: form-data; name=\"token\"\r\n\r\n", b"<password>", b"%0Atoken=", b"&amp;",
+    b"https://u:p@h/", b"postgres://", b"=", b"&", b"\"", b"\\", b"\n", b" ", b"a", b"Z", b"0", b"_", b"-",
+])  # fmt: skip
+_gate_inputs = st.lists(st.one_of(_FRAGMENTS, st.binary(max_size=6)), max_size=14).map(b"".join)
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(buf=_gate_inputs, at=st.lists(st.integers(0, 400), max_size=6),
+       kind=st.sampled_from([redact._BINARY, redact._TEXT, redact._FORM, redact._MULTI]), esc=st.booleans())
+def test_gate_matches_exactly_where_the_rules_do(buf: bytes, at: list[int], kind: str, esc: bool) -> None:
+    """`_kind_gate` and `_value_gate` only decide whether the named alternation is tried: they must match
+    at exactly the positions where it matches, or a secret there would be skipped."""
+    for pos in {0, len(buf), *(p % (len(buf) + 1) for p in at)}:
+        named = redact._kind_regex(kind, esc).match(buf, pos)
+        assert (redact._kind_gate(kind, esc).match(buf, pos) is None) is (named is None)
+        assert (redact._value_gate().match(buf, pos) is None) is (redact._value_re().match(buf, pos) is None)
+
+
+def _reference_json_value(value: object) -> object:
+    """redact_json_value with every fast path off: each string through the plain regex scan."""
+    StreamingRedactor._use_triggers = False
+    try:
+        return redact.redact_json_value(value)
+    finally:
+        StreamingRedactor._use_triggers = True
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@example(value={"params": {"arguments": {"note": "token=abc", "pass\\u0077ord": "x"}}})
+@example(value=["see Bearer abcdefghijklmnop here", {"a": "x\nexport API_KEY=abc123"}])
+@given(value=_json)
+def test_redact_json_value_equals_the_plain_scan(value: object) -> None:
+    """An MCP message's JSON (params, results): the gated, trigger-scanned redaction gives exactly what
+    trying every rule at every byte of every string gives."""
+    assert redact.redact_json_value(value) == _reference_json_value(value)

@@ -269,7 +269,10 @@ def test_import_compiles_no_rule_alternation() -> None:
     code = (
         "import journal.redact as r\n"
         "assert r._kind_regex.cache_info().currsize == 0 and r._kind_triggers.cache_info().currsize == 0\n"
+        "assert r._kind_gate.cache_info().currsize == 0\n"
         "r.redact_body(b'{\"a\": 1}', 'application/json')\n"
+        "assert r._kind_gate.cache_info().currsize == 1 and r._kind_triggers.cache_info().currsize == 1\n"
+        "r.redact_body(b'{\"token\": 1}', 'application/json')\n"
         "assert r._kind_regex.cache_info().currsize == 1\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])
