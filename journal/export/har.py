@@ -22,6 +22,8 @@ import base64
 import importlib.metadata
 import os
 import re
+import sqlite3
+from collections.abc import Iterable, Iterator
 from http import HTTPStatus
 from urllib.parse import parse_qsl, quote, urlsplit
 
@@ -31,7 +33,7 @@ from journal.blobstore import is_ref_object
 from journal.bodies import is_binary_type, is_json_type
 from journal.canonical import canonical_bytes
 from journal.entry import parse_ts
-from journal.export.fixture import chain_verdict, read_entries
+from journal.export.fixture import EntryTally, chain_verdict, iter_session_entries
 from journal.export.recorded_body import (
     base64_bytes,
     header,
@@ -41,6 +43,7 @@ from journal.export.recorded_body import (
     read_blob,
     spilled_refs,
 )
+from journal.export.streamed_json import ArrayMark, Chunks, JsonSpool, streamed_document
 from journal.reader import open_vault
 from journal.vault import Vault
 from journal.verify import verify_session
@@ -252,36 +255,148 @@ def websocket_message(entry: dict, ws: dict, vault: Vault, inline_blobs: bool) -
     return out
 
 
-def build_har(vault_root: Vault | str | os.PathLike, session: str, *, inline_blobs: bool = False) -> dict:
-    """The HAR 1.2 document of one session (see the module docstring)."""
-    vault = open_vault(vault_root)
-    report = verify_session(vault, session).as_dict()
-    entries, unparsed = read_entries(vault, session)
-    har_entries, other = [], []
-    handshakes: dict[str, dict] = {}  # a WebSocket handshake's hash -> its HAR entry
+class WebSocketHold:
+    """The HAR entries that wait for WebSocket messages still to come, kept on disk.
+
+    A message is written inside its handshake's entry (`_webSocketMessages`), and may come any number of
+    entries later; so from the first handshake on, entries are held back (with their order) and messages
+    put beside their handshake, both in a private temporary SQLite database, and written out at the end.
+    In memory: one map from handshake hash to its row, one key per WebSocket connection (not per entry
+    or message), which is what bounds it."""
+
+    def __init__(self) -> None:
+        self._db: sqlite3.Connection | None = None
+        self.handshakes: dict[str, int] = {}  # a handshake entry's hash -> its row in `held`
+
+    def __contains__(self, handshake: object) -> bool:
+        return isinstance(handshake, str) and handshake in self.handshakes
+
+    @property
+    def holding(self) -> bool:
+        return self._db is not None
+
+    def _open(self) -> sqlite3.Connection:
+        if self._db is None:
+            self._db = sqlite3.connect("")  # "": a private database in a temporary file, gone when closed
+            self._db.execute("CREATE TABLE held (row INTEGER PRIMARY KEY, entry BLOB, handshake INTEGER)")
+            self._db.execute("CREATE TABLE messages (handshake INTEGER, message BLOB)")
+            self._db.execute("CREATE INDEX messages_of ON messages (handshake)")
+        return self._db
+
+    def hold(self, entry: dict, handshake: str | None = None) -> None:
+        """Keep a HAR entry back; `handshake`: its hash, when messages may join it."""
+        db = self._open()
+        row = db.execute("INSERT INTO held (entry, handshake) VALUES (?, ?)",
+                         (orjson.dumps(entry), 1 if handshake else 0)).lastrowid
+        if handshake is not None and row is not None:
+            self.handshakes[handshake] = row
+
+    def add_message(self, handshake: str, message: dict) -> None:
+        self._open().execute("INSERT INTO messages (handshake, message) VALUES (?, ?)",
+                             (self.handshakes[handshake], orjson.dumps(message, option=orjson.OPT_INDENT_2)))
+
+    def release(self) -> Iterator[object]:
+        """The held entries in order, each handshake with its messages (streamed: `Chunks`)."""
+        if self._db is None:
+            return
+        last = 0
+        while True:  # a page at a time: the cursor is not held open across yields of other queries
+            rows = self._db.execute("SELECT row, entry, handshake FROM held WHERE row > ? ORDER BY row LIMIT 256",
+                                    (last,)).fetchall()
+            if not rows:
+                return
+            for row, data, handshake in rows:
+                last = row
+                entry = orjson.loads(data)
+                if handshake and self._db.execute("SELECT 1 FROM messages WHERE handshake = ? LIMIT 1",
+                                                  (row,)).fetchone():
+                    yield Chunks(self._with_messages(entry, row))
+                else:
+                    yield entry
+
+    def _with_messages(self, entry: dict, row: int) -> Iterator[bytes]:
+        mark = ArrayMark("_webSocketMessages")
+        entry["_webSocketMessages"] = mark.value  # the last key, as when the messages were appended to it
+        yield from streamed_document(lambda: entry, [(mark, self._messages(row))], newline=False)
+
+    def _messages(self, row: int) -> Iterator[Chunks]:
+        assert self._db is not None
+        last = 0
+        while True:
+            page = self._db.execute("SELECT rowid, message FROM messages WHERE handshake = ? AND rowid > ? "
+                                    "ORDER BY rowid LIMIT 256", (row, last)).fetchall()
+            if not page:
+                return
+            last = page[-1][0]
+            for _, message in page:
+                yield Chunks([message])
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+
+def _har_items(entries: Iterable[dict], vault: Vault, inline_blobs: bool, other: JsonSpool,
+               hold: WebSocketHold) -> Iterator[object]:
+    """The `log.entries` of a session as its entries stream past (see WebSocketHold for the handshakes)."""
     for e in entries:
         req = e.get("request") or {}
         ws = req.get("websocket")
-        if req.get("method") == "WEBSOCKET" and isinstance(ws, dict) and ws.get("handshake") in handshakes:
-            messages = handshakes[ws["handshake"]].setdefault("_webSocketMessages", [])
-            messages.append(websocket_message(e, ws, vault, inline_blobs))
+        if req.get("method") == "WEBSOCKET" and isinstance(ws, dict) and ws.get("handshake") in hold:
+            hold.add_message(ws["handshake"], websocket_message(e, ws, vault, inline_blobs))
             continue
-        har_entries.append(har_entry(e, vault, inline_blobs))
+        item = har_entry(e, vault, inline_blobs)
+        handshake = None
         if is_http_url(req.get("url")):
             if isinstance(e.get("hash"), str) and (e.get("response") or {}).get("status") == 101:
-                handshakes[e["hash"]] = har_entries[-1]
+                handshake = e["hash"]
         else:
-            other.append({k: req.get(k) if k in ("method", "url") else e.get(k)
-                          for k in ("seq", "hash", "capture", "connector", "method", "url")})
-    comment = f"session {session}: {len(entries)} entries, chain {chain_verdict(report)}"
-    if other:
-        comment += (f"; {len(other)} not HTTP exchanges (listed in _nonHttpEntries), each an entry on a "
-                    "synthetic URL (mcp+stdio://...)")
-    log = {
-        "version": HAR_VERSION, "creator": {"name": CREATOR, "version": _version()},
-        "entries": har_entries, "comment": comment,
-        "_session": session, "_chain": {"verdict": chain_verdict(report), **report},
-        "_sessionHead": {"entries": len(entries), "head": entries[-1].get("hash") if entries else None},
-        "_nonHttpEntries": other, "_unparsedLines": unparsed,
-    }
-    return {"log": log}
+            other.add({k: req.get(k) if k in ("method", "url") else e.get(k)
+                       for k in ("seq", "hash", "capture", "connector", "method", "url")})
+        if handshake is not None or hold.holding:
+            hold.hold(item, handshake)
+        else:
+            yield item
+    yield from hold.release()
+
+
+def har_chunks(vault_root: Vault | str | os.PathLike, session: str, *, inline_blobs: bool = False
+               ) -> Iterator[bytes]:
+    """The HAR 1.2 document of one session (see the module docstring) as the CLI writes it (pretty JSON
+    and a newline), a piece at a time: the chain is verified first (a streaming pass), then each entry is
+    written as it is read. Memory holds an entry (and, inlined, its blobs), not the session."""
+    vault = open_vault(vault_root)
+    report = verify_session(vault, session).as_dict()
+    tally = EntryTally()
+    hold = WebSocketHold()
+    with JsonSpool() as other, JsonSpool() as unparsed:
+        entries, others, lines = ArrayMark("entries"), ArrayMark("_nonHttpEntries"), ArrayMark("_unparsedLines")
+
+        def template() -> dict:
+            comment = f"session {session}: {tally.entries} entries, chain {chain_verdict(report)}"
+            if len(other):
+                comment += (f"; {len(other)} not HTTP exchanges (listed in _nonHttpEntries), each an entry on a "
+                            "synthetic URL (mcp+stdio://...)")
+            log = {
+                "version": HAR_VERSION, "creator": {"name": CREATOR, "version": _version()},
+                "entries": entries.value, "comment": comment,
+                "_session": session, "_chain": {"verdict": chain_verdict(report), **report},
+                "_sessionHead": {"entries": tally.entries, "head": tally.head if tally.entries else None},
+                "_nonHttpEntries": others.value, "_unparsedLines": lines.value,
+            }
+            return {"log": log}
+
+        try:
+            yield from streamed_document(template, [
+                (entries, _har_items(iter_session_entries(vault, session, unparsed.add, tally), vault,
+                                     inline_blobs, other, hold)),
+                (others, other), (lines, unparsed),
+            ])
+        finally:
+            hold.close()
+
+
+def build_har(vault_root: Vault | str | os.PathLike, session: str, *, inline_blobs: bool = False) -> dict:
+    """The HAR 1.2 document of one session as a value (held whole: `har_chunks` writes a big one)."""
+    return orjson.loads(b"".join(har_chunks(vault_root, session, inline_blobs=inline_blobs)))
