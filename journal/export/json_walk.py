@@ -111,11 +111,11 @@ class JsonWalk:
         except orjson.JSONDecodeError as exc:
             raise NotJson(str(exc)) from None
 
-    def small_value(self, limit: int = _WHOLE) -> tuple[bool, object]:
+    def small_value(self, limit: int | None = None) -> tuple[bool, object]:
         """(True, the next value parsed) when it takes at most `limit` bytes; (False, None) otherwise, the
         read position left at its start (to be walked inside instead)."""
         self._ws()
-        end = self._extent(limit)
+        end = self._extent(_WHOLE if limit is None else limit)
         if end is None:
             return False, None
         data = self._buf[self._pos:end]
