@@ -211,7 +211,8 @@ def iter_ocsf(vault_root: Vault | str | os.PathLike, session: str) -> Iterator[d
         pass
     version = _version()
     for e in iter_session_entries(vault, session):
-        yield ocsf_event(e, session_entries=tally.entries, session_head=tally.head, product_version=version)
+        yield ocsf_event(e, session_entries=tally.entries, session_head=tally.head,  # type: ignore[arg-type]
+                         product_version=version)
 
 
 def ocsf_chunks(vault_root: Vault | str | os.PathLike, session: str) -> Iterator[bytes]:

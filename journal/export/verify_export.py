@@ -208,7 +208,7 @@ def _har_entry(n: int, e: object, messages: Iterable[object] | None, table: Link
         raise _Problem(f"entry {n}: seq {seq} after seq {last_top}: reordered or repeated")
     table.add(Link(f"entry {n}", "", seq, j.get("hash"), j.get("prev")))
     last_msg = seq if type(seq) is int else 0
-    for m, msg in enumerate((e.get("_webSocketMessages") or []) if messages is None else messages, 1):  # type: ignore[union-attr]
+    for m, msg in enumerate((e.get("_webSocketMessages") or []) if messages is None else messages, 1):  # type: ignore[attr-defined]
         mj = msg.get("_journal") if isinstance(msg, dict) else None
         if not isinstance(mj, dict):
             raise _Problem(f"entry {n} message {m}: no _journal")
@@ -289,7 +289,7 @@ def _har(walk: JsonWalk, occurrence: int, table: LinkTable) -> str | None:
     table.set_session(str(session))
     table.sort_by_seq()  # messages sit inside their handshake's entry
     if table.count and head:
-        table.state_last(head.get("entries"), head.get("head"))  # type: ignore[union-attr]
+        table.state_last(head.get("entries"), head.get("head"))  # type: ignore[attr-defined]
     return None
 
 
@@ -315,7 +315,7 @@ class _OtelRead:
             for _ in self.walk.elements():
                 yield self.walk
         else:
-            yield from (self.walk.value() or [])  # type: ignore[attr-defined]
+            yield from (self.walk.value() or [])  # type: ignore[misc]
 
     def _members(self, element: JsonWalk | object, wanted: str) -> Iterator[None]:
         """Position the walk at the `wanted` member of the object here (skipping the others)."""
@@ -366,15 +366,15 @@ class _OtelRead:
 def check_links(links: Iterable[Link] | LinkTable) -> str | None:
     """The first break in the chains the links state (per session, in order), or None. One pass in order
     holding a few values per session; the two questions about the whole file go to the table."""
-    table = links if isinstance(links, LinkTable) else LinkTable()
-    if table is not links:
-        for link in links:  # type: ignore[union-attr]
-            table.add(link)
+    if isinstance(links, LinkTable):
+        return _check(links)
+    table = LinkTable()
     try:
+        for link in links:
+            table.add(link)
         return _check(table)
     finally:
-        if table is not links:
-            table.close()
+        table.close()
 
 
 def _check(table: LinkTable) -> str | None:
