@@ -28,7 +28,7 @@ import orjson
 
 from journal.canonical import canonical_bytes
 from journal.entry import parse_ts
-from journal.export.fixture import EntryTally, iter_session_entries
+from journal.export.fixture import EntryTally, counted_entries, iter_session_entries
 from journal.export.har import is_http_url
 from journal.export.model_span import model_call
 from journal.export.otel import mcp_protocol_version, mcp_session_id, trace_context
@@ -210,7 +210,7 @@ def iter_ocsf(vault_root: Vault | str | os.PathLike, session: str) -> Iterator[d
     for _ in iter_session_entries(vault, session, tally=tally):
         pass
     version = _version()
-    for e in iter_session_entries(vault, session):
+    for e in counted_entries(vault, session, tally):
         yield ocsf_event(e, session_entries=tally.entries, session_head=tally.head,  # type: ignore[arg-type]
                          product_version=version)
 

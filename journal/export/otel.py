@@ -51,7 +51,7 @@ from journal.blobstore import is_ref_object
 from journal.canonical import canonical_bytes
 from journal.entry import parse_ts
 from journal.errors import PeerError
-from journal.export.fixture import EntryTally, body_digest, chain_verdict, iter_session_entries
+from journal.export.fixture import EntryTally, body_digest, chain_verdict, counted_entries, iter_session_entries
 from journal.export.model_span import ModelCall, model_call
 from journal.export.recorded_body import header, spilled_refs
 from journal.export.streamed_json import ArrayMark, streamed_document
@@ -355,7 +355,7 @@ def otlp_chunks(vault_root: Vault | str | os.PathLike, session: str, *, content:
         "scopeSpans": [{"scope": {"name": SCOPE, "version": version}, "spans": spans.value}],
     }]}
     items = (entry_span(e, trace_id, root_id, trace_context(e), joined, content)
-             for e in iter_session_entries(vault, session))
+             for e in counted_entries(vault, session, tally))
     yield from streamed_document(lambda: document, [(spans, chain([root], items))])
 
 

@@ -25,7 +25,7 @@ from http import HTTPStatus
 
 import yaml
 
-from journal.export.fixture import EntryTally, chain_verdict, iter_session_entries
+from journal.export.fixture import EntryTally, chain_verdict, counted_entries, iter_session_entries
 from journal.export.har import is_http_url
 from journal.export.recorded_body import body_bytes, header, http_request_view
 from journal.export.streamed_json import JsonSpool
@@ -181,7 +181,7 @@ def cassette_chunks(vault_root: Vault | str | os.PathLike, session: str) -> Iter
             "connector_broker": {"session": session, "entries": tally.entries, "chain": chain_verdict(report),
                                  "non_http_entries": [non_http]},
         }
-        items = (interaction(e, vault) for e in iter_session_entries(vault, session) if _non_http(e) is None)
+        items = (interaction(e, vault) for e in counted_entries(vault, session, tally) if _non_http(e) is None)
         sink = _Sink()
         dumper = _DUMPER(sink, encoding="utf-8", **_OPTIONS)
         try:

@@ -173,6 +173,7 @@ def test_an_export_writes_before_its_last_entry_is_read(tmp_path, monkeypatch, f
     session = _generated(tmp_path, 400)
     counted = _Counted(fixture.iter_session_entries)
     monkeypatch.setattr(module, "iter_session_entries", counted)
+    monkeypatch.setattr(fixture, "iter_session_entries", counted)  # the passes that read again what was counted
     marker = b"https://api.example.com/items/1" if fmt != "ocsf" else b'"sequence":1,'
     drawn_when_written = None
     total = 0
@@ -210,6 +211,29 @@ def test_export_memory_stays_far_below_the_export(tmp_path):
             tracemalloc.stop()
         assert verdict.ok and verdict.events == 3000
         assert peak < size / 4, (name, "verify-export", peak, size)
+
+
+def test_a_session_growing_between_passes_is_exported_as_counted(tmp_path, monkeypatch):
+    """A session still being written gains an entry after the pass that counted it: the events written
+    next stop at what was counted, so the export agrees with itself and verify-export passes it."""
+    _chained(tmp_path, "growing", [_http(i) for i in range(1, 11)])
+    path = Vault.open_existing(tmp_path).session_path("growing")
+    short = path.read_bytes()
+    _chained(tmp_path, "growing", [_http(i) for i in range(1, 12)])
+    longer = path.read_bytes()
+    path.write_bytes(short)
+    real = fixture.iter_session_entries
+
+    def grows(*args, **kwargs):
+        yield from real(*args, **kwargs)
+        path.write_bytes(longer)  # appended once the first pass has read to the end
+
+    monkeypatch.setattr(ocsf, "iter_session_entries", grows)
+    out = tmp_path / "s.jsonl"
+    out.write_bytes(b"".join(ocsf.ocsf_chunks(tmp_path, "growing")))
+    events = [orjson.loads(x) for x in out.read_bytes().splitlines()]
+    assert len(events) == 10 and {e["unmapped"]["broker"]["session_entries"] for e in events} == {10}
+    assert verify_export(out).ok
 
 
 # -- tampering --------------------------------------------------------------------------------------
