@@ -33,6 +33,7 @@ from journal.blobstore import is_ref_object
 from journal.bodies import is_binary_type, is_json_type
 from journal.canonical import canonical_bytes
 from journal.entry import parse_ts
+from journal.export.blob_text import BlobInliner
 from journal.export.fixture import EntryTally, chain_verdict, iter_session_entries
 from journal.export.recorded_body import (
     base64_bytes,
@@ -88,11 +89,13 @@ def har_url(entry: dict) -> str:
     return f"broker+other://{host}/"
 
 
-def _mime_type(body: object, content_type: str | None, text: str) -> str:
+def _mime_type(body: object, content_type: str | None, text: str, inline_blobs: bool | BlobInliner = False) -> str:
     """HAR `mimeType` of a body: the declared Content-Type, except a JSON type on a text that is not JSON
     (a body recorded as text because it did not parse strictly, or a blob spilled whole as it streamed,
     inlined): `text/plain`, so readers that parse JSON-typed text (har2requests) are not handed what is
     not JSON. The declared type stays in the headers."""
+    if isinstance(inline_blobs, BlobInliner) and (keep := inline_blobs.keeps_type(text)) is not None:
+        return content_type or "" if keep else "text/plain; charset=utf-8"  # a blob inlined as it streams
     if text and is_json_type(content_type) and (isinstance(body, str) or is_ref_object(body)):
         try:
             orjson.loads(text)
@@ -111,18 +114,24 @@ def _text_of(data: bytes, content_type: str | None) -> tuple[str, str | None]:
     return base64.b64encode(data).decode("ascii"), "base64"
 
 
-def har_body(body: object, content_type: str | None, vault: Vault, inline_blobs: bool) -> dict:
+def har_body(body: object, content_type: str | None, vault: Vault, inline_blobs: bool | BlobInliner) -> dict:
     """The HAR view of one recorded body: `text`, `encoding`, `size` and the `_blob`/`_blobs` fields.
 
     `size` is the byte length of the body (for a spilled body not inlined, the blob's: its `text` is
-    then empty). `text` is always there, `""` for no body.
+    then empty). `text` is always there, `""` for no body. With a BlobInliner (the streamed export), a
+    body spilled whole has a placeholder for its text, which the writer replaces chunk by chunk.
     """
     out: dict = {}
     if body is None:
         out.update(size=0, text="")
         return out
     if is_ref_object(body):
-        if inline_blobs:
+        if isinstance(inline_blobs, BlobInliner):
+            text, encoding = inline_blobs.view(body, content_type)  # type: ignore[arg-type]
+            out.update(text=text, size=body["size"])  # type: ignore[index]
+            if encoding:
+                out["encoding"] = encoding
+        elif inline_blobs:
             text, encoding = _text_of(read_blob(vault, body), content_type)  # type: ignore[arg-type]
             out.update(text=text, size=body["size"])  # type: ignore[index]
             if encoding:
@@ -163,7 +172,7 @@ def _query(url: str) -> list[dict]:
     return [{"name": k, "value": v} for k, v in parse_qsl(urlsplit(url).query, keep_blank_values=True)]
 
 
-def _request(entry: dict, vault: Vault, inline_blobs: bool) -> dict:
+def _request(entry: dict, vault: Vault, inline_blobs: bool | BlobInliner) -> dict:
     method, _, headers, body, ctype = http_request_view(entry)
     url = har_url(entry)
     har = {
@@ -173,7 +182,7 @@ def _request(entry: dict, vault: Vault, inline_blobs: bool) -> dict:
     if body is not None:
         view = har_body(body, ctype, vault, inline_blobs)
         text = view.pop("text", "")
-        post = {"mimeType": _mime_type(body, ctype, text), "text": text}
+        post = {"mimeType": _mime_type(body, ctype, text, inline_blobs), "text": text}
         if view.pop("encoding", None):
             post["_encoding"] = "base64"  # HAR 1.2 has no encoding for postData
         post.update({k: v for k, v in view.items() if k != "size"})
@@ -181,7 +190,7 @@ def _request(entry: dict, vault: Vault, inline_blobs: bool) -> dict:
     return har
 
 
-def _response(entry: dict, vault: Vault, inline_blobs: bool) -> dict:
+def _response(entry: dict, vault: Vault, inline_blobs: bool | BlobInliner) -> dict:
     resp = entry["response"]
     headers = resp.get("headers") or []
     status = resp.get("status")
@@ -193,7 +202,7 @@ def _response(entry: dict, vault: Vault, inline_blobs: bool) -> dict:
     except ValueError:
         reason = ""
     view = har_body(resp.get("body"), ctype, vault, inline_blobs)
-    content = {"mimeType": _mime_type(resp.get("body"), ctype, view.get("text", "")), **view}
+    content = {"mimeType": _mime_type(resp.get("body"), ctype, view.get("text", ""), inline_blobs), **view}
     har = {
         "status": status if isinstance(status, int) else 0, "statusText": reason, "httpVersion": "",
         "cookies": [], "headers": _headers(headers), "content": content,
@@ -207,7 +216,7 @@ def _response(entry: dict, vault: Vault, inline_blobs: bool) -> dict:
     return har
 
 
-def har_entry(entry: dict, vault: Vault, inline_blobs: bool = False) -> dict:
+def har_entry(entry: dict, vault: Vault, inline_blobs: bool | BlobInliner = False) -> dict:
     """One journal entry (an HTTP exchange) as a HAR entry."""
     out = {
         "startedDateTime": entry["ts"], "time": 0,
@@ -232,7 +241,7 @@ def har_entry(entry: dict, vault: Vault, inline_blobs: bool = False) -> dict:
 _OPCODES = {"text": 1, "binary": 2, "close": 8, "ping": 9, "pong": 10}
 
 
-def websocket_message(entry: dict, ws: dict, vault: Vault, inline_blobs: bool) -> dict:
+def websocket_message(entry: dict, ws: dict, vault: Vault, inline_blobs: bool | BlobInliner) -> dict:
     """A WebSocket message entry (docs/contract.md section 8) as an item of its handshake's
     `_webSocketMessages`, the shape Chrome DevTools and mitmproxy write: `type` send/receive, `time`
     (epoch seconds), `opcode`, `data`; plus the entry's seq, hash and effect, and `_blob` for a spilled payload."""
@@ -337,7 +346,7 @@ class WebSocketHold:
             self._db = None
 
 
-def _har_items(entries: Iterable[dict], vault: Vault, inline_blobs: bool, other: JsonSpool,
+def _har_items(entries: Iterable[dict], vault: Vault, inline_blobs: bool | BlobInliner, other: JsonSpool,
                hold: WebSocketHold) -> Iterator[object]:
     """The `log.entries` of a session as its entries stream past (see WebSocketHold for the handshakes)."""
     for e in entries:
@@ -365,8 +374,10 @@ def har_chunks(vault_root: Vault | str | os.PathLike, session: str, *, inline_bl
                ) -> Iterator[bytes]:
     """The HAR 1.2 document of one session (see the module docstring) as the CLI writes it (pretty JSON
     and a newline), a piece at a time: the chain is verified first (a streaming pass), then each entry is
-    written as it is read. Memory holds an entry (and, inlined, its blobs), not the session."""
+    written as it is read. Memory holds an entry, not the session; a body spilled whole and inlined is
+    written a chunk at a time (journal/export/blob_text.py)."""
     vault = open_vault(vault_root)
+    inliner = BlobInliner(vault) if inline_blobs else None
     report = verify_session(vault, session).as_dict()
     tally = EntryTally()
     hold = WebSocketHold()
@@ -390,9 +401,9 @@ def har_chunks(vault_root: Vault | str | os.PathLike, session: str, *, inline_bl
         try:
             yield from streamed_document(template, [
                 (entries, _har_items(iter_session_entries(vault, session, unparsed.add, tally), vault,
-                                     inline_blobs, other, hold)),
+                                     inliner or False, other, hold)),
                 (others, other), (lines, unparsed),
-            ])
+            ], expand=inliner.expand if inliner is not None else None)
         finally:
             hold.close()
 

@@ -42,24 +42,29 @@ def _indent_of(text: bytes, pos: int) -> int:
     return len(text) - start - len(text[start:].lstrip(b" "))
 
 
-def _items(items: Iterable[object], indent: int, option: int) -> Iterator[bytes]:
-    """The text of a non-empty array's items as orjson writes them at `indent` (`[` and `]` excluded)."""
+def _items(items: Iterable[object], indent: int, option: int,
+           expand: Callable[[bytes], Iterable[bytes]] | None) -> Iterator[bytes]:
+    """The text of a non-empty array's items as orjson writes them at `indent` (`[` and `]` excluded), each
+    piece through `expand` when given (it puts in what a placeholder inside an item stands for)."""
     pad = b"\n" + b" " * (indent + 2)
     first = True
     for item in items:
         yield pad[1:] if first else b"," + pad
         first = False
-        if isinstance(item, Chunks):
-            for piece in item.pieces:
-                yield piece.replace(b"\n", pad)  # orjson's newlines are all layout: a string's are escaped
-        else:
-            yield orjson.dumps(item, option=_INDENT | option).replace(b"\n", pad)
+        pieces = item.pieces if isinstance(item, Chunks) else [orjson.dumps(item, option=_INDENT | option)]
+        for piece in pieces:
+            piece = piece.replace(b"\n", pad)  # orjson's newlines are all layout: a string's are escaped
+            if expand is None:
+                yield piece
+            else:
+                yield from expand(piece)
     if not first:
         yield b"\n" + b" " * indent
 
 
 def streamed_document(template: Callable[[], object], arrays: list[tuple[ArrayMark, Iterable[object]]],
-                      option: int = 0, newline: bool = True) -> Iterator[bytes]:
+                      option: int = 0, newline: bool = True,
+                      expand: Callable[[bytes], Iterable[bytes]] | None = None) -> Iterator[bytes]:
     """The bytes of the document `template()` with each mark replaced by its iterable's items (in the
     order `arrays` gives, which must be the order the marks come in the document).
 
@@ -74,7 +79,7 @@ def streamed_document(template: Callable[[], object], arrays: list[tuple[ArrayMa
             raise ValueError(f"array mark {mark.value[1:].split(':')[0]!r} is not in the document, or out of order")
         yield text[start:pos]
         first = True
-        for piece in _items(items, _indent_of(text, pos), option):
+        for piece in _items(items, _indent_of(text, pos), option, expand):
             if first:
                 yield b"[\n"
                 first = False

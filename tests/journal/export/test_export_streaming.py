@@ -316,3 +316,78 @@ def test_the_walk_accepts_what_orjson_accepts(monkeypatch):
         except orjson.JSONDecodeError:
             want = "refused"
         assert _walked(data) == want, data
+
+
+# -- inlined blobs, a chunk at a time ---------------------------------------------------------------
+
+TEXT = ('é€😀 "quoted" back\\slash\ttab\nline\x01 ' * 40).encode()
+
+
+@pytest.fixture(scope="module")
+def blobs(tmp_path_factory):
+    """Bodies spilled whole of every kind the HAR inlines: UTF-8 text (characters of 2 to 4 bytes, escapes),
+    bytes declared binary, bytes declared text that are no UTF-8, JSON-typed text that is no JSON, and a
+    spilled request body."""
+    from journal.call import Call
+    from journal.record import Recorder
+
+    root = tmp_path_factory.mktemp("blobs")
+    rec = Recorder(root, spill_threshold=200)
+    common = {"session": "blobs", "agent": "bot/1", "principal": "alice@example.com", "capture": "broker",
+              "connector": "files", "effect": "read", "status": 200, "request_headers": [], "request_body": None}
+    bodies = [("text/plain; charset=utf-8", TEXT), ("application/octet-stream", bytes(range(256)) * 5),
+              ("text/plain", b"\xff\xfe not utf-8 " * 30), ("application/json", b"{not json " + b"x" * 400)]
+    for n, (ctype, body) in enumerate(bodies):
+        rec.record(Call.make(**common, method="GET", url=f"https://files.example.com/{n}",
+                             response_headers=[("Content-Type", ctype)], response_body=body))
+    rec.record(Call.make(**{**common, "effect": "write", "request_headers": [("Content-Type", "text/plain")],
+                            "request_body": TEXT}, method="PUT", url="https://files.example.com/up",
+                         response_headers=[], response_body=None))
+    rec.close()
+    return root
+
+
+@pytest.mark.parametrize("chunk", [5, 1 << 20])
+def test_inlined_blobs_stream_to_the_same_entries(blobs, monkeypatch, chunk):
+    """Read a few bytes at a time (characters cut between chunks, base64 groups cut), each inlined body
+    comes out as reading the blob whole gives it: text, encoding, mimeType and size."""
+    from journal.blobstore import is_ref_object
+    from journal.export import recorded_body
+
+    monkeypatch.setattr(recorded_body, "BLOB_CHUNK", chunk)
+    data = b"".join(har.har_chunks(blobs, "blobs", inline_blobs=True))
+    assert data == orjson.dumps(orjson.loads(data), option=INDENT) + b"\n"
+    streamed = orjson.loads(data)["log"]["entries"]
+    recorded = list(fixture.iter_session_entries(Vault.open_existing(blobs), "blobs"))
+    spilled = [e for e in recorded if is_ref_object(e["response"]["body"]) or is_ref_object(e["request"]["body"])]
+    assert len(spilled) == 5
+    vault = Vault.open_existing(blobs)
+    assert streamed == [har.har_entry(e, vault, True) for e in recorded]  # the whole-blob reading
+    kinds = [(e["response"]["content"].get("encoding"), e["response"]["content"]["mimeType"]) for e in streamed]
+    assert kinds[:4] == [(None, "text/plain; charset=utf-8"), ("base64", "application/octet-stream"),
+                         ("base64", "text/plain"), (None, "text/plain; charset=utf-8")]
+    assert streamed[0]["response"]["content"]["text"].encode() == TEXT
+    assert streamed[4]["request"]["postData"]["text"].encode() == TEXT
+
+
+def test_an_inlined_blob_is_not_held_whole(tmp_path):
+    """A body of 24 MB spilled whole and inlined: the export's peak allocation stays a fraction of it."""
+    from journal.call import Call
+    from journal.record import Recorder
+
+    rec = Recorder(tmp_path, spill_threshold=200)
+    body = ("0123456789abcdef" * 4096 + "\n").encode() * 384  # 24 MB of text
+    rec.record(Call.make(session="huge", agent="bot/1", principal="alice@example.com", capture="broker",
+                         connector="files", effect="read", status=200, method="GET", url="https://files.example.com/h",
+                         request_headers=[], request_body=None, response_headers=[("Content-Type", "text/plain")],
+                         response_body=body))
+    rec.close()
+    del body
+    tracemalloc.start()
+    try:
+        size = sum(len(piece) for piece in har.har_chunks(tmp_path, "huge", inline_blobs=True))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert size > 24_000_000
+    assert peak < size / 4, (peak, size)
