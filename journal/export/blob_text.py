@@ -24,7 +24,6 @@ from journal.export.json_walk import JsonWalk, NotJson
 from journal.export.recorded_body import iter_blob
 from journal.vault import Vault
 
-
 _ESCAPE = 1 << 16  # characters JSON-escaped at once
 
 
