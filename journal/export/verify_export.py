@@ -114,6 +114,7 @@ class LinkTable:
         self.db.execute("CREATE TABLE links (pos INTEGER PRIMARY KEY, place TEXT, session TEXT, seq BLOB, "
                         "seqkey INTEGER, hash BLOB, hashstr TEXT, prev BLOB, entries BLOB, head BLOB)")
         self.count = 0
+        self._seq_index = False
 
     def add(self, link: Link) -> None:
         key = link.seq if type(link.seq) is int and -(1 << 63) <= link.seq < (1 << 63) else 0
@@ -156,7 +157,7 @@ class LinkTable:
 
     def has_seq(self, session: str, seq: int) -> bool:
         """Whether any link of the session (anywhere in the file) has this seq."""
-        if not hasattr(self, "_seq_index"):
+        if not self._seq_index:
             self.db.execute("CREATE INDEX seq_of ON links (session, seqkey)")
             self._seq_index = True
         return self.db.execute("SELECT 1 FROM links WHERE session = ? AND seqkey = ? AND seq = ? LIMIT 1",
@@ -308,7 +309,7 @@ class _OtelRead:
     def __init__(self, walk: JsonWalk, table: LinkTable) -> None:
         self.walk, self.table, self.n = walk, table, 0
 
-    def _each(self, container: str) -> Iterator[JsonWalk | object]:
+    def _each(self) -> Iterator[JsonWalk | object]:
         """The elements of the array here: the walk positioned at each, or the values of a non-array
         (iterated as the old reader iterated any value: `value or []`)."""
         if self.walk.peek() == b"[":
@@ -349,12 +350,12 @@ class _OtelRead:
             if key != "resourceSpans" or (seen := seen + 1) != occurrence:
                 self.walk.skip()
                 continue
-            for rs in self._each("resourceSpans"):
+            for rs in self._each():
                 for _ in self._members(rs, "scopeSpans"):
-                    for ss in self._each("scopeSpans"):
+                    for ss in self._each():
                         root: dict = {}
                         for _ in self._members(ss, "spans"):
-                            for span in self._each("spans"):
+                            for span in self._each():
                                 value = self.walk.value() if span is self.walk else span
                                 if problem := self.span(value, root):
                                     return problem
