@@ -4,7 +4,7 @@
 
 The session is replay_bench's synthetic mix of five connectors (default 20,000 entries, --quick
 2,000), chained with the real chain code. Each export runs in this process as the CLI does it
-(build the document, serialize it to bytes) and includes the chain check every export makes;
+(the streamed writer, its pieces counted, not kept) and includes the chain check every export makes;
 `broker diff` compares the session with itself. Best of K rounds (default 3, --quick 1); ratio =
 time / verify time of the same run. Nothing here asserts a timing.
 """
@@ -16,9 +16,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable
-
-import orjson
+from collections.abc import Callable, Iterator
 
 from bench import machine, scratch_dir, write_json
 from bench.replay_bench import SESSION, build_session
@@ -27,19 +25,24 @@ from bench.replay_bench import SESSION, build_session
 def operations(root: str) -> dict[str, Callable[[], int]]:
     """name -> a callable doing the operation and returning the bytes it produced."""
     from journal.diff import diff_sessions, render
-    from journal.export.fixture import build_fixture, fixture_bytes
-    from journal.export.har import build_har
-    from journal.export.otel import build_otlp, otlp_protobuf
-    from journal.export.vcr import build_cassette, cassette_yaml
+    from journal.export.fixture import fixture_chunks
+    from journal.export.har import har_chunks
+    from journal.export.ocsf import ocsf_chunks
+    from journal.export.otel import build_otlp, otlp_chunks, otlp_protobuf
+    from journal.export.vcr import cassette_chunks
     from journal.vault import Vault
     from journal.verify import verify_session
 
+    def written(chunks: Iterator[bytes]) -> int:
+        return sum(len(c) for c in chunks)
+
     return {
         "verify (baseline)": lambda: verify_session(Vault.open_existing(root), SESSION).bytes,
-        "fixture": lambda: len(fixture_bytes(build_fixture(root, SESSION))),
-        "har": lambda: len(orjson.dumps(build_har(root, SESSION), option=orjson.OPT_INDENT_2)),
-        "vcr": lambda: len(cassette_yaml(build_cassette(root, SESSION))),
-        "otel (OTLP/JSON)": lambda: len(orjson.dumps(build_otlp(root, SESSION), option=orjson.OPT_INDENT_2)),
+        "fixture": lambda: written(fixture_chunks(root, SESSION)),
+        "har": lambda: written(har_chunks(root, SESSION)),
+        "vcr": lambda: written(cassette_chunks(root, SESSION)),
+        "ocsf": lambda: written(ocsf_chunks(root, SESSION)),
+        "otel (OTLP/JSON)": lambda: written(otlp_chunks(root, SESSION)),
         "otel (protobuf, --otlp)": lambda: len(otlp_protobuf(build_otlp(root, SESSION))),
         "diff (session vs itself)": lambda: len(render(diff_sessions(root, SESSION, SESSION))),
     }

@@ -1,6 +1,7 @@
 """Scale benchmark (issue 26): readers on one big session, file vault and PostgreSQL, time against the question.
 
-    python -m bench.scale_bench [--quick] [--sizes 10000,100000] [--million] [--no-postgres] [--json FILE]
+    python -m bench.scale_bench [--quick] [--sizes 10000,100000] [--million] [--no-postgres] [--exports-only]
+                                [--json FILE]
 
 One session of N entries (the replay benchmark's call mix, ~1 KB each, chained with the journal's own chain
 code: journal/chain.py via bench.write_chained, not through the proxy) in a file vault, and the very same
@@ -13,15 +14,19 @@ from wait4 for the exports):
   (`/api/session/entry?seq=N`), in-process (starlette TestClient), a fresh inspector each;
 - `search --connector slack` (one connector of five);
 - `revert-plan --json` (folds the session, writes no view);
-- HAR and OTel exports: wall and peak RSS;
+- HAR, OTel and OCSF exports (streamed: issue 26 item 3): wall, CPU seconds and peak RSS, and `verify-export`
+  of the HAR written; between consecutive sizes, each one's growth exponent log(t2/t1)/log(N2/N1) (from CPU
+  seconds, which hold on a loaded machine better than wall time);
 - baseline: `broker --version` (process start-up) and `broker verify` of the session.
 
-N defaults to 10^4 and 10^5 (--quick: 10^4); --million adds 10^6. Nothing here asserts a timing.
+N defaults to 10^4 and 10^5 (--quick: 10^4); --million adds 10^6; --exports-only measures the exports alone.
+Nothing here asserts a timing.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import random
 import shutil
@@ -77,6 +82,61 @@ def broker(args: list[str], env: dict) -> tuple[float, int, int]:
     return time.perf_counter() - t, usage.ru_maxrss // 1024, p.returncode
 
 
+def broker_usage(args: list[str], env: dict, out: Path | None = None) -> tuple[float, float, int, int]:
+    """(wall seconds, CPU seconds, peak RSS in MiB, exit code) of one `broker` process, its output to `out`
+    (or discarded)."""
+    t = time.perf_counter()
+    sink = open(out, "wb") if out is not None else subprocess.DEVNULL  # noqa: SIM115 (closed below)
+    try:
+        p = subprocess.Popen([sys.executable, "-m", "broker.cli", *args], stdout=sink, stderr=subprocess.DEVNULL,
+                             env=env, cwd=ROOT)
+        _, status, usage = os.wait4(p.pid, 0)
+    finally:
+        if out is not None:
+            sink.close()  # type: ignore[union-attr]
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return time.perf_counter() - t, usage.ru_utime + usage.ru_stime, usage.ru_maxrss // 1024, p.returncode
+
+
+EXPORTS = ("har", "otel", "ocsf")
+
+
+def measure_exports(where: list[str], env: dict, scratch: Path) -> dict:
+    """Each streamed export (wall, CPU, peak RSS, output size) and `verify-export` of the HAR it wrote."""
+    row: dict = {}
+    for fmt in EXPORTS:
+        out = scratch / f"export.{fmt}"
+        wall, cpu, rss, code = broker_usage(["export", SESSION, "--format", fmt, *where], env, out)
+        row[f"export_{fmt}_s"], row[f"export_{fmt}_cpu_s"], row[f"export_{fmt}_peak_mib"] = wall, cpu, rss
+        row[f"export_{fmt}_mb"] = out.stat().st_size / 1e6
+        if code:
+            row[f"export_{fmt}_exit"] = code
+        if fmt == "har":
+            wall, cpu, rss, code = broker_usage(["verify-export", str(out)], env)
+            row["verify_export_har_s"], row["verify_export_har_cpu_s"] = wall, cpu
+            row["verify_export_har_peak_mib"] = rss
+            if code:
+                row["verify_export_har_exit"] = code
+        out.unlink()
+    return row
+
+
+def growth(rows: list[dict]) -> list[dict]:
+    """Per store, between consecutive sizes: log(t2/t1)/log(N2/N1) of each export's (and verify-export's) CPU
+    seconds; 1.0 is linear."""
+    out = []
+    for store in sorted({r["store"] for r in rows}):
+        mine = sorted((r for r in rows if r["store"] == store), key=lambda r: r["entries"])
+        for a, b in zip(mine, mine[1:], strict=False):
+            row: dict = {"store": store, "from": a["entries"], "to": b["entries"]}
+            for key in [k for k in a if k.endswith("_cpu_s")]:
+                if a.get(key) and b.get(key):
+                    row[key.removesuffix("_cpu_s") + "_exponent"] = (
+                        math.log(b[key] / a[key]) / math.log(b["entries"] / a["entries"]))
+            out.append(row)
+    return out
+
+
 def inspector(where: list[str], seq: int, env: dict) -> dict:
     """The inspector's first screen and an entry page, in a child (a fresh inspector, the store as given)."""
     code = (
@@ -121,19 +181,18 @@ def inspector(where: list[str], seq: int, env: dict) -> dict:
     return orjson.loads(out.stdout)
 
 
-def measure(label: str, where: list[str], entries: int, env: dict) -> dict:
+def measure(label: str, where: list[str], entries: int, env: dict, scratch: Path, exports_only: bool) -> dict:
     row: dict = {"store": label, "entries": entries}
+    if exports_only:
+        row.update(measure_exports(where, env, scratch))
+        return row
     row["verify_s"] = broker(["verify", *where], env)[0]
     row["show_seq_last_cold_s"] = broker(["show", SESSION, "--seq", str(entries), *where], env)[0]
     row["show_seq_last_warm_s"] = broker(["show", SESSION, "--seq", str(entries), *where], env)[0]
     row.update(inspector(where, entries, env))
     row["search_one_connector_s"] = broker(["search", "--connector", "slack", *where], env)[0]
     row["revert_plan_s"] = broker(["revert-plan", SESSION, "--json", *where], env)[0]
-    for fmt in ("har", "otel"):
-        wall, rss, code = broker(["export", SESSION, "--format", fmt, *where], env)
-        row[f"export_{fmt}_s"], row[f"export_{fmt}_peak_mib"] = wall, rss
-        if code:
-            row[f"export_{fmt}_exit"] = code
+    row.update(measure_exports(where, env, scratch))
     return row
 
 
@@ -143,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", help="comma-separated session sizes (default 10000,100000)")
     ap.add_argument("--million", action="store_true", help="also 10^6 entries (about 1 GB; minutes)")
     ap.add_argument("--no-postgres", action="store_true", help="the file vault only")
+    ap.add_argument("--exports-only", action="store_true", help="measure the exports (and verify-export) alone")
     ap.add_argument("--json", metavar="FILE", help="also write the figures to FILE (key 'scale')")
     args = ap.parse_args(argv)
     sizes = [int(x) for x in (args.sizes or ("10000" if args.quick else "10000,100000")).split(",")]
@@ -168,23 +228,28 @@ def main(argv: list[str] | None = None) -> int:
             t = time.perf_counter()
             size = generate(vault, n)
             print(f"\n{n:,} entries, {size / 1e6:.0f} MB, generated in {time.perf_counter() - t:.1f} s")
-            rows.append(measure("file", ["--vault", str(vault)], n, env))
+            rows.append(measure("file", ["--vault", str(vault)], n, env, root, args.exports_only))
             if server is not None:
                 url = create_database(server.admin_url)
                 loaded = load_postgres(url, vault)
                 print(f"  loaded into PostgreSQL in {loaded:.1f} s")
-                row = measure("postgres", ["--store", url], n, env)
+                row = measure("postgres", ["--store", url], n, env, root, args.exports_only)
                 row["load_s"] = loaded
                 rows.append(row)
             for row in rows[-2:] if server is not None else rows[-1:]:
                 print("  " + "  ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
             shutil.rmtree(vault, ignore_errors=True)
+        exponents = growth(rows)
+        for row in exponents:
+            print("  growth " + "  ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
+                                          for k, v in row.items()))
     finally:
         if server is not None:
             server.remove()
         shutil.rmtree(root, ignore_errors=True)
     if args.json:
-        write_json(args.json, "scale", {"machine": machine(), "version_s": version, "rows": rows})
+        write_json(args.json, "scale", {"machine": machine(), "version_s": version, "rows": rows,
+                                        "growth": exponents, "loadavg": Path("/proc/loadavg").read_text().split()[:3]})
     return 0
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
-import orjson
 
 from broker.cli.options import reading_vault, store_option, vault_option
 from journal.vault import Vault
@@ -14,27 +16,55 @@ from journal.vault import Vault
 FORMATS = ("fixture", "har", "vcr", "otel", "ocsf")
 
 
-def _render(fmt: str, vault_dir: Vault, session: str, inline_blobs: bool, content: bool) -> bytes:
+def _chunks(fmt: str, vault_dir: Vault, session: str, inline_blobs: bool, content: bool) -> Iterator[bytes]:
+    """The export's bytes a piece at a time: every format streams (issue 26: memory holds an entry, not the session)."""
     if fmt == "fixture":
-        from journal.export.fixture import build_fixture, fixture_bytes
+        from journal.export.fixture import fixture_chunks
 
-        return fixture_bytes(build_fixture(vault_dir, session))
+        return fixture_chunks(vault_dir, session)
     if fmt == "har":
-        from journal.export.har import build_har
+        from journal.export.har import har_chunks
 
-        har = build_har(vault_dir, session, inline_blobs=inline_blobs)
-        return orjson.dumps(har, option=orjson.OPT_INDENT_2) + b"\n"
+        return har_chunks(vault_dir, session, inline_blobs=inline_blobs)
     if fmt == "vcr":
-        from journal.export.vcr import build_cassette, cassette_yaml
+        from journal.export.vcr import cassette_chunks
 
-        return cassette_yaml(build_cassette(vault_dir, session))
+        return cassette_chunks(vault_dir, session)
     if fmt == "ocsf":
-        from journal.export.ocsf import ocsf_lines
+        from journal.export.ocsf import ocsf_chunks
 
-        return ocsf_lines(vault_dir, session)
-    from journal.export.otel import build_otlp
+        return ocsf_chunks(vault_dir, session)
+    from journal.export.otel import otlp_chunks
 
-    return orjson.dumps(build_otlp(vault_dir, session, content=content), option=orjson.OPT_INDENT_2) + b"\n"
+    return otlp_chunks(vault_dir, session, content=content)
+
+
+def _write_file(out: str, chunks: Iterator[bytes]) -> None:
+    """Write the export to `out` through a temporary file beside it, renamed when complete: a failed export
+    leaves no partial file (as when the document was built whole before writing)."""
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)  # `--out cassettes/s.yaml` makes cassettes/
+    if path.exists() and not path.is_file():  # a FIFO, /dev/stdout: written as it is
+        with open(path, "wb") as f:
+            for chunk in chunks:
+                f.write(chunk)
+        return
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for chunk in chunks:
+                f.write(chunk)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 @click.command()
@@ -67,13 +97,13 @@ def export(vault_dir: str, store: str | None, session: str, fmt: str, out: str |
         click.echo(f"sent {session} to {otlp_url}: HTTP {status}", err=True)
         if out is None:
             return 0
-    data = _render(fmt, vault, session, inline_blobs, content)
+    chunks = _chunks(fmt, vault, session, inline_blobs, content)
     if out is None:
-        sys.stdout.buffer.write(data)
+        for chunk in chunks:
+            sys.stdout.buffer.write(chunk)
         sys.stdout.buffer.flush()
     else:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)  # `--out cassettes/s.yaml` makes cassettes/
-        Path(out).write_bytes(data)
+        _write_file(out, chunks)
     return 0
 
 

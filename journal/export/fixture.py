@@ -25,11 +25,15 @@ Keys:
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import orjson
 
 from journal.canonical import canonical_bytes
+from journal.export.streamed_json import ArrayMark, JsonSpool, streamed_document
 from journal.reader import open_vault, session_lines
 from journal.vault import Vault
 from journal.verify import verify_session
@@ -66,23 +70,54 @@ def chain_verdict(report: dict) -> str:
 
 
 def read_entries(vault: Vault, session: str) -> tuple[list[dict], list[int]]:
-    """The parsed entries of a session in file order, and the 1-based numbers of lines that are not JSON."""
-    entries: list[dict] = []
+    """The parsed entries of a session in file order, and the 1-based numbers of lines that are not JSON
+    (all held: for readers of a small session; exports use `iter_session_entries`)."""
     unparsed: list[int] = []
+    return list(iter_session_entries(vault, session, unparsed.append)), unparsed
+
+
+@dataclass
+class EntryTally:
+    """What an export states about the whole session (its entries and head, its first and last times),
+    counted as the entries stream past (`iter_session_entries`)."""
+
+    entries: int = 0
+    head: object = None  # the last entry's hash
+    first_ts: object = None
+    last_ts: object = None
+
+
+def iter_session_entries(vault: Vault, session: str, unparsed: Callable[[int], object] | None = None,
+                         tally: EntryTally | None = None) -> Iterator[dict]:
+    """The parsed entries of a session in file (seq) order, one at a time, from whichever store holds it;
+    the 1-based number of each line that is not a JSON object goes to `unparsed`, and `tally` counts what
+    passed. Nothing is held: an export of any size draws its entries from here (issue 26)."""
     for line in session_lines(vault, session):
         try:
             value = orjson.loads(line.data)
         except orjson.JSONDecodeError:
-            unparsed.append(line.index + 1)
+            value = None
+        if not isinstance(value, dict):
+            if unparsed is not None:
+                unparsed(line.index + 1)
             continue
-        if isinstance(value, dict):
-            entries.append(value)
-        else:
-            unparsed.append(line.index + 1)
-    return entries, unparsed
+        if tally is not None:
+            tally.entries += 1
+            tally.head = value.get("hash")
+            if tally.entries == 1:
+                tally.first_ts = value.get("ts")
+            tally.last_ts = value.get("ts")
+        yield value
 
 
-def _source(vault: Vault, session: str, entries: list[dict], unparsed: list[int]) -> dict:
+def counted_entries(vault: Vault, session: str, tally: EntryTally) -> Iterator[dict]:
+    """The entries an earlier pass counted into `tally`, read again: no more, so an export whose passes
+    state counts (a head, a number of entries) stays consistent with itself while the session grows.
+    The count is read when the first entry is asked for, so a tally still being filled may be passed."""
+    return itertools.islice(iter_session_entries(vault, session), tally.entries)
+
+
+def _source(vault: Vault, session: str, tally: EntryTally, unparsed: object) -> dict:
     manifest: dict = {}
     try:
         loaded = orjson.loads((vault.root / "VAULT.json").read_bytes())
@@ -94,8 +129,8 @@ def _source(vault: Vault, session: str, entries: list[dict], unparsed: list[int]
         "session": session,
         "file": os.path.relpath(vault.session_path(session), vault.root),
         "vault_format": manifest.get("format"),
-        "entries": len(entries),
-        "head": entries[-1].get("hash") if entries else None,
+        "entries": tally.entries,
+        "head": tally.head,
         "unparsed_lines": unparsed,
     }
     if isinstance(manifest.get("origin"), str):
@@ -103,19 +138,42 @@ def _source(vault: Vault, session: str, entries: list[dict], unparsed: list[int]
     return source
 
 
-def build_fixture(vault_root: Vault | str | os.PathLike, session: str) -> dict:
-    """The fixture of one session (see the module docstring for its keys). Raises VaultError for an
-    unknown session or a directory that is not a vault."""
+def fixture_chunks(vault_root: Vault | str | os.PathLike, session: str) -> Iterator[bytes]:
+    """The fixture of one session as `fixture_bytes` writes it, a piece at a time (see the module docstring
+    for its keys): the chain is verified first (a streaming pass), then the entries are written as they
+    are read and the `expected` calls from a second pass; nothing grows with the session but the spool of
+    unparsed line numbers, on disk. Raises VaultError for an unknown session or a directory that is not a vault."""
     vault = open_vault(vault_root)
     report = verify_session(vault, session).as_dict()
-    entries, unparsed = read_entries(vault, session)
-    return {
-        "schema": SCHEMA,
-        "source": _source(vault, session, entries, unparsed),
-        "chain": {"verdict": chain_verdict(report), **report},
-        "entries": entries,
-        "expected": [expected_call(e) for e in entries],
-    }
+    tally = EntryTally()
+    with JsonSpool() as unparsed:
+        entries, expected, lines = ArrayMark("entries"), ArrayMark("expected"), ArrayMark("unparsed")
+
+        def template() -> dict:
+            return {
+                "schema": SCHEMA,
+                "source": _source(vault, session, tally, lines.value),
+                "chain": {"verdict": chain_verdict(report), **report},
+                "entries": entries.value,
+                "expected": expected.value,
+            }
+
+        yield from streamed_document(template, [
+            (entries, iter_session_entries(vault, session, unparsed.add, tally)),
+            (expected, _expected_calls(vault, session, tally)),
+            (lines, unparsed),
+        ], option=orjson.OPT_SORT_KEYS)
+
+
+def _expected_calls(vault: Vault, session: str, tally: EntryTally) -> Iterator[dict]:
+    for e in counted_entries(vault, session, tally):  # a generator: the entries were counted by the time it runs
+        yield expected_call(e)
+
+
+def build_fixture(vault_root: Vault | str | os.PathLike, session: str) -> dict:
+    """The fixture of one session as a value (held whole: `fixture_chunks` writes a big one). Raises
+    VaultError for an unknown session or a directory that is not a vault."""
+    return orjson.loads(b"".join(fixture_chunks(vault_root, session)))
 
 
 def fixture_bytes(fixture: dict) -> bytes:

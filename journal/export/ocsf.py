@@ -28,7 +28,7 @@ import orjson
 
 from journal.canonical import canonical_bytes
 from journal.entry import parse_ts
-from journal.export.fixture import read_entries
+from journal.export.fixture import EntryTally, counted_entries, iter_session_entries
 from journal.export.har import is_http_url
 from journal.export.model_span import model_call
 from journal.export.otel import mcp_protocol_version, mcp_session_id, trace_context
@@ -203,15 +203,24 @@ def ocsf_event(entry: dict, *, session_entries: int, session_head: str | None, p
 
 def iter_ocsf(vault_root: Vault | str | os.PathLike, session: str) -> Iterator[dict]:
     """The events of one session, in seq order (the entries as recorded: a broken chain is exported as
-    it is, and `broker verify-export` then names where it breaks)."""
+    it is, and `broker verify-export` then names where it breaks). Two streaming passes: one counts the
+    entries and finds the head every event states, the next makes each event as its entry is read."""
     vault = open_vault(vault_root)
-    entries, _ = read_entries(vault, session)
-    head = entries[-1].get("hash") if entries else None
+    tally = EntryTally()
+    for _ in iter_session_entries(vault, session, tally=tally):
+        pass
     version = _version()
-    for e in entries:
-        yield ocsf_event(e, session_entries=len(entries), session_head=head, product_version=version)
+    for e in counted_entries(vault, session, tally):
+        yield ocsf_event(e, session_entries=tally.entries, session_head=tally.head,  # type: ignore[arg-type]
+                         product_version=version)
+
+
+def ocsf_chunks(vault_root: Vault | str | os.PathLike, session: str) -> Iterator[bytes]:
+    """The events as JSON lines (one event per line, each ending in a newline), a line at a time."""
+    for ev in iter_ocsf(vault_root, session):
+        yield orjson.dumps(ev) + b"\n"
 
 
 def ocsf_lines(vault_root: Vault | str | os.PathLike, session: str) -> bytes:
-    """The events as JSON lines (one event per line, each ending in a newline)."""
-    return b"".join(orjson.dumps(ev) + b"\n" for ev in iter_ocsf(vault_root, session))
+    """The events as JSON lines, held whole (`ocsf_chunks` writes a big session's)."""
+    return b"".join(ocsf_chunks(vault_root, session))

@@ -41,15 +41,20 @@ import hashlib
 import importlib.metadata
 import os
 import re
+from collections.abc import Iterator
+from itertools import chain
 from urllib.parse import urlsplit
+
+import orjson
 
 from journal.blobstore import is_ref_object
 from journal.canonical import canonical_bytes
 from journal.entry import parse_ts
 from journal.errors import PeerError
-from journal.export.fixture import body_digest, chain_verdict, read_entries
+from journal.export.fixture import EntryTally, body_digest, chain_verdict, counted_entries, iter_session_entries
 from journal.export.model_span import ModelCall, model_call
 from journal.export.recorded_body import header, spilled_refs
+from journal.export.streamed_json import ArrayMark, streamed_document
 from journal.reader import open_vault
 from journal.redact import REDACTED
 from journal.vault import Vault
@@ -313,25 +318,29 @@ def _digest16(label: str, session: str, n: int) -> str:
     return hashlib.sha256(f"connector-broker {label}\n{session}".encode()).hexdigest()[:n]
 
 
-def build_otlp(vault_root: Vault | str | os.PathLike, session: str, *, content: bool = False) -> dict:
-    """The session's spans as an OTLP/JSON ExportTraceServiceRequest (see the module docstring)."""
+def otlp_chunks(vault_root: Vault | str | os.PathLike, session: str, *, content: bool = False) -> Iterator[bytes]:
+    """The session's spans as an OTLP/JSON ExportTraceServiceRequest (see the module docstring), as the CLI
+    writes it (pretty JSON and a newline), a piece at a time. Three streaming passes: the chain is verified;
+    the trace contexts the calls carried are read (the trace the session joins, and the counts and times
+    of the session span written before the others); then each span is written as its entry is read.
+    Memory holds an entry and at most two trace ids, not the session."""
     vault = open_vault(vault_root)
     report = verify_session(vault, session).as_dict()
-    entries, _ = read_entries(vault, session)
-    contexts = [trace_context(e) for e in entries]
-    agent_traces = {c[0] for c in contexts if c is not None}
+    tally = EntryTally()
+    agent_traces: set[str] = set()  # the trace ids the calls carried: only whether there is one matters, so two at most
+    for e in iter_session_entries(vault, session, tally=tally):
+        if len(agent_traces) < 2 and (ctx := trace_context(e)) is not None:
+            agent_traces.add(ctx[0])
     joined = len(agent_traces) == 1
     trace_id = next(iter(agent_traces)) if joined else _digest16("trace", session, 32)
     root_id = _digest16("session span", session, 16)
-    spans = [entry_span(e, trace_id, root_id, c, joined, content) for e, c in zip(entries, contexts, strict=True)]
-    first = _nanos(entries[0]["ts"]) if entries else "0"
-    last = _nanos(entries[-1]["ts"]) if entries else "0"
     root = {
         "traceId": trace_id, "spanId": root_id, "name": f"session {session}", "kind": KIND_INTERNAL,
-        "startTimeUnixNano": first, "endTimeUnixNano": last,
+        "startTimeUnixNano": _nanos(tally.first_ts) if tally.entries else "0",  # type: ignore[arg-type]
+        "endTimeUnixNano": _nanos(tally.last_ts) if tally.entries else "0",  # type: ignore[arg-type]
         "attributes": _attrs({
-            "gen_ai.conversation.id": session, "broker.session": session, "broker.entries": len(entries),
-            "broker.chain": chain_verdict(report), "broker.session.head": entries[-1].get("hash") if entries else None,
+            "gen_ai.conversation.id": session, "broker.session": session, "broker.entries": tally.entries,
+            "broker.chain": chain_verdict(report), "broker.session.head": tally.head if tally.entries else None,
         }),
     }
     if not report["intact"]:
@@ -340,10 +349,20 @@ def build_otlp(vault_root: Vault | str | os.PathLike, session: str, *, content: 
         version = importlib.metadata.version("connector-broker")
     except importlib.metadata.PackageNotFoundError:
         version = "0"
-    return {"resourceSpans": [{
+    spans = ArrayMark("spans")
+    document = {"resourceSpans": [{
         "resource": {"attributes": _attrs({"service.name": "connector-broker", "broker.session": session})},
-        "scopeSpans": [{"scope": {"name": SCOPE, "version": version}, "spans": [root, *spans]}],
+        "scopeSpans": [{"scope": {"name": SCOPE, "version": version}, "spans": spans.value}],
     }]}
+    items = (entry_span(e, trace_id, root_id, trace_context(e), joined, content)
+             for e in counted_entries(vault, session, tally))
+    yield from streamed_document(lambda: document, [(spans, chain([root], items))])
+
+
+def build_otlp(vault_root: Vault | str | os.PathLike, session: str, *, content: bool = False) -> dict:
+    """The session's spans as an OTLP/JSON ExportTraceServiceRequest, as a value (held whole: `otlp_chunks`
+    writes a big one; `send_otlp` posts one request)."""
+    return orjson.loads(b"".join(otlp_chunks(vault_root, session, content=content)))
 
 
 def otlp_protobuf(otlp: dict) -> bytes:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+from collections.abc import Iterator
 from typing import Literal, NamedTuple
 
 from journal.blob_read import open_recorded_blob
@@ -54,21 +55,33 @@ def base64_bytes(body: dict) -> bytes:
         raise BodyUndecodable("the recorded base64 body does not decode (run `broker verify`)") from None
 
 
-def read_blob(vault: Vault, ref: dict) -> bytes:
-    """The bytes of a blob reference, checked against its SHA-256 (an export never hands on wrong bytes)."""
+BLOB_CHUNK = 1 << 20
+
+
+def iter_blob(vault: Vault, ref: dict, chunk: int | None = None) -> Iterator[bytes]:
+    """The bytes of a blob reference a chunk at a time (memory holds a chunk, whatever the blob's size), checked
+    against its SHA-256 once read: BlobUnavailable, after the last chunk, when they do not match (a caller
+    that must not hand on wrong bytes reads it through once before writing any)."""
     digest = ref["sha256"]
     if not is_blob_name(digest) or ref["ref"] != f"blobs/sha256/{digest[:2]}/{digest}":
         raise BlobUnavailable(f"{str(ref['ref'])[:120]!r} is not a blob reference of this vault (run `broker verify`)")
+    h = hashlib.sha256()
     try:
         with open_recorded_blob(vault, digest) as f:
-            data = f.read()
+            while data := f.read(chunk or BLOB_CHUNK):
+                h.update(data)
+                yield data
     except FileNotFoundError:
         raise BlobUnavailable(f"blob {ref['ref']} is missing from {vault.root} (run `broker verify`)") from None
     except NotConfined as exc:
         raise BlobUnavailable(f"blob {ref['ref']} is not read: {exc} (run `broker verify`)") from None
-    if hashlib.sha256(data).hexdigest() != ref["sha256"]:
+    if h.hexdigest() != ref["sha256"]:
         raise BlobUnavailable(f"blob {ref['ref']} does not hold the bytes its name says (run `broker verify`)")
-    return data
+
+
+def read_blob(vault: Vault, ref: dict) -> bytes:
+    """The bytes of a blob reference, checked against its SHA-256 (an export never hands on wrong bytes)."""
+    return b"".join(iter_blob(vault, ref))
 
 
 def is_base64_body(body: object, content_type: str | None) -> bool:

@@ -14,18 +14,28 @@ the way. Every export carries each entry's `seq`, `hash` and `prev`, and what th
   readers), so they catch drops, reordering and repeats, and a change to the chain fields.
 
 The first bad event is named (its line or position, session and seq).
+
+Memory is bounded whatever the size of the export (issue 26): OCSF is read a line at a time, HAR and OTLP
+a value at a time (journal/export/json_walk.py: an entry or a span, never the document), and the links
+go to a private temporary SQLite file (`LinkTable`) where the chain is checked in one ordered pass,
+with what needs the whole file (was a missing seq moved or dropped, was a hash met before) asked of
+the table's indexes rather than held in sets.
 """
 
 from __future__ import annotations
 
 import hashlib
+import sqlite3
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import orjson
 
 from journal.chain import GENESIS
 from journal.errors import InputError
+from journal.export.json_walk import JsonWalk, NotJson
 
 
 class ExportUnreadable(InputError):
@@ -92,109 +102,297 @@ def _ocsf_problem(where: str, event: dict) -> str | None:
     return None
 
 
-def _ocsf(data: bytes) -> tuple[list[Link], str | None]:
-    links: list[Link] = []
-    for n, line in enumerate(data.splitlines(), 1):
-        if not line.strip():
-            continue
-        where = f"line {n}"
-        try:
-            event = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            return links, f"{where}: not JSON"
-        if not isinstance(event, dict) or event.get("class_uid") != 6003:
-            return links, f"{where}: not an OCSF API Activity event (class_uid 6003)"
-        if problem := _ocsf_problem(where, event):
-            return links, problem
-        b = event["unmapped"]["broker"]
-        links.append(Link(where, str(b.get("session")), b.get("seq"), b.get("hash"), b.get("prev"),
-                          b.get("session_entries"), b.get("session_head")))
-    return links, None
+class LinkTable:
+    """The links of an export in a private temporary SQLite file (gone when closed), in the order they are
+    checked in: as read (OCSF, OTLP), or by seq (HAR, whose WebSocket messages sit inside their handshake's
+    entry). Memory: SQLite's page cache, not the links."""
+
+    _PAGE = 2048
+
+    def __init__(self) -> None:
+        self.db = sqlite3.connect("")
+        self.db.execute("CREATE TABLE links (pos INTEGER PRIMARY KEY, place TEXT, session TEXT, seq BLOB, "
+                        "seqkey INTEGER, hash BLOB, hashstr TEXT, prev BLOB, entries BLOB, head BLOB)")
+        self.count = 0
+        self._seq_index = False
+
+    def add(self, link: Link) -> None:
+        key = link.seq if type(link.seq) is int and -(1 << 63) <= link.seq < (1 << 63) else 0
+        self.db.execute("INSERT INTO links VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?)", (
+            link.where, link.session, orjson.dumps(link.seq), key, orjson.dumps(link.hash),
+            link.hash if isinstance(link.hash, str) else None, orjson.dumps(link.prev),
+            orjson.dumps(link.entries), orjson.dumps(link.head)))
+        self.count += 1
+
+    def state_last(self, entries: object, head: object) -> None:
+        """Set what the session held (entries, head) on the last link added."""
+        self.db.execute("UPDATE links SET entries = ?, head = ? WHERE pos = (SELECT MAX(pos) FROM links)",
+                        (orjson.dumps(entries), orjson.dumps(head)))
+
+    def set_session(self, session: str) -> None:
+        self.db.execute("UPDATE links SET session = ?", (session,))
+
+    def sort_by_seq(self) -> None:
+        """Put the links in seq order (a seq that is no integer first, as 0), ties as read."""
+        self.db.execute("CREATE TABLE sorted AS SELECT ROW_NUMBER() OVER (ORDER BY seqkey, pos) AS rank, place, "
+                        "session, seq, seqkey, hash, hashstr, prev, entries, head FROM links")
+        self.db.execute("DELETE FROM links")
+        self.db.execute("INSERT INTO links SELECT * FROM sorted")
+        self.db.execute("DROP TABLE sorted")
+
+    def sessions(self) -> int:
+        return int(self.db.execute("SELECT COUNT(DISTINCT session) FROM links").fetchone()[0])
+
+    def __iter__(self) -> Iterator[tuple[int, Link]]:
+        last = 0
+        while True:
+            page = self.db.execute("SELECT pos, place, session, seq, hash, prev, entries, head FROM links "
+                                   "WHERE pos > ? ORDER BY pos LIMIT ?", (last, self._PAGE)).fetchall()
+            if not page:
+                return
+            for pos, place, session, seq, h, prev, entries, head in page:
+                yield pos, Link(place, session, orjson.loads(seq), orjson.loads(h), orjson.loads(prev),
+                                orjson.loads(entries), orjson.loads(head))
+            last = page[-1][0]
+
+    def has_seq(self, session: str, seq: int) -> bool:
+        """Whether any link of the session (anywhere in the file) has this seq."""
+        if not self._seq_index:
+            self.db.execute("CREATE INDEX seq_of ON links (session, seqkey)")
+            self._seq_index = True
+        return self.db.execute("SELECT 1 FROM links WHERE session = ? AND seqkey = ? AND seq = ? LIMIT 1",
+                               (session, seq, orjson.dumps(seq))).fetchone() is not None
+
+    def first_repeat(self) -> int | None:
+        """The position of the first link whose hash (a string) an earlier link of its session has."""
+        self.db.execute("CREATE INDEX hash_of ON links (session, hashstr, pos)")
+        row = self.db.execute(
+            "SELECT MIN(b.pos) FROM links b WHERE b.hashstr IS NOT NULL AND EXISTS (SELECT 1 FROM links a "
+            "WHERE a.session = b.session AND a.hashstr = b.hashstr AND a.pos < b.pos)").fetchone()
+        return row[0] if row and row[0] is not None else None
+
+    def close(self) -> None:
+        self.db.close()
 
 
-def _har_link(links: list[Link], where: str, item: object, session: str, last: int, what: str,
-              ) -> tuple[int, str | None]:
-    """Read one HAR entry's or WebSocket message's `_journal` into `links`: (the last seq now, the
-    problem or None). HAR nests a WebSocket's messages in their handshake's entry, so `_har` sorts the
-    links by seq for `check_links`; the order as the file has it (each seq above `last`) is checked
-    here, before the sort would hide a reordered or repeated event."""
-    j = item.get("_journal") if isinstance(item, dict) else None
-    if not isinstance(j, dict):
-        return last, f"{where}: no _journal{what}"
-    seq = j.get("seq")
-    if type(seq) is int and seq <= last:
-        return last, f"{where}: seq {seq} after seq {last}: reordered or repeated"
-    links.append(Link(where, session, seq, j.get("hash"), j.get("prev")))
-    return (seq if type(seq) is int else last), None
-
-
-def _har(doc: dict) -> tuple[list[Link], str | None]:
-    log = doc["log"]
-    session = str(log.get("_session"))
-    head = log.get("_sessionHead") if isinstance(log.get("_sessionHead"), dict) else {}
-    links: list[Link] = []
-    last_top = 0
-    for n, e in enumerate(log.get("entries") or [], 1):
-        last_top, problem = _har_link(links, f"entry {n}", e, session, last_top,
-                                      ": not an entry `broker export --format har` wrote")
-        if problem:
-            return links, problem
-        last_msg = last_top if type(links[-1].seq) is int else 0
-        for m, msg in enumerate(e.get("_webSocketMessages") or [], 1):
-            last_msg, problem = _har_link(links, f"entry {n} message {m}", msg, session, last_msg, "")
-            if problem:
-                return links, problem
-    links.sort(key=lambda k: k.seq if type(k.seq) is int else 0)  # messages sit inside their handshake's entry
-    if links and head:
-        links[-1].entries, links[-1].head = head.get("entries"), head.get("head")
-    return links, None
-
-
-def _otel(doc: dict) -> tuple[list[Link], str | None]:
-    def attrs(span: dict) -> dict:
-        out = {}
-        for a in span.get("attributes") or []:
-            value = a.get("value") or {}
-            v = value.get("stringValue", value.get("intValue"))
-            out[a.get("key")] = int(v) if "intValue" in value and isinstance(v, str) and v.lstrip("-").isdigit() else v
-        return out
-
-    links: list[Link] = []
+def _ocsf(f: BinaryIO, table: LinkTable) -> str | None:
+    """Read OCSF JSON lines a line at a time (numbered as bytes.splitlines numbers them)."""
     n = 0
-    for rs in doc.get("resourceSpans") or []:
-        for ss in rs.get("scopeSpans") or []:
-            root: dict = {}
-            for span in ss.get("spans") or []:
-                n += 1
-                a = attrs(span)
-                if "broker.entries" in a:  # the session span
-                    root = a
-                    continue
-                if "broker.entry.seq" not in a:
-                    return links, f"span {n}: no broker.entry.seq: not a span `broker export --format otel` wrote"
-                links.append(Link(f"span {n}", str(a.get("broker.session")), a.get("broker.entry.seq"),
-                                  a.get("broker.entry.hash"), a.get("broker.entry.prev")))
-            if links and root:
-                links[-1].entries, links[-1].head = root.get("broker.entries"), root.get("broker.session.head")
-    return links, None
+    for physical in f:
+        for line in physical.splitlines():
+            n += 1
+            if not line.strip():
+                continue
+            where = f"line {n}"
+            try:
+                event = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                return f"{where}: not JSON"
+            if not isinstance(event, dict) or event.get("class_uid") != 6003:
+                return f"{where}: not an OCSF API Activity event (class_uid 6003)"
+            if problem := _ocsf_problem(where, event):
+                return problem
+            b = event["unmapped"]["broker"]
+            table.add(Link(where, str(b.get("session")), b.get("seq"), b.get("hash"), b.get("prev"),
+                           b.get("session_entries"), b.get("session_head")))
+    return None
 
 
-def check_links(links: list[Link]) -> str | None:
-    """The first break in the chains the links state (per session, in order), or None."""
+def _har_entry(n: int, e: object, messages: Iterable[object] | None, table: LinkTable, last_top: int) -> int:
+    """Check and add one HAR entry and its WebSocket messages (from the entry, or walked: `messages`);
+    the entry's seq for the next one. Raises _Problem."""
+    j = e.get("_journal") if isinstance(e, dict) else None
+    if not isinstance(j, dict):
+        raise _Problem(f"entry {n}: no _journal: not an entry `broker export --format har` wrote")
+    seq = j.get("seq")
+    if type(seq) is int and seq <= last_top:
+        raise _Problem(f"entry {n}: seq {seq} after seq {last_top}: reordered or repeated")
+    table.add(Link(f"entry {n}", "", seq, j.get("hash"), j.get("prev")))
+    last_msg = seq if type(seq) is int else 0
+    for m, msg in enumerate((e.get("_webSocketMessages") or []) if messages is None else messages, 1):  # type: ignore[attr-defined]
+        mj = msg.get("_journal") if isinstance(msg, dict) else None
+        if not isinstance(mj, dict):
+            raise _Problem(f"entry {n} message {m}: no _journal")
+        mseq = mj.get("seq")
+        if type(mseq) is int and mseq <= last_msg:
+            raise _Problem(f"entry {n} message {m}: seq {mseq} after seq {last_msg}: reordered or repeated")
+        last_msg = mseq if type(mseq) is int else last_msg
+        table.add(Link(f"entry {n} message {m}", "", mseq, mj.get("hash"), mj.get("prev")))
+    return seq if type(seq) is int else last_top
+
+
+class _Problem(Exception):
+    """The first thing wrong with the export, found while reading it."""
+
+
+def _big_har_entry(walk: JsonWalk, n: int, table: LinkTable, last_top: int) -> int:
+    """An entry too big to hold (a WebSocket connection's messages): its members walked, its messages one at
+    a time. Messages ahead of the entry's `_journal` (no export writes them so) are held until it comes."""
+    journal: object = None
+    held: list[object] = []
+    seen_messages = False
+
+    def messages() -> Iterator[object]:
+        for _ in walk.elements():
+            yield walk.value()
+
+    for key in walk.members():
+        if key == "_journal":
+            journal = walk.value()
+        elif key == "_webSocketMessages" and walk.peek() == b"[":
+            seen_messages = True
+            if journal is None:
+                held = list(messages())
+            else:
+                last_top = _har_entry(n, {"_journal": journal}, messages(), table, last_top)
+                journal = None
+        else:
+            walk.skip()
+    if journal is not None or not seen_messages:
+        return _har_entry(n, {"_journal": journal}, held, table, last_top)
+    return last_top
+
+
+def _har(walk: JsonWalk, occurrence: int, table: LinkTable) -> str | None:
+    """Read a HAR's entries a value at a time (the `occurrence`-th top-level "log": the one a parser keeps)."""
+    session: object = None
+    head: object = {}
+    seen = 0
+    for key in walk.members():
+        if key != "log" or (seen := seen + 1) != occurrence:
+            walk.skip()
+            continue
+        for member in walk.members():
+            if member == "entries" and walk.peek() == b"[":
+                last_top = 0
+                for n in walk.elements():
+                    small, e = walk.small_value()
+                    try:
+                        last_top = (_har_entry(n + 1, e, None, table, last_top) if small or walk.peek() != b"{"
+                                    else _big_har_entry(walk, n + 1, table, last_top))
+                    except _Problem as problem:
+                        return str(problem)
+            elif member == "entries":
+                value = walk.value()
+                last_top = 0
+                try:
+                    for n, e in enumerate(value or [], 1):  # type: ignore[arg-type]
+                        last_top = _har_entry(n, e, None, table, last_top)
+                except _Problem as problem:
+                    return str(problem)
+            elif member == "_session":
+                session = walk.value()
+            elif member == "_sessionHead":
+                got = walk.value()
+                head = got if isinstance(got, dict) else {}
+            else:
+                walk.skip()
+    table.set_session(str(session))
+    table.sort_by_seq()  # messages sit inside their handshake's entry
+    if table.count and head:
+        table.state_last(head.get("entries"), head.get("head"))  # type: ignore[attr-defined]
+    return None
+
+
+def _span_attrs(span: object) -> dict:
+    out = {}
+    for a in span.get("attributes") or []:  # type: ignore[attr-defined]
+        value = a.get("value") or {}
+        v = value.get("stringValue", value.get("intValue"))
+        out[a.get("key")] = int(v) if "intValue" in value and isinstance(v, str) and v.lstrip("-").isdigit() else v
+    return out
+
+
+class _OtelRead:
+    """The spans of an OTLP/JSON document, a span at a time, into the table."""
+
+    def __init__(self, walk: JsonWalk, table: LinkTable) -> None:
+        self.walk, self.table, self.n = walk, table, 0
+
+    def _each(self) -> Iterator[JsonWalk | object]:
+        """The elements of the array here: the walk positioned at each, or the values of a non-array
+        (iterated as the old reader iterated any value: `value or []`)."""
+        if self.walk.peek() == b"[":
+            for _ in self.walk.elements():
+                yield self.walk
+        else:
+            yield from (self.walk.value() or [])  # type: ignore[misc]
+
+    def _members(self, element: JsonWalk | object, wanted: str) -> Iterator[None]:
+        """Position the walk at the `wanted` member of the object here (skipping the others)."""
+        if element is not self.walk:
+            raise AttributeError(f"{type(element).__name__!r} object has no attribute 'get'")
+        if self.walk.peek() != b"{":
+            value = self.walk.value()
+            raise AttributeError(f"{type(value).__name__!r} object has no attribute 'get'")
+        for key in self.walk.members():
+            if key == wanted:
+                yield None
+            else:
+                self.walk.skip()
+
+    def span(self, span: object, root: dict) -> str | None:
+        self.n += 1
+        a = _span_attrs(span)
+        if "broker.entries" in a:  # the session span
+            root.clear()
+            root.update(a)
+            return None
+        if "broker.entry.seq" not in a:
+            return f"span {self.n}: no broker.entry.seq: not a span `broker export --format otel` wrote"
+        self.table.add(Link(f"span {self.n}", str(a.get("broker.session")), a.get("broker.entry.seq"),
+                            a.get("broker.entry.hash"), a.get("broker.entry.prev")))
+        return None
+
+    def read(self, occurrence: int) -> str | None:
+        seen = 0
+        for key in self.walk.members():
+            if key != "resourceSpans" or (seen := seen + 1) != occurrence:
+                self.walk.skip()
+                continue
+            for rs in self._each():
+                for _ in self._members(rs, "scopeSpans"):
+                    for ss in self._each():
+                        root: dict = {}
+                        for _ in self._members(ss, "spans"):
+                            for span in self._each():
+                                value = self.walk.value() if span is self.walk else span
+                                if problem := self.span(value, root):
+                                    return problem
+                        if self.table.count and root:
+                            self.table.state_last(root.get("broker.entries"), root.get("broker.session.head"))
+        return None
+
+
+def check_links(links: Iterable[Link] | LinkTable) -> str | None:
+    """The first break in the chains the links state (per session, in order), or None. One pass in order
+    holding a few values per session; the two questions about the whole file go to the table."""
+    if isinstance(links, LinkTable):
+        return _check(links)
+    table = LinkTable()
+    try:
+        for link in links:
+            table.add(link)
+        return _check(table)
+    finally:
+        table.close()
+
+
+def _check(table: LinkTable) -> str | None:
     last: dict[str, tuple[int, object]] = {}
-    seen: dict[str, set] = {}
     final: dict[str, Link] = {}
-    later = {(k.session, k.seq) for k in links}  # a missing seq that comes later was moved, not dropped
-    for k in links:
+    stated_by: dict[str, Link] = {}
+    stated_problem: str | None = None
+    repeat = table.first_repeat()
+    for pos, k in table:
         if type(k.seq) is not int or not isinstance(k.hash, str) or not isinstance(k.prev, str):
             return f"{k.where}: session {k.session}: no seq, hash and prev"
         before_seq, before_hash = last.get(k.session, (0, GENESIS))
-        hashes = seen.setdefault(k.session, set())
-        if k.hash in hashes:
+        if pos == repeat:
             return f"{k.where}: session {k.session} seq {k.seq}: repeated (this event is in the file twice)"
         if k.seq <= before_seq:
             return f"{k.where}: session {k.session} seq {k.seq} after seq {before_seq}: reordered"
-        if k.seq != before_seq + 1 and (k.session, before_seq + 1) in later:
+        if k.seq != before_seq + 1 and table.has_seq(k.session, before_seq + 1):
             return f"{k.where}: session {k.session} seq {k.seq} before seq {before_seq + 1}: reordered"
         if k.seq != before_seq + 1:
             missing = f"seq {before_seq + 1}" if k.seq == before_seq + 2 else f"seq {before_seq + 1}..{k.seq - 1}"
@@ -202,16 +400,14 @@ def check_links(links: list[Link]) -> str | None:
         if k.prev != before_hash:
             return f"{k.where}: session {k.session} seq {k.seq}: prev is not the hash of seq {before_seq}: altered"
         last[k.session] = (k.seq, k.hash)
-        hashes.add(k.hash)
         final[k.session] = k
-    stated_by: dict[str, Link] = {}
-    for x in links:
-        if x.entries is None and x.head is None:
-            continue
-        first = stated_by.setdefault(x.session, x)
-        if (x.entries, x.head) != (first.entries, first.head):
-            return (f"{x.where}: session {x.session} seq {x.seq}: states {x.entries} entries and head {x.head}, "
-                    f"{first.where} stated {first.entries} and {first.head}: altered")
+        if stated_problem is None and (k.entries is not None or k.head is not None):
+            first = stated_by.setdefault(k.session, k)
+            if (k.entries, k.head) != (first.entries, first.head):
+                stated_problem = (f"{k.where}: session {k.session} seq {k.seq}: states {k.entries} entries and head "
+                                  f"{k.head}, {first.where} stated {first.entries} and {first.head}: altered")
+    if stated_problem is not None:
+        return stated_problem
     for session, k in final.items():
         stated = stated_by.get(session)
         if stated is not None and (stated.entries != k.seq or stated.head != k.hash):
@@ -220,28 +416,64 @@ def check_links(links: list[Link]) -> str | None:
     return None
 
 
+def _kind(path: Path) -> tuple[str | None, int]:
+    """What the file is, as a parser of the whole file would see it: ("har"|"otel"|"ocsf", which occurrence
+    of the key to read), (None, 0) for JSON that is no export. The file is walked, not held."""
+    log = spans = class_uid = 0
+    is_log = is_spans = has_class = False
+    with open(path, "rb") as f:
+        walk = JsonWalk(f)
+        try:
+            if walk.peek() != b"{":
+                walk.skip()
+                return (None, 0) if walk.at_end() else ("ocsf", 0)
+            for key in walk.members():  # a key given twice: the last one counts, as for orjson
+                if key == "log":
+                    log += 1
+                    is_log = walk.peek() == b"{"
+                    walk.skip()
+                elif key == "resourceSpans":
+                    spans += 1
+                    is_spans = walk.peek() == b"["
+                    walk.skip()
+                elif key == "class_uid":
+                    class_uid += 1
+                    has_class = walk.value() is not None
+                else:
+                    walk.skip()
+            if not walk.at_end():
+                return "ocsf", 0
+        except NotJson:
+            return "ocsf", 0  # not one JSON document: JSON lines (or nothing readable)
+    if is_log:
+        return "har", log
+    if is_spans:
+        return "otel", spans
+    return ("ocsf", 0) if has_class else (None, 0)
+
+
 def verify_export(path: str | Path) -> Verdict:
     """Check the chains in the export at `path` (see the module docstring)."""
-    data = Path(path).read_bytes()
-    doc: object = None
-    try:
-        doc = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        pass
-    if isinstance(doc, dict) and isinstance(doc.get("log"), dict):
-        fmt, read = "har", lambda: _har(doc)  # type: ignore[arg-type]
-    elif isinstance(doc, dict) and isinstance(doc.get("resourceSpans"), list):
-        fmt, read = "otel", lambda: _otel(doc)  # type: ignore[arg-type]
-    elif isinstance(doc, dict) and doc.get("class_uid") is not None or doc is None:
-        fmt, read = "ocsf", lambda: _ocsf(data)
-    else:
+    path = Path(path)
+    fmt, occurrence = _kind(path)
+    if fmt is None:
         raise ExportUnreadable(f"{path} is not an OCSF JSON-lines, HAR or OTLP/JSON export of `broker export`")
+    table = LinkTable()
     try:
-        links, problem = read()
-    except (AttributeError, TypeError, KeyError, ValueError) as exc:  # a value of the wrong JSON type
-        return Verdict(fmt, 0, 0, f"malformed: not as `broker export --format {fmt}` writes it ({exc!r:.200})")
-    if problem is None:
-        problem = check_links(links)
-    if problem is None and not links:
-        problem = "no events: nothing to verify"
-    return Verdict(fmt, len(links), len({k.session for k in links}), problem)
+        with open(path, "rb") as f:
+            try:
+                if fmt == "har":
+                    problem = _har(JsonWalk(f), occurrence, table)
+                elif fmt == "otel":
+                    problem = _OtelRead(JsonWalk(f), table).read(occurrence)
+                else:
+                    problem = _ocsf(f, table)
+            except (AttributeError, TypeError, KeyError, ValueError) as exc:  # a value of the wrong JSON type
+                return Verdict(fmt, 0, 0, f"malformed: not as `broker export --format {fmt}` writes it ({exc!r:.200})")
+        if problem is None:
+            problem = _check(table)
+        if problem is None and not table.count:
+            problem = "no events: nothing to verify"
+        return Verdict(fmt, table.count, table.sessions(), problem)
+    finally:
+        table.close()
