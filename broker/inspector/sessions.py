@@ -66,9 +66,8 @@ class SessionIndex:
 
     def head(self, session: str) -> dict:
         """How far the file goes: complete lines, bytes, and whether a partial last line is pending."""
-        if isinstance(self.vault, RowSource):  # a database store: rows by seq, its head is its length
-            self.vault.require_session(session)
-            seq, _ = _row_stamp(self.vault, session)
+        if isinstance(self.vault, RowSource):  # a database store: rows by seq, its head is its length (the
+            seq, _ = _row_stamp(self.vault, session)  # session checked by the caller, Api.session: one query)
             return {"session": session, "lines": seq, "bytes": 0, "complete_bytes": 0}
         self._get(session)
         index, path = current_index(self.vault, session)  # the seq index's end: no scan of the file
@@ -78,9 +77,8 @@ class SessionIndex:
         """(total complete lines, the raw bytes of lines first..first+count-1, 1-based, without newline): read
         from the session's seq index (journal/seq_index.py), only those lines."""
         first = max(1, first)
-        if isinstance(self.vault, RowSource):  # a page is one primary-key range of the database's rows
-            self.vault.require_session(session)
-            total, _ = _row_stamp(self.vault, session)
+        if isinstance(self.vault, RowSource):  # a page is one primary-key range of the database's rows (and
+            total, _ = _row_stamp(self.vault, session)  # its head); the session was checked by Api.session
             last = min(total, first + count - 1)
             if first > last:
                 return total, []
