@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import orjson
 import pytest
 
 from journal import search as search_module
@@ -44,10 +45,18 @@ def vault(tmp_path) -> Vault:
     _session(v, "mixed-wednesday", [("gmail", "read", "2026-09-23T08:00:00.000Z"),
                                     ("slack", "write", "2026-09-23T08:05:00.000Z"),
                                     ("github", "write", "2026-09-23T23:59:59.000Z")])
+    odd = [  # not canonical (ts not last, an escaped value), a line that is no entry, an empty line
+        orjson.dumps({"ts": "2026-08-30T00:00:00.000Z", "connector": 'sl"ack', "effect": "read", "agent": "x"}),
+        b'{"connector":"github","effect":"write","ts":"2026-08-31T00:00:00.000Z","x":{"ts":"2030-01-01"}}',
+        b"not json", b"", orjson.dumps({"connector": "slack", "effect": "read"}),  # no ts: "" to search
+    ]
+    v.session_path("odd-one").write_bytes(b"\n".join(odd) + b"\n")
     return v
 
 
 QUERIES = [
+    Query(connector='sl"ack'), Query(until="2026-09-01"), Query(since="2026-08-31", until="2026-08-31"),
+    Query(until="2000"), Query(since="2026-12-01"),
     Query(connector="slack"), Query(connector="github"), Query(connector="nothing"), Query(effect="write"),
     Query(connector="gmail", effect="write"), Query(since="2026-09-22"), Query(until="2026-09-21"),
     Query(since="2026-09-22T10", until="2026-09-23T08"), Query(since="2026-09-24"), Query(agent="agent-a"),
@@ -75,12 +84,12 @@ def test_sessions_that_cannot_match_are_not_read_and_the_reason_is_said(vault, m
     monkeypatch.setattr(search_module, "_candidates", lambda path, m: opened.append(path.name) or real(path, m))
     skipped: list[tuple[str, str]] = []
     found = list(search(vault, Query(connector="slack"), skipped))
-    assert {m.session for m in found} == {"chat-tuesday", "mixed-wednesday"}
-    assert opened == ["chat-tuesday.jsonl", "mixed-wednesday.jsonl"]
+    assert {m.session for m in found} == {"chat-tuesday", "mixed-wednesday", "odd-one"}
+    assert opened == ["chat-tuesday.jsonl", "mixed-wednesday.jsonl", "odd-one.jsonl"]
     assert skipped == [("mail-monday", "no entry has connector slack")]
     skipped.clear()
     assert not list(search(vault, Query(since="2026-09-24"), skipped))
-    assert [s for s, _ in skipped] == ["chat-tuesday", "mail-monday", "mixed-wednesday"]
+    assert [s for s, _ in skipped] == ["chat-tuesday", "mail-monday", "mixed-wednesday", "odd-one"]
     assert "before 2026-09-24" in skipped[0][1]
 
 
