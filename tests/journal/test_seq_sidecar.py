@@ -15,6 +15,7 @@ from journal import seq_sidecar
 from journal.chain import GENESIS, chain_entry
 from journal.seq_index import current_index, line_of_seq, lines_at
 from journal.seq_sidecar import RECORD_SIZE, STRIDE, build, sidecar_name
+from journal.store.file_store import FileStore
 from journal.vault import Vault
 from journal.verify import verify_session
 from journal.writer import JournalWriter
@@ -213,3 +214,15 @@ def test_readers_use_no_sidecar_beside_a_database_or_in_a_read_only_vault(tmp_pa
     finally:
         os.chmod(vault.journal_dir, 0o755)
     assert _vault_files(vault) == files
+
+
+def test_a_pulled_session_gets_the_sidecar_the_writer_would_keep(tmp_path, monkeypatch):
+    monkeypatch.setattr("journal.store.file_store.CHUNK", 4096)  # several writes, records in several of them
+    lines = _lines(3 * STRIDE + 9)
+    store = FileStore(Vault.create(tmp_path / "pulled").root)
+    assert store.append_lines("s", lines[:STRIDE + 1]) == STRIDE + 1
+    assert store.append_lines("s", lines[STRIDE + 1 :]) == 2 * STRIDE + 8
+    vault = Vault(tmp_path / "pulled")
+    kept = _sidecar(vault).read_bytes()
+    build(vault.session_path("s"))
+    assert _sidecar(vault).read_bytes() == kept and len(kept) == RECORD_SIZE * 5
