@@ -37,6 +37,9 @@ _MAGIC = b"BSQ1"
 _HEAD = struct.Struct("<4sQQ")
 _READ = 1 << 20
 _PAGE = 1 << 18
+SIDECAR_TAIL = 8 << 20
+"""A sidecar whose last record is further than this from the file's end (a writer that stopped keeping it)
+is not used: every reader would scan that tail again, where the user's cache index scans it once."""
 
 
 class SeqIndex:
@@ -178,8 +181,8 @@ def _from_sidecar(vault: Vault, path: Path, fd: int, size: int) -> SeqIndex | No
         return None
     k = len(offsets) - 1
     last = offsets[k]
-    if not _starts_line(fd, last):
-        return None
+    if size - last > SIDECAR_TAIL or not _starts_line(fd, last):  # a sidecar left behind: the cache's index
+        return None                                                # keeps its own scan, this one would not
     line = _read_lines(fd, last, 1, size)
     if not line or not _holds(line[0], k * STRIDE + 1):
         return None

@@ -130,7 +130,7 @@ def read_offsets(vault_root: Path, session_file: str, size: int) -> array | None
         return None
     try:
         data = b""
-        limit = RECORD_SIZE * (2 + size // 2)  # no file of `size` bytes has more lines than that
+        limit = RECORD_SIZE * (2 + size // STRIDE)  # a file of `size` bytes has at most `size` lines
         while len(data) < limit and (chunk := os.read(fd, min(1 << 20, limit - len(data)))):
             data += chunk
     except OSError:

@@ -226,3 +226,13 @@ def test_a_pulled_session_gets_the_sidecar_the_writer_would_keep(tmp_path, monke
     kept = _sidecar(vault).read_bytes()
     build(vault.session_path("s"))
     assert _sidecar(vault).read_bytes() == kept and len(kept) == RECORD_SIZE * 5
+
+
+def test_a_sidecar_left_far_behind_gives_way_to_the_cache_index(tmp_path, monkeypatch, cache):
+    vault = _written(tmp_path, 2 * STRIDE + 3)
+    side = _sidecar(vault)
+    side.write_bytes(side.read_bytes()[: RECORD_SIZE * 2])  # the writer stopped keeping it after seq 1
+    monkeypatch.setattr("journal.seq_index.SIDECAR_TAIL", 1000)
+    lines = vault.session_path("s").read_bytes().splitlines(keepends=True)
+    assert line_of_seq(vault, "s", 2 * STRIDE + 3) == lines[-1]
+    assert not current_index(vault, "s")[0].claimed and cache.exists()
