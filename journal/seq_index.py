@@ -208,12 +208,22 @@ def current_index(vault: Vault, session: str, *, rebuild: bool = False) -> tuple
     return session_index(vault, session, rebuild=rebuild)
 
 
+_IRREGULAR: set[tuple[int, int, int, int]] = set()
+"""Files (device, inode, size, mtime) whose lines were found not to hold the seq their place calls for even
+through an index just built from them (tampered): read by position through the user's cache index from then
+on, not rebuilt at every read."""
+
+
 def lines_at(vault: Vault, session: str, first: int, count: int) -> tuple[SeqIndex, list[bytes]]:
     """(the index, the complete lines `first`..`first+count-1`, 0-based, each with its newline): read from
     the nearest indexed line before `first`, which must start a line and hold the seq its place calls for
     (every intact file: line k holds seq k+1). When it does not, the index is the user's cache rebuilt from
-    the file, and its lines are taken as they are (a tampered file's lines are still its lines)."""
-    index, path = current_index(vault, session)
+    the file, and its lines are taken as they are (a tampered file's lines are still its lines; the file is
+    remembered as such, so later reads take its lines by position without a rebuild)."""
+    st = os.stat(vault.require_session(session), follow_symlinks=False)
+    state = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    irregular = state in _IRREGULAR
+    index, path = session_index(vault, session) if irregular else current_index(vault, session)
     for attempt in range(2):
         if first >= index.lines or count <= 0:
             return index, []
@@ -223,10 +233,12 @@ def lines_at(vault: Vault, session: str, first: int, count: int) -> tuple[SeqInd
         try:
             size = os.fstat(fd).st_size
             got = _read_lines(fd, start, first % STRIDE + count, min(size, index.covered))
-            fine = _starts_line(fd, start) and bool(got) and _holds(got[0], block * STRIDE + 1)
+            fine = _starts_line(fd, start) and bool(got) and (irregular or _holds(got[0], block * STRIDE + 1))
         finally:
             os.close(fd)
         if fine or attempt:
+            if not fine:
+                _IRREGULAR.add(state)
             return index, got[first % STRIDE :]
         index, path = current_index(vault, session, rebuild=True)
     raise AssertionError("unreachable")

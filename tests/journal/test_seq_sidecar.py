@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from journal import seq_sidecar
+from journal import seq_index, seq_sidecar
 from journal.chain import GENESIS, chain_entry
 from journal.seq_index import current_index, line_of_seq, lines_at
 from journal.seq_sidecar import RECORD_SIZE, STRIDE, build, sidecar_name
@@ -236,3 +236,18 @@ def test_a_sidecar_left_far_behind_gives_way_to_the_cache_index(tmp_path, monkey
     lines = vault.session_path("s").read_bytes().splitlines(keepends=True)
     assert line_of_seq(vault, "s", 2 * STRIDE + 3) == lines[-1]
     assert not current_index(vault, "s")[0].claimed and cache.exists()
+
+
+def test_a_tampered_file_is_rebuilt_once_not_at_every_read(tmp_path, monkeypatch):
+    vault = _written(tmp_path, 3 * STRIDE)
+    path = vault.session_path("s")
+    lines = path.read_bytes().splitlines(keepends=True)
+    del lines[10]
+    path.write_bytes(b"".join(lines))
+    rebuilt = []
+    real = seq_index.session_index
+    monkeypatch.setattr(seq_index, "session_index",
+                        lambda v, s, rebuild=False: rebuilt.append(rebuild) or real(v, s, rebuild=rebuild))
+    for first in (2 * STRIDE, STRIDE + 3, 2 * STRIDE + 7, 0):
+        assert lines_at(vault, "s", first, 3)[1] == lines[first : first + 3]
+    assert rebuilt.count(True) == 1
