@@ -1,6 +1,7 @@
 """Scale benchmark (issue 26): readers on one big session, file vault and PostgreSQL, time against the question.
 
-    python -m bench.scale_bench [--quick] [--sizes 10000,100000] [--million] [--no-postgres] [--exports-only]
+    python -m bench.scale_bench [--quick] [--sizes 10000,100000] [--million] [--no-postgres] [--readers]
+                                [--exports-only]
                                 [--json FILE]
 
 One session of N entries (the replay benchmark's call mix, ~1 KB each, chained with the journal's own chain
@@ -13,14 +14,22 @@ from wait4 for the exports):
 - the inspector's first screen (`/api/session/head` + the first 200 timeline rows) and an entry page
   (`/api/session/entry?seq=N`), in-process (starlette TestClient), a fresh inspector each;
 - `search --connector slack` (one connector of five);
+- a fleet: the same N entries in ten sessions of N/10 (each one connector, each its own day, generated beside
+  the big session): `search --connector slack` (two sessions of ten hold slack) and a one-day `--since/--until`
+  search (one of ten), as processes and in-process, cold (file: the search summaries built in the user's
+  cache) and warm (summaries reused), and in-process against a full read of every session (no summaries);
+- `show --seq N` in-process (`line_of_seq`) through the writer's seq sidecar (built as the writer keeps it:
+  journal/seq_sidecar.py) and through the user's cache index (sidecar removed), and the inspector's first
+  screen both ways;
 - `revert-plan --json` (folds the session, writes no view);
 - HAR, OTel and OCSF exports (streamed: issue 26 item 3): wall, CPU seconds and peak RSS, and `verify-export`
   of the HAR written; between consecutive sizes, each one's growth exponent log(t2/t1)/log(N2/N1) (from CPU
   seconds, which hold on a loaded machine better than wall time);
 - baseline: `broker --version` (process start-up) and `broker verify` of the session.
 
-N defaults to 10^4 and 10^5 (--quick: 10^4); --million adds 10^6; --exports-only measures the exports alone.
-Nothing here asserts a timing.
+N defaults to 10^4 and 10^5 (--quick: 10^4); --million adds 10^6. `--readers`: only the questions of
+issue 26 item 3 (show, inspector, search; no verify, revert-plan or export); `--exports-only`: the exports
+(and verify-export) alone. Nothing here asserts a timing.
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ from pathlib import Path
 
 from bench import machine, scratch_dir, write_chained, write_json
 from bench.replay_bench import make_call
+from journal.seq_sidecar import build as build_sidecar
 from journal.vault import Vault
 
 SESSION = "scale-bench"
@@ -53,18 +63,49 @@ def generate(vault_root: Path, entries: int) -> int:
             fields["session"] = SESSION
             yield fields
 
-    return write_chained(vault.session_path(SESSION), calls())[1]
+    size = write_chained(vault.session_path(SESSION), calls())[1]
+    build_sidecar(vault.session_path(SESSION))  # what the journal writer keeps beside the file as it appends
+    return size
+
+
+FLEET = 10
+CONNECTORS = ("gmail", "calendar", "drive", "slack", "github")
+
+
+def generate_fleet(vault_root: Path, entries: int) -> int:
+    """`entries` entries in FLEET sessions: session k calls one connector (k % 5) on day k + 1 of October."""
+    vault = Vault.create(vault_root)
+    rng = random.Random(27)
+    total = 0
+    for k in range(FLEET):
+        session = f"fleet-{k:02d}-{CONNECTORS[k % 5]}"
+
+        def calls(k: int = k, session: str = session):
+            for i in range(1, entries // FLEET + 1):
+                fields = make_call(i * 5 + k % 5, rng, 5000)
+                fields["session"] = session
+                fields["ts"] = f"2026-10-{k + 1:02d}" + fields["ts"][10:]
+                yield fields
+
+        total += write_chained(vault.session_path(session), calls())[1]
+        build_sidecar(vault.session_path(session))
+    return total
+
+
+FLEET_DAY = "2026-10-04"  # fleet-03-slack's day
 
 
 def load_postgres(url: str, vault_root: Path) -> float:
-    """COPY the session's lines into the store; seconds taken."""
+    """COPY the vault's sessions' lines into the store; seconds taken."""
     from journal.store.file_store import FileStore
     from journal.store.postgres_store import PostgresStore
 
     t = time.perf_counter()
     store = PostgresStore(url)
     try:
-        store.append_lines(SESSION, FileStore(vault_root).iter_lines(SESSION))
+        files = FileStore(vault_root)
+        for session in Vault(vault_root).sessions():
+            store.append_lines(session, files.iter_lines(session))
         with store.connect() as conn:
             conn.execute("ANALYZE journal_entries")
     finally:
@@ -138,7 +179,8 @@ def growth(rows: list[dict]) -> list[dict]:
 
 
 def inspector(where: list[str], seq: int, env: dict) -> dict:
-    """The inspector's first screen and an entry page, in a child (a fresh inspector, the store as given)."""
+    """The inspector's first screen (head + the first 200 rows), its last page, two entry pages and the seq
+    lookup, in a child (a fresh inspector, the store as given)."""
     code = (
         "import sys, time, orjson\n"
         "from starlette.testclient import TestClient\n"
@@ -146,33 +188,36 @@ def inspector(where: list[str], seq: int, env: dict) -> dict:
         "from broker.cli.options import reading_vault\n"
         "from broker.inspector import create_app\n"
         "store, vault_dir, s, n = sys.argv[1] or None, sys.argv[2], sys.argv[3], int(sys.argv[4])\n"
+        "def timed(f):\n"
+        "    t = time.perf_counter(); f(); return time.perf_counter() - t\n"
         "with click.Context(click.Command('x')):\n"
         "    c = TestClient(create_app(reading_vault(store, vault_dir)), base_url='http://127.0.0.1')\n"
-        "    t = time.perf_counter()\n"
-        "    assert c.get(f'/api/session/head?session={s}').status_code == 200\n"
-        "    assert len(c.get(f'/api/session/entries?session={s}&from=1&limit=200').json()['rows']) == 200\n"
-        "    first = time.perf_counter() - t\n"
-        "    t = time.perf_counter()\n"
-        "    r = c.get(f'/api/session/entry?session={s}&seq={n}')\n"
-        "    assert r.status_code == 200 and r.json()['entry']['seq'] == n, r.text[:200]\n"
-        "    entry = time.perf_counter() - t\n"
-        "    t = time.perf_counter()\n"
-        "    r = c.get(f'/api/session/entry?session={s}&seq={n // 2}')\n"
-        "    again = time.perf_counter() - t\n"
+        "    def first():\n"
+        "        assert c.get(f'/api/session/head?session={s}').json()['lines'] == n\n"
+        "        assert len(c.get(f'/api/session/entries?session={s}&from=1&limit=200').json()['rows']) == 200\n"
+        "    def last():\n"
+        "        rows = c.get(f'/api/session/entries?session={s}&from={n - 199}&limit=200').json()['rows']\n"
+        "        assert len(rows) == 200 and rows[-1]['line'] == n\n"
+        "    def entry(k):\n"
+        "        r = c.get(f'/api/session/entry?session={s}&seq={k}')\n"
+        "        assert r.status_code == 200 and r.json()['entry']['seq'] == k, r.text[:200]\n"
+        "    out = {'first_screen_s': timed(first), 'first_screen_again_s': timed(first), 'last_page_s': timed(last),\n"
+        "           'entry_page_s': timed(lambda: entry(n)), 'another_entry_s': timed(lambda: entry(n // 2))}\n"
         "    from journal.seq_index import line_of_seq\n"
         "    v = reading_vault(store, vault_dir)\n"
-        "    t = time.perf_counter()\n"
-        "    assert orjson.loads(line_of_seq(v, s, n))['seq'] == n\n"
-        "    cold = time.perf_counter() - t\n"
-        "    t = time.perf_counter()\n"
-        "    assert orjson.loads(line_of_seq(v, s, n - 1))['seq'] == n - 1\n"
-        "    warm = time.perf_counter() - t\n"
-        "print(orjson.dumps({'first_screen_s': first, 'entry_page_s': entry, 'another_entry_s': again,\n"
-        "                   'line_of_seq_last_s': cold, 'line_of_seq_again_s': warm}).decode())\n"
+        "    def look(k):\n"
+        "        assert orjson.loads(line_of_seq(v, s, k))['seq'] == k\n"
+        "    out['line_of_seq_last_s'] = timed(lambda: look(n))\n"
+        "    out['line_of_seq_again_s'] = timed(lambda: look(n - 1))\n"
+        "print(orjson.dumps(out).decode())\n"
     )
+    return _child(code, where, [SESSION, str(seq)], env)
+
+
+def _child(code: str, where: list[str], args: list[str], env: dict) -> dict:
     store = where[1] if where[0] == "--store" else ""
     vault = where[1] if where[0] == "--vault" else str(ROOT / "vault")
-    out = subprocess.run([sys.executable, "-c", code, store, vault, SESSION, str(seq)], capture_output=True,
+    out = subprocess.run([sys.executable, "-c", code, store, vault, *args], capture_output=True,
                          text=True, env=env, cwd=ROOT, timeout=3600)
     if out.returncode != 0:
         return {"error": out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "failed"}
@@ -181,16 +226,65 @@ def inspector(where: list[str], seq: int, env: dict) -> dict:
     return orjson.loads(out.stdout)
 
 
-def measure(label: str, where: list[str], entries: int, env: dict, scratch: Path, exports_only: bool) -> dict:
+def searches_in_process(where: list[str], env: dict) -> dict:
+    """`search` over the fleet in-process: by connector and by one day, cold and warm (file: summaries built,
+    then reused), and with no summaries (every session read: what search did before them)."""
+    code = (
+        "import sys, time, orjson, click\n"
+        "from broker.cli.options import reading_vault\n"
+        "from journal import search as sm\n"
+        "store, vault_dir, day = sys.argv[1] or None, sys.argv[2], sys.argv[3]\n"
+        "out = {}\n"
+        "with click.Context(click.Command('x')):\n"
+        "    v = reading_vault(store, vault_dir)\n"
+        "    for name, q in (('connector', sm.Query(connector='slack')), ('day', sm.Query(since=day, until=day))):\n"
+        "        got = []\n"
+        "        for run in ('cold', 'warm', 'full_read'):\n"
+        "            if run == 'full_read':\n"
+        "                sm._SUMMARIZED = ()\n"
+        "            skipped = []\n"
+        "            t, c = time.perf_counter(), time.process_time()\n"
+        "            got.append([(m.session, m.line) for m in sm.search(v, q, skipped)])\n"
+        "            out[f'search_{name}_{run}_s'] = time.perf_counter() - t\n"
+        "            out[f'search_{name}_{run}_cpu_s'] = time.process_time() - c\n"
+        "            out[f'search_{name}_{run}_skipped'] = len(skipped)\n"
+        "        sm._SUMMARIZED = ('connector', 'effect', 'agent', 'since', 'until')\n"
+        "        assert got[0] == got[1] == got[2] and got[0], name\n"
+        "        out[f'search_{name}_found'] = len(got[0])\n"
+        "print(orjson.dumps(out).decode())\n"
+    )
+    return _child(code, where, [FLEET_DAY], env)
+
+
+def measure(label: str, where: list[str], fleet: list[str], entries: int, env: dict, scratch: Path, *,
+            readers: bool, exports_only: bool) -> dict:
     row: dict = {"store": label, "entries": entries}
     if exports_only:
         row.update(measure_exports(where, env, scratch))
         return row
-    row["verify_s"] = broker(["verify", *where], env)[0]
+    if not readers:
+        row["verify_s"] = broker(["verify", *where], env)[0]
     row["show_seq_last_cold_s"] = broker(["show", SESSION, "--seq", str(entries), *where], env)[0]
     row["show_seq_last_warm_s"] = broker(["show", SESSION, "--seq", str(entries), *where], env)[0]
     row.update(inspector(where, entries, env))
+    if label == "file":  # the same without the writer's sidecar: the index in the user's cache, cold then warm
+        sidecar = Path(where[1]) / "journal" / f"{SESSION}.seqidx"
+        sidecar.rename(sidecar.with_suffix(".away"))
+        try:
+            for k, v in inspector(where, entries, env).items():
+                row[f"nosidecar_{k}"] = v
+            for k, v in inspector(where, entries, env).items():
+                row[f"nosidecar_warm_{k}"] = v
+        finally:
+            sidecar.with_suffix(".away").rename(sidecar)
     row["search_one_connector_s"] = broker(["search", "--connector", "slack", *where], env)[0]
+    row["fleet_search_connector_cold_s"] = broker(["search", "--connector", "slack", *fleet], env)[0]
+    row["fleet_search_connector_warm_s"] = broker(["search", "--connector", "slack", *fleet], env)[0]
+    row["fleet_search_day_s"] = broker(["search", "--since", FLEET_DAY, "--until", FLEET_DAY, *fleet], env)[0]
+    row.update(searches_in_process(fleet, {**env, "XDG_CACHE_HOME": env["XDG_CACHE_HOME"] + "-inproc"}))
+    row["loadavg"] = open("/proc/loadavg").read().split()[0]
+    if readers:
+        return row
     row["revert_plan_s"] = broker(["revert-plan", SESSION, "--json", *where], env)[0]
     row.update(measure_exports(where, env, scratch))
     return row
@@ -203,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--million", action="store_true", help="also 10^6 entries (about 1 GB; minutes)")
     ap.add_argument("--no-postgres", action="store_true", help="the file vault only")
     ap.add_argument("--exports-only", action="store_true", help="measure the exports (and verify-export) alone")
+    ap.add_argument("--readers", action="store_true", help="only show, inspector and search (issue 26 item 3)")
     ap.add_argument("--json", metavar="FILE", help="also write the figures to FILE (key 'scale')")
     args = ap.parse_args(argv)
     sizes = [int(x) for x in (args.sizes or ("10000" if args.quick else "10000,100000")).split(",")]
@@ -228,17 +323,27 @@ def main(argv: list[str] | None = None) -> int:
             t = time.perf_counter()
             size = generate(vault, n)
             print(f"\n{n:,} entries, {size / 1e6:.0f} MB, generated in {time.perf_counter() - t:.1f} s")
-            rows.append(measure("file", ["--vault", str(vault)], n, env, root, args.exports_only))
+            fleet = root / f"f{n}"
+            if not args.exports_only:
+                t = time.perf_counter()
+                size = generate_fleet(fleet, n)
+                print(f"fleet: {FLEET} sessions, {n:,} entries, {size / 1e6:.0f} MB, in {time.perf_counter() - t:.1f} s")
+            rows.append(measure("file", ["--vault", str(vault)], ["--vault", str(fleet)], n, env, root,
+                                readers=args.readers, exports_only=args.exports_only))
             if server is not None:
-                url = create_database(server.admin_url)
+                url, fleet_url = create_database(server.admin_url), create_database(server.admin_url)
                 loaded = load_postgres(url, vault)
+                if not args.exports_only:
+                    load_postgres(fleet_url, fleet)
                 print(f"  loaded into PostgreSQL in {loaded:.1f} s")
-                row = measure("postgres", ["--store", url], n, env, root, args.exports_only)
+                row = measure("postgres", ["--store", url], ["--store", fleet_url], n, env, root,
+                              readers=args.readers, exports_only=args.exports_only)
                 row["load_s"] = loaded
                 rows.append(row)
             for row in rows[-2:] if server is not None else rows[-1:]:
                 print("  " + "  ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
             shutil.rmtree(vault, ignore_errors=True)
+            shutil.rmtree(fleet, ignore_errors=True)
         exponents = growth(rows)
         for row in exponents:
             print("  growth " + "  ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"

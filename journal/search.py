@@ -10,7 +10,8 @@ both match; base64 bodies and spilled blobs are not searched), ASCII letters mat
 How it stays fast on a large vault without an index: each line is canonical JSON, so a value the
 query asks for appears in the line's bytes in one known spelling (`"connector":"gmail"`), and
 `ts`, the last top-level key, ends the line. Lines without every such spelling, or outside the
-time window, are skipped unparsed; only the rest are parsed and checked exactly. Search reads
+time window, are skipped unparsed; only the rest are parsed and checked exactly. A session whose
+summary (journal/search_summary.py, in the user's cache) says it cannot match is not read. Search reads
 the files as they are on disk and does not verify them: `broker verify` says whether to trust what it finds.
 """
 
@@ -25,6 +26,7 @@ import orjson
 from journal.canonical import canonical_bytes
 from journal.errors import InputError
 from journal.reader import RowSource
+from journal.search_summary import session_summary
 from journal.vault import Vault
 
 _STATUS_RE = re.compile(r"(?:[1-5][0-9]{2}|[1-5]xx|none)\Z")
@@ -227,12 +229,27 @@ def _row_candidates(vault: RowSource, session: str, matcher: _Matcher) -> Iterat
             yield seq, line
 
 
-def search(vault: Vault, query: Query) -> Iterator[Match]:
-    """Every entry that matches `query`, session by session (sorted by file name), in file order."""
+_SUMMARIZED = ("connector", "effect", "agent", "since", "until")
+
+
+def search(vault: Vault, query: Query, skipped: list[tuple[str, str]] | None = None) -> Iterator[Match]:
+    """Every entry that matches `query`, session by session (sorted by file name), in file order.
+
+    In a file vault, a query by connector, effect, agent or time first asks each session's summary
+    (journal/search_summary.py: kept in the user's cache, checked against the file's stamp) and does not read
+    a session that cannot match; `skipped` gets (session, why) for each. A database store filters on the
+    server instead (`_row_candidates`)."""
     matcher = _Matcher(query)
     sessions = [query.session] if query.session is not None else vault.sessions()
+    summarize = not isinstance(vault, RowSource) and any(getattr(query, k) is not None for k in _SUMMARIZED)
     for session in sessions:
         path = vault.require_session(session)
+        if summarize:
+            why = session_summary(path).cannot_match(query)
+            if why is not None:
+                if skipped is not None:
+                    skipped.append((session, why))
+                continue
         found = _row_candidates(vault, session, matcher) if isinstance(vault, RowSource) else \
             _candidates(path, matcher)
         for index, line in found:

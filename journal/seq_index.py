@@ -1,16 +1,20 @@
 """A session file's seq index: where line k starts, so that "show me seq 50,000" reads one line, not 50,000.
 
-A sidecar kept outside the vault, in a folder the user owns ($XDG_CACHE_HOME/broker/seq-index, else
-~/.cache/broker/seq-index): readers never write into the vault (it may be a read-only mount), and the
-index is not evidence, so it has no place beside the entries. It holds the byte offset of every
-STRIDE-th line of the file and how far it covers; a file that grew is indexed on from there.
+Two indexes, tried in this order (`current_index`):
 
-It is never trusted: the line found at an offset must hold the seq asked for (line k holds seq k in every
-intact file), else the index is rebuilt from the file, and when even then no line at that position holds
-it (a tampered file) the file is read through for it. Verification never looks at it.
+- the writer's sidecar beside the session file (`journal/<encoded>.seqidx`, journal/seq_sidecar.py): read,
+  never written, by readers; taken when its last record checks out, extended over the lines after it;
+- the reader's own, kept outside the vault in a folder the user owns ($XDG_CACHE_HOME/broker/seq-index, else
+  ~/.cache/broker/seq-index), for a file with no usable sidecar: built by one newline scan, extended as the
+  file grows. Readers never write into the vault (it may be a read-only mount).
 
-Format: b"BSQ1", the number of lines covered and the bytes covered (two little-endian u64), then one
-little-endian u64 offset per STRIDE lines (the offset of line 0, STRIDE, 2*STRIDE, ...).
+Both hold the byte offset of every STRIDE-th line and how far they cover. Neither is trusted: the line read
+from an offset must start a line and hold the seq its place calls for (line k holds seq k+1 in every intact
+file), else the user's cache index is rebuilt from the file; and a line asked for by seq must hold it, else
+the file is read through for it (a tampered file). Verification never looks at either.
+
+Format of the cache file: b"BSQ1", the number of lines covered and the bytes covered (two little-endian u64),
+then one little-endian u64 offset per STRIDE lines (the offset of line 0, STRIDE, 2*STRIDE, ...).
 """
 
 from __future__ import annotations
@@ -25,13 +29,17 @@ from pathlib import Path
 from journal.chain import line_link
 from journal.confine import open_regular
 from journal.reader import RowSource, iter_lines
+from journal.seq_sidecar import STRIDE, read_offsets
 from journal.user_cache import cache_home
 from journal.vault import Vault
 
-STRIDE = 128
 _MAGIC = b"BSQ1"
 _HEAD = struct.Struct("<4sQQ")
 _READ = 1 << 20
+_PAGE = 1 << 18
+SIDECAR_TAIL = 8 << 20
+"""A sidecar whose last record is further than this from the file's end (a writer that stopped keeping it)
+is not used: every reader would scan that tail again, where the user's cache index scans it once."""
 
 
 class SeqIndex:
@@ -40,6 +48,7 @@ class SeqIndex:
     def __init__(self, lines: int = 0, covered: int = 0, offsets: array | None = None) -> None:
         self.lines, self.covered = lines, covered
         self.offsets = offsets if offsets is not None else array("Q")
+        self.claimed = False  # from the writer's sidecar: each offset is checked against its line when used
 
     def extend(self, fd: int, size: int) -> None:
         """Index the whole lines from `covered` up to `size` (a last line without its newline waits)."""
@@ -144,15 +153,95 @@ def session_index(vault: Vault, session: str, *, rebuild: bool = False) -> tuple
         os.close(fd)
 
 
-def _line_at(path: Path, index: SeqIndex, k: int) -> bytes | None:
-    """Line k (0-based) of the file, found from the index (None past the lines it covers)."""
-    if k >= index.lines:
+def _read_lines(fd: int, start: int, count: int, size: int) -> list[bytes]:
+    """Up to `count` complete lines (with their newline) from byte `start`, reading only as far as they go."""
+    out: list[bytes] = []
+    pos, rest = start, b""
+    while len(out) < count and pos < size:
+        chunk = os.pread(fd, min(_PAGE, size - pos), pos)
+        if not chunk:
+            break
+        pos += len(chunk)
+        parts = (rest + chunk).split(b"\n")
+        rest = parts.pop()
+        out += [p + b"\n" for p in parts]
+    return out[:count]
+
+
+def _starts_line(fd: int, offset: int) -> bool:
+    return offset == 0 or os.pread(fd, 1, offset - 1) == b"\n"
+
+
+def _from_sidecar(vault: Vault, path: Path, fd: int, size: int) -> SeqIndex | None:
+    """The writer's sidecar (journal/seq_sidecar.py) as an index of this file, when its last record checks
+    out (its offset starts a line holding the seq the record names), extended over the lines after it by a
+    scan. The other records are checked as they are used (`lines_at`). None: no usable sidecar."""
+    offsets = read_offsets(vault.root, path.name, size)
+    if not offsets:
         return None
-    skip = k % STRIDE
-    for line in iter_lines(path, index.offsets[k // STRIDE]):
-        if line.index == skip:
-            return line.data
-    return None
+    k = len(offsets) - 1
+    last = offsets[k]
+    if size - last > SIDECAR_TAIL or not _starts_line(fd, last):  # a sidecar left behind: the cache's index
+        return None                                                # keeps its own scan, this one would not
+    line = _read_lines(fd, last, 1, size)
+    if not line or not _holds(line[0], k * STRIDE + 1):
+        return None
+    index = SeqIndex(k * STRIDE, last, offsets[:k])
+    index.extend(fd, size)
+    index.claimed = True
+    return index
+
+
+def current_index(vault: Vault, session: str, *, rebuild: bool = False) -> tuple[SeqIndex, Path]:
+    """The index a reader uses: the writer's sidecar beside the file when it checks out (nothing written
+    anywhere, no scan of the file), else the one in the user's cache (`session_index`). `rebuild`: the
+    user's cache index, rebuilt from the file."""
+    if not rebuild:
+        path = vault.require_session(session)
+        fd = open_regular(path)
+        try:
+            index = _from_sidecar(vault, path, fd, os.fstat(fd).st_size)
+        finally:
+            os.close(fd)
+        if index is not None:
+            return index, path
+    return session_index(vault, session, rebuild=rebuild)
+
+
+_IRREGULAR: set[tuple[int, int, int, int]] = set()
+"""Files (device, inode, size, mtime) whose lines were found not to hold the seq their place calls for even
+through an index just built from them (tampered): read by position through the user's cache index from then
+on, not rebuilt at every read."""
+
+
+def lines_at(vault: Vault, session: str, first: int, count: int) -> tuple[SeqIndex, list[bytes]]:
+    """(the index, the complete lines `first`..`first+count-1`, 0-based, each with its newline): read from
+    the nearest indexed line before `first`, which must start a line and hold the seq its place calls for
+    (every intact file: line k holds seq k+1). When it does not, the index is the user's cache rebuilt from
+    the file, and its lines are taken as they are (a tampered file's lines are still its lines; the file is
+    remembered as such, so later reads take its lines by position without a rebuild)."""
+    st = os.stat(vault.require_session(session), follow_symlinks=False)
+    state = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    irregular = state in _IRREGULAR
+    index, path = session_index(vault, session) if irregular else current_index(vault, session)
+    for attempt in range(2):
+        if first >= index.lines or count <= 0:
+            return index, []
+        block = first // STRIDE
+        start = index.offsets[block]
+        fd = open_regular(path)
+        try:
+            size = os.fstat(fd).st_size
+            got = _read_lines(fd, start, first % STRIDE + count, min(size, index.covered))
+            fine = _starts_line(fd, start) and bool(got) and (irregular or _holds(got[0], block * STRIDE + 1))
+        finally:
+            os.close(fd)
+        if fine or attempt:
+            if not fine:
+                _IRREGULAR.add(state)
+            return index, got[first % STRIDE :]
+        index, path = current_index(vault, session, rebuild=True)
+    raise AssertionError("unreachable")
 
 
 def _holds(line: bytes | None, seq: int) -> bool:
@@ -163,16 +252,12 @@ def _holds(line: bytes | None, seq: int) -> bool:
 
 
 def find_line(vault: Vault, session: str, seq: int) -> bytes | None:
-    """The line of the entry with this seq: line seq - 1 by the index, checked to hold that seq; else the
-    index is rebuilt and checked again; else the file is read through for it (tampered: it is elsewhere)."""
-    index, path = session_index(vault, session)
-    line = _line_at(path, index, seq - 1)
-    if line is not None and not _holds(line, seq):  # stale (the file was replaced) or tampered: rebuild once
-        index, path = session_index(vault, session, rebuild=True)
-        line = _line_at(path, index, seq - 1)
-    if _holds(line, seq):
-        return line
-    for found in iter_lines(path):
+    """The line of the entry with this seq: line seq - 1 by the index (`lines_at`), checked to hold that seq;
+    else the file is read through for it (tampered: it is elsewhere, or nowhere)."""
+    _, got = lines_at(vault, session, seq - 1, 1)
+    if got and _holds(got[0], seq):
+        return got[0]
+    for found in iter_lines(vault.require_session(session)):
         if _holds(found.data, seq):
             return found.data
     return None

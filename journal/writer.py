@@ -21,6 +21,8 @@
   next batch tries again, so recording resumes by itself once space is free. A failed fsync stops
   the writer for that session (JournalStopped): after a failed fsync the kernel may have dropped
   the data, so retrying could hide a loss.
+- After each durable group the session's seq sidecar `<session>.seqidx` gets the group's records
+  (journal/seq_sidecar.py: where every 128th seq starts, for readers; no fsync, never evidence).
 - At most `max_open` session files stay open (least recently used are closed when idle), so a
   long-running broker that sees many sessions does not run out of file descriptors.
 """
@@ -56,6 +58,7 @@ from journal.bodies import LINE_LIMIT
 from journal.chain import GENESIS
 from journal.preallocation import Reservation
 from journal.reader import SessionTail
+from journal.seq_sidecar import note_group
 from journal.vault import Vault, fsync_dir
 
 log = logging.getLogger(__name__)
@@ -249,6 +252,7 @@ class JournalWriter(AppendPipeline):
                 except OSError as exc:
                     self._fail(slog, chained, f"fsync of {slog.path} failed: {exc.strerror}")
                     return
+            note_group(slog.path, slog.end, slog.seq + 1, len(chained), data)  # readers' seq index, under the flock
             slog.seq, slog.prev, slog.end = seq, prev, slog.end + len(data)
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)

@@ -138,10 +138,9 @@ class Api:
         """One line as recorded (`raw`, the exact text the page hashes) and parsed (`entry`)."""
         sid = self.session(request)
         n = _int(request, "seq", low=1)
-        data = self.index.line(sid, n)
+        data, prev = self.index.entry_lines(sid, n)
         if data is None:
             raise ApiError(404, f"session {sid!r} has no line {n}")
-        prev = self.index.line(sid, n - 1) if n > 1 else None
         prev_entry = parse_line(prev) if prev is not None else None
         return json_response({
             "session": sid, "line": n, "raw": data.decode("utf-8", errors="replace"),

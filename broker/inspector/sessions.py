@@ -1,33 +1,29 @@
-"""What the inspector knows about each session file, kept while the file stays the same.
+"""What the inspector knows about each session, kept while the session stays the same.
 
-Everything here is derived from the journal and recomputed when the file changes (its size or
-mtime): the offsets of its lines (so a page of a 100,000-entry timeline is a seek, not a scan), the
-verifier's summary and verdict, and the replay. A session file only grows at its end, so the line
-index is extended from where it stopped; a file that shrank or changed before that point is
-indexed again from the start. Nothing here is trusted over the file: verdicts come from
-journal/verify.py on the current bytes.
+Lines come from the session's seq index (journal/seq_index.py: the writer's sidecar, else the index in the
+user's cache), so a page of a 100,000-entry timeline and the session's head read only the lines asked for;
+on a database store, one key range of its rows. Derived values (the verifier's summary and verdict, the
+replay) are recomputed when the file changes (its size or mtime) or the database head moves. Nothing here is
+trusted over the file: verdicts come from journal/verify.py on the current bytes.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
 
-from journal.confine import open_regular
 from journal.reader import RowSource
 from journal.replay import Replay, replay_session
 from journal.replay.views import Views
+from journal.seq_index import current_index, lines_at
 from journal.summary import summarize_session
 from journal.user_cache import views_home
 from journal.vault import Vault
 from journal.verify import SessionReport, verify_session
-
-_BLOCK = 1 << 20
 
 
 def _stamp(path: Path) -> tuple[int, int]:
@@ -43,11 +39,8 @@ def _row_stamp(vault: RowSource, session: str) -> tuple[int, str]:
 @dataclass
 class _Session:
     path: Path
-    starts: array = field(default_factory=lambda: array("q"))  # byte offset of each complete line
-    indexed: int = 0  # bytes indexed (end of the last complete line)
-    tail: bytes = b""  # the last line's bytes as indexed, to notice a rewrite before `indexed`
     derived: dict[str, tuple[tuple[int, object], object]] = field(default_factory=dict)  # by file stamp or db head
-    lock: threading.Lock = field(default_factory=threading.Lock)  # the line index
+    lock: threading.Lock = field(default_factory=threading.Lock)  # `builders`
     builders: dict[str, threading.Lock] = field(default_factory=dict)  # one per derived value
 
 
@@ -71,77 +64,45 @@ class SessionIndex:
 
     # -- lines ---------------------------------------------------------------------------------------
 
-    def _index(self, s: _Session) -> int:
-        """Bring the line index up to date; return the file size."""
-        with os.fdopen(open_regular(s.path), "rb") as f:  # never a symlink swapped in (journal/confine.py)
-            size = os.fstat(f.fileno()).st_size
-            if s.indexed:
-                if size < s.indexed or not self._tail_still(f, s):
-                    s.starts, s.indexed, s.tail = array("q"), 0, b""
-            f.seek(s.indexed)
-            pos = s.indexed
-            line_start = pos
-            while block := f.read(_BLOCK):
-                at = 0
-                while (nl := block.find(b"\n", at)) >= 0:
-                    s.starts.append(line_start)
-                    line_start = pos + nl + 1
-                    at = nl + 1
-                pos += len(block)
-            if line_start != s.indexed and len(s.starts):
-                f.seek(s.starts[-1])
-                s.tail = f.read(line_start - s.starts[-1])
-            s.indexed = line_start
-        return size
-
-    @staticmethod
-    def _tail_still(f, s: _Session) -> bool:
-        f.seek(s.indexed - len(s.tail))
-        return f.read(len(s.tail)) == s.tail
-
     def head(self, session: str) -> dict:
         """How far the file goes: complete lines, bytes, and whether a partial last line is pending."""
-        if isinstance(self.vault, RowSource):  # a database store: rows by seq, its head is its length
-            self.vault.require_session(session)
-            seq, _ = _row_stamp(self.vault, session)
+        if isinstance(self.vault, RowSource):  # a database store: rows by seq, its head is its length (the
+            seq, _ = _row_stamp(self.vault, session)  # session checked by the caller, Api.session: one query)
             return {"session": session, "lines": seq, "bytes": 0, "complete_bytes": 0}
-        s = self._get(session)
-        with s.lock:
-            size = self._index(s)
-            return {"session": session, "lines": len(s.starts), "bytes": size, "complete_bytes": s.indexed}
+        self._get(session)
+        index, path = current_index(self.vault, session)  # the seq index's end: no scan of the file
+        return {"session": session, "lines": index.lines, "bytes": _stamp(path)[0], "complete_bytes": index.covered}
 
     def lines(self, session: str, first: int, count: int) -> tuple[int, list[bytes]]:
-        """(total complete lines, the raw bytes of lines first..first+count-1, 1-based, without newline)."""
-        if isinstance(self.vault, RowSource):  # a page is one primary-key range of the database's rows
-            self.vault.require_session(session)
-            total, _ = _row_stamp(self.vault, session)
-            first = max(1, first)
+        """(total complete lines, the raw bytes of lines first..first+count-1, 1-based, without newline): read
+        from the session's seq index (journal/seq_index.py), only those lines."""
+        first = max(1, first)
+        if isinstance(self.vault, RowSource):  # a page is one primary-key range of the database's rows (and
+            total, _ = _row_stamp(self.vault, session)  # its head); the session was checked by Api.session
             last = min(total, first + count - 1)
             if first > last:
                 return total, []
-            got: list[bytes] = []
-            for block in self.vault.line_blocks(session, first - 1, last):
-                got += block.lines
-            return total, got[:count]
-        s = self._get(session)
-        with s.lock:
-            self._index(s)
-            total = len(s.starts)
-            first = max(1, first)
-            last = min(total, first + count - 1)
-            if first > last:
-                return total, []
-            end = s.starts[last] if last < total else s.indexed
-            with os.fdopen(open_regular(s.path), "rb") as f:
-                f.seek(s.starts[first - 1])
-                data = f.read(end - s.starts[first - 1])
-        base = s.starts[first - 1]
-        out = []
-        for i in range(first, last + 1):
-            a = s.starts[i - 1] - base
-            b = (s.starts[i] - base if i < total else len(data)) - 1
-            out.append(data[a:b])
-        return total, out
+            return total, self._rows(session, first, last)[:count]
+        self._get(session)
+        index, got = lines_at(self.vault, session, first - 1, count)
+        return index.lines, [line[:-1] for line in got]
+
+    def _rows(self, session: str, first: int, last: int) -> list[bytes]:
+        """A database session's lines of the rows with seq first..last (one key range)."""
+        got: list[bytes] = []
+        for block in self.vault.line_blocks(session, first - 1, last):  # type: ignore[attr-defined]
+            got += block.lines
+        return got
+
+    def entry_lines(self, session: str, n: int) -> tuple[bytes | None, bytes | None]:
+        """(line n, line n - 1) for an entry page: on a database store one key range of two rows, no head."""
+        if isinstance(self.vault, RowSource):
+            got = self._rows(session, max(1, n - 1), n)  # the session was checked by the caller
+            if n == 1:
+                return (got[0] if got else None), None
+            return (got[1] if len(got) > 1 else None), (got[0] if got else None)
+        line = self.line(session, n)
+        return line, (self.line(session, n - 1) if n > 1 and line is not None else None)
 
     def line(self, session: str, n: int) -> bytes | None:
         _, got = self.lines(session, n, 1)

@@ -21,6 +21,7 @@ from journal.entry import format_ts
 from journal.erasure import erase_file_blob, read_tombstone
 from journal.reader import SessionTail, iter_entries, iter_lines
 from journal.seq_index import line_of_seq
+from journal.seq_sidecar import note_group
 from journal.store.interface import BlobErased, StoreError, Tombstone
 from journal.vault import Vault
 from journal.writer import JournalWriter
@@ -100,6 +101,15 @@ class FileStore:
             seq, prev = self.head(session)
             count = 0
             buf = bytearray()
+            at, noted = os.fstat(fd).st_size, 0  # for the seq sidecar: where `buf` goes, lines written before it
+
+            def flush() -> None:
+                nonlocal at, noted
+                data = bytes(buf)
+                _write_all(fd, buf)
+                note_group(path, at, seq + noted + 1, count - noted, data)  # checked by readers: no fsync
+                at, noted = at + len(data), count
+
             for line in lines:
                 if count == 0:
                     link = line_link(line)
@@ -109,10 +119,10 @@ class FileStore:
                             f"at seq {seq}"
                         )
                 buf += line if line.endswith(b"\n") else line + b"\n"
-                if len(buf) >= CHUNK:
-                    _write_all(fd, buf)
                 count += 1
-            _write_all(fd, buf)
+                if len(buf) >= CHUNK:
+                    flush()
+            flush()
             os.fdatasync(fd)
             return count
         finally:

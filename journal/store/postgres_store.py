@@ -21,6 +21,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import orjson
@@ -90,7 +91,7 @@ class PostgresStore:
         self.url = url
         self.shown = display_url(url)
         self._schema_checked = False
-        self._idle: list = []
+        self._idle: list[tuple[Any, float]] = []  # (connection, when it was handed back)
         self._lock = threading.Lock()
 
     # -- connections ------------------------------------------------------------------------
@@ -122,8 +123,8 @@ class PostgresStore:
         """A connection (autocommit) for readers and blob uploads, returned to a small idle list."""
         psycopg = _psycopg()
         with self._lock:
-            conn = self._idle.pop() if self._idle else None
-        if conn is not None:
+            conn, since = self._idle.pop() if self._idle else (None, 0.0)
+        if conn is not None and time.monotonic() - since > PING_INTERVAL:
             try:
                 conn.execute("SELECT 1")  # an idle connection may have been lost to a server restart
             except psycopg.Error:
@@ -145,7 +146,7 @@ class PostgresStore:
                     conn.close()
             with self._lock:
                 if len(self._idle) < 4 and not conn.closed and not conn.broken:
-                    self._idle.append(conn)
+                    self._idle.append((conn, time.monotonic()))  # used again at once: no ping (a page's queries)
                     conn = None
             if conn is not None:
                 conn.close()
@@ -153,7 +154,7 @@ class PostgresStore:
     def close(self) -> None:
         with self._lock:
             idle, self._idle = self._idle, []
-        for conn in idle:
+        for conn, _ in idle:
             conn.close()
 
     # -- schema -----------------------------------------------------------------------------

@@ -1,0 +1,159 @@
+"""The writer's seq index beside a session file: `journal/<encoded>.seqidx`, where seq 1, 1+STRIDE, 1+2*STRIDE...
+start, so a reader finds seq N by reading one record and one line, however long the session (issue 26).
+
+Kept by the writer (journal/writer.py): after each durable group, under the session file's flock, the group's
+records are appended with one write. No fsync: the sidecar is not evidence. A record is written only after the
+lines it points at are durable, and the writer appends only to a sidecar whose length is exactly what the lines
+before the group call for; a missing, short or longer one (a writer without this code, a crash between the two
+writes, a hand edit) is left as it is and covers a prefix, or nothing. A new session file (seq 1) starts a new
+sidecar.
+
+Never trusted: a reader (journal/seq_index.py) takes a record only when its seq is the one its place calls for,
+its offset starts a line of the file and the line there holds that seq; anything else and the reader uses the
+index it builds itself in the user's cache. Readers never write it (the vault may be read-only), and
+verification never reads it.
+
+Format (little-endian): a 16-byte head b"BSX1", the stride (u32), eight zero bytes; then one 16-byte record per
+STRIDE lines: the seq (u64) and the byte offset of its line (u64). Record i holds seq i*STRIDE + 1.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import struct
+from array import array
+from pathlib import Path
+
+from journal.confine import NotConfined, open_inside
+
+log = logging.getLogger(__name__)
+
+STRIDE = 128
+SUFFIX = ".seqidx"
+_MAGIC = b"BSX1"
+_HEAD = struct.Struct("<4sI8x")
+_RECORD = struct.Struct("<QQ")
+RECORD_SIZE = _RECORD.size
+_HEAD_BYTES = _HEAD.pack(_MAGIC, STRIDE)
+assert _HEAD.size == RECORD_SIZE
+
+
+def sidecar_name(session_file: str) -> str:
+    """`<encoded>.seqidx` for `<encoded>.jsonl` (never a session file name: it lacks the .jsonl suffix)."""
+    return session_file.removesuffix(".jsonl") + SUFFIX
+
+
+def records_before(seq: int) -> int:
+    """How many records the lines of seqs 1..seq call for (seq 1, 1+STRIDE, ... up to seq)."""
+    return (seq + STRIDE - 1) // STRIDE if seq > 0 else 0
+
+
+# -- the writer's part ---------------------------------------------------------------------------------
+
+
+def note_group(session_path: Path, start: int, first_seq: int, count: int, data: bytes) -> None:
+    """After a durable group of `count` lines (`data`, written at byte `start`, seqs first_seq...): append the
+    records of the seqs it holds that start a stride. Never raises: a sidecar that cannot be kept only makes
+    readers build their own index."""
+    if count <= 0:
+        return
+    target = first_seq + (-(first_seq - 1)) % STRIDE  # the first seq >= first_seq that starts a stride
+    last = first_seq + count - 1
+    if target > last:
+        return
+    records = []
+    line, pos = 0, 0
+    try:
+        for seq in range(target, last + 1, STRIDE):
+            while line < seq - first_seq:
+                pos = data.index(b"\n", pos) + 1
+                line += 1
+            records.append(_RECORD.pack(seq, start + pos))
+    except ValueError:  # fewer lines in `data` than `count` says: write nothing rather than a wrong record
+        return
+    fresh = first_seq == 1
+    path = session_path.with_name(sidecar_name(session_path.name))
+    flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | (os.O_CREAT if fresh else 0)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as exc:  # absent for a session begun before sidecars (ENOENT), a symlink (ELOOP), a FIFO
+        log.debug("seq sidecar %s not kept: %s", path, exc)
+        return
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:  # a hard link could make us write elsewhere
+            return
+        if fresh:
+            os.ftruncate(fd, 0)
+            os.write(fd, _HEAD_BYTES + b"".join(records))
+        elif st.st_size == RECORD_SIZE * (1 + records_before(first_seq - 1)):
+            os.write(fd, b"".join(records))
+    except OSError as exc:
+        log.debug("seq sidecar %s not kept: %s", path, exc)
+    finally:
+        os.close(fd)
+
+
+def build(session_path: Path) -> None:
+    """Write the sidecar of an existing session file from one newline scan (for files written before the
+    writer kept one, and the benchmarks); the same bytes the writer would have written."""
+    out = [_HEAD_BYTES]
+    line, line_start, pos = 0, 0, 0
+    with open(session_path, "rb") as f:
+        while block := f.read(1 << 20):
+            at = 0
+            while (nl := block.find(b"\n", at)) >= 0:  # only complete lines get a record, as the writer's
+                if line % STRIDE == 0:
+                    out.append(_RECORD.pack(line + 1, line_start))
+                line += 1
+                line_start = pos + nl + 1
+                at = nl + 1
+            pos += len(block)
+    tmp = session_path.with_name(sidecar_name(session_path.name) + ".tmp")
+    tmp.write_bytes(b"".join(out))
+    os.replace(tmp, session_path.with_name(sidecar_name(session_path.name)))
+
+
+# -- the readers' part ---------------------------------------------------------------------------------
+
+
+def read_offsets(vault_root: Path, session_file: str, size: int) -> array | None:
+    """The sidecar's offsets (offset i is where seq i*STRIDE + 1 starts, as claimed), as far as they are well
+    formed: each record's seq is the one its place calls for and the offsets rise and lie inside the file of
+    `size` bytes. None when there is no sidecar or it is refused (a symlink, not a regular file, a bad head).
+    What the offsets point at is the caller's to check (`journal/seq_index.py`)."""
+    try:
+        fd = open_inside(vault_root, ("journal", sidecar_name(session_file)))
+    except (OSError, NotConfined):
+        return None
+    try:
+        data = b""
+        limit = RECORD_SIZE * (2 + size // STRIDE)  # a file of `size` bytes has at most `size` lines
+        while len(data) < limit and (chunk := os.read(fd, min(1 << 20, limit - len(data)))):
+            data += chunk
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(data) < RECORD_SIZE or data[:RECORD_SIZE] != _HEAD_BYTES:
+        return None
+    n = (len(data) - RECORD_SIZE) // RECORD_SIZE  # a torn last record is left out
+    pairs = array("Q")
+    pairs.frombytes(data[RECORD_SIZE : RECORD_SIZE * (n + 1)])
+    if struct.pack("=I", 1) != struct.pack("<I", 1):
+        pairs.byteswap()
+    offsets, seqs = pairs[1::2], pairs[0::2]
+    if (n and seqs == array("Q", range(1, n * STRIDE + 1, STRIDE)) and offsets[0] == 0
+            and offsets[-1] < size and len(set(offsets)) == n and list(offsets) == sorted(offsets)):
+        return offsets  # every record well formed (the usual case), checked at C speed
+    out = array("Q")
+    prev = -1
+    for i in range(n):
+        seq, offset = pairs[2 * i], pairs[2 * i + 1]
+        if seq != i * STRIDE + 1 or offset <= prev or offset >= size or (i == 0 and offset != 0):
+            break
+        out.append(offset)
+        prev = offset
+    return out
