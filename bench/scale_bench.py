@@ -327,7 +327,8 @@ def main(argv: list[str] | None = None) -> int:
             if not args.exports_only:
                 t = time.perf_counter()
                 size = generate_fleet(fleet, n)
-                print(f"fleet: {FLEET} sessions, {n:,} entries, {size / 1e6:.0f} MB, in {time.perf_counter() - t:.1f} s")
+                took = time.perf_counter() - t
+                print(f"fleet: {FLEET} sessions, {n:,} entries, {size / 1e6:.0f} MB, in {took:.1f} s")
             rows.append(measure("file", ["--vault", str(vault)], ["--vault", str(fleet)], n, env, root,
                                 readers=args.readers, exports_only=args.exports_only))
             if server is not None:
