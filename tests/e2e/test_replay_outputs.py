@@ -111,11 +111,33 @@ def test_revert_plan_prints_the_same_bytes(tmp_path, variant):
     assert _revert_plan_digests(root) == orjson.loads(VECTORS.read_bytes())["revert-plan"][variant]
 
 
-def test_without_a_fork_and_with_a_tiny_cache(tmp_path, monkeypatch):
+def test_without_a_fork(tmp_path, monkeypatch):
     monkeypatch.setattr(forked, "ENABLED", False)
-    monkeypatch.setattr(fold.Folder, "CACHE", 7)
-    monkeypatch.setattr(fold.Folder, "COLD_BYTES", 4096)  # most resources go on to the spill store
     assert _replay(_session(tmp_path / "v", "intact")) == _expected("intact")
+
+
+@pytest.mark.parametrize("variant", ["intact", "edited", "removed"])
+def test_the_plan_alone_is_the_plan_of_the_views(tmp_path, variant):
+    """A fold for the plan alone (views=False) gives the very plan the full replay gives and writes no entry,
+    touch, write or resource row; asking it for views fails with a message instead of giving nothing."""
+    from journal.replay import plan_dict
+    from journal.replay.plan import plan_json
+
+    root = _session(tmp_path / "v", variant)
+    vault = Vault.open_existing(root)
+    full = replay_session(vault, SESSION)
+    alone = replay_session(vault, SESSION, views=False)
+    assert plan_dict(alone) == plan_dict(full) and len(plan_dict(alone)["steps"]) > 500
+    assert b"".join(plan_json(alone)) == orjson.dumps(plan_dict(full))
+    assert alone.unreadable == full.unreadable and alone.counts.resources == full.counts.resources
+    for table in ("entries", "touches", "writes", "lifecycle", "resources"):
+        assert alone.store.one(f"SELECT COUNT(*) FROM {table}") == (0,)
+    with pytest.raises(ValueError, match="revert plan alone"):
+        write_outputs(vault, alone)
+    with pytest.raises(ValueError, match="revert plan alone"):
+        len(alone.entries)
+    full.close()
+    alone.close()
 
 
 def test_failing_children_leave_their_work_to_the_parent(tmp_path, monkeypatch):
