@@ -16,8 +16,10 @@ Nothing here opens a blob: spilled values stay as references (the verifier strea
 once to check its hash).
 
 One streaming pass, state bounded by what the session touched, not by its length: every resource is
-folded in place in memory (one object per distinct resource: its state as last seen, where each field
-came from, counters), so a touch costs a dict lookup whatever the session's length. What the views list
+folded in memory (its state as last seen, where each field came from, counters): the 4,096 touched most
+recently as objects, updated in place; the others serialized (about 400 bytes each, a fifth of the
+object), thawed when touched again. Memory grows with the distinct resources only, and a touch costs a
+dict lookup (at worst one orjson round trip), never a query, whatever the session's length. What the views list
 per entry (the entry's views.json line, each touch, each write with its bodies, lifecycle marks) is
 appended to the spill store (store.py) as it is folded and read back in key order when the views are
 written, once, at the end. A fold for the revert plan alone (`views=False`: `broker revert-plan`, the
@@ -27,6 +29,7 @@ inspector's plan tab) keeps only the plan's steps: it writes no entry, touch or 
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -217,8 +220,8 @@ class Resource:
 
 
 class _Live:
-    """A resource while it is being folded (every one stays in memory until the fold ends; the store gets
-    its row once, at the end, and only when views are wanted)."""
+    """A resource while it is being folded (as an object while it is among the most recently touched, else
+    serialized: `freeze` / `thaw`; the store gets its row once, at the end, and only when views are wanted)."""
 
     __slots__ = ("rid", "key", "handler", "state", "sources", "observed", "parent", "title", "untrusted_from",
                  "last_life", "grades", "reads", "writes")
@@ -240,6 +243,22 @@ class _Live:
         return dumps([self.handler, self.state, self.sources, self.observed,
                       list(self.parent) if self.parent is not None else None, self.title, self.untrusted_from,
                       self.last_life, sorted(self.grades), self.reads, self.writes, description])
+
+    def freeze(self) -> tuple[int, bytes]:
+        """(rid, the rest serialized): what the fold keeps of a resource it is not folding right now."""
+        return self.rid, memoryview(self.data(None)).tobytes()  # orjson's bytes keep a 4 KB buffer; a copy is exact
+
+    @classmethod
+    def thaw(cls, key: Key, frozen: tuple[int, bytes]) -> _Live:
+        rid, data = frozen
+        d = orjson.loads(data)
+        live = cls(rid, key, d[0])
+        live.state, live.sources, live.observed = d[1], d[2], d[3]
+        live.parent = tuple(d[4]) if d[4] is not None else None
+        live.title, live.untrusted_from, live.last_life = d[5], d[6], d[7]
+        live.grades = set(d[8])
+        live.reads, live.writes = d[9], d[10]
+        return live
 
 
 def resource_from_row(key: Key, name: str, data: bytes) -> Resource:
@@ -576,17 +595,23 @@ def failure_of(call: Call, module: object) -> str | None:
 
 class Folder:
     """Feeds entries one at a time; `finish` gives the Replay. Memory grows with the distinct resources
-    touched, not with the entries: each resource is one object updated in place; entries, touches, writes
-    and steps go to the spill store as they are folded (with `views` false, only the steps)."""
+    touched, not with the entries: the `CACHE` touched most recently are objects updated in place, the
+    others serialized in memory; entries, touches, writes and steps go to the spill store as they are
+    folded (with `views` false, only the steps)."""
 
-    def __init__(self, session: str, near: Path | None = None, *, views: bool = True) -> None:
+    CACHE = 4096
+
+    def __init__(self, session: str, near: Path | None = None, *, views: bool = True,
+                 cache: int | None = None) -> None:
         self.session = session
         self.views = views
         self.store = Store(near)
         self.counts = Counts()
         self.memo: dict = {}
         self.untrusted_from: int | None = None
-        self._resources: dict[Key, _Live] = {}  # every resource touched so far, in the order first touched
+        self._live: OrderedDict[Key, _Live] = OrderedDict()  # least recently touched first
+        self._cache = cache or self.CACHE
+        self._cold: dict[Key, tuple[int, bytes]] = {}  # every other resource touched so far, frozen
         # The store's pending rows, appended to directly (one list append per row, not a call); flushed
         # every _BATCH entries as one executemany per table.
         pending = self.store.pending
@@ -648,6 +673,8 @@ class Folder:
         c.pages.add((pos - 1) // PAGE)
         c.top = max(c.top, pos)
         if not views:
+            if len(self._step_rows) >= _BATCH:
+                self.store.flush()
             return
         record = {
             "seq": pos, "claimed_seq": call.seq if call.seq != pos else None, "ts": call.ts,
@@ -676,10 +703,22 @@ class Folder:
         return self._grade_names[self._grades[pos]]
 
     def _resource(self, touch: Touch) -> _Live:
-        res = self._resources.get(touch.key)
-        if res is None:
-            self.counts.resources += 1
-            res = self._resources[touch.key] = _Live(self.counts.resources, touch.key, touch.handler)
+        live = self._live
+        key = touch.key
+        res = live.get(key)
+        if res is not None:
+            live.move_to_end(key)
+        else:
+            frozen = self._cold.pop(key, None)
+            if frozen is not None:
+                res = _Live.thaw(key, frozen)
+            else:
+                self.counts.resources += 1
+                res = _Live(self.counts.resources, key, touch.handler)
+            if len(live) >= self._cache:
+                old = live.popitem(last=False)[1]
+                self._cold[old.key] = old.freeze()
+            live[key] = res
         if touch.parent is not None:
             res.parent = touch.parent
         if touch.title:
@@ -790,17 +829,18 @@ class Folder:
     def finish(self, report: SessionReport) -> Replay:
         if self.views:
             self._save_resources()
-        self._resources = {}
+        self._live, self._cold = OrderedDict(), {}
         self.store.finish()
         return Replay(self.session, report, self.store, self.counts, self._grades, self._grade_names,
                       self.untrusted_from, self.views)
 
     def _save_resources(self) -> None:
         """Every resource's row, once, in sort-key order (so the store's key index is built by appends)."""
-        ordered = sorted((sort_key(key), res) for key, res in self._resources.items())
+        ordered = sorted([(sort_key(key), key) for key in self._live] + [(sort_key(key), key) for key in self._cold])
         for i in range(0, len(ordered), _BATCH):
             rows = []
-            for sk, res in ordered[i : i + _BATCH]:
+            for sk, key in ordered[i : i + _BATCH]:
+                res = self._live.get(key) or _Live.thaw(key, self._cold[key])
                 name = note_name(res.key)
                 description = describe(res.handler, res.key, res.state)
                 rows.append((res.rid, sk, sort_key(res.parent) if res.parent is not None else None,

@@ -598,14 +598,17 @@ def test_mcp_tool_calls_without_an_api_mapping_are_listed_not_guessed(tmp_path):
 # -- bounded memory: the spill store -----------------------------------------------------------------------------
 
 
-def test_the_plan_alone_and_without_a_fork_gives_the_same_plan(tmp_path, monkeypatch):
+def test_the_plan_alone_without_a_fork_and_with_a_one_resource_cache_gives_the_same_plan(tmp_path, monkeypatch):
     """The fold for the plan alone (what revert-plan and the inspector's plan tab use), forked or serial,
-    gives the plan of the full replay; the full replay's views are the same bytes with or without a fork."""
+    gives the plan of the full replay; the full replay's views are the same bytes with or without a fork,
+    and whether resources stay objects or are frozen and thawed at every touch."""
     from journal.replay import forked
+    from journal.replay.fold import Folder
 
     trees, plans = [], []
     for enabled in (True, False):
         monkeypatch.setattr(forked, "ENABLED", enabled)
+        monkeypatch.setattr(Folder, "CACHE", Folder.CACHE if enabled else 1)  # every resource frozen and thawed
         root = copy_example(tmp_path / f"v{enabled}")
         vault = Vault.open_existing(root)
         rp = replay_session(vault, SESSION)

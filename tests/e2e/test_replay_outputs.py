@@ -111,8 +111,9 @@ def test_revert_plan_prints_the_same_bytes(tmp_path, variant):
     assert _revert_plan_digests(root) == orjson.loads(VECTORS.read_bytes())["revert-plan"][variant]
 
 
-def test_without_a_fork(tmp_path, monkeypatch):
+def test_without_a_fork_and_with_a_tiny_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(forked, "ENABLED", False)
+    monkeypatch.setattr(fold.Folder, "CACHE", 7)  # most resources are folded frozen and thawed again
     assert _replay(_session(tmp_path / "v", "intact")) == _expected("intact")
 
 
