@@ -861,10 +861,18 @@ def fold_session(
     cannot show (a checkpoint), breaking the verifier's report at the seq it names. With `views` false
     the fold keeps the revert plan alone (no entry, touch or write rows)."""
     if check_blobs:
-        rp = _fold_beside_verifier(vault, session, progress, seal_key, seal_check, views)
+        read_beside = [0]
+
+        def beside(n: int) -> None:
+            read_beside[0] += n
+            if progress is not None:
+                progress(n)
+
+        rp = _fold_beside_verifier(vault, session, beside, seal_key, seal_check, views)
         if rp is not None:
             return rp
-        progress = None  # the bar already went through the file once
+        if read_beside[0]:
+            progress = None  # the bar already went through the file once (a fold that could not fork read none)
     folder = Folder(session, vault.views_dir, views=views)
     cursor = [0, 0]  # [start of the line being verified, bytes seen]
 
