@@ -12,16 +12,21 @@ from wait4 for the exports):
 - the inspector's first screen (`/api/session/head` + the first 200 timeline rows) and an entry page
   (`/api/session/entry?seq=N`), in-process (starlette TestClient), a fresh inspector each;
 - `search --connector slack` (one connector of five);
-- `revert-plan --json` (folds the session, writes no view);
+- `revert-plan --json` (folds the session for the plan alone, writes no view) and `replay --out DIR` (folds
+  and writes every view): wall, CPU seconds (the process and the children it forks, from wait4) and peak RSS;
 - HAR and OTel exports: wall and peak RSS;
 - baseline: `broker --version` (process start-up) and `broker verify` of the session.
 
-N defaults to 10^4 and 10^5 (--quick: 10^4); --million adds 10^6. Nothing here asserts a timing.
+N defaults to 10^4 and 10^5 (--quick: 10^4); --million adds 10^6. Between consecutive sizes of one store
+the growth exponent log(t2/t1) / log(N2/N1) of revert-plan, replay and verify is printed (1.0: time
+proportional to the session; issue 26's goal: at most 1.05), for wall and CPU seconds. Nothing here asserts
+a timing.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import random
 import shutil
@@ -67,14 +72,40 @@ def load_postgres(url: str, vault_root: Path) -> float:
     return time.perf_counter() - t
 
 
-def broker(args: list[str], env: dict) -> tuple[float, int, int]:
-    """(wall seconds, peak RSS in MiB, exit code) of one `broker` process, its output discarded."""
+def broker_usage(args: list[str], env: dict) -> tuple[float, float, int, int]:
+    """(wall seconds, CPU seconds, peak RSS in MiB, exit code) of one `broker` process, its output discarded.
+    CPU and RSS come from wait4: the process and the children it waited for (replay's forked verifier)."""
     t = time.perf_counter()
     p = subprocess.Popen([sys.executable, "-m", "broker.cli", *args], stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL, env=env, cwd=ROOT)
     _, status, usage = os.wait4(p.pid, 0)
     p.returncode = os.waitstatus_to_exitcode(status)
-    return time.perf_counter() - t, usage.ru_maxrss // 1024, p.returncode
+    return time.perf_counter() - t, usage.ru_utime + usage.ru_stime, usage.ru_maxrss // 1024, p.returncode
+
+
+def broker(args: list[str], env: dict) -> tuple[float, int, int]:
+    """(wall seconds, peak RSS in MiB, exit code) of one `broker` process, its output discarded."""
+    wall, _, rss, code = broker_usage(args, env)
+    return wall, rss, code
+
+
+def exponent(t1: float, t2: float, n1: int, n2: int) -> float:
+    """The growth exponent of a time between session sizes n1 and n2: log(t2/t1) / log(n2/n1)."""
+    return math.log(t2 / t1) / math.log(n2 / n1)
+
+
+def exponents(rows: list[dict]) -> list[dict]:
+    """Growth exponents of revert-plan, replay and verify between consecutive sizes of each store."""
+    out = []
+    for store in dict.fromkeys(r["store"] for r in rows):
+        mine = [r for r in rows if r["store"] == store]
+        for a, b in zip(mine, mine[1:], strict=False):
+            row: dict = {"store": store, "from": a["entries"], "to": b["entries"]}
+            for key in ("revert_plan_s", "revert_plan_cpu_s", "replay_s", "replay_cpu_s", "verify_s"):
+                if a.get(key) and b.get(key):
+                    row[key.removesuffix("_s")] = round(exponent(a[key], b[key], a["entries"], b["entries"]), 3)
+            out.append(row)
+    return out
 
 
 def inspector(where: list[str], seq: int, env: dict) -> dict:
@@ -128,7 +159,16 @@ def measure(label: str, where: list[str], entries: int, env: dict) -> dict:
     row["show_seq_last_warm_s"] = broker(["show", SESSION, "--seq", str(entries), *where], env)[0]
     row.update(inspector(where, entries, env))
     row["search_one_connector_s"] = broker(["search", "--connector", "slack", *where], env)[0]
-    row["revert_plan_s"] = broker(["revert-plan", SESSION, "--json", *where], env)[0]
+    load = os.getloadavg()[0]
+    wall, cpu, rss, code = broker_usage(["revert-plan", SESSION, "--json", *where], env)
+    row.update(revert_plan_s=wall, revert_plan_cpu_s=cpu, revert_plan_peak_mib=rss, revert_plan_load=load)
+    out = scratch_dir("scale-views-")
+    load = os.getloadavg()[0]
+    wall, cpu, rss, code = broker_usage(["replay", SESSION, "--out", str(out), *where], env)
+    row.update(replay_s=wall, replay_cpu_s=cpu, replay_peak_mib=rss, replay_load=load)
+    shutil.rmtree(out, ignore_errors=True)
+    if code:
+        row["replay_exit"] = code
     for fmt in ("har", "otel"):
         wall, rss, code = broker(["export", SESSION, "--format", fmt, *where], env)
         row[f"export_{fmt}_s"], row[f"export_{fmt}_peak_mib"] = wall, rss
@@ -159,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             server = start_server()
     rows: list[dict] = []
+    growth: list[dict] = []
     try:
         t = time.perf_counter()
         version = min(broker(["--version"], env)[0] for _ in range(3))
@@ -179,12 +220,16 @@ def main(argv: list[str] | None = None) -> int:
             for row in rows[-2:] if server is not None else rows[-1:]:
                 print("  " + "  ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
             shutil.rmtree(vault, ignore_errors=True)
+        growth = exponents(rows)
+        for g in growth:
+            print(f"growth exponent {g['store']} {g['from']:,} -> {g['to']:,} entries: "
+                  + "  ".join(f"{k}={v}" for k, v in g.items() if k not in ("store", "from", "to")))
     finally:
         if server is not None:
             server.remove()
         shutil.rmtree(root, ignore_errors=True)
     if args.json:
-        write_json(args.json, "scale", {"machine": machine(), "version_s": version, "rows": rows})
+        write_json(args.json, "scale", {"machine": machine(), "version_s": version, "rows": rows, "growth": growth})
     return 0
 
 
