@@ -21,7 +21,8 @@ from wait4 for the exports):
 - `show --seq N` in-process (`line_of_seq`) through the writer's seq sidecar (built as the writer keeps it:
   journal/seq_sidecar.py) and through the user's cache index (sidecar removed), and the inspector's first
   screen both ways;
-- `revert-plan --json` (folds the session, writes no view);
+- `revert-plan --json` (folds the session for the plan alone, writes no view) and `replay --out DIR` (folds
+  and writes every view): wall, CPU seconds (the process and the children it forks, from wait4) and peak RSS;
 - HAR, OTel and OCSF exports (streamed: issue 26 item 3): wall, CPU seconds and peak RSS, and `verify-export`
   of the HAR written; between consecutive sizes, each one's growth exponent log(t2/t1)/log(N2/N1) (from CPU
   seconds, which hold on a loaded machine better than wall time);
@@ -29,7 +30,8 @@ from wait4 for the exports):
 
 N defaults to 10^4 and 10^5 (--quick: 10^4); --million adds 10^6. `--readers`: only the questions of
 issue 26 item 3 (show, inspector, search; no verify, revert-plan or export); `--exports-only`: the exports
-(and verify-export) alone. Nothing here asserts a timing.
+(and verify-export) alone. Between consecutive sizes of one store the
+growth exponent of every time is printed (wall and CPU). Nothing here asserts a timing.
 """
 
 from __future__ import annotations
@@ -115,17 +117,19 @@ def load_postgres(url: str, vault_root: Path) -> float:
 
 def broker(args: list[str], env: dict) -> tuple[float, int, int]:
     """(wall seconds, peak RSS in MiB, exit code) of one `broker` process, its output discarded."""
-    t = time.perf_counter()
-    p = subprocess.Popen([sys.executable, "-m", "broker.cli", *args], stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, env=env, cwd=ROOT)
-    _, status, usage = os.wait4(p.pid, 0)
-    p.returncode = os.waitstatus_to_exitcode(status)
-    return time.perf_counter() - t, usage.ru_maxrss // 1024, p.returncode
+    wall, _, rss, code = broker_usage(args, env)
+    return wall, rss, code
+
+
+def exponent(t1: float, t2: float, n1: int, n2: int) -> float:
+    """The growth exponent of a time between session sizes n1 and n2: log(t2/t1) / log(n2/n1)."""
+    return math.log(t2 / t1) / math.log(n2 / n1)
 
 
 def broker_usage(args: list[str], env: dict, out: Path | None = None) -> tuple[float, float, int, int]:
     """(wall seconds, CPU seconds, peak RSS in MiB, exit code) of one `broker` process, its output to `out`
-    (or discarded)."""
+    (or discarded). CPU and RSS come from wait4: the process and the children it waited for (replay's forked
+    verifier)."""
     t = time.perf_counter()
     sink = open(out, "wb") if out is not None else subprocess.DEVNULL  # noqa: SIM115 (closed below)
     try:
@@ -163,17 +167,17 @@ def measure_exports(where: list[str], env: dict, scratch: Path) -> dict:
 
 
 def growth(rows: list[dict]) -> list[dict]:
-    """Per store, between consecutive sizes: log(t2/t1)/log(N2/N1) of each export's (and verify-export's) CPU
-    seconds; 1.0 is linear."""
+    """Per store, between consecutive sizes: the growth exponent of every time measured (wall `*_s` and CPU
+    `*_cpu_s`; 1.0 is time proportional to the session, issue 26's goal at most 1.05)."""
     out = []
     for store in sorted({r["store"] for r in rows}):
         mine = sorted((r for r in rows if r["store"] == store), key=lambda r: r["entries"])
         for a, b in zip(mine, mine[1:], strict=False):
             row: dict = {"store": store, "from": a["entries"], "to": b["entries"]}
-            for key in [k for k in a if k.endswith("_cpu_s")]:
-                if a.get(key) and b.get(key):
-                    row[key.removesuffix("_cpu_s") + "_exponent"] = (
-                        math.log(b[key] / a[key]) / math.log(b["entries"] / a["entries"]))
+            for key in [k for k in a if k.endswith("_s") and isinstance(a[k], float)]:
+                if a[key] > 0 and isinstance(b.get(key), float) and b[key] > 0:
+                    row[key.removesuffix("_s") + "_exponent"] = round(
+                        exponent(a[key], b[key], a["entries"], b["entries"]), 3)
             out.append(row)
     return out
 
@@ -285,7 +289,16 @@ def measure(label: str, where: list[str], fleet: list[str], entries: int, env: d
     row["loadavg"] = open("/proc/loadavg").read().split()[0]
     if readers:
         return row
-    row["revert_plan_s"] = broker(["revert-plan", SESSION, "--json", *where], env)[0]
+    load = os.getloadavg()[0]
+    wall, cpu, rss, code = broker_usage(["revert-plan", SESSION, "--json", *where], env)
+    row.update(revert_plan_s=wall, revert_plan_cpu_s=cpu, revert_plan_peak_mib=rss, revert_plan_load=load)
+    out = scratch_dir("scale-views-")
+    load = os.getloadavg()[0]
+    wall, cpu, rss, code = broker_usage(["replay", SESSION, "--out", str(out), *where], env)
+    row.update(replay_s=wall, replay_cpu_s=cpu, replay_peak_mib=rss, replay_load=load)
+    shutil.rmtree(out, ignore_errors=True)
+    if code:
+        row["replay_exit"] = code
     row.update(measure_exports(where, env, scratch))
     return row
 
@@ -314,6 +327,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             server = start_server()
     rows: list[dict] = []
+    exponents: list[dict] = []
     try:
         t = time.perf_counter()
         version = min(broker(["--version"], env)[0] for _ in range(3))

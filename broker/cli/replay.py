@@ -11,6 +11,7 @@ usage error. Nothing is ever executed.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,8 +22,8 @@ from broker.cli.main import summary
 from broker.cli.options import ANY_VERIFIER_KEY, reading_vault, store_option, vault_option
 from broker.cli.progress import progress_bar
 from journal.reader import session_size
-from journal.replay import BrokenChainError, plan_dict, replay_session, write_outputs
-from journal.replay.plan import ordered_steps, step_dict
+from journal.replay import BrokenChainError, replay_session, write_outputs
+from journal.replay.plan import ordered_steps, plan_json, step_dict
 from journal.user_cache import views_home
 
 if TYPE_CHECKING:
@@ -56,11 +57,27 @@ def _run(
     vault.views_dir = out  # replay's scratch store and views: never inside the vault
     total = 0 if getattr(vault, "label", None) else session_size(vault, session)
     with progress_bar(total, "replaying") as advance:
-        rp = replay_session(vault, session, progress=advance, require_intact=require_intact, seal_key=seal_key)
+        rp = replay_session(vault, session, progress=advance, require_intact=require_intact, seal_key=seal_key,
+                            views=write)
     if not write:
         return vault, rp, None, []
     folder, files = write_outputs(vault, rp)
     return vault, rp, folder, files
+
+
+def _echo_chunks(chunks: Iterator[bytes], size: int = 1 << 18) -> None:
+    """Print streamed bytes and a newline, in writes of about `size` bytes."""
+    buf: list[bytes] = []
+    held = 0
+    for chunk in chunks:
+        buf.append(chunk)
+        held += len(chunk)
+        if held >= size:
+            click.echo(b"".join(buf), nl=False)
+            buf.clear()
+            held = 0
+    buf.append(b"\n")
+    click.echo(b"".join(buf), nl=False)
 
 
 def _broken_line(rp) -> str:
@@ -124,7 +141,7 @@ def revert_plan(
 ) -> int:
     """The revert plan for SESSION: for each write, newest first, the inverse call or why there is none.
 
-    Computed from the folded state alone: no view is written (`broker replay` writes revert-plan.md and
+    Computed in one pass that keeps the plan alone: no view is written (`broker replay` writes revert-plan.md and
     revert-plan.json with the views). Never executes anything.
     """
     try:
@@ -133,7 +150,7 @@ def revert_plan(
         click.echo(f"broker: {exc}", err=True)
         return 1
     if as_json:
-        click.echo(orjson.dumps(plan_dict(rp)).decode())
+        _echo_chunks(plan_json(rp))
         return 0 if rp.intact else 1
     if not rp.intact:
         click.echo(_broken_line(rp))

@@ -210,8 +210,13 @@ class Api:
                               "unreadable_lines": [{"line": p, "why": why} for p, why in rp.unreadable]})
 
     def revert_plan(self, request: Request) -> Response:
-        rp, _ = self.index.replay(self.session(request))
-        return json_response(plan_dict(rp))
+        """The plan, or 202 with how far its fold has read while it is built in the background (a long
+        session takes a while: the page asks again and shows the progress)."""
+        got = self.index.revert_plan(self.session(request))
+        if isinstance(got, tuple):
+            done, total = got
+            return json_response({"pending": True, "done": done, "total": total}, 202)
+        return json_response(plan_dict(got))
 
     # -- downloads ------------------------------------------------------------------------------------
 

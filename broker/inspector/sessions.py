@@ -16,7 +16,7 @@ from pathlib import Path
 
 import orjson
 
-from journal.reader import RowSource
+from journal.reader import RowSource, session_size
 from journal.replay import Replay, replay_session
 from journal.replay.views import Views
 from journal.seq_index import current_index, lines_at
@@ -37,11 +37,28 @@ def _row_stamp(vault: RowSource, session: str) -> tuple[int, str]:
 
 
 @dataclass
+class _PlanJob:
+    """A revert plan folded in a thread of its own, so a request never waits minutes for it: the page asks
+    again and shows how far the fold has read (`done` of `total` bytes) until `finished` is set."""
+
+    stamp: tuple[int, object]
+    total: int
+    done: int = 0
+    replay: Replay | None = None
+    error: BaseException | None = None
+    finished: threading.Event = field(default_factory=threading.Event)
+
+    def advance(self, n: int) -> None:
+        self.done += n
+
+
+@dataclass
 class _Session:
     path: Path
     derived: dict[str, tuple[tuple[int, object], object]] = field(default_factory=dict)  # by file stamp or db head
     lock: threading.Lock = field(default_factory=threading.Lock)  # `builders`
     builders: dict[str, threading.Lock] = field(default_factory=dict)  # one per derived value
+    plan_job: _PlanJob | None = None  # the revert plan being built in the background
 
 
 class SessionIndex:
@@ -115,7 +132,7 @@ class SessionIndex:
         with s.lock:
             builder = s.builders.setdefault(key, threading.Lock())
         with builder:  # a slow verify or replay never holds up the line index (timeline pages)
-            stamp = _row_stamp(self.vault, session) if isinstance(self.vault, RowSource) else _stamp(s.path)
+            stamp = self._stamp(s, session)
             hit = s.derived.get(key)
             if hit is not None and hit[0] == stamp:
                 return hit[1]
@@ -135,6 +152,40 @@ class SessionIndex:
             return rp, Views(rp)
 
         return self._derived(session, "replay", build)
+
+    def revert_plan(self, session: str, wait: float = 1.0) -> Replay | tuple[int, int]:
+        """The replay the session's revert plan comes from, or (bytes read, bytes in all) while it is still
+        being folded. A replay with views already built for the current file serves; otherwise a fold for
+        the plan alone (no views) runs in a background thread, started by the first request (or again when
+        the file changed), and this waits up to `wait` seconds for it."""
+        s = self._get(session)
+        stamp = self._stamp(s, session)
+        hit = s.derived.get("replay")
+        if hit is not None and hit[0] == stamp:
+            return hit[1][0]  # type: ignore[index]
+        with s.lock:
+            job = s.plan_job
+            if job is None or job.stamp != stamp:
+                job = s.plan_job = _PlanJob(stamp, session_size(self.vault, session))
+                threading.Thread(target=self._fold_plan, args=(session, job), name=f"revert-plan {session}",
+                                 daemon=True).start()
+        if not job.finished.wait(wait):
+            return job.done, job.total
+        if job.error is not None:
+            raise job.error
+        assert job.replay is not None
+        return job.replay
+
+    def _fold_plan(self, session: str, job: _PlanJob) -> None:
+        try:
+            job.replay = replay_session(self.vault, session, progress=job.advance, views=False)
+        except BaseException as exc:  # noqa: BLE001 - handed to the request that asks for the plan
+            job.error = exc
+        finally:
+            job.finished.set()
+
+    def _stamp(self, s: _Session, session: str) -> tuple[int, object]:
+        return _row_stamp(self.vault, session) if isinstance(self.vault, RowSource) else _stamp(s.path)
 
 
 def parse_line(data: bytes) -> dict | None:

@@ -38,17 +38,19 @@ if TYPE_CHECKING:
 
 def replay_session(
     vault: Vault, session: str, *, progress: Callable[[int], None] | None = None, require_intact: bool = False,
-    seal_key: Verifier | Ed25519PublicKey | None = None,
+    seal_key: Verifier | Ed25519PublicKey | None = None, views: bool = True,
 ) -> Replay:
     """Verify and fold `session`. With `seal_key` also check what the chain alone cannot show: a
     checkpoint verifier key (journal/checkpoint/note.py Verifier) checks the session's checkpoint and
     the vault index as `broker verify --seal-key` does; a legacy public key (journal/seal.py) its
-    `.seal` file. With `require_intact`, a broken chain raises BrokenChainError."""
+    `.seal` file. With `require_intact`, a broken chain raises BrokenChainError. With `views` false the fold
+    keeps what the revert plan needs and nothing else (`plan_dict` works; `write_outputs`, `rp.entries` and
+    `rp.resources` do not): what `broker revert-plan` and the inspector's plan tab use."""
     seal_check: Callable[[SessionReport], None] | None = None
     if isinstance(seal_key, Verifier):
         seal_check = partial(check_session_checkpoint, vault, key=seal_key)
         seal_key = None
-    rp = fold_session(vault, session, progress=progress, seal_key=seal_key, seal_check=seal_check)
+    rp = fold_session(vault, session, progress=progress, seal_key=seal_key, seal_check=seal_check, views=views)
     if require_intact and not rp.intact:
         r = rp.report
         raise BrokenChainError(f"session {session!r} is broken at seq {r.broken_at_seq} ({r.kind}): {r.detail}; "

@@ -15,8 +15,15 @@ the connector for the inverse and turns it into a revert-plan step.
 Nothing here opens a blob: spilled values stay as references (the verifier streams each blob
 once to check its hash).
 
-Memory is bounded whatever the session's length: what the views need is appended to the spill store
-(store.py) as it is folded, and only the resources touched most recently are held as objects.
+One streaming pass, state bounded by what the session touched, not by its length: every resource is
+folded in memory (its state as last seen, where each field came from, counters): the 4,096 touched most
+recently as objects, updated in place; the others serialized (about 400 bytes each, a fifth of the
+object), thawed when touched again. Memory grows with the distinct resources only, and a touch costs a
+dict lookup (at worst one orjson round trip), never a query, whatever the session's length. What the views list
+per entry (the entry's views.json line, each touch, each write with its bodies, lifecycle marks) is
+appended to the spill store (store.py) as it is folded and read back in key order when the views are
+written, once, at the end. A fold for the revert plan alone (`views=False`: `broker revert-plan`, the
+inspector's plan tab) keeps only the plan's steps: it writes no entry, touch or write rows at all.
 """
 
 from __future__ import annotations
@@ -62,8 +69,6 @@ if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 _BATCH = 1000
-_COLD_OVERHEAD = 300
-"""Bytes a serialized resource costs besides its data (its key, sort key, note name and the cache's slot)."""
 GRADES = ("broker", "gateway", "agent")
 """Capture grades, strongest first (docs/contract.md, evidence grade)."""
 _RANK = {g: i for i, g in enumerate(GRADES)}
@@ -215,15 +220,14 @@ class Resource:
 
 
 class _Live:
-    """A resource while it is being folded (held in the LRU, written back to the store when evicted)."""
+    """A resource while it is being folded (as an object while it is among the most recently touched, else
+    serialized: `freeze` / `thaw`; the store gets its row once, at the end, and only when views are wanted)."""
 
-    __slots__ = ("rid", "key", "sk", "name", "stored", "handler", "state", "sources", "observed", "parent", "title",
-                 "untrusted_from", "last_life", "grades", "reads", "writes")
+    __slots__ = ("rid", "key", "handler", "state", "sources", "observed", "parent", "title", "untrusted_from",
+                 "last_life", "grades", "reads", "writes")
 
-    def __init__(self, rid: int, key: Key, sk: bytes, handler: str, name: str | None = None) -> None:
-        self.rid, self.key, self.sk, self.handler = rid, key, sk, handler
-        self.name = name if name is not None else note_name(key)
-        self.stored = name is not None
+    def __init__(self, rid: int, key: Key, handler: str) -> None:
+        self.rid, self.key, self.handler = rid, key, handler
         self.state: dict = {}
         self.sources: dict[str, int] = {}
         self.observed = False
@@ -240,10 +244,15 @@ class _Live:
                       list(self.parent) if self.parent is not None else None, self.title, self.untrusted_from,
                       self.last_life, sorted(self.grades), self.reads, self.writes, description])
 
+    def freeze(self) -> tuple[int, bytes]:
+        """(rid, the rest serialized): what the fold keeps of a resource it is not folding right now."""
+        return self.rid, memoryview(self.data(None)).tobytes()  # orjson's bytes keep a 4 KB buffer; a copy is exact
+
     @classmethod
-    def load(cls, rid: int, key: Key, sk: bytes, name: str, data: bytes) -> _Live:
+    def thaw(cls, key: Key, frozen: tuple[int, bytes]) -> _Live:
+        rid, data = frozen
         d = orjson.loads(data)
-        live = cls(rid, key, sk, d[0], name)
+        live = cls(rid, key, d[0])
         live.state, live.sources, live.observed = d[1], d[2], d[3]
         live.parent = tuple(d[4]) if d[4] is not None else None
         live.title, live.untrusted_from, live.last_life = d[5], d[6], d[7]
@@ -283,11 +292,13 @@ class Counts:
 class Replay:
     """Everything one replay derived from one session: counts in memory, the rest in its spill store
     (`entries`, `resources`, `steps` and `unreadable` read it back lazily). `close()` (or collecting the
-    object) removes the store."""
+    object) removes the store. A replay folded for the plan alone (`views` false) holds the steps, the
+    counts and the unreadable lines; asking it for entries or resources is a programming error."""
 
     def __init__(self, session: str, report: SessionReport, store: Store, counts: Counts, grades: bytearray,
-                 grade_names: list[str], untrusted_from: int | None) -> None:
+                 grade_names: list[str], untrusted_from: int | None, views: bool = True) -> None:
         self.session = session
+        self.views = views
         self.report = report
         self.store = store
         self.counts = counts
@@ -303,12 +314,19 @@ class Replay:
         """The capture grade of the entry at line `pos`."""
         return self._grade_names[self._grades[pos]]
 
+    def require_views(self) -> None:
+        if not self.views:
+            raise ValueError(f"the replay of {self.session!r} was folded for its revert plan alone: it holds no "
+                             "entries or resources (replay_session(..., views=True) keeps them)")
+
     @property
     def entries(self) -> _Entries:
+        self.require_views()
         return _Entries(self)
 
     @property
     def resources(self) -> _Resources:
+        self.require_views()
         return _Resources(self)
 
     @property
@@ -576,26 +594,24 @@ def failure_of(call: Call, module: object) -> str | None:
 
 
 class Folder:
-    """Feeds entries one at a time; `finish` gives the Replay. Memory stays bounded: entries, touches,
-    writes and steps go to the spill store as they are folded; at most `cache` resources are held."""
+    """Feeds entries one at a time; `finish` gives the Replay. Memory grows with the distinct resources
+    touched, not with the entries: the `CACHE` touched most recently are objects updated in place, the
+    others serialized in memory; entries, touches, writes and steps go to the spill store as they are
+    folded (with `views` false, only the steps)."""
 
     CACHE = 4096
-    COLD_BYTES = 8 << 20
 
-    def __init__(self, session: str, near: Path | None = None, cache: int | None = None,
-                 cold_bytes: int | None = None) -> None:
+    def __init__(self, session: str, near: Path | None = None, *, views: bool = True,
+                 cache: int | None = None) -> None:
         self.session = session
+        self.views = views
         self.store = Store(near)
         self.counts = Counts()
         self.memo: dict = {}
         self.untrusted_from: int | None = None
         self._live: OrderedDict[Key, _Live] = OrderedDict()  # least recently touched first
         self._cache = cache or self.CACHE
-        # Resources evicted from _live, serialized (a fifth of an object's size), before they go to the
-        # store: a miss here costs one orjson.loads, not a query plus a description, a link and an UPDATE.
-        self._cold: OrderedDict[Key, tuple[int, bytes, str, bool, bytes]] = OrderedDict()
-        self._cold_bytes = 0
-        self._cold_limit = self.COLD_BYTES if cold_bytes is None else cold_bytes
+        self._cold: dict[Key, tuple[int, bytes]] = {}  # every other resource touched so far, frozen
         # The store's pending rows, appended to directly (one list append per row, not a call); flushed
         # every _BATCH entries as one executemany per table.
         pending = self.store.pending
@@ -625,6 +641,7 @@ class Folder:
             found = []
             call.notes.append(f"replay rules for {call.connector} failed on this entry: {type(exc).__name__}: {exc}")
         notes = list(call.notes)
+        views = self.views
         ops: list[str] = []
         ids: list[str | None] = []
         keys: list[list[str]] = []
@@ -634,8 +651,9 @@ class Folder:
                 touch.handler = getattr(module, "NAME", "generic")
             if call.effect == READ or touch.role not in (WRITE, SIDE):
                 touch.role = READ
-            ops.append(touch.op)
-            ids.append(resource_id(touch.key))
+            if views:
+                ops.append(touch.op)
+                ids.append(resource_id(touch.key))
             keys.append(list(touch.key))
             if self._apply(call, touch, failure):
                 planned = True
@@ -654,6 +672,10 @@ class Folder:
         c.grades[call.capture] = c.grades.get(call.capture, 0) + 1
         c.pages.add((pos - 1) // PAGE)
         c.top = max(c.top, pos)
+        if not views:
+            if len(self._step_rows) >= _BATCH:
+                self.store.flush()
+            return
         record = {
             "seq": pos, "claimed_seq": call.seq if call.seq != pos else None, "ts": call.ts,
             "connector": call.connector, "effect": call.effect, "capture": call.capture, "method": call.method,
@@ -687,20 +709,15 @@ class Folder:
         if res is not None:
             live.move_to_end(key)
         else:
-            cold = self._cold.pop(key, None)
-            if cold is not None:
-                self._cold_bytes -= len(cold[4]) + _COLD_OVERHEAD
-                res = self._thaw(key, cold)
+            frozen = self._cold.pop(key, None)
+            if frozen is not None:
+                res = _Live.thaw(key, frozen)
             else:
-                sk = sort_key(key)
-                row = self.store.get_resource(sk)
-                if row is not None:
-                    res = _Live.load(row[0], key, sk, row[1], row[2])
-                else:
-                    self.counts.resources += 1
-                    res = _Live(self.counts.resources, key, sk, touch.handler)
+                self.counts.resources += 1
+                res = _Live(self.counts.resources, key, touch.handler)
             if len(live) >= self._cache:
-                self._freeze(live.popitem(last=False)[1])
+                old = live.popitem(last=False)[1]
+                self._cold[old.key] = old.freeze()
             live[key] = res
         if touch.parent is not None:
             res.parent = touch.parent
@@ -708,37 +725,15 @@ class Folder:
             res.title = touch.title
         return res
 
-    def _freeze(self, res: _Live) -> None:
-        """Move an evicted resource to the serialized cache (the oldest there go to the store)."""
-        data = memoryview(res.data(None)).tobytes()  # orjson's bytes keep a 4 KB buffer; a copy is exact
-        self._cold[res.key] = (res.rid, res.sk, res.name, res.stored, data)
-        self._cold_bytes += len(data) + _COLD_OVERHEAD
-        while self._cold_bytes > self._cold_limit and self._cold:
-            key, cold = self._cold.popitem(last=False)
-            self._cold_bytes -= len(cold[4]) + _COLD_OVERHEAD
-            self._save(self._thaw(key, cold))
-
-    @staticmethod
-    def _thaw(key: Key, cold: tuple[int, bytes, str, bool, bytes]) -> _Live:
-        rid, sk, name, stored, data = cold
-        res = _Live.load(rid, key, sk, name, data)
-        res.stored = stored
-        return res
-
-    def _save(self, res: _Live) -> None:
-        description = describe(res.handler, res.key, res.state)
-        self.store.put_resource(res.rid, res.sk, sort_key(res.parent) if res.parent is not None else None,
-                                dumps(list(res.key)), res.name, link(res.key, res.name, description),
-                                res.data(description), res.stored)
-        res.stored = True
-
     def _apply(self, call: Call, touch: Touch, failure: str | None) -> bool:
         """Fold one touch into its resource; True when it made a plan step."""
         res = self._resource(touch)
         ok = failure is None
         pos = call.pos
-        self._touch_rows.append((res.rid, pos, touch.role, touch.op, ok, call.capture, call.ts, failure,
-                                   call.trusted))
+        views = self.views
+        if views:
+            self._touch_rows.append((res.rid, pos, touch.role, touch.op, ok, call.capture, call.ts, failure,
+                                       call.trusted))
         res.grades.add(call.capture)
         if touch.role == READ:
             res.reads += 1
@@ -749,11 +744,6 @@ class Folder:
             before = dict(res.state) if res.observed else None
             before_seqs = sorted(set(res.sources.values())) if res.observed else []
             created = touch.lifecycle == CREATED
-            if ok:
-                diffs = touch.differences if touch.differences is not None else (
-                    diff(touch.intended, touch.state or {}) if touch.intended else [])
-            else:
-                diffs = []
             step_id = None
             flags = reason = ""
             if touch.role == WRITE:
@@ -762,16 +752,22 @@ class Folder:
                 flags = step_flags(step.revertible, step.blind, step.approximate, step.call is not None)
                 reason = step.reason
                 planned = True
-            fields = {
-                "seq": pos, "op": touch.op, "role": touch.role, "method": call.method, "url": call.url,
-                "status": call.status, "failure": failure, "capture": call.capture, "trusted": call.trusted,
-                "created": created, "lifecycle": touch.lifecycle, "before": before, "before_seqs": before_seqs,
-                "intended": touch.intended, "actual": touch.state if ok else None, "differences": diffs,
-                "request_body": call.request_body, "response_body": call.response_body,
-            }
-            self._write_rows.append((res.rid, pos, touch.role, touch.op, failure, step_id, flags,
-                                      dumps([fields, step_id, flags, reason])))
             res.writes += 1
+            if views:  # the write's record for its resource note and views.json (the plan needs none of it)
+                if ok:
+                    diffs = touch.differences if touch.differences is not None else (
+                        diff(touch.intended, touch.state or {}) if touch.intended else [])
+                else:
+                    diffs = []
+                fields = {
+                    "seq": pos, "op": touch.op, "role": touch.role, "method": call.method, "url": call.url,
+                    "status": call.status, "failure": failure, "capture": call.capture, "trusted": call.trusted,
+                    "created": created, "lifecycle": touch.lifecycle, "before": before, "before_seqs": before_seqs,
+                    "intended": touch.intended, "actual": touch.state if ok else None, "differences": diffs,
+                    "request_body": call.request_body, "response_body": call.response_body,
+                }
+                self._write_rows.append((res.rid, pos, touch.role, touch.op, failure, step_id, flags,
+                                          dumps([fields, step_id, flags, reason])))
         if ok:
             if touch.state:
                 state, sources = res.state, res.sources
@@ -781,7 +777,8 @@ class Folder:
                 res.observed = True
             if touch.lifecycle:
                 res.last_life = [pos, touch.lifecycle]
-                self._lifecycle_rows.append((res.rid, pos, touch.lifecycle))
+                if views:
+                    self._lifecycle_rows.append((res.rid, pos, touch.lifecycle))
         return planned
 
     def _add_step(self, step: PlanStep, rid: int | None) -> int:
@@ -830,15 +827,25 @@ class Folder:
                         call.trusted)
 
     def finish(self, report: SessionReport) -> Replay:
-        for key, cold in self._cold.items():
-            self._save(self._thaw(key, cold))
-        self._cold.clear()
-        for res in self._live.values():
-            self._save(res)
-        self._live.clear()
+        if self.views:
+            self._save_resources()
+        self._live, self._cold = OrderedDict(), {}
         self.store.finish()
         return Replay(self.session, report, self.store, self.counts, self._grades, self._grade_names,
-                      self.untrusted_from)
+                      self.untrusted_from, self.views)
+
+    def _save_resources(self) -> None:
+        """Every resource's row, once, in sort-key order (so the store's key index is built by appends)."""
+        ordered = sorted([(sort_key(key), key) for key in self._live] + [(sort_key(key), key) for key in self._cold])
+        for i in range(0, len(ordered), _BATCH):
+            rows = []
+            for sk, key in ordered[i : i + _BATCH]:
+                res = self._live.get(key) or _Live.thaw(key, self._cold[key])
+                name = note_name(res.key)
+                description = describe(res.handler, res.key, res.state)
+                rows.append((res.rid, sk, sort_key(res.parent) if res.parent is not None else None,
+                             dumps(list(res.key)), name, link(res.key, name, description), res.data(description)))
+            self.store.add_resources(rows)
 
     def discard(self) -> None:
         self.store.close()
@@ -847,16 +854,26 @@ class Folder:
 def fold_session(
     vault: Vault, session: str, *, check_blobs: bool = True, progress: Callable[[int], None] | None = None,
     seal_key: Ed25519PublicKey | None = None, seal_check: Callable[[SessionReport], None] | None = None,
+    views: bool = True,
 ) -> Replay:
     """Verify and fold one session in a single pass (see the module docstring). With `seal_key` (a public
     key, see journal/seal.py) the session's seal is checked too; `seal_check` then checks what the chain
-    cannot show (a checkpoint), breaking the verifier's report at the seq it names."""
+    cannot show (a checkpoint), breaking the verifier's report at the seq it names. With `views` false
+    the fold keeps the revert plan alone (no entry, touch or write rows)."""
     if check_blobs:
-        rp = _fold_beside_verifier(vault, session, progress, seal_key, seal_check)
+        read_beside = [0]
+
+        def beside(n: int) -> None:
+            read_beside[0] += n
+            if progress is not None:
+                progress(n)
+
+        rp = _fold_beside_verifier(vault, session, beside, seal_key, seal_check, views)
         if rp is not None:
             return rp
-        progress = None  # the bar already went through the file once
-    folder = Folder(session, vault.views_dir)
+        if read_beside[0]:
+            progress = None  # the bar already went through the file once (a fold that could not fork read none)
+    folder = Folder(session, vault.views_dir, views=views)
     cursor = [0, 0]  # [start of the line being verified, bytes seen]
 
     def seen(n: int) -> None:
@@ -885,7 +902,7 @@ def fold_session(
                 # edited with its hash recomputed: the next line's prev no longer names it). Fold again,
                 # marking from there on.
                 folder.discard()
-                folder = Folder(session, vault.views_dir)
+                folder = Folder(session, vault.views_dir, views=views)
                 _fold_lines(vault, session, folder, 1, 0, trusted_before=broken)
             else:  # entries were cut off after the last one: nothing in the file is affected
                 folder.untrusted_from = broken
@@ -897,7 +914,7 @@ def fold_session(
 
 def _fold_beside_verifier(vault: Vault, session: str, progress: Callable[[int], None] | None,
                           seal_key: Ed25519PublicKey | None,
-                          seal_check: Callable[[SessionReport], None] | None) -> Replay | None:
+                          seal_check: Callable[[SessionReport], None] | None, views: bool = True) -> Replay | None:
     """The common case on two cores: the verifier runs in a forked child (forked.py) while this process
     parses and folds every line as trusted. That is exactly the serial fold when the child reports the
     session intact over the very lines folded here (same count, same bytes): the serial fold gets each
@@ -911,7 +928,7 @@ def _fold_beside_verifier(vault: Vault, session: str, progress: Callable[[int], 
     if child is None:
         return None
     try:
-        folder = Folder(session, vault.views_dir)
+        folder = Folder(session, vault.views_dir, views=views)
     except BaseException:
         child.close()
         raise

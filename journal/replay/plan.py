@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import orjson
+
 from .fold import PlanStep, Replay, weakest
 from .labels import resource_id
 
@@ -55,6 +57,18 @@ def ordered_steps(rp: Replay) -> Iterator[PlanStep]:
     return rp.steps.newest_first()
 
 
+def plan_json(rp: Replay) -> Iterator[bytes]:
+    """`orjson.dumps(plan_dict(rp))`, streamed a step at a time (the plan of a long session is never one
+    object in memory): the same bytes."""
+    head = orjson.dumps({"session": rp.session, "chain": rp.chain_summary(), "executed": False, "steps": []})
+    yield head[:-2]
+    sep = b""
+    for s in ordered_steps(rp):
+        yield sep + orjson.dumps(step_dict(rp, s))
+        sep = b","
+    yield b"]}"
+
+
 def plan_dict(rp: Replay) -> dict:
     return {
         "session": rp.session,
@@ -64,4 +78,4 @@ def plan_dict(rp: Replay) -> dict:
     }
 
 
-__all__ = ["ordered_steps", "plan_dict", "resource_id", "step_dict", "untrusted_prefix"]
+__all__ = ["ordered_steps", "plan_dict", "plan_json", "resource_id", "step_dict", "untrusted_prefix"]

@@ -1,10 +1,11 @@
 """Replay's spill store: what the views need, kept on disk (SQLite) instead of in memory.
 
-A session of any length folds in bounded memory: per entry the engine appends a row (its
-views.json line), per touch a row, per write its whole record (before-state, intended, actual,
-bodies) and per plan step its fields; resources live in a small in-memory LRU of the ones being
-folded and are written back to the store when evicted. The views are then streamed from the
-store in sorted resource order (views.py), one resource at a time.
+What grows with the session's length lives here, not in memory: per entry the engine appends a row
+(its views.json line), per touch a row, per write its whole record (before-state, intended, actual,
+bodies) and per plan step its fields (a fold for the plan alone appends only the steps). Resources
+are folded in memory (one object per distinct resource) and written here once, when the fold ends,
+in sort-key order. The views are then streamed from the store in sorted resource order (views.py),
+one resource at a time.
 
 The database lives in a private temporary folder (`.replay-*` beside the session's views folder,
 so it is on the vault's file system, not in a RAM-backed /tmp), written without a journal or
@@ -77,7 +78,6 @@ class Store:
         self.db.execute("BEGIN")
         self._finalizer = weakref.finalize(self, _remove, self.db, self.dir)
         self._pending: dict[str, list[tuple]] = {name: [] for name in _INSERTS}
-        self._resources: dict[bytes, tuple] = {}  # sk -> (insert?, row...): resource rows not yet written
         self.finished = False
 
     # -- appending ------------------------------------------------------------------------------------
@@ -101,30 +101,10 @@ class Store:
     def flush(self) -> None:
         for table in self._pending:
             self._flush(table)
-        self._flush_resources()
 
-    def put_resource(self, rid: int, sk: bytes, parent_sk: bytes | None, key: bytes, name: str, link: str,
-                     data: bytes, stored: bool) -> None:
-        """Queue a resource's row (written in batches: an INSERT the first time, then UPDATEs by rowid)."""
-        queued = self._resources.get(sk)
-        insert = (not stored) if queued is None else queued[0]
-        self._resources[sk] = (insert, rid, sk, parent_sk, key, name, link, data)
-        if len(self._resources) >= 512:
-            self._flush_resources()
-
-    def get_resource(self, sk: bytes) -> tuple[int, str, bytes] | None:
-        """(rid, name, data) of a stored resource, or None."""
-        queued = self._resources.get(sk)
-        if queued is not None:
-            return queued[1], queued[5], queued[7]
-        return self.db.execute("SELECT rid, name, data FROM resources WHERE sk=?", (sk,)).fetchone()
-
-    def _flush_resources(self) -> None:
-        rows = self._resources.values()
-        self.db.executemany("INSERT INTO resources VALUES (?,?,?,?,?,?,?)", [r[1:] for r in rows if r[0]])
-        self.db.executemany("UPDATE resources SET parent_sk=?, link=?, data=? WHERE rid=?",
-                            [(r[3], r[6], r[7], r[1]) for r in rows if not r[0]])
-        self._resources.clear()
+    def add_resources(self, rows: list[tuple]) -> None:
+        """Resource rows (rid, sk, parent_sk, key, name, link, data), each once, at the end of the fold."""
+        self.db.executemany("INSERT INTO resources VALUES (?,?,?,?,?,?,?)", rows)
 
     def finish(self) -> None:
         """Everything appended: build the indexes the views read by."""

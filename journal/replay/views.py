@@ -596,6 +596,7 @@ def _short_url(u: str) -> str:
 
 def write_views(vault: Vault, rp: Replay) -> tuple[Path, list[str]]:
     """Write every view file of `rp` under views/<session>/; return the folder and the file names."""
+    rp.require_views()
     out = views_dir(vault, rp.session)
     out.mkdir(parents=True, exist_ok=True)
     store = rp.store

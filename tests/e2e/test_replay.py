@@ -598,21 +598,24 @@ def test_mcp_tool_calls_without_an_api_mapping_are_listed_not_guessed(tmp_path):
 # -- bounded memory: the spill store -----------------------------------------------------------------------------
 
 
-def test_a_one_resource_cache_gives_the_same_bytes(tmp_path, monkeypatch):
-    """Resources evicted from the fold's cache and read back from the spill store fold exactly as if every
-    one had stayed in memory: the views, byte for byte, and the plan."""
+def test_the_plan_alone_without_a_fork_and_with_a_one_resource_cache_gives_the_same_plan(tmp_path, monkeypatch):
+    """The fold for the plan alone (what revert-plan and the inspector's plan tab use), forked or serial,
+    gives the plan of the full replay; the full replay's views are the same bytes with or without a fork,
+    and whether resources stay objects or are frozen and thawed at every touch."""
+    from journal.replay import forked
     from journal.replay.fold import Folder
 
     trees, plans = [], []
-    for cache in (Folder.CACHE, 1):
-        monkeypatch.setattr(Folder, "CACHE", cache)
-        root = copy_example(tmp_path / f"v{cache}")
+    for enabled in (True, False):
+        monkeypatch.setattr(forked, "ENABLED", enabled)
+        monkeypatch.setattr(Folder, "CACHE", Folder.CACHE if enabled else 1)  # every resource frozen and thawed
+        root = copy_example(tmp_path / f"v{enabled}")
         vault = Vault.open_existing(root)
         rp = replay_session(vault, SESSION)
         folder, _ = write_outputs(vault, rp)
         trees.append(_tree(folder))
-        plans.append(plan_dict(rp))
-    assert trees[0] == trees[1] and plans[0] == plans[1]
+        plans += [plan_dict(rp), plan_dict(replay_session(vault, SESSION, views=False))]
+    assert trees[0] == trees[1] and all(p == plans[0] for p in plans)
     assert len(trees[0]) == 16  # 11 notes, 1 timeline page, index, plan (md, json), views.json
 
 

@@ -72,16 +72,73 @@ def _expected(variant: str) -> dict[str, str]:
     return orjson.loads(VECTORS.read_bytes())[variant]
 
 
+def _revert_plan_cli(root: Path, *args: str) -> tuple[int, str, str]:
+    """(exit code, sha256 of stdout and stderr, stdout's first line) of `broker revert-plan` on the session, in
+    process (any scratch in a cache folder beside the vault)."""
+    from click.testing import CliRunner
+
+    from broker.cli.main import cli
+
+    env = {"XDG_CACHE_HOME": str(root.parent / "cache"), "NO_COLOR": "1"}
+    result = CliRunner().invoke(cli, ["revert-plan", "--vault", str(root), SESSION, *args], env=env,
+                                standalone_mode=False)
+    assert result.exception is None, result.exception
+    out = result.stdout_bytes
+    digest = hashlib.sha256(out + b"\0" + result.stderr_bytes).hexdigest()
+    return result.return_value, digest, out.decode().partition("\n")[0][:200]
+
+
+def _revert_plan_digests(root: Path) -> dict[str, object]:
+    """What `broker revert-plan` prints, as JSON and as text, and with --require-intact (refused when broken)."""
+    out: dict[str, object] = {}
+    for name, args in (("json", ["--json"]), ("text", []), ("require-intact", ["--require-intact", "--json"])):
+        code, digest, _ = _revert_plan_cli(root, *args)
+        out[name] = [code, digest]
+    return out
+
+
 @pytest.mark.parametrize("variant", ["intact", "edited", "removed"])
 def test_outputs_match_the_serial_replay(tmp_path, variant):
     assert _replay(_session(tmp_path / "v", variant)) == _expected(variant)
 
 
+@pytest.mark.parametrize("variant", ["intact", "edited", "removed"])
+def test_revert_plan_prints_the_same_bytes(tmp_path, variant):
+    """`broker revert-plan` (which folds for the plan alone, writing no view) prints what it printed when it
+    folded every view into the spill store: --json, the text listing, and --require-intact on a broken chain
+    (refused, exit 1) as before. The digests were taken from the revision before the plan-only fold."""
+    root = _session(tmp_path / "v", variant)
+    assert _revert_plan_digests(root) == orjson.loads(VECTORS.read_bytes())["revert-plan"][variant]
+
+
 def test_without_a_fork_and_with_a_tiny_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(forked, "ENABLED", False)
-    monkeypatch.setattr(fold.Folder, "CACHE", 7)
-    monkeypatch.setattr(fold.Folder, "COLD_BYTES", 4096)  # most resources go on to the spill store
+    monkeypatch.setattr(fold.Folder, "CACHE", 7)  # most resources are folded frozen and thawed again
     assert _replay(_session(tmp_path / "v", "intact")) == _expected("intact")
+
+
+@pytest.mark.parametrize("variant", ["intact", "edited", "removed"])
+def test_the_plan_alone_is_the_plan_of_the_views(tmp_path, variant):
+    """A fold for the plan alone (views=False) gives the very plan the full replay gives and writes no entry,
+    touch, write or resource row; asking it for views fails with a message instead of giving nothing."""
+    from journal.replay import plan_dict
+    from journal.replay.plan import plan_json
+
+    root = _session(tmp_path / "v", variant)
+    vault = Vault.open_existing(root)
+    full = replay_session(vault, SESSION)
+    alone = replay_session(vault, SESSION, views=False)
+    assert plan_dict(alone) == plan_dict(full) and len(plan_dict(alone)["steps"]) > 500
+    assert b"".join(plan_json(alone)) == orjson.dumps(plan_dict(full))
+    assert alone.unreadable == full.unreadable and alone.counts.resources == full.counts.resources
+    for table in ("entries", "touches", "writes", "lifecycle", "resources"):
+        assert alone.store.one(f"SELECT COUNT(*) FROM {table}") == (0,)
+    with pytest.raises(ValueError, match="revert plan alone"):
+        write_outputs(vault, alone)
+    with pytest.raises(ValueError, match="revert plan alone"):
+        len(alone.entries)
+    full.close()
+    alone.close()
 
 
 def test_failing_children_leave_their_work_to_the_parent(tmp_path, monkeypatch):
@@ -130,9 +187,10 @@ def test_an_interrupted_replay_leaves_no_child_behind(tmp_path, monkeypatch):
 
 
 def _write(root: Path) -> None:
-    out = {}
+    out: dict[str, dict] = {"revert-plan": {}}
     for variant in ("intact", "edited", "removed"):
         out[variant] = _replay(_session(root / variant, variant))
+        out["revert-plan"][variant] = _revert_plan_digests(root / variant)
     VECTORS.write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
 
 

@@ -778,7 +778,15 @@
     async planTab() {
       clear(this.body, el("p", { class: "loading" }, "Building the revert plan…"));
       let plan;
-      try { plan = await api("session/revert-plan", { session: this.session }); } catch (err) { clear(this.body, failure(err)); return; }
+      try {
+        // A long session's plan is folded in the background: 202 {pending, done, total} until it is ready.
+        for (plan = await api("session/revert-plan", { session: this.session }); plan.pending && !this.stopped;
+          plan = await api("session/revert-plan", { session: this.session })) {
+          const pct = plan.total ? ` (${Math.min(99, Math.floor((100 * plan.done) / plan.total))}% of the session read)` : "";
+          clear(this.body, el("p", { class: "loading", role: "status" }, `Building the revert plan…${pct}`));
+        }
+      } catch (err) { clear(this.body, failure(err)); return; }
+      if (this.stopped) return;
       if (!plan.steps.length) { clear(this.body, el("p", {}, "No writes: nothing to revert.")); return; }
       clear(this.body, el("p", { class: "muted" }, `${plan.steps.length} steps, newest first. Never executed: for a person to review and act on.`),
         el("table", { id: "plan" }, el("thead", {}, el("tr", {}, ["#", "For seq", "Connector", "Operation", "Revertible", "Inverse call", "Why", "Evidence"].map((h) => el("th", {}, h)))),

@@ -77,6 +77,47 @@ def test_verdict_views_and_revert_plan(client):
     assert writes and {"before", "intended", "actual", "differences"} <= set(writes[0])
 
 
+def test_the_revert_plan_is_folded_in_the_background_and_says_how_far_it_got(monkeypatch, tmp_path):
+    """A long session's plan takes a while: the first requests answer 202 with the bytes read so far (the page
+    shows them) instead of holding the request; then the plan, the same as a full replay's."""
+    import threading
+
+    from broker.inspector import sessions
+    from journal.replay import forked, plan_dict, replay_session
+
+    gate = threading.Event()
+    real = sessions.replay_session
+    seen: list[dict] = []
+
+    def held(vault, session, progress=None, **kwargs):
+        seen.append(kwargs)
+
+        def advance(n: int) -> None:
+            progress(n)
+            gate.wait(30)
+
+        return real(vault, session, progress=advance, **kwargs)
+
+    monkeypatch.setattr(sessions, "replay_session", held)
+    c = TestClient(create_app(Vault.open_existing(EXAMPLE)), base_url="http://127.0.0.1")
+    size = (EXAMPLE / "journal" / f"{S}.jsonl").stat().st_size
+    first = c.get("/api/session/revert-plan", params={"session": S})
+    assert first.status_code == 202
+    got = first.json()
+    assert got["pending"] is True and got["total"] == size and 0 < got["done"] <= size
+    assert c.get("/api/session/revert-plan", params={"session": S}).status_code == 202  # the same fold, once
+    gate.set()
+    for _ in range(60):
+        r = c.get("/api/session/revert-plan", params={"session": S})
+        if r.status_code == 200:
+            break
+    assert r.status_code == 200 and seen == [{"views": False}]  # one fold, for the plan alone
+    monkeypatch.setattr(forked, "ENABLED", False)  # a unit test starts no process
+    vault = Vault.open_existing(EXAMPLE)
+    vault.views_dir = tmp_path  # the replay's scratch: never inside the example vault
+    assert r.json() == plan_dict(replay_session(vault, S))
+
+
 def test_fixture_download_is_the_exporters_output(client):
     r = client.get("/api/session/fixture", params={"session": S})
     assert r.status_code == 200
