@@ -64,6 +64,9 @@ KINDS = (
     "session_missing", "seal_missing", "seal_rollback", "unsealed_tail",
 )
 _REF_MARK = b'"ref":"blobs/sha256/'
+_HASH_KEY = b',"hash":"'
+_HASH_MEMBER_LEN = len(_HASH_KEY) + 64 + 1  # ,"hash":"<64 hex digits>"
+_sha256 = hashlib.sha256
 
 
 @dataclass
@@ -299,10 +302,16 @@ def _quick_entry(data: bytes, session: str, keys_ok: bool) -> dict | None:
     entry = canonical_value(data, keys_checked=keys_ok)
     if type(entry) is not dict or not is_valid_entry(entry) or entry["session"] != session:
         return None
-    unhashed = unsplice_hash(data, entry["hash"])  # as `_check_line` does
-    if unhashed is None or hashlib.sha256(unhashed).hexdigest() != entry["hash"]:
+    # What `_check_line` hashes (`unsplice_hash`: the line without its first `,"hash":"<hash>"`), without
+    # building that member, searching for it or copying the line: in a valid canonical entry the first
+    # `,"hash":"` is the top-level member (chain.splice_hash says why) and holds the 64 hex digits of `hash`.
+    at = data.find(_HASH_KEY)
+    if at < 0:
         return None
-    return entry
+    line = memoryview(data)
+    digest = _sha256(line[:at])
+    digest.update(line[at + _HASH_MEMBER_LEN :])
+    return entry if digest.hexdigest() == entry["hash"] else None
 
 
 def _rest(lines: list[bytes], i: int, blocks: Iterator[LineBlock]) -> Iterator[bytes]:
