@@ -11,8 +11,6 @@ import os
 from collections.abc import Callable
 
 from journal.call import TOOL_ERROR
-from journal.checkpoint.checkpoint import Checkpoint, read_checkpoint_note
-from journal.checkpoint.note import NoteError, parse_note
 from journal.confine import NotConfined
 from journal.reader import RowSource, session_blocks
 from journal.seal import read_seal
@@ -63,7 +61,12 @@ def summarize_session(vault: Vault, session: str, *, progress: Callable[[int], N
 def checkpoint_status(vault: Vault, session: str) -> dict | None:
     """What the session's checkpoint file claims, read for display and not verified: `size` (entries
     covered), `signers` (the key names on its signature lines: the log's, then any witnesses'), or
-    `error` when the file cannot be read as a checkpoint note. None when there is no checkpoint."""
+    `error` when the file cannot be read as a checkpoint note. None when there is no checkpoint.
+    (The checkpoint modules, and cryptography with them, are imported here: `broker verify` and `show`
+    import this module and never need them.)"""
+    from journal.checkpoint.checkpoint import Checkpoint, read_checkpoint_note
+    from journal.checkpoint.note import NoteError, parse_note
+
     note = read_checkpoint_note(vault, session)
     if note is None:
         return None

@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 import orjson
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from journal.blobstore import BlobStore, is_ref_object
 from journal.canonical import CanonicalError, canonical_value, is_canonical_line, keys_may_sort_differently
@@ -47,13 +46,14 @@ from journal.chain import GENESIS, unsplice_hash
 from journal.confine import NotConfined, is_blob_name
 from journal.entry import ContractError, is_valid_entry, validate_entry
 from journal.erasure import read_tombstone
-from journal.erasure_signature import erasure_signer
 from journal.forked_call import ForkedCall, can_fork, usable_cpus
 from journal.reader import LineBlock, RowSource, iter_line_blocks, session_blocks
 from journal.seal import Seal, check_signature, read_seal
 from journal.vault import Vault, VaultError
 
 if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     from journal.checkpoint.note import Verifier
     from journal.trajectory import ToolListWatch
 
@@ -598,6 +598,8 @@ def _check_blobs(
                         tombstone = held(digest) if held is not None else read_tombstone(blobs.root, digest)
                     except VaultError as exc:
                         tombstone, cache[digest] = None, f"{cache[digest]} ({exc})"
+                    from journal.erasure_signature import erasure_signer  # signatures: only for a tombstone
+
                     keys = cast("list[Verifier]", blobs.erasure_keys)  # BlobStore holds them untyped
                     signer = erasure_signer(tombstone, keys) if tombstone is not None else None
                     if signer is not None:
