@@ -34,15 +34,23 @@ def _fast(value: object) -> bytes | None:
     """orjson's sorted output when it is provably the canonical form, else None.
 
     orjson itself refuses integers beyond +-(2^53-1) (OPT_STRICT_INTEGER), non-string keys, subclasses
-    (OPT_PASSTHROUGH_SUBCLASS), lone surrogates and very deep nesting; the byte scan rules out floats
-    and key orders that differ from UTF-16 order; and reading the bytes back must give the value
-    again, which rules out NaN and infinities (orjson writes those as null).
+    (OPT_PASSTHROUGH_SUBCLASS), lone surrogates and very deep nesting; `keys_may_sort_differently`
+    rules out key orders that differ from UTF-16 order; and the bytes must read back as the value
+    through the decoder that stops at the first float literal: that rules out every float (a finite
+    one is written with `.` or `e`, NaN and infinities as null, which reads back as None) and anything
+    orjson writes that is not the plain JSON value itself (a tuple, a date, an enum member). One parse
+    of the output does the work of the byte scan for float tokens and the read-back it replaced.
     """
     try:
         data = orjson.dumps(value, option=_FAST_OPTIONS)
     except orjson.JSONEncodeError:
         return None
-    if _may_differ_from_orjson(data) or orjson.loads(data) != value:
+    if keys_may_sort_differently(data):
+        return None
+    try:
+        if _decode_without_floats(data) != value:
+            return None
+    except (msgspec.DecodeError, _FloatLiteral):
         return None
     return data
 

@@ -22,16 +22,17 @@ import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from journal.canonical import canonical_bytes
 from journal.confine import NotConfined, open_file_inside
 from journal.entry import format_ts
 from journal.vault import Vault, VaultError, session_filename, write_atomically
+
+if TYPE_CHECKING:  # cryptography is imported where a key is used: `broker verify` without a key never loads it
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 SEAL_FORMAT = "connector-journal-seal/1"
 KEY_FORMAT = "connector-journal-seal-key/1"
@@ -56,6 +57,8 @@ class Seal:
 
 
 def key_id(public: Ed25519PublicKey) -> str:
+    from cryptography.hazmat.primitives import serialization
+
     raw = public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     return hashlib.sha256(raw).hexdigest()[:16]
 
@@ -66,6 +69,9 @@ def generate_keypair(private_path: str | os.PathLike, public_path: str | os.Path
     for p in (private_path, public_path):
         if p.exists():
             raise SealError(f"{p} exists; refusing to overwrite a key")
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     key = Ed25519PrivateKey.generate()
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     fd = os.open(private_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -87,6 +93,9 @@ def load_private_key(path: str | os.PathLike) -> Ed25519PrivateKey:
 
 def parse_private_key(data: bytes, source: str | os.PathLike) -> Ed25519PrivateKey:
     """A legacy PEM private key from the file's bytes; `source` names it in errors."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     if data.startswith(KEY_FORMAT.encode()):
         raise SealError(f"{source} is a public seal key; sealing takes the private key (the .pem file "
                         "`broker keygen` wrote beside it)")
@@ -109,6 +118,8 @@ def load_public_key(path: str | os.PathLike) -> Ed25519PublicKey:
 
 def parse_public_key(text: str, source: str | os.PathLike) -> Ed25519PublicKey:
     """A legacy `connector-journal-seal-key/1` public key from its text; `source` names it in errors."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     words = text.split()
     if "PRIVATE" in words and any(w.startswith("-----BEGIN") for w in words):
         raise SealError(f"{source} is a private key; checking a seal takes the public key (the .pub file "
@@ -160,6 +171,8 @@ def read_seal(vault: Vault, session: str) -> Seal | None:
 
 def check_signature(seal: Seal, public: Ed25519PublicKey) -> str | None:
     """None when the seal was signed by `public`; else what is wrong."""
+    from cryptography.exceptions import InvalidSignature
+
     if seal.key_id != key_id(public):
         return f"seal was signed by key {seal.key_id}, not by the given key {key_id(public)}"
     try:

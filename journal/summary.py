@@ -11,8 +11,6 @@ import os
 from collections.abc import Callable
 
 from journal.call import TOOL_ERROR
-from journal.checkpoint.checkpoint import read_checkpoint_note
-from journal.checkpoint.claims import checkpoint_claims
 from journal.confine import NotConfined
 from journal.reader import RowSource, session_blocks
 from journal.seal import read_seal
@@ -64,7 +62,11 @@ def checkpoint_status(vault: Vault, session: str) -> dict | None:
     """The sessions list's short form of what the checkpoint claims (journal/checkpoint/claims.py), not
     verified: `size` (entries covered), `signers` (the key names on its signature lines: the log's, then
     any witnesses'), or `error` when the file cannot be read as a checkpoint note. None when there is
-    no checkpoint."""
+    no checkpoint. (The checkpoint modules, and cryptography with them, are imported here: `broker verify`
+    and `show` import this module and never need them.)"""
+    from journal.checkpoint.checkpoint import read_checkpoint_note
+    from journal.checkpoint.claims import checkpoint_claims
+
     claims = checkpoint_claims(read_checkpoint_note(vault, session))
     if claims is None:
         return None

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any
-
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from typing import TYPE_CHECKING, Any
 
 from journal.forked_call import ForkedCall, can_fork, usable_cpus
 from journal.vault import Vault
 from journal.verify import MIN_WORKER_BYTES, PARALLEL_MIN_BYTES, SessionReport, verify_session
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 
 def verify_sessions(

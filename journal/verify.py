@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 import orjson
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from journal.blobstore import BlobStore, is_ref_object
 from journal.canonical import CanonicalError, canonical_value, is_canonical_line, keys_may_sort_differently
@@ -47,13 +46,14 @@ from journal.chain import GENESIS, unsplice_hash
 from journal.confine import NotConfined, is_blob_name
 from journal.entry import ContractError, is_valid_entry, validate_entry
 from journal.erasure import read_tombstone
-from journal.erasure_signature import erasure_signer
 from journal.forked_call import ForkedCall, can_fork, usable_cpus
 from journal.reader import LineBlock, RowSource, iter_line_blocks, session_blocks
 from journal.seal import Seal, check_signature, read_seal
 from journal.vault import Vault, VaultError
 
 if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     from journal.checkpoint.note import Verifier
     from journal.trajectory import ToolListWatch
 
@@ -64,6 +64,9 @@ KINDS = (
     "session_missing", "seal_missing", "seal_rollback", "unsealed_tail",
 )
 _REF_MARK = b'"ref":"blobs/sha256/'
+_HASH_KEY = b',"hash":"'
+_HASH_MEMBER_LEN = len(_HASH_KEY) + 64 + 1  # ,"hash":"<64 hex digits>"
+_sha256 = hashlib.sha256
 
 
 @dataclass
@@ -299,10 +302,16 @@ def _quick_entry(data: bytes, session: str, keys_ok: bool) -> dict | None:
     entry = canonical_value(data, keys_checked=keys_ok)
     if type(entry) is not dict or not is_valid_entry(entry) or entry["session"] != session:
         return None
-    unhashed = unsplice_hash(data, entry["hash"])  # as `_check_line` does
-    if unhashed is None or hashlib.sha256(unhashed).hexdigest() != entry["hash"]:
+    # What `_check_line` hashes (`unsplice_hash`: the line without its first `,"hash":"<hash>"`), without
+    # building that member, searching for it or copying the line: in a valid canonical entry the first
+    # `,"hash":"` is the top-level member (chain.splice_hash says why) and holds the 64 hex digits of `hash`.
+    at = data.find(_HASH_KEY)
+    if at < 0:
         return None
-    return entry
+    line = memoryview(data)
+    digest = _sha256(line[:at])
+    digest.update(line[at + _HASH_MEMBER_LEN :])
+    return entry if digest.hexdigest() == entry["hash"] else None
 
 
 def _rest(lines: list[bytes], i: int, blocks: Iterator[LineBlock]) -> Iterator[bytes]:
@@ -589,6 +598,8 @@ def _check_blobs(
                         tombstone = held(digest) if held is not None else read_tombstone(blobs.root, digest)
                     except VaultError as exc:
                         tombstone, cache[digest] = None, f"{cache[digest]} ({exc})"
+                    from journal.erasure_signature import erasure_signer  # signatures: only for a tombstone
+
                     keys = cast("list[Verifier]", blobs.erasure_keys)  # BlobStore holds them untyped
                     signer = erasure_signer(tombstone, keys) if tombstone is not None else None
                     if signer is not None:

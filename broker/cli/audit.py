@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, TypeGuard, cast
+
 import click
 import orjson
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from broker.cli.main import summary
 from broker.cli.options import (
@@ -17,9 +18,6 @@ from broker.cli.options import (
     vault_option,
 )
 from broker.cli.progress import progress_bar
-from journal.checkpoint.audit import audit_vault, session_tree
-from journal.checkpoint.note import Verifier
-from journal.checkpoint.witness import WitnessClient
 from journal.entry import parse_ts
 from journal.reader import RowSource, iter_entries, session_size
 from journal.seq_index import line_of_seq
@@ -27,6 +25,11 @@ from journal.summary import call_label, status_text, summarize_session
 from journal.vault import Vault, VaultError
 from journal.vault_verify import verify_sessions
 from journal.verify import SessionReport
+
+if TYPE_CHECKING:  # the checkpoint audit (and cryptography) is loaded when a --seal-key asks for it
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    from journal.checkpoint.note import Verifier
 
 
 def _select(vault: Vault, sessions: tuple[str, ...]) -> list[str]:
@@ -75,12 +78,12 @@ def verify(vault_dir: str, store: str | None, sessions: tuple[str, ...], as_json
     # A database store is read in place; its checkpoints and seals stay in the --vault directory they were
     # written to (docs/postgres.md), which is read there, never written.
     vault = reading_vault(store, vault_dir)
-    if isinstance(seal_key, Verifier):
+    if seal_key is not None and _is_checkpoint_key(seal_key):
         return verify_checkpoints(vault, sessions, as_json, no_blobs, seal_key, witness_keys, witness_urls,
                                   require_sealed, erasure_keys, blobs)
     if witness_keys or witness_urls or require_sealed:
         raise click.UsageError("--witness-key, --witness and --require-sealed need a --seal-key verifier key")
-    public = seal_key  # a legacy .pub key checks the old .seal files
+    public = cast("Ed25519PublicKey | None", seal_key)  # a legacy .pub key checks the old .seal files
     names = _select(vault, sessions)
     with progress_bar(_total_bytes(vault, names), "verifying") as advance:
         reports = verify_sessions(vault, names, check_blobs=not no_blobs, progress=advance, seal_key=public,
@@ -98,10 +101,21 @@ def verify(vault_dir: str, store: str | None, sessions: tuple[str, ...], as_json
     return 0 if all(r.intact for r in reports) and not unmapped else 1
 
 
+def _is_checkpoint_key(key: object) -> TypeGuard[Verifier]:
+    """A checkpoint verifier key (not a legacy .pub seal key); journal.checkpoint (and cryptography with it)
+    is imported only when a key was given, which keeps a plain `broker verify`'s start-up short."""
+    from journal.checkpoint.note import Verifier
+
+    return isinstance(key, Verifier)
+
+
 def verify_checkpoints(vault: Vault, sessions: tuple[str, ...], as_json: bool, no_blobs: bool, key: Verifier,
                        witness_keys: tuple[Verifier, ...], witness_urls: tuple[str, ...], require_sealed: bool,
                        erasure_keys: tuple[Verifier, ...] = (), blobs_url: str | None = None) -> int:
     """`broker verify --seal-key VKEY`: the chain of each session, then checkpoints, index and witnesses."""
+    from journal.checkpoint.audit import audit_vault, session_tree
+    from journal.checkpoint.witness import WitnessClient
+
     wkeys = list(witness_keys)
     clients = [WitnessClient(u, None) for u in witness_urls]
     names = _select(vault, sessions)

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 import click
 
 from broker.listen_failure import listen_error
-from journal.checkpoint.keys import any_signer, any_verifier, load_signer, load_verifier
 from journal.store import is_database_url, open_store
 from journal.vault import Vault
 
@@ -105,19 +104,30 @@ class KeyParam(click.ParamType):
         return self.parse(value) if isinstance(value, str) else value
 
 
+def _key_reader(name: str) -> Callable[[str], object]:
+    """journal/checkpoint/keys.py's reader `name`, imported when a key option is given: the key modules (and
+    cryptography) are not loaded by the commands that run without a key (`broker verify`, `show`, ...)."""
+    def read(value: str) -> object:
+        from journal.checkpoint import keys
+
+        return getattr(keys, name)(value)
+
+    return read
+
+
 def _checked_signer_path(path: str) -> str:
     """The path, once it holds a signer key: the recording process reads the key itself."""
-    load_signer(path)
+    _key_reader("load_signer")(path)
     return path
 
 
-VERIFIER_KEY = KeyParam(load_verifier, "VKEY")
+VERIFIER_KEY = KeyParam(_key_reader("load_verifier"), "VKEY")
 """A checkpoint verifier key (NAME.vkey), as a file or its text: a journal.checkpoint.note.Verifier."""
-ANY_VERIFIER_KEY = KeyParam(any_verifier, "VKEY")
+ANY_VERIFIER_KEY = KeyParam(_key_reader("any_verifier"), "VKEY")
 """VERIFIER_KEY, or a legacy seal public key (.pub: an Ed25519PublicKey) that checks the old .seal files."""
-SIGNER_KEY = KeyParam(load_signer, "KEY")
+SIGNER_KEY = KeyParam(_key_reader("load_signer"), "KEY")
 """A checkpoint signer key file (NAME.key): a journal.checkpoint.note.Signer."""
-ANY_SIGNER_KEY = KeyParam(any_signer, "KEY")
+ANY_SIGNER_KEY = KeyParam(_key_reader("any_signer"), "KEY")
 """SIGNER_KEY, or a legacy PEM private key (an Ed25519PrivateKey) that writes the old .seal files."""
 SIGNER_KEY_FILE = KeyParam(_checked_signer_path, "KEY")
 """A checkpoint signer key file, checked, kept as its path."""

@@ -12,10 +12,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
+import enum
 import hashlib
 import importlib.util
 import json
 import math
+import uuid
 from pathlib import Path
 
 import orjson
@@ -465,3 +469,34 @@ def test_is_canonical_line_examples(line):
         assert not is_canonical_line(line, parsed)
     except CanonicalError:
         pass  # no canonical form at all: rejected too
+
+
+
+class _Colour(enum.Enum):
+    RED = "red"
+
+
+@dataclasses.dataclass
+class _Point:
+    x: int
+
+
+@pytest.mark.parametrize(
+    "value",
+    [(1, 2), {"a": (1,)}, datetime.date(2026, 12, 2), {"t": datetime.datetime(2026, 12, 2, 8, 0)},
+     uuid.UUID(int=7), [_Colour.RED], _Point(1), {"n": float("nan")}, [float("-inf")]],
+    ids=repr,
+)
+def test_fast_path_declines_what_orjson_writes_but_json_does_not_hold(value):
+    """orjson writes these (a tuple as an array, a date, a UUID or an enum member as a string, a dataclass as an
+    object, NaN as null); reading its bytes back through the float-refusing decoder tells them from the value,
+    and the slow path says they have no canonical form."""
+    assert _fast(value) is None
+    with pytest.raises(CanonicalError):
+        canonical_bytes(value)
+
+
+@pytest.mark.parametrize("value", [{"a": [1, 2.5]}, [0.1], {"x": 1e16}, -0.0, {"a": {"b": [1, {"c": 1e-7}]}}], ids=repr)
+def test_fast_path_declines_finite_floats_that_the_slow_path_writes(value):
+    assert _fast(value) is None
+    assert canonical_bytes(value) == rfc8785.dumps(value)

@@ -13,7 +13,7 @@ from journal.blobstore import BlobStore
 from journal.canonical import canonical_bytes
 from journal.chain import chain_entry
 from journal.vault import Vault
-from journal.verify import verify_session
+from journal.verify import _quick_entry, verify_session
 from journal.writer import JournalWriter
 from tests.support.journal_factories import fields
 
@@ -288,3 +288,58 @@ def test_every_tampering_kind_names_its_own_seq(tmp_path):
         tamper(lines)
         r = check(tmp_path / str(n), lines)
         assert (tamper.__name__, r.broken_at_seq, r.kind) == (tamper.__name__, seq, kind)
+
+
+def _rehashed_as_written(line: bytes) -> bytes:
+    """`line` (with its newline) with its hash recomputed over its own bytes, as an attacker who rewrites a
+    line would do: only the canonical-form check can then refuse it."""
+    old = orjson.loads(line)["hash"]
+    member = b',"hash":"' + old.encode() + b'"'
+    body = line.rstrip(b"\n").replace(member, b"", 1)
+    return line.replace(old.encode(), hashlib.sha256(body).hexdigest().encode(), 1)
+
+
+def _swap_first_members(line: bytes) -> bytes:
+    agent_end = line.index(b',"capture":')
+    capture_end = line.index(b',"connector":')
+    return b"{" + line[agent_end + 1 : capture_end] + b"," + line[1:agent_end] + line[capture_end:]
+
+
+@pytest.mark.parametrize(
+    "mangle",
+    [
+        lambda b: b.replace(b'{"agent"', b'{ "agent"', 1),
+        lambda b: b.replace(b'"agent":', b'"agent" :', 1),
+        lambda b: b[:-1] + b" \n",  # trailing space
+        lambda b: b[:-1] + b"\r\n",  # CRLF
+        _swap_first_members,  # key order
+        lambda b: b.replace(b'"method":"GET"', b'"method":"\\u0047ET"', 1),  # escape of a plain character
+        lambda b: b.replace(b"https://", b"https:\\/\\/", 1),  # escaped solidus
+        lambda b: b.replace("é".encode(), b"\\u00e9", 1),  # non-ASCII written as an escape
+        lambda b: b.replace(b'"agent":', b'"agent":"x","agent":', 1),  # duplicated key, the last one wins
+        lambda b: b.replace(b'"status":200', b'"status":2e2', 1),  # a float for an integer
+        lambda b: b.replace(b'"status":200', b'"status":200.0', 1),
+    ],
+    ids=["space-after-brace", "space-before-colon", "trailing-space", "crlf", "key-order", "unicode-escape",
+         "escaped-solidus", "escaped-non-ascii", "duplicate-key", "float-exponent", "float-point"],
+)
+@pytest.mark.parametrize("workers", [1, None])
+def test_a_rehashed_non_canonical_line_is_refused_by_the_fast_path_too(tmp_path, mangle, workers):
+    """The attacker rewrites the last line in a form JSON parsers read as the same entry and recomputes its hash
+    over the new bytes: the hash holds, so only the canonical-form check stands between it and `intact`. The
+    one-pass check (`_quick_entry`) must refuse it exactly as the step-by-step checks do."""
+    lines = make_chain(3)
+    mangled = _rehashed_as_written(mangle(lines[2]))
+    assert mangled != lines[2]
+    lines[2] = mangled
+    assert _quick_entry(mangled.rstrip(b"\n"), "s1", True) is None
+    vault = Vault.create(tmp_path)
+    vault.session_path("s1").write_bytes(b"".join(lines))
+    r = verify_session(vault, "s1", workers=workers)
+    assert (r.intact, r.broken_at_seq, r.kind) == (False, 3, "not_canonical"), r.as_dict()
+
+
+def test_the_fast_path_takes_exactly_the_line_the_writer_wrote(tmp_path):
+    lines = make_chain(3)
+    assert _quick_entry(lines[2].rstrip(b"\n"), "s1", True) == orjson.loads(lines[2])
+    assert _quick_entry(lines[2].rstrip(b"\n"), "another-session", True) is None
