@@ -16,6 +16,8 @@ from typing import BinaryIO
 
 import orjson
 
+from journal.errors import InputError
+
 _READ = 1 << 18
 _WHOLE = 1 << 20  # a container up to this size is checked by one orjson.loads; a bigger one member by member
 _WS = re.compile(rb"[ \t\n\r]*+")
@@ -24,7 +26,7 @@ _SCALAR_END = re.compile(rb"[,\]}: \t\n\r]")
 _STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"')
 
 
-class NotJson(ValueError):
+class NotJson(InputError):
     """The document is not JSON (as orjson.loads would refuse it)."""
 
 
