@@ -198,27 +198,27 @@ def _ocsf(f: BinaryIO, table: LinkTable) -> str | None:
     return None
 
 
+def _har_link(table: LinkTable, where: str, item: object, last: int, what: str) -> int:
+    """Check one HAR entry's or WebSocket message's `_journal` (present, its seq above `last`: in file
+    order) and add its link; the seq to compare the next one with. Raises _Problem."""
+    j = item.get("_journal") if isinstance(item, dict) else None
+    if not isinstance(j, dict):
+        raise _Problem(f"{where}: no _journal{what}")
+    seq = j.get("seq")
+    if type(seq) is int and seq <= last:
+        raise _Problem(f"{where}: seq {seq} after seq {last}: reordered or repeated")
+    table.add(Link(where, "", seq, j.get("hash"), j.get("prev")))
+    return seq if type(seq) is int else last
+
+
 def _har_entry(n: int, e: object, messages: Iterable[object] | None, table: LinkTable, last_top: int) -> int:
     """Check and add one HAR entry and its WebSocket messages (from the entry, or walked: `messages`);
     the entry's seq for the next one. Raises _Problem."""
-    j = e.get("_journal") if isinstance(e, dict) else None
-    if not isinstance(j, dict):
-        raise _Problem(f"entry {n}: no _journal: not an entry `broker export --format har` wrote")
-    seq = j.get("seq")
-    if type(seq) is int and seq <= last_top:
-        raise _Problem(f"entry {n}: seq {seq} after seq {last_top}: reordered or repeated")
-    table.add(Link(f"entry {n}", "", seq, j.get("hash"), j.get("prev")))
-    last_msg = seq if type(seq) is int else 0
+    top = _har_link(table, f"entry {n}", e, last_top, ": not an entry `broker export --format har` wrote")
+    last_msg = top if top != last_top else 0
     for m, msg in enumerate((e.get("_webSocketMessages") or []) if messages is None else messages, 1):  # type: ignore[attr-defined]
-        mj = msg.get("_journal") if isinstance(msg, dict) else None
-        if not isinstance(mj, dict):
-            raise _Problem(f"entry {n} message {m}: no _journal")
-        mseq = mj.get("seq")
-        if type(mseq) is int and mseq <= last_msg:
-            raise _Problem(f"entry {n} message {m}: seq {mseq} after seq {last_msg}: reordered or repeated")
-        last_msg = mseq if type(mseq) is int else last_msg
-        table.add(Link(f"entry {n} message {m}", "", mseq, mj.get("hash"), mj.get("prev")))
-    return seq if type(seq) is int else last_top
+        last_msg = _har_link(table, f"entry {n} message {m}", msg, last_msg, "")
+    return top
 
 
 class _Problem(Exception):
