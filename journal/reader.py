@@ -52,32 +52,37 @@ def iter_line_blocks(path: str | os.PathLike, start: int = 0, stop: int | None =
     but a regular file is refused (journal/confine.py)."""
     fd = open_regular(path)
     try:
-        pos = start
-        while stop is None or pos < stop:
-            buf = _pread(fd, pos, stop)
-            if not buf:
-                return
-            end = buf.rfind(b"\n")
-            if end < 0:  # a line longer than one read: read on until its newline
-                parts, got = [buf], len(buf)
-                while end < 0:
-                    more = _pread(fd, pos + got, stop)
-                    if not more:
-                        break
-                    parts.append(more)
-                    nl = more.rfind(b"\n")
-                    end = got + nl if nl >= 0 else -1
-                    got += len(more)
-                buf = b"".join(parts)
-                if end < 0:
-                    yield LineBlock([], buf, buf)
-                    return
-            lines = buf.split(b"\n")
-            lines.pop()  # the part after the last newline: read again as the start of the next block
-            pos += end + 1
-            yield LineBlock(lines, buf)
+        yield from fd_line_blocks(fd, start, stop)
     finally:
         os.close(fd)
+
+
+def fd_line_blocks(fd: int, start: int = 0, stop: int | None = None) -> Iterator[LineBlock]:
+    """iter_line_blocks of a descriptor the caller opened (and checked: e.g. stamped with its fstat)."""
+    pos = start
+    while stop is None or pos < stop:
+        buf = _pread(fd, pos, stop)
+        if not buf:
+            return
+        end = buf.rfind(b"\n")
+        if end < 0:  # a line longer than one read: read on until its newline
+            parts, got = [buf], len(buf)
+            while end < 0:
+                more = _pread(fd, pos + got, stop)
+                if not more:
+                    break
+                parts.append(more)
+                nl = more.rfind(b"\n")
+                end = got + nl if nl >= 0 else -1
+                got += len(more)
+            buf = b"".join(parts)
+            if end < 0:
+                yield LineBlock([], buf, buf)
+                return
+        lines = buf.split(b"\n")
+        lines.pop()  # the part after the last newline: read again as the start of the next block
+        pos += end + 1
+        yield LineBlock(lines, buf)
 
 
 def _pread(fd: int, pos: int, stop: int | None) -> bytes:

@@ -25,6 +25,7 @@ import orjson
 
 from journal.canonical import canonical_bytes
 from journal.confine import open_regular
+from journal.reader import fd_line_blocks
 from journal.user_cache import cache_home
 
 _VERSION = 2
@@ -70,7 +71,6 @@ _VALUE = {k: re.compile(b'"' + k.encode() + rb'":"([^"\\\n]*)(["\\])') for k in 
 _ESCAPED = "\\"  # stands for every value spelled with an escape (recorded as present, not spelled out)
 _TS_TAIL = re.compile(rb',"ts":"([^"\\]{0,64})"\}\Z')
 _TS_TAILS = re.compile(rb',"ts":"([^"\\\n]{0,64})"\}$', re.MULTILINE)
-_BLOCK = 8 << 20
 
 
 def _build(fd: int) -> SessionSummary:
@@ -84,17 +84,8 @@ def _build(fd: int) -> SessionSummary:
     values: dict[str, set[str]] = {k: set() for k in _KEYS}
     ts_min: str | None = None
     ts_max: str | None = None
-    rest = b""
-    while True:
-        block = os.read(fd, _BLOCK)
-        buf = rest + block if rest else block
-        if not buf:
-            break
-        end = buf.rfind(b"\n") + 1 if block else len(buf)  # whole lines only, until the file ends
-        if end == 0:
-            rest = buf
-            continue
-        whole = buf[:end]
+    for block in fd_line_blocks(fd):  # whole lines at a time (a torn last line alone)
+        whole = block.torn or block.raw[: block.raw.rfind(b"\n") + 1]
         for key, pattern in _VALUE.items():
             values[key].update(v.decode("latin-1") if end == b'"' else _ESCAPED
                                for v, end in set(pattern.findall(whole)))
@@ -104,9 +95,6 @@ def _build(fd: int) -> SessionSummary:
             lo, hi = min(tails).decode(), max(tails).decode()
             ts_min = lo if ts_min is None or lo < ts_min else ts_min
             ts_max = hi if ts_max is None or hi > ts_max else ts_max
-            rest = buf[end:]
-            if not block:
-                break
             continue
         for line in whole.split(b"\n"):
             if not line:
@@ -127,9 +115,6 @@ def _build(fd: int) -> SessionSummary:
                 ts_min = ts
             if ts_max is None or ts > ts_max:
                 ts_max = ts
-        rest = buf[end:]
-        if not block:
-            break
     return SessionSummary({k: sorted(v) for k, v in values.items()}, ts_min, ts_max)
 
 
