@@ -350,7 +350,10 @@ def _open_session_file(path: Path) -> int:
     try:
         fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
-        return os.open(path, flags | os.O_CREAT, 0o644)
+        fd = os.open(path, flags | os.O_CREAT, 0o644)
+        if os.fstat(fd).st_size:  # an entry in it was acknowledged: its name was made durable then
+            return fd
+        # empty: made by an open whose directory sync failed (or a writer that died first): sync it now
     try:
         fsync_dir(path.parent)
     except OSError:

@@ -114,3 +114,16 @@ def test_a_failed_directory_sync_fails_the_append(tmp_path, monkeypatch):
     with JournalWriter(tmp_path) as w:
         with pytest.raises(JournalError, match="cannot open journal file"):
             w.append(fields(n=1))
+
+
+def test_an_empty_session_file_left_by_a_failed_directory_sync_is_synced_at_the_next_open(tmp_path, monkeypatch):
+    """The failed sync left the file (created, empty): the next append must not take its name as durable."""
+    monkeypatch.setattr(writer_module, "fsync_dir", lambda p: (_ for _ in ()).throw(OSError(errno.EIO, "EIO")))
+    with JournalWriter(tmp_path) as w:
+        with pytest.raises(JournalError, match="cannot open journal file"):
+            w.append(fields(n=1))
+    synced: list[Path] = []
+    monkeypatch.setattr(writer_module, "fsync_dir", lambda p: synced.append(Path(p)))
+    with JournalWriter(tmp_path) as w:
+        w.append(fields(n=1))
+    assert synced == [Vault(tmp_path).journal_dir]
