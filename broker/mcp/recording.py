@@ -375,7 +375,7 @@ class CallJournal:
             return None  # a poll while the task runs: nothing happened yet (docs/mcp.md)
         if call.cancelled and error is None:
             error, answered_by = CANCELLED_ANSWERED, answered_by or "upstream"  # the server did answer
-        elif call.cancelled and not error.startswith(CANCELLED):
+        elif call.cancelled and error is not None and not error.startswith(CANCELLED):
             # The cancel was read first: the client leaving (or the server dying) before the grace ran
             # out does not make it any less a cancelled call (a race with --cancel-grace otherwise).
             error = f"{CANCELLED}; {error}"
