@@ -174,11 +174,17 @@ class AppendPipeline:
         groups: dict[str, list[tuple[int, Pending]]] = {}
         for i, fields in enumerate(batch):
             try:
-                groups.setdefault(self._lane_key(fields["session"]), []).append((i, self._prepare(fields)))
+                pending = self._prepare(fields)
+                key = self._lane_key(fields["session"])
             except (ContractError, JournalError) as exc:
                 results[i] = exc
+                continue
             except Exception as exc:  # noqa: BLE001 - one entry's fields fail that entry alone
                 results[i] = ContractError(f"entry refused: {type(exc).__name__}: {exc}")
+                continue
+            # Only a prepared entry opens its lane's group: a lane whose every entry was refused has
+            # no group to join (an empty one met a forming group as a follower with no entry to wait on).
+            groups.setdefault(key, []).append((i, pending))
         for key, items in groups.items():
             try:
                 lane = self._acquire(key)

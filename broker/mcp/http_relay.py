@@ -41,7 +41,7 @@ from broker.mcp.messages import (
     parse_line,
 )
 from broker.mcp.oversize import OversizeLine
-from broker.mcp.recording import JOURNAL_ERROR_CODE, LOOKUP_WAIT, STDIO_STATUS, CallJournal, PendingCall
+from broker.mcp.recording import CANCELLED, JOURNAL_ERROR_CODE, LOOKUP_WAIT, STDIO_STATUS, CallJournal, PendingCall
 from broker.mcp.relay import (
     LIST_PAGES,
     MAX_LINE,
@@ -317,7 +317,7 @@ class HttpRelay:
         if self.tracked.get((scope, key)) is not tracked or tracked.call is None:
             return
         del self.tracked[(scope, key)]
-        why = f"cancelled by the client (notifications/cancelled); no answer within {self.cancel_grace:g} s"
+        why = f"{CANCELLED}; no answer within {self.cancel_grace:g} s"
         self._spawn(self._record_unanswered(tracked.call, why))
 
     def _spawn(self, coro) -> None:
@@ -527,10 +527,9 @@ class HttpRelay:
             exchange.local.pop(key, None)
             if self.tracked.get((exchange.scope, key)) is tracked:
                 del self.tracked[(exchange.scope, key)]
-            if tracked.call is not None:
-                said = f"cancelled by the client (notifications/cancelled); {why}" if tracked.call.cancelled else why
+            if tracked.call is not None:  # a cancelled call's entry says so first (CallJournal.finish)
                 try:
-                    await self.journal.finish(tracked.call, status=status, response_headers=list(headers), error=said,
+                    await self.journal.finish(tracked.call, status=status, response_headers=list(headers), error=why,
                                               answered_by=answered_by)
                 except Exception as exc:  # noqa: BLE001
                     say(f"journal: could not record unanswered call id {key}: {exc}")

@@ -22,7 +22,8 @@ server's request, the response the client's answer, `answered_by` "upstream" whe
 - `request.task_of`: on a `tasks/*` entry, `<session>#<seq>` of the entry of the task-based call that
   created the task (its effect and basis are that call's too);
 - `response.error` = `CANCELLED_ANSWERED` when the client cancelled the call and the server answered
-  all the same (many answer with a JSON-RPC error saying so);
+  all the same (many answer with a JSON-RPC error saying so); a cancelled call that got no answer says
+  `CANCELLED` first, then what ended it (the grace ran out, the client left, the server died);
 - `response.error` = `TOOL_ERROR` when the tool's result has `isError: true` (status and
   `answered_by` stay those of the answer: the server did answer).
 
@@ -77,7 +78,9 @@ log = logging.getLogger("broker.mcp")
 
 JOURNAL_ERROR_CODE = -32603
 STDIO_STATUS = 200
-CANCELLED_ANSWERED = "cancelled by the client (notifications/cancelled); the server answered all the same"
+CANCELLED = "cancelled by the client (notifications/cancelled)"
+"""How `response.error` begins for every call the client cancelled, whatever ended it after the cancel."""
+CANCELLED_ANSWERED = f"{CANCELLED}; the server answered all the same"
 """`response.error` of a call the client cancelled whose answer still came (`answered_by` upstream)."""
 LOOKUP_WAIT = 10.0
 """How long an entry waits for the shim's own `tools/list` (asked for a tool it had no listing for)."""
@@ -372,6 +375,10 @@ class CallJournal:
             return None  # a poll while the task runs: nothing happened yet (docs/mcp.md)
         if call.cancelled and error is None:
             error, answered_by = CANCELLED_ANSWERED, answered_by or "upstream"  # the server did answer
+        elif call.cancelled and error is not None and not error.startswith(CANCELLED):
+            # The cancel was read first: the client leaving (or the server dying) before the grace ran
+            # out does not make it any less a cancelled call (a race with --cancel-grace otherwise).
+            error = f"{CANCELLED}; {error}"
         elif error is None and is_tool_error(response):
             error, answered_by = TOOL_ERROR, answered_by or "upstream"  # the server did answer
         if self.skip_when_broker_recorded and call.broker_entries:

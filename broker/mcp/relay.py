@@ -41,7 +41,7 @@ from broker.mcp.messages import (
     parse_line,
 )
 from broker.mcp.oversize import OversizeLine
-from broker.mcp.recording import JOURNAL_ERROR_CODE, STDIO_STATUS, CallJournal, PendingCall
+from broker.mcp.recording import CANCELLED, JOURNAL_ERROR_CODE, STDIO_STATUS, CallJournal, PendingCall
 
 log = logging.getLogger("broker.mcp")
 
@@ -573,8 +573,7 @@ class LineRelay:
         if self.pending.get(key) is call:
             del self.pending[key]
             self._cancel_timer(key)
-            self._no_answer(call, f"cancelled by the client (notifications/cancelled); no answer within "
-                                  f"{self.cancel_grace:g} s")
+            self._no_answer(call, f"{CANCELLED}; no answer within {self.cancel_grace:g} s")
 
     def _timed_out(self, key: str) -> None:
         self._timers.pop(key, None)

@@ -231,6 +231,32 @@ def test_cancelled_call_on_stdio_says_cancelled(tmp_path: Path) -> None:
     assert e["response"]["answered_by"] == "none" and "cancelled" in e["response"]["error"]
 
 
+@pytest.mark.parametrize("ending", ["client leaves", "server dies"])
+def test_cancelled_call_says_cancelled_whatever_ends_it_before_the_grace(tmp_path: Path, ending: str) -> None:
+    # A grace no test outlasts: the entry is written by the ending, never by the cancel's timer, so
+    # what it says cannot depend on which comes first (the SDK client test raced the two).
+    shim = RawShim(tmp_path, "--cancel-grace", "600")
+    try:
+        shim.handshake()
+        shim.call(1, "hold")
+        shim.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}})
+        if ending == "client leaves":  # the cancel is in the pipe before the EOF: the shim reads it first
+            assert shim.close() == 0
+            why = "went away"
+        else:
+            shim.call(2, "crash")
+            assert {shim.recv_json()["id"] for _ in range(2)} == {1, 2}  # the shim's errors for the open requests
+            assert shim.close() == 7
+            why = "exited (code 7)"
+    finally:
+        shim.kill()
+    e = next(e for e in entries(shim.vault) if e["mcp"]["id"] == 1)
+    assert e["response"]["answered_by"] == "none" and e["response"]["status"] is None
+    assert e["response"]["error"].startswith("cancelled by the client (notifications/cancelled); "), e["response"]
+    assert why in e["response"]["error"]
+    assert_intact(shim.vault)
+
+
 # -- no orphans -----------------------------------------------------------------------------------
 
 

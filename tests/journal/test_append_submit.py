@@ -1,5 +1,6 @@
 """`AppendPipeline.submit` on a backend other than the file (the in-memory store): the same pipeline,
-settled by the lane's flusher, the same chain as `append`, `on_durable` called, refusals raised at once."""
+settled by the lane's flusher, the same chain as `append`, `on_durable` called, refusals raised at once;
+and `append_many` meeting a group that `submit` opened (both backends)."""
 
 from __future__ import annotations
 
@@ -42,3 +43,41 @@ def test_an_entry_the_contract_refuses_is_refused_at_submit_and_never_settled():
         mem.submit(bad, called.append)
     assert called == []
     assert mem.append(fields(n=2))["seq"] == 1  # nothing was queued
+
+
+@pytest.mark.parametrize("backend", ["memory", "file"])
+def test_append_many_whose_entries_are_all_refused_meets_a_forming_group(tmp_path, backend):
+    """The shim's worker thread appends a batch (append_many) whose one entry the contract refuses while
+    the event loop's submit has opened a group its flusher has not taken yet. The refused entry must come
+    back as its own error, and the other group commit as usual (an empty group once joined the forming
+    one with no entry to wait on: IndexError, which failed every entry of the worker's batch)."""
+    from journal.writer import JournalWriter
+
+    writer = MemoryWriter() if backend == "memory" else JournalWriter(tmp_path / "vault")
+    lane = writer._acquire("s1")
+    settled = threading.Event()
+    got: list[object] = []
+
+    def callback(p) -> None:
+        got.append(p.error or p.entry)
+        settled.set()
+
+    lane.io.acquire()  # a group being committed: the next one stays forming, its flusher waits here
+    try:
+        writer.submit(fields(n=1), callback)
+        assert lane.forming and len(lane.pending) == 1
+        bad = fields(n=2)
+        del bad["effect"]
+        (refused,) = writer.append_many([bad])
+        assert isinstance(refused, ContractError)
+        assert len(lane.pending) == 1  # nothing joined the forming group
+    finally:
+        lane.io.release()
+        writer._release(lane)
+    try:
+        assert settled.wait(30)
+        (entry,) = got
+        assert isinstance(entry, dict) and entry["seq"] == 1
+        assert writer.append(fields(n=3))["prev"] == entry["hash"]
+    finally:
+        writer.close()
