@@ -115,7 +115,8 @@ def main() -> None:
 
 def _settle(url: str) -> None:
     """Wait until the work the page started in the inspector's worker threads is done (the session's summary,
-    verdict and replay: a second request for each waits for the build in progress, then gets it cached).
+    verdict and replay: a second request for each waits for the build in progress, then gets it cached; the
+    replay is folded in the background and answers 202 until it is done, so that one is asked again).
 
     Why: the page asks for the replay of the session (its writes) as it loads; for 100,000 entries that runs
     for minutes in a worker thread of this process after the measurements are taken. Leaving `served()` and
@@ -124,8 +125,12 @@ def _settle(url: str) -> None:
     of the intermittent segmentation fault of this benchmark in bench/run (docs/benchmarks.md)."""
     for name in ("summary", "verdict", "writes"):
         try:
-            with urllib.request.urlopen(f"{url}/api/session/{name}?session={SESSION}&seq=1", timeout=3600) as resp:
-                resp.read()
+            status = 202
+            while status == 202:  # the server holds each ask up to a second while the fold runs
+                with urllib.request.urlopen(f"{url}/api/session/{name}?session={SESSION}&seq=1",
+                                            timeout=3600) as resp:
+                    resp.read()
+                    status = resp.status
         except urllib.error.HTTPError as exc:  # answered: whatever it was, the work behind it has ended
             print(f"(inspector /api/session/{name} answered {exc.code} after the measurements)")
 

@@ -26,7 +26,7 @@ from journal.search import Query, search
 from journal.summary import entry_row, summarize_session
 from journal.vault import SessionIdError, Vault, VaultError
 
-from .sessions import SessionIndex, parse_line
+from .sessions import Pending, SessionIndex, parse_line
 
 MAX_PAGE = 1000
 MAX_SEARCH = 5000
@@ -57,6 +57,11 @@ def _int(request: Request, name: str, default: int | None = None, low: int = 0, 
     except ValueError:
         raise ApiError(400, f"parameter {name} must be an integer, not {raw!r}") from None
     return max(low, min(high, value))
+
+
+def _pending(got: Pending) -> Response:
+    """202: a replay still being folded in the background, with the bytes it has read so far."""
+    return json_response({"pending": True, "done": got.done, "total": got.total}, 202)
 
 
 def _bytes(vault: Vault, session: str) -> int:
@@ -189,10 +194,14 @@ class Api:
         })
 
     def writes(self, request: Request) -> Response:
-        """Replay's record of each write at line `seq`: before, intended, actual and their differences."""
+        """Replay's record of each write at line `seq`: before, intended, actual and their differences; or 202
+        with how far the session's fold has read while it runs in the background (the page asks again)."""
         sid = self.session(request)
         n = _int(request, "seq", low=1)
-        rp, views = self.index.replay(sid)
+        got = self.index.replay(sid)
+        if isinstance(got, Pending):
+            return _pending(got)
+        rp, views = got
         out = []
         for res, _parent, _children in views.resources():  # streamed from replay's spill store
             for w in res.writes:
@@ -202,8 +211,12 @@ class Api:
         return json_response({"session": sid, "seq": n, "chain": rp.chain_summary(), "writes": out})
 
     def views(self, request: Request) -> Response:
+        """Every resource replay found, or 202 with the fold's progress (as `writes`)."""
         sid = self.session(request)
-        rp, views = self.index.replay(sid)
+        got = self.index.replay(sid)
+        if isinstance(got, Pending):
+            return _pending(got)
+        rp, views = got
         return json_response({"session": sid, "chain": rp.chain_summary(),
                               "resources": [views.resource_dict(res, children)
                                             for res, _parent, children in views.resources()],
@@ -213,9 +226,8 @@ class Api:
         """The plan, or 202 with how far its fold has read while it is built in the background (a long
         session takes a while: the page asks again and shows the progress)."""
         got = self.index.revert_plan(self.session(request))
-        if isinstance(got, tuple):
-            done, total = got
-            return json_response({"pending": True, "done": done, "total": total}, 202)
+        if isinstance(got, Pending):
+            return _pending(got)
         return json_response(plan_dict(got))
 
     # -- downloads ------------------------------------------------------------------------------------

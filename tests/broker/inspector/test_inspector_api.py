@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
+import threading
 from pathlib import Path
 
 import httpx
@@ -13,7 +16,7 @@ from starlette.testclient import TestClient
 from broker.inspector import create_app
 from journal.vault import Vault
 from journal.writer import JournalWriter
-from tests.support.inspector_server import served
+from tests.support.inspector_server import HeldFold, served
 from tests.support.journal_factories import fields
 from tests.support.replay_factories import GMAIL, SessionBuilder, gmail_session
 
@@ -69,36 +72,30 @@ def test_raw_lines_from_an_offset(client):
 def test_verdict_views_and_revert_plan(client):
     v = client.get("/api/session/verdict", params={"session": S}).json()
     assert v["intact"] is True and v["entries"] == 17
-    views = client.get("/api/session/views", params={"session": S}).json()
+    views = _until_ready(client, "/api/session/views", session=S).json()
     assert views["chain"]["intact"] is True and views["resources"]
-    plan = client.get("/api/session/revert-plan", params={"session": S}).json()
+    plan = _until_ready(client, "/api/session/revert-plan", session=S).json()
     assert plan["executed"] is False and len(plan["steps"]) >= 1
-    writes = client.get("/api/session/writes", params={"session": S, "seq": 4}).json()["writes"]
+    writes = _until_ready(client, "/api/session/writes", session=S, seq=4).json()["writes"]
     assert writes and {"before", "intended", "actual", "differences"} <= set(writes[0])
+
+
+def _until_ready(c: TestClient, path: str, **params) -> httpx.Response:
+    """Ask as the page does while the answer is 202 (the server holds each request up to a second)."""
+    for _ in range(120):
+        r = c.get(path, params=params)
+        if r.status_code != 202:
+            return r
+        assert r.json()["pending"] is True
+    raise AssertionError(f"{path} still pending")
 
 
 def test_the_revert_plan_is_folded_in_the_background_and_says_how_far_it_got(monkeypatch, tmp_path):
     """A long session's plan takes a while: the first requests answer 202 with the bytes read so far (the page
     shows them) instead of holding the request; then the plan, the same as a full replay's."""
-    import threading
-
-    from broker.inspector import sessions
     from journal.replay import forked, plan_dict, replay_session
 
-    gate = threading.Event()
-    real = sessions.replay_session
-    seen: list[dict] = []
-
-    def held(vault, session, progress=None, **kwargs):
-        seen.append(kwargs)
-
-        def advance(n: int) -> None:
-            progress(n)
-            gate.wait(30)
-
-        return real(vault, session, progress=advance, **kwargs)
-
-    monkeypatch.setattr(sessions, "replay_session", held)
+    fold = HeldFold(monkeypatch)
     c = TestClient(create_app(Vault.open_existing(EXAMPLE)), base_url="http://127.0.0.1")
     size = (EXAMPLE / "journal" / f"{S}.jsonl").stat().st_size
     first = c.get("/api/session/revert-plan", params={"session": S})
@@ -106,16 +103,82 @@ def test_the_revert_plan_is_folded_in_the_background_and_says_how_far_it_got(mon
     got = first.json()
     assert got["pending"] is True and got["total"] == size and 0 < got["done"] <= size
     assert c.get("/api/session/revert-plan", params={"session": S}).status_code == 202  # the same fold, once
-    gate.set()
-    for _ in range(60):
-        r = c.get("/api/session/revert-plan", params={"session": S})
-        if r.status_code == 200:
-            break
-    assert r.status_code == 200 and seen == [{"views": False}]  # one fold, for the plan alone
+    fold.gate.set()
+    r = _until_ready(c, "/api/session/revert-plan", session=S)
+    assert r.status_code == 200 and fold.seen == [{"views": False}]  # one fold, for the plan alone
     monkeypatch.setattr(forked, "ENABLED", False)  # a unit test starts no process
     vault = Vault.open_existing(EXAMPLE)
     vault.views_dir = tmp_path  # the replay's scratch: never inside the example vault
     assert r.json() == plan_dict(replay_session(vault, S))
+
+
+def test_what_a_write_changed_is_folded_in_the_background(monkeypatch):
+    """Issue 26: the entry page's "what the write changed" block and the views tab used to hold the request for
+    a whole replay with views (a minute on a 10^5-entry session). The first request now answers 202 while the
+    fold has not finished (here it cannot: it is held), with the bytes read so far; the views tab and every
+    write's block share that one fold; once it is done the writes and the plan come from it."""
+    fold = HeldFold(monkeypatch)
+    c = TestClient(create_app(Vault.open_existing(EXAMPLE)), base_url="http://127.0.0.1")
+    size = (EXAMPLE / "journal" / f"{S}.jsonl").stat().st_size
+    first = c.get("/api/session/writes", params={"session": S, "seq": 4})
+    assert first.status_code == 202
+    got = first.json()
+    assert got["pending"] is True and got["total"] == size and 0 < got["done"] <= size
+    assert c.get("/api/session/views", params={"session": S}).status_code == 202
+    assert c.get("/api/session/writes", params={"session": S, "seq": 6}).status_code == 202
+    fold.gate.set()
+    writes = _until_ready(c, "/api/session/writes", session=S, seq=4)
+    assert writes.status_code == 200
+    w = writes.json()["writes"]
+    assert w and {"before", "intended", "actual", "differences"} <= set(w[0])
+    views = _until_ready(c, "/api/session/views", session=S)
+    assert views.status_code == 200 and views.json()["resources"]
+    assert _until_ready(c, "/api/session/revert-plan", session=S).status_code == 200
+    assert fold.seen == [{"views": True}] and fold.ended == ["done"]  # one fold with views served all of it
+
+
+def test_a_file_that_changes_while_its_fold_runs_is_folded_again(monkeypatch, tmp_path):
+    """The fold's result is filed under the file's stamp taken before it read a byte: when the session grows
+    (or is edited) while it runs, the next request stops that fold and starts one of the file as it is now;
+    the answer is never the old file's."""
+    root = tmp_path / "vault"
+    shutil.copytree(EXAMPLE, root)
+    fold = HeldFold(monkeypatch)
+    c = TestClient(create_app(Vault.open_existing(root)), base_url="http://127.0.0.1")
+    assert c.get("/api/session/views", params={"session": S}).status_code == 202
+    w = JournalWriter(Vault.open_existing(root), durable=False)
+    w.append(fields(S, 18))
+    w.close()
+    assert c.get("/api/session/views", params={"session": S}).status_code == 202  # the grown file's fold
+    assert len(fold.seen) == 2
+    fold.gate.set()
+    r = _until_ready(c, "/api/session/views", session=S)
+    assert r.status_code == 200 and r.json()["chain"]["verified_entries"] == 18
+    for t in threading.enumerate():  # the first fold stops at its next block, its result never filed
+        if t.name == f"views {S}":
+            t.join(30)
+    assert sorted(fold.ended) == ["_Superseded", "done"]
+
+
+def test_an_edit_that_keeps_size_and_mtime_is_seen(tmp_path):
+    """An adversary rewrites a line with one of the same length and puts the mtime back: the cached verdict
+    and replay must not outlive it (the stamp has the inode and ctime too)."""
+    root = tmp_path / "vault"
+    shutil.copytree(EXAMPLE, root)
+    path = root / "journal" / f"{S}.jsonl"
+    c = TestClient(create_app(Vault.open_existing(root)), base_url="http://127.0.0.1")
+    assert c.get("/api/session/verdict", params={"session": S}).json()["intact"] is True
+    assert _until_ready(c, "/api/session/views", session=S).json()["chain"]["intact"] is True
+    st = path.stat()
+    data = path.read_bytes()
+    edited = data.replace(b"dana@acme.example", b"eve@acme.example.", 1)
+    assert edited != data and len(edited) == len(data)
+    (tmp_path / "edited").write_bytes(edited)
+    os.replace(tmp_path / "edited", path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_size == st.st_size and path.stat().st_mtime_ns == st.st_mtime_ns
+    assert c.get("/api/session/verdict", params={"session": S}).json()["intact"] is False
+    assert _until_ready(c, "/api/session/views", session=S).json()["chain"]["intact"] is False
 
 
 def test_fixture_download_is_the_exporters_output(client):
