@@ -184,14 +184,15 @@ class SessionIndex:
         return got if isinstance(got, Pending) else (got, Views(got))
 
     def revert_plan(self, session: str, wait: float = 1.0) -> Replay | Pending:
-        """The replay the session's revert plan comes from, or how far its fold has read. A replay with views
-        already folded for the current file serves; otherwise a fold for the plan alone (no views)."""
+        """The replay the session's revert plan comes from, or how far its fold has read. The fold with views
+        of the current file serves when there is one (done or still running: no second fold beside it);
+        otherwise a fold for the plan alone (no views)."""
         s = self._get(session)
+        stamp = self._stamp(s, session)
         with s.lock:
             job = s.jobs.get(True)
-        if job is not None and job.finished.is_set() and job.error is None and job.stamp == self._stamp(s, session):
-            assert job.replay is not None
-            return job.replay
+        if job is not None and job.stamp == stamp and job.error is None:
+            return self._answer(job, wait)
         return self._fold(session, False, wait)
 
     def _fold(self, session: str, views: bool, wait: float) -> Replay | Pending:
@@ -209,6 +210,11 @@ class SessionIndex:
                 job = s.jobs[views] = _FoldJob(stamp, session_size(self.vault, session), views)
                 threading.Thread(target=job.run, args=(self.vault, session), daemon=True,
                                  name=f"{'views' if views else 'revert-plan'} {session}").start()
+        return self._answer(job, wait)
+
+    @staticmethod
+    def _answer(job: _FoldJob, wait: float) -> Replay | Pending:
+        """The job's replay once it is done (waiting up to `wait` seconds), else how far it has read."""
         if not job.finished.wait(wait) or isinstance(job.error, _Superseded):
             return Pending(job.done, job.total)  # a superseded fold: the next request finds the new one
         if job.error is not None:

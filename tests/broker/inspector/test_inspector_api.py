@@ -116,7 +116,8 @@ def test_what_a_write_changed_is_folded_in_the_background(monkeypatch):
     """Issue 26: the entry page's "what the write changed" block and the views tab used to hold the request for
     a whole replay with views (a minute on a 10^5-entry session). The first request now answers 202 while the
     fold has not finished (here it cannot: it is held), with the bytes read so far; the views tab and every
-    write's block share that one fold; once it is done the writes and the plan come from it."""
+    write's block share that one fold, and so does the revert plan asked for meanwhile; once it is done the
+    writes and the plan come from it."""
     fold = HeldFold(monkeypatch)
     c = TestClient(create_app(Vault.open_existing(EXAMPLE)), base_url="http://127.0.0.1")
     size = (EXAMPLE / "journal" / f"{S}.jsonl").stat().st_size
@@ -126,6 +127,7 @@ def test_what_a_write_changed_is_folded_in_the_background(monkeypatch):
     assert got["pending"] is True and got["total"] == size and 0 < got["done"] <= size
     assert c.get("/api/session/views", params={"session": S}).status_code == 202
     assert c.get("/api/session/writes", params={"session": S, "seq": 6}).status_code == 202
+    assert c.get("/api/session/revert-plan", params={"session": S}).status_code == 202  # from the same fold
     fold.gate.set()
     writes = _until_ready(c, "/api/session/writes", session=S, seq=4)
     assert writes.status_code == 200
