@@ -40,12 +40,35 @@ def _row_stamp(vault: RowSource, session: str) -> tuple[int, str]:
     return vault.store.head(session)  # type: ignore[attr-defined]
 
 
+def _grew(old: tuple, new: tuple) -> bool:
+    """Whether the file at stamp `new` is the one at `old` grown: the same device and inode with more bytes
+    (a database session: a head further on). An edit in place before the growth cannot be told from here."""
+    if len(old) == 5:
+        return old[3:] == new[3:] and new[0] > old[0]
+    return new[0] > old[0]
+
+
 @dataclass(frozen=True)
 class Pending:
     """A fold still running: `done` of `total` bytes read, for the page to show while it asks again."""
 
     done: int
     total: int
+
+
+@dataclass(frozen=True)
+class Folded:
+    """A replay to answer with. `current` false: a replay of the file before it grew, served while the fold of
+    the file as it is now (`pending`: how far it has read) runs, so a session being written is not a page
+    that never finishes; the answer says so."""
+
+    replay: Replay
+    current: bool = True
+    pending: Pending | None = None
+
+    @property
+    def views(self) -> Views:
+        return Views(self.replay)
 
 
 class _Superseded(BaseException):
@@ -90,6 +113,7 @@ class _Session:
     lock: threading.Lock = field(default_factory=threading.Lock)  # `builders` and `jobs`
     builders: dict[str, threading.Lock] = field(default_factory=dict)  # one per derived value
     jobs: dict[bool, _FoldJob] = field(default_factory=dict)  # the fold in the background, by `views`
+    done: dict[bool, _FoldJob] = field(default_factory=dict)  # the last fold that finished, by `views`
 
 
 class SessionIndex:
@@ -177,13 +201,12 @@ class SessionIndex:
     def verdict(self, session: str) -> SessionReport:
         return self._derived(session, "verdict", lambda: verify_session(self.vault, session))
 
-    def replay(self, session: str, wait: float = 1.0) -> tuple[Replay, Views] | Pending:
+    def replay(self, session: str, wait: float = 1.0) -> Folded | Pending:
         """The session's replay with its views (the views tab, what a write changed), or how far its fold has
         read while it runs in the background (see `_fold`)."""
-        got = self._fold(session, True, wait)
-        return got if isinstance(got, Pending) else (got, Views(got))
+        return self._fold(session, True, wait)
 
-    def revert_plan(self, session: str, wait: float = 1.0) -> Replay | Pending:
+    def revert_plan(self, session: str, wait: float = 1.0) -> Folded | Pending:
         """The replay the session's revert plan comes from, or how far its fold has read. The fold with views
         of the current file serves when there is one (done or still running: no second fold beside it);
         otherwise a fold for the plan alone (no views)."""
@@ -191,26 +214,39 @@ class SessionIndex:
         stamp = self._stamp(s, session)
         with s.lock:
             job = s.jobs.get(True)
-        if job is not None and job.stamp == stamp and job.error is None:
-            return self._answer(job, wait)
-        return self._fold(session, False, wait)
+        return self._fold(session, job is not None and job.stamp == stamp and job.error is None, wait)
 
-    def _fold(self, session: str, views: bool, wait: float) -> Replay | Pending:
-        """One background fold per session and kind, started by the first request (or again when the file
-        changed: the fold of the old file is stopped at its next block); this waits up to `wait` seconds for
-        it. Only a fold of the file as it is now is served. Nothing is written into the vault (replay's
+    def _fold(self, session: str, views: bool, wait: float) -> Folded | Pending:
+        """One background fold per session and kind, started by the first request, and again when the file
+        changed: a fold of a file replaced or edited is stopped at its next block; one of a file that has
+        only grown runs to its end, and its replay is then answered (marked not current) while the next fold
+        runs. This waits up to `wait` seconds for the fold. Nothing is written into the vault (replay's
         scratch is the user's cache, see __init__)."""
         s = self._get(session)
         stamp = self._stamp(s, session)
         with s.lock:
             job = s.jobs.get(views)
-            if job is None or job.stamp != stamp:
+            if job is not None and job.finished.is_set() and job.error is None:
+                s.done[views] = job
+            if job is None or (job.stamp != stamp and (job.finished.is_set() or not _grew(job.stamp, stamp))):
                 if job is not None:
                     job.superseded = True
                 job = s.jobs[views] = _FoldJob(stamp, session_size(self.vault, session), views)
                 threading.Thread(target=job.run, args=(self.vault, session), daemon=True,
                                  name=f"{'views' if views else 'revert-plan'} {session}").start()
-        return self._answer(job, wait)
+        got = self._answer(job, wait)
+        if not isinstance(got, Pending):
+            with s.lock:
+                s.done[views] = job
+            if job.stamp == stamp:
+                return Folded(got)
+            return self._fold(session, views, 0)  # the file grew while it ran: this, and a fold of the file now
+        with s.lock:
+            last = s.done.get(views)
+        if last is not None and _grew(last.stamp, stamp):
+            assert last.replay is not None
+            return Folded(last.replay, False, got)
+        return got
 
     @staticmethod
     def _answer(job: _FoldJob, wait: float) -> Replay | Pending:

@@ -160,6 +160,26 @@ def test_what_a_write_changed_shows_progress_then_the_block(page, example, monke
     assert page.errors == []
 
 
+def test_a_grown_session_shows_the_last_replay_marked(page, example, monkeypatch):
+    """A session being written: while the replay of the grown file is folded, the block shows the last one,
+    saying how far it goes, instead of waiting."""
+    fold = HeldFold(monkeypatch)
+    fold.gate.set()
+    with served(example) as base:
+        page.goto(f"{base}/?session={S}&seq=4")
+        page.wait_for_selector("#writes .write")
+        assert page.query_selector("#writes .as-of") is None
+        fold.gate.clear()  # the fold of the grown file is held
+        with JournalWriter(Vault.open_existing(example), durable=False) as w:
+            w.append(fields(S, 18))
+        page.reload()
+        page.wait_for_selector("#writes .as-of")
+        assert "Replayed as of the first 17 entries" in page.inner_text("#writes .as-of")
+        assert page.query_selector("#writes .write") is not None
+        fold.gate.set()
+    assert page.errors == []
+
+
 def _edit(path: Path, seq: int, old: bytes, new: bytes) -> None:
     lines = path.read_bytes().split(b"\n")
     assert old in lines[seq - 1] and len(old) == len(new)

@@ -69,12 +69,14 @@ def browser_page(browser, timeout_ms: int = 20_000, **context_options):
 
 class HeldFold:
     """The inspector's replay held after each block it reads until `gate` is set: a fold as slow as the test
-    wants, without a clock. `seen` has each fold's keyword arguments, `ended` how each fold ended."""
+    wants, without a clock. `seen` has each fold's keyword arguments, `ended` how each fold ended; `one_ended`
+    is released as each fold ends."""
 
     def __init__(self, monkeypatch) -> None:
         self.gate = threading.Event()
         self.seen: list[dict] = []
         self.ended: list[str] = []
+        self.one_ended = threading.Semaphore(0)
         real = sessions.replay_session
 
         def held(vault, session, progress=None, **kwargs):
@@ -88,8 +90,10 @@ class HeldFold:
                 got = real(vault, session, progress=advance, **kwargs)
             except BaseException as exc:
                 self.ended.append(type(exc).__name__)
+                self.one_ended.release()
                 raise
             self.ended.append("done")
+            self.one_ended.release()
             return got
 
         monkeypatch.setattr(sessions, "replay_session", held)

@@ -41,6 +41,13 @@
     }
     return got;
   }
+  // What a replay answered with `current: false` is: the session's replay before it grew, served while the fold
+  // of the grown file runs (a session being written). Said above what it shows.
+  function asOf(got) {
+    if (got.current !== false) return null;
+    return el("p", { class: "muted as-of", role: "note" }, `Replayed as of the first ${fmt(got.replay_of.entries)} entries: `
+      + "the session has grown since and its replay is being built again; reload to see it.");
+  }
 
   // -- building the page (text only) --------------------------------------------------------------
   function el(tag, props, ...children) {
@@ -780,8 +787,8 @@
           (pct) => clear(this.body, el("p", { class: "loading", role: "status" }, `Replaying the session…${pct}`)), () => this.stopped);
       } catch (err) { clear(this.body, failure(err)); return; }
       if (this.stopped) return;
-      if (!v.resources.length) { clear(this.body, el("p", {}, "Replay found no resources in this session.")); return; }
-      clear(this.body, el("p", { class: "muted" }, `${v.resources.length} resources touched (built from what the platform answered; untrusted after a broken seq).`),
+      if (!v.resources.length) { clear(this.body, asOf(v), el("p", {}, "Replay found no resources in this session.")); return; }
+      clear(this.body, asOf(v), el("p", { class: "muted" }, `${v.resources.length} resources touched (built from what the platform answered; untrusted after a broken seq).`),
         v.resources.map((r) => el("section", { class: "resource", dataset: { resource: r.id } },
           el("h2", { class: "resource-title" }, r.title, r.description ? el("span", { class: "muted" }, ` — ${r.description}`) : null),
           el("p", {}, el("span", { class: "badge info" }, r.status), el("span", { class: `badge ${r.trusted ? "ok" : "bad"}` }, r.trusted ? "trusted" : `untrusted from seq ${r.untrusted_from_seq}`),
@@ -798,8 +805,8 @@
           (pct) => clear(this.body, el("p", { class: "loading", role: "status" }, `Building the revert plan…${pct}`)), () => this.stopped);
       } catch (err) { clear(this.body, failure(err)); return; }
       if (this.stopped) return;
-      if (!plan.steps.length) { clear(this.body, el("p", {}, "No writes: nothing to revert.")); return; }
-      clear(this.body, el("p", { class: "muted" }, `${plan.steps.length} steps, newest first. Never executed: for a person to review and act on.`),
+      if (!plan.steps.length) { clear(this.body, asOf(plan), el("p", {}, "No writes: nothing to revert.")); return; }
+      clear(this.body, asOf(plan), el("p", { class: "muted" }, `${plan.steps.length} steps, newest first. Never executed: for a person to review and act on.`),
         el("table", { id: "plan" }, el("thead", {}, el("tr", {}, ["#", "For seq", "Connector", "Operation", "Revertible", "Inverse call", "Why", "Evidence"].map((h) => el("th", {}, h)))),
           el("tbody", {}, plan.steps.map((s, i) => el("tr", { class: s.trusted ? "" : "untrusted" },
             el("td", { class: "num" }, i + 1), el("td", {}, nav({ session: this.session, seq: s.for_seq }, s.for_seq)), el("td", {}, s.connector),
@@ -973,8 +980,8 @@
     const gone = () => page.stopped || page.seq !== n || !box.isConnected;
     folded("session/writes", { session: page.session, seq: n }, say, gone).then((w) => {
       if (gone()) return;
-      if (!w.writes.length) { clear(box, el("h3", {}, "What the write changed (replay)"), el("p", { class: "muted" }, "Replay found no resource this write changed.")); return; }
-      clear(box, el("h3", {}, "What the write changed (replay)"), w.writes.map((x) => el("div", { class: "write" },
+      if (!w.writes.length) { clear(box, el("h3", {}, "What the write changed (replay)"), asOf(w), el("p", { class: "muted" }, "Replay found no resource this write changed.")); return; }
+      clear(box, el("h3", {}, "What the write changed (replay)"), asOf(w), w.writes.map((x) => el("div", { class: "write" },
         el("h3", {}, `${x.title}: ${x.op}`, x.trusted ? null : el("span", { class: "badge bad" }, "untrusted")),
         x.failure ? el("p", { class: "error" }, `failed: ${x.failure}`) : null,
         el("p", { class: "muted" }, x.before === null ? "before: no earlier read in this session (blind write)" : `before: from seq ${x.before_seqs.join(", ")}`),

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import threading
 from pathlib import Path
 
 import httpx
@@ -109,7 +108,7 @@ def test_the_revert_plan_is_folded_in_the_background_and_says_how_far_it_got(mon
     monkeypatch.setattr(forked, "ENABLED", False)  # a unit test starts no process
     vault = Vault.open_existing(EXAMPLE)
     vault.views_dir = tmp_path  # the replay's scratch: never inside the example vault
-    assert r.json() == plan_dict(replay_session(vault, S))
+    assert r.json() == plan_dict(replay_session(vault, S)) | {"current": True}
 
 
 def test_what_a_write_changed_is_folded_in_the_background(monkeypatch):
@@ -139,27 +138,80 @@ def test_what_a_write_changed_is_folded_in_the_background(monkeypatch):
     assert fold.seen == [{"views": True}] and fold.ended == ["done"]  # one fold with views served all of it
 
 
-def test_a_file_that_changes_while_its_fold_runs_is_folded_again(monkeypatch, tmp_path):
-    """The fold's result is filed under the file's stamp taken before it read a byte: when the session grows
-    (or is edited) while it runs, the next request stops that fold and starts one of the file as it is now;
-    the answer is never the old file's."""
+def _grow(root: Path) -> None:
+    w = JournalWriter(Vault.open_existing(root), durable=False)
+    w.append(fields(S, 18))
+    w.close()
+
+
+def test_a_file_replaced_while_its_fold_runs_is_folded_again(monkeypatch, tmp_path):
+    """The fold's result is filed under the file's stamp taken before it read a byte: when the session file
+    is replaced (or edited in place) while it runs, the next request stops that fold and starts one of the
+    file as it is now; the old file's replay is never the answer."""
+    root = tmp_path / "vault"
+    shutil.copytree(EXAMPLE, root)
+    path = root / "journal" / f"{S}.jsonl"
+    fold = HeldFold(monkeypatch)
+    c = TestClient(create_app(Vault.open_existing(root)), base_url="http://127.0.0.1")
+    assert c.get("/api/session/views", params={"session": S}).status_code == 202
+    (tmp_path / "new").write_bytes(path.read_bytes().replace(b"dana@acme.example", b"eve@acme.example.", 1))
+    os.replace(tmp_path / "new", path)
+    assert c.get("/api/session/views", params={"session": S}).status_code == 202  # the new file's fold
+    assert len(fold.seen) == 2
+    fold.gate.set()
+    r = _until_ready(c, "/api/session/views", session=S)
+    assert r.status_code == 200 and r.json()["current"] is True and r.json()["chain"]["intact"] is False
+    assert fold.one_ended.acquire(timeout=30) and fold.one_ended.acquire(timeout=30)
+    assert sorted(fold.ended) == ["_Superseded", "done"]  # the first fold stopped at its next block
+
+
+def _until_current(c: TestClient, path: str, **params) -> httpx.Response:
+    for _ in range(120):
+        r = c.get(path, params=params)
+        if r.status_code == 200 and r.json()["current"]:
+            return r
+    raise AssertionError(f"{path} never current")
+
+
+def test_a_session_that_grows_while_its_fold_runs_is_answered_marked(monkeypatch, tmp_path):
+    """A session being written grows under every fold: a fold of a file that only grew runs to its end (not
+    stopped), and the last replay is answered marked not current (with how much it read) while the fold of
+    the grown file runs, so the page is never left waiting on a live session; a write beyond what it read
+    waits for that fold. A file replaced by a longer one gets no such answer."""
     root = tmp_path / "vault"
     shutil.copytree(EXAMPLE, root)
     fold = HeldFold(monkeypatch)
     c = TestClient(create_app(Vault.open_existing(root)), base_url="http://127.0.0.1")
     assert c.get("/api/session/views", params={"session": S}).status_code == 202
-    w = JournalWriter(Vault.open_existing(root), durable=False)
-    w.append(fields(S, 18))
-    w.close()
-    assert c.get("/api/session/views", params={"session": S}).status_code == 202  # the grown file's fold
-    assert len(fold.seen) == 2
+    _grow(root)
+    assert c.get("/api/session/views", params={"session": S}).status_code == 202  # the same fold goes on
+    assert len(fold.seen) == 1
     fold.gate.set()
-    r = _until_ready(c, "/api/session/views", session=S)
-    assert r.status_code == 200 and r.json()["chain"]["verified_entries"] == 18
-    for t in threading.enumerate():  # the first fold stops at its next block, its result never filed
-        if t.name == f"views {S}":
-            t.join(30)
-    assert sorted(fold.ended) == ["_Superseded", "done"]
+    assert _until_current(c, "/api/session/views", session=S).json()["chain"]["verified_entries"] == 18
+    assert "_Superseded" not in fold.ended
+
+    fold.gate.clear()  # the next fold is held
+    _grow(root)
+    views = c.get("/api/session/views", params={"session": S})
+    assert views.status_code == 200
+    got = views.json()
+    assert got["current"] is False and got["replay_of"]["entries"] == 18 and got["chain"]["verified_entries"] == 18
+    w = c.get("/api/session/writes", params={"session": S, "seq": 4})
+    assert w.status_code == 200 and w.json()["current"] is False and w.json()["writes"]
+    assert c.get("/api/session/writes", params={"session": S, "seq": 19}).status_code == 202  # not in it
+    plan = c.get("/api/session/revert-plan", params={"session": S})
+    assert plan.status_code == 200 and plan.json()["current"] is False
+    folds = len(fold.seen)
+    fold.gate.set()
+    r = _until_current(c, "/api/session/views", session=S)
+    assert r.json()["chain"]["verified_entries"] == 19 and "replay_of" not in r.json() and len(fold.seen) == folds
+
+    path = root / "journal" / f"{S}.jsonl"
+    fold.gate.clear()
+    (tmp_path / "new").write_bytes(path.read_bytes() + path.read_bytes().splitlines(keepends=True)[-1])
+    os.replace(tmp_path / "new", path)  # longer, but another file: nothing of the old one is answered
+    assert c.get("/api/session/views", params={"session": S}).status_code == 202
+    fold.gate.set()
 
 
 def test_an_edit_that_keeps_size_and_mtime_is_seen(tmp_path):
