@@ -11,7 +11,11 @@ and a fresh inspector (so the server's line index is built cold every time):
 - first screen: from navigation to `/?session=S` until the first timeline rows are on the page;
 - deep link: `/?session=S&seq=N-1` until that entry is open;
 - browser chain check: until the page's own RFC 8785 + SHA-256 check of every line is done;
-- server verdict: until the server's verify verdict is shown.
+- server verdict: until the server's verify verdict is shown;
+- what a write changed (issue 26): on a fresh inspector, the first answer of `/api/session/writes` (202 with
+  the fold's progress while the replay is folded in the background) and the time until it is the block
+  (asked again as the page asks); beside them the fold alone (`replay_session` with views), what that first
+  answer used to wait for.
 
 ratio = time / baseline of the same run. Skipped (with a message) when Chromium is absent.
 Nothing here asserts a timing.
@@ -30,6 +34,7 @@ from pathlib import Path
 
 from bench import machine, scratch_dir, write_chained, write_json
 from bench.replay_bench import make_call
+from journal.replay import replay_session
 from journal.vault import Vault
 from journal.verify import verify_session
 
@@ -99,9 +104,21 @@ def main() -> None:
                     ctx.close()
                     _settle(url)
             browser.close()
+        figures.update({k: [] for k in ("writes_first_answer", "writes_block", "fold")})
+        for _ in range(repeat):
+            with served(vault.root) as url:
+                first, block = _writes_answers(url, n - 1)
+                _settle(url)
+            figures["writes_first_answer"].append(first)
+            figures["writes_block"].append(block)
+            vault.views_dir = scratch / "views"  # the fold's scratch: never the benchmark's vault
+            figures["fold"].append(_timed(lambda: replay_session(vault, SESSION)))
         best = {k: min(v) for k, v in figures.items()}
         labels = (("first_screen", "first screen (timeline rows shown)"), ("deep_link", f"deep link to seq {n - 1}"),
-                  ("server_verdict", "server verdict shown"), ("browser_check", "browser chain check done"))
+                  ("server_verdict", "server verdict shown"), ("browser_check", "browser chain check done"),
+                  ("writes_first_answer", "what a write changed: first answer"),
+                  ("writes_block", "what a write changed: block ready"),
+                  ("fold", "the fold alone (the old first answer)"))
         for k, label in labels:
             print(f"{label:<40} {best[k]:>7.2f} s  ratio {best[k] / base:>5.2f}")
         if args.json:
@@ -115,7 +132,8 @@ def main() -> None:
 
 def _settle(url: str) -> None:
     """Wait until the work the page started in the inspector's worker threads is done (the session's summary,
-    verdict and replay: a second request for each waits for the build in progress, then gets it cached).
+    verdict and replay: a second request for each waits for the build in progress, then gets it cached; the
+    replay is folded in the background and answers 202 until it is done, so that one is asked again).
 
     Why: the page asks for the replay of the session (its writes) as it loads; for 100,000 entries that runs
     for minutes in a worker thread of this process after the measurements are taken. Leaving `served()` and
@@ -124,10 +142,28 @@ def _settle(url: str) -> None:
     of the intermittent segmentation fault of this benchmark in bench/run (docs/benchmarks.md)."""
     for name in ("summary", "verdict", "writes"):
         try:
-            with urllib.request.urlopen(f"{url}/api/session/{name}?session={SESSION}&seq=1", timeout=3600) as resp:
-                resp.read()
+            status = 202
+            while status == 202:  # the server holds each ask up to a second while the fold runs
+                with urllib.request.urlopen(f"{url}/api/session/{name}?session={SESSION}&seq=1",
+                                            timeout=3600) as resp:
+                    resp.read()
+                    status = resp.status
         except urllib.error.HTTPError as exc:  # answered: whatever it was, the work behind it has ended
             print(f"(inspector /api/session/{name} answered {exc.code} after the measurements)")
+
+
+def _writes_answers(url: str, seq: int) -> tuple[float, float]:
+    """(seconds to the first answer of /api/session/writes, seconds until the answer is the block), asking
+    again while it is 202 as the page does."""
+    t0 = time.perf_counter()
+    first = -1.0
+    status = 202
+    while status == 202:
+        with urllib.request.urlopen(f"{url}/api/session/writes?session={SESSION}&seq={seq}", timeout=3600) as resp:
+            resp.read()
+            status = resp.status
+        first = time.perf_counter() - t0 if first < 0 else first
+    return first, time.perf_counter() - t0
 
 
 def _timed(fn) -> float:

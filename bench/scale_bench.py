@@ -48,7 +48,7 @@ from pathlib import Path
 
 from bench import machine, scratch_dir, write_chained, write_json
 from bench.replay_bench import make_call
-from journal.seq_sidecar import build as build_sidecar
+from journal.seq_sidecar import rebuild as rebuild_sidecar
 from journal.vault import Vault
 
 SESSION = "scale-bench"
@@ -66,7 +66,7 @@ def generate(vault_root: Path, entries: int) -> int:
             yield fields
 
     size = write_chained(vault.session_path(SESSION), calls())[1]
-    build_sidecar(vault.session_path(SESSION))  # what the journal writer keeps beside the file as it appends
+    rebuild_sidecar(vault, SESSION)  # what the journal writer keeps beside the file as it appends
     return size
 
 
@@ -90,7 +90,7 @@ def generate_fleet(vault_root: Path, entries: int) -> int:
                 yield fields
 
         total += write_chained(vault.session_path(session), calls())[1]
-        build_sidecar(vault.session_path(session))
+        rebuild_sidecar(vault, session)
     return total
 
 

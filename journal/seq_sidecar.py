@@ -6,7 +6,8 @@ records are appended with one write. No fsync: the sidecar is not evidence. A re
 lines it points at are durable, and the writer appends only to a sidecar whose length is exactly what the lines
 before the group call for; a missing, short or longer one (a writer without this code, a crash between the two
 writes, a hand edit) is left as it is and covers a prefix, or nothing. A new session file (seq 1) starts a new
-sidecar.
+sidecar. The only other writer is `broker reindex` (`rebuild`): the sidecar of a session already recorded,
+written anew under the same flock through the same code (`_group_records`, `_keep`).
 
 Never trusted: a reader (journal/seq_index.py) takes a record only when its seq is the one its place calls for,
 its offset starts a line of the file and the line there holds that seq; anything else and the reader uses the
@@ -19,6 +20,8 @@ STRIDE lines: the seq (u64) and the byte offset of its line (u64). Record i hold
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import logging
 import os
 import stat
@@ -27,6 +30,8 @@ from array import array
 from pathlib import Path
 
 from journal.confine import NotConfined, open_inside
+from journal.errors import VaultError
+from journal.vault import Vault
 
 log = logging.getLogger(__name__)
 
@@ -50,19 +55,34 @@ def records_before(seq: int) -> int:
     return (seq + STRIDE - 1) // STRIDE if seq > 0 else 0
 
 
-# -- the writer's part ---------------------------------------------------------------------------------
+# -- the writer's part (and `broker reindex`'s) -----------------------------------------------------------
+
+
+class SidecarRefused(VaultError):
+    """The sidecar's name is taken by something the writer must not write through (a symlink, a hard link,
+    a FIFO or anything but a regular file)."""
 
 
 def note_group(session_path: Path, start: int, first_seq: int, count: int, data: bytes) -> None:
     """After a durable group of `count` lines (`data`, written at byte `start`, seqs first_seq...): append the
     records of the seqs it holds that start a stride. Never raises: a sidecar that cannot be kept only makes
     readers build their own index."""
-    if count <= 0:
+    records = _group_records(start, first_seq, count, data)
+    if not records:
         return
+    try:
+        _keep(session_path, first_seq, records)
+    except (OSError, SidecarRefused) as exc:  # absent for a session begun before sidecars (ENOENT), a symlink
+        log.debug("seq sidecar of %s not kept: %s", session_path, exc)
+
+
+def _group_records(start: int, first_seq: int, count: int, data: bytes) -> list[bytes] | None:
+    """The records of the group's seqs that start a stride; None when `data` holds fewer lines than `count`
+    says (nothing rather than a wrong record)."""
+    if count <= 0:
+        return None
     target = first_seq + (-(first_seq - 1)) % STRIDE  # the first seq >= first_seq that starts a stride
     last = first_seq + count - 1
-    if target > last:
-        return
     records = []
     line, pos = 0, 0
     try:
@@ -71,49 +91,78 @@ def note_group(session_path: Path, start: int, first_seq: int, count: int, data:
                 pos = data.index(b"\n", pos) + 1
                 line += 1
             records.append(_RECORD.pack(seq, start + pos))
-    except ValueError:  # fewer lines in `data` than `count` says: write nothing rather than a wrong record
-        return
+    except ValueError:
+        return None
+    return records
+
+
+def _keep(session_path: Path, first_seq: int, records: list[bytes]) -> bool:
+    """Write `records` into the session's sidecar, under the session file's flock (the caller's): from seq 1 a
+    new sidecar (created, or emptied and written anew), else appended when the sidecar's length is exactly
+    what the lines before `first_seq` call for (False when it is not: left as it is). Only a regular file with
+    one link is written: SidecarRefused otherwise; OSError when it cannot be opened (absent for seq > 1)."""
     fresh = first_seq == 1
     path = session_path.with_name(sidecar_name(session_path.name))
     flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | (os.O_CREAT if fresh else 0)
     try:
         fd = os.open(path, flags, 0o644)
-    except OSError as exc:  # absent for a session begun before sidecars (ENOENT), a symlink (ELOOP), a FIFO
-        log.debug("seq sidecar %s not kept: %s", path, exc)
-        return
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EMLINK):
+            raise SidecarRefused(f"{path} is a symlink; not followed, not written") from None
+        if exc.errno == errno.ENXIO:  # O_NONBLOCK: a FIFO no one reads refuses the open instead of hanging it
+            raise SidecarRefused(f"{path} is a FIFO, not a regular file; not written") from None
+        raise
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:  # a hard link could make us write elsewhere
-            return
+        if not stat.S_ISREG(st.st_mode):
+            raise SidecarRefused(f"{path} is not a regular file; not written")
+        if st.st_nlink != 1:  # a hard link could make us write elsewhere
+            raise SidecarRefused(f"{path} has {st.st_nlink} links (a hard link to another file?); not written")
         if fresh:
             os.ftruncate(fd, 0)
-            os.write(fd, _HEAD_BYTES + b"".join(records))
-        elif st.st_size == RECORD_SIZE * (1 + records_before(first_seq - 1)):
-            os.write(fd, b"".join(records))
-    except OSError as exc:
-        log.debug("seq sidecar %s not kept: %s", path, exc)
+            _write_all(fd, _HEAD_BYTES + b"".join(records))
+            return True
+        if st.st_size == RECORD_SIZE * (1 + records_before(first_seq - 1)):
+            _write_all(fd, b"".join(records))
+            return True
+        return False
     finally:
         os.close(fd)
 
 
-def build(session_path: Path) -> None:
-    """Write the sidecar of an existing session file from one newline scan (for files written before the
-    writer kept one, and the benchmarks); the same bytes the writer would have written."""
-    out = [_HEAD_BYTES]
-    line, line_start, pos = 0, 0, 0
-    with open(session_path, "rb") as f:
-        while block := f.read(1 << 20):
-            at = 0
-            while (nl := block.find(b"\n", at)) >= 0:  # only complete lines get a record, as the writer's
-                if line % STRIDE == 0:
-                    out.append(_RECORD.pack(line + 1, line_start))
-                line += 1
-                line_start = pos + nl + 1
-                at = nl + 1
-            pos += len(block)
-    tmp = session_path.with_name(sidecar_name(session_path.name) + ".tmp")
-    tmp.write_bytes(b"".join(out))
-    os.replace(tmp, session_path.with_name(sidecar_name(session_path.name)))
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def rebuild(vault: Vault, session: str) -> int:
+    """Write the sidecar of an existing session file anew (`broker reindex`: a session begun before the writer
+    kept one, or a sidecar cut short, edited or left behind), with the records the writer would have written,
+    through the writer's own code (`_group_records`, `_keep`) and under the writer's lock (the session file's
+    flock), so a live writer's groups and this never interleave. The session file is opened as readers open
+    it (journal/confine.py: reached through no symlink, a regular file) and only read. Returns the number of
+    lines it covers (the complete ones: a torn tail is the writer's to move aside)."""
+    fd = vault.open_session(session)
+    path = vault.session_path(session)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # the writer's lock (journal/writer.py); released by the close
+        size = os.fstat(fd).st_size
+        records: list[bytes] = []
+        lines, at, carry = 0, 0, b""
+        while at + len(carry) < size:
+            block = carry + os.pread(fd, min(1 << 20, size - at - len(carry)), at + len(carry))
+            if len(block) == len(carry):
+                break  # cut short under us: only a writer recovering a torn tail does that, and it holds the lock
+            cut = block.rfind(b"\n") + 1
+            count = block.count(b"\n", 0, cut)
+            if count:
+                records += _group_records(at, lines + 1, count, block[:cut]) or []
+            lines, at, carry = lines + count, at + cut, block[cut:]
+        _keep(path, 1, records)
+        return lines
+    finally:
+        os.close(fd)
 
 
 # -- the readers' part ---------------------------------------------------------------------------------

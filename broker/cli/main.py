@@ -35,6 +35,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                      "goes through the broker and every other connection is refused (Linux, root or "
                      "CAP_NET_ADMIN and CAP_SYS_ADMIN)."),
     "mcp": ("mcp", "Relay an MCP server and record its tool calls."),
+    "reindex": ("reindex", "Write the seq sidecar of sessions already recorded, as the writer keeps it (the only "
+                           "command besides the writer that writes it)."),
     "replay": ("replay", "Rebuild views of the resources a session touched."),
     "revert-plan": ("replay", "The inverse call for each write of a session."),
     "trajectory": ("trajectory", "Replay a session turn by turn: model call, the tool calls it asked for, the "

@@ -26,7 +26,7 @@ from journal.search import Query, search
 from journal.summary import entry_row, summarize_session
 from journal.vault import SessionIdError, Vault, VaultError
 
-from .sessions import SessionIndex, parse_line
+from .sessions import Folded, Pending, SessionIndex, parse_line
 
 MAX_PAGE = 1000
 MAX_SEARCH = 5000
@@ -57,6 +57,20 @@ def _int(request: Request, name: str, default: int | None = None, low: int = 0, 
     except ValueError:
         raise ApiError(400, f"parameter {name} must be an integer, not {raw!r}") from None
     return max(low, min(high, value))
+
+
+def _pending(got: Pending) -> Response:
+    """202: a replay still being folded in the background, with the bytes it has read so far."""
+    return json_response({"pending": True, "done": got.done, "total": got.total}, 202)
+
+
+def _as_of(got: Folded) -> dict:
+    """`current`, and for a replay of the file before it grew how much of it the replay read (the page says
+    so; the replay of the file as it is now is under way)."""
+    if got.current:
+        return {"current": True}
+    r = got.replay.report
+    return {"current": False, "replay_of": {"entries": r.entries, "bytes": r.bytes}}
 
 
 def _bytes(vault: Vault, session: str) -> int:
@@ -189,34 +203,44 @@ class Api:
         })
 
     def writes(self, request: Request) -> Response:
-        """Replay's record of each write at line `seq`: before, intended, actual and their differences."""
+        """Replay's record of each write at line `seq`: before, intended, actual and their differences; or 202
+        with how far the session's fold has read while it runs in the background (the page asks again)."""
         sid = self.session(request)
         n = _int(request, "seq", low=1)
-        rp, views = self.index.replay(sid)
+        got = self.index.replay(sid)
+        if isinstance(got, Pending):
+            return _pending(got)
+        if not got.current and n > got.replay.report.entries:  # a line the replay of the shorter file never saw
+            return _pending(got.pending or Pending(0, 0))
         out = []
-        for res, _parent, _children in views.resources():  # streamed from replay's spill store
+        for res, _parent, _children in got.views.resources():  # streamed from replay's spill store
             for w in res.writes:
                 if w.pos == n:
                     out.append(w.fields | {"plan_step": w.step, "resource": resource_id(res.key),
                                            "title": title(res.key)})
-        return json_response({"session": sid, "seq": n, "chain": rp.chain_summary(), "writes": out})
+        return json_response({"session": sid, "seq": n, "chain": got.replay.chain_summary(), "writes": out,
+                              **_as_of(got)})
 
     def views(self, request: Request) -> Response:
+        """Every resource replay found, or 202 with the fold's progress (as `writes`)."""
         sid = self.session(request)
-        rp, views = self.index.replay(sid)
+        got = self.index.replay(sid)
+        if isinstance(got, Pending):
+            return _pending(got)
+        rp, views = got.replay, got.views
         return json_response({"session": sid, "chain": rp.chain_summary(),
                               "resources": [views.resource_dict(res, children)
                                             for res, _parent, children in views.resources()],
-                              "unreadable_lines": [{"line": p, "why": why} for p, why in rp.unreadable]})
+                              "unreadable_lines": [{"line": p, "why": why} for p, why in rp.unreadable],
+                              **_as_of(got)})
 
     def revert_plan(self, request: Request) -> Response:
         """The plan, or 202 with how far its fold has read while it is built in the background (a long
         session takes a while: the page asks again and shows the progress)."""
         got = self.index.revert_plan(self.session(request))
-        if isinstance(got, tuple):
-            done, total = got
-            return json_response({"pending": True, "done": done, "total": total}, 202)
-        return json_response(plan_dict(got))
+        if isinstance(got, Pending):
+            return _pending(got)
+        return json_response(plan_dict(got.replay) | _as_of(got))
 
     # -- downloads ------------------------------------------------------------------------------------
 

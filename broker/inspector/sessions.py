@@ -3,8 +3,10 @@
 Lines come from the session's seq index (journal/seq_index.py: the writer's sidecar, else the index in the
 user's cache), so a page of a 100,000-entry timeline and the session's head read only the lines asked for;
 on a database store, one key range of its rows. Derived values (the verifier's summary and verdict, the
-replay) are recomputed when the file changes (its size or mtime) or the database head moves. Nothing here is
-trusted over the file: verdicts come from journal/verify.py on the current bytes.
+replay) are recomputed when the file changes (its size, mtime, ctime or inode) or the database head moves.
+A replay (the views, what a write changed, the revert plan) is folded in a background thread: a request
+answers at once with how far it got, and the page asks again. Nothing here is trusted over the file:
+verdicts come from journal/verify.py on the current bytes.
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ from journal.vault import Vault
 from journal.verify import SessionReport, verify_session
 
 
-def _stamp(path: Path) -> tuple[int, int]:
+def _stamp(path: Path) -> tuple[int, int, int, int, int]:
+    """What says the file is the one a derived value was built from: size and mtime, and the inode and ctime
+    too (a same-size edit with its mtime put back changes the ctime; a file renamed over it, the inode)."""
     st = os.stat(path)
-    return st.st_size, st.st_mtime_ns
+    return st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev
 
 
 def _row_stamp(vault: RowSource, session: str) -> tuple[int, str]:
@@ -36,29 +40,80 @@ def _row_stamp(vault: RowSource, session: str) -> tuple[int, str]:
     return vault.store.head(session)  # type: ignore[attr-defined]
 
 
-@dataclass
-class _PlanJob:
-    """A revert plan folded in a thread of its own, so a request never waits minutes for it: the page asks
-    again and shows how far the fold has read (`done` of `total` bytes) until `finished` is set."""
+def _grew(old: tuple, new: tuple) -> bool:
+    """Whether the file at stamp `new` is the one at `old` grown: the same device and inode with more bytes
+    (a database session: a head further on). An edit in place before the growth cannot be told from here."""
+    if len(old) == 5:
+        return old[3:] == new[3:] and new[0] > old[0]
+    return new[0] > old[0]
 
-    stamp: tuple[int, object]
+
+@dataclass(frozen=True)
+class Pending:
+    """A fold still running: `done` of `total` bytes read, for the page to show while it asks again."""
+
+    done: int
     total: int
+
+
+@dataclass(frozen=True)
+class Folded:
+    """A replay to answer with. `current` false: a replay of the file before it grew, served while the fold of
+    the file as it is now (`pending`: how far it has read) runs, so a session being written is not a page
+    that never finishes; the answer says so."""
+
+    replay: Replay
+    current: bool = True
+    pending: Pending | None = None
+
+    @property
+    def views(self) -> Views:
+        return Views(self.replay)
+
+
+class _Superseded(BaseException):
+    """Stops a fold whose file changed under it: its result could never be served (a BaseException, so no
+    reader's `except Exception` takes it for a bad line)."""
+
+
+@dataclass
+class _FoldJob:
+    """A replay folded in a thread of its own, so a request never waits minutes for it: the page asks again
+    and shows how far the fold has read (`done` of `total` bytes) until `finished` is set. `stamp` is the
+    file's, taken before the fold opened it, so a result is never filed under a newer file than it read.
+    With `views` the fold keeps what the views and the writes need, else the revert plan alone."""
+
+    stamp: tuple
+    total: int
+    views: bool
     done: int = 0
     replay: Replay | None = None
     error: BaseException | None = None
+    superseded: bool = False
     finished: threading.Event = field(default_factory=threading.Event)
 
     def advance(self, n: int) -> None:
+        if self.superseded:
+            raise _Superseded
         self.done += n
+
+    def run(self, vault: Vault, session: str) -> None:
+        try:
+            self.replay = replay_session(vault, session, progress=self.advance, views=self.views)
+        except BaseException as exc:  # noqa: BLE001 - handed to the request that asks for the result
+            self.error = exc
+        finally:
+            self.finished.set()
 
 
 @dataclass
 class _Session:
     path: Path
-    derived: dict[str, tuple[tuple[int, object], object]] = field(default_factory=dict)  # by file stamp or db head
-    lock: threading.Lock = field(default_factory=threading.Lock)  # `builders`
+    derived: dict[str, tuple[tuple, object]] = field(default_factory=dict)  # by file stamp or db head
+    lock: threading.Lock = field(default_factory=threading.Lock)  # `builders` and `jobs`
     builders: dict[str, threading.Lock] = field(default_factory=dict)  # one per derived value
-    plan_job: _PlanJob | None = None  # the revert plan being built in the background
+    jobs: dict[bool, _FoldJob] = field(default_factory=dict)  # the fold in the background, by `views`
+    done: dict[bool, _FoldJob] = field(default_factory=dict)  # the last fold that finished, by `views`
 
 
 class SessionIndex:
@@ -146,45 +201,64 @@ class SessionIndex:
     def verdict(self, session: str) -> SessionReport:
         return self._derived(session, "verdict", lambda: verify_session(self.vault, session))
 
-    def replay(self, session: str) -> tuple[Replay, Views]:
-        def build() -> tuple[Replay, Views]:
-            rp = replay_session(self.vault, session)
-            return rp, Views(rp)
+    def replay(self, session: str, wait: float = 1.0) -> Folded | Pending:
+        """The session's replay with its views (the views tab, what a write changed), or how far its fold has
+        read while it runs in the background (see `_fold`)."""
+        return self._fold(session, True, wait)
 
-        return self._derived(session, "replay", build)
-
-    def revert_plan(self, session: str, wait: float = 1.0) -> Replay | tuple[int, int]:
-        """The replay the session's revert plan comes from, or (bytes read, bytes in all) while it is still
-        being folded. A replay with views already built for the current file serves; otherwise a fold for
-        the plan alone (no views) runs in a background thread, started by the first request (or again when
-        the file changed), and this waits up to `wait` seconds for it."""
+    def revert_plan(self, session: str, wait: float = 1.0) -> Folded | Pending:
+        """The replay the session's revert plan comes from, or how far its fold has read. The fold with views
+        of the current file serves when there is one (done or still running: no second fold beside it);
+        otherwise a fold for the plan alone (no views)."""
         s = self._get(session)
         stamp = self._stamp(s, session)
-        hit = s.derived.get("replay")
-        if hit is not None and hit[0] == stamp:
-            return hit[1][0]  # type: ignore[index]
         with s.lock:
-            job = s.plan_job
-            if job is None or job.stamp != stamp:
-                job = s.plan_job = _PlanJob(stamp, session_size(self.vault, session))
-                threading.Thread(target=self._fold_plan, args=(session, job), name=f"revert-plan {session}",
-                                 daemon=True).start()
-        if not job.finished.wait(wait):
-            return job.done, job.total
+            job = s.jobs.get(True)
+        return self._fold(session, job is not None and job.stamp == stamp and job.error is None, wait)
+
+    def _fold(self, session: str, views: bool, wait: float) -> Folded | Pending:
+        """One background fold per session and kind, started by the first request, and again when the file
+        changed: a fold of a file replaced or edited is stopped at its next block; one of a file that has
+        only grown runs to its end, and its replay is then answered (marked not current) while the next fold
+        runs. This waits up to `wait` seconds for the fold. Nothing is written into the vault (replay's
+        scratch is the user's cache, see __init__)."""
+        s = self._get(session)
+        stamp = self._stamp(s, session)
+        with s.lock:
+            job = s.jobs.get(views)
+            if job is not None and job.finished.is_set() and job.error is None:
+                s.done[views] = job
+            if job is None or (job.stamp != stamp and (job.finished.is_set() or not _grew(job.stamp, stamp))):
+                if job is not None:
+                    job.superseded = True
+                job = s.jobs[views] = _FoldJob(stamp, session_size(self.vault, session), views)
+                threading.Thread(target=job.run, args=(self.vault, session), daemon=True,
+                                 name=f"{'views' if views else 'revert-plan'} {session}").start()
+        got = self._answer(job, wait)
+        if not isinstance(got, Pending):
+            with s.lock:
+                s.done[views] = job
+            if job.stamp == stamp:
+                return Folded(got)
+            return self._fold(session, views, 0)  # the file grew while it ran: this, and a fold of the file now
+        with s.lock:
+            last = s.done.get(views)
+        if last is not None and _grew(last.stamp, stamp):
+            assert last.replay is not None
+            return Folded(last.replay, False, got)
+        return got
+
+    @staticmethod
+    def _answer(job: _FoldJob, wait: float) -> Replay | Pending:
+        """The job's replay once it is done (waiting up to `wait` seconds), else how far it has read."""
+        if not job.finished.wait(wait) or isinstance(job.error, _Superseded):
+            return Pending(job.done, job.total)  # a superseded fold: the next request finds the new one
         if job.error is not None:
             raise job.error
         assert job.replay is not None
         return job.replay
 
-    def _fold_plan(self, session: str, job: _PlanJob) -> None:
-        try:
-            job.replay = replay_session(self.vault, session, progress=job.advance, views=False)
-        except BaseException as exc:  # noqa: BLE001 - handed to the request that asks for the plan
-            job.error = exc
-        finally:
-            job.finished.set()
-
-    def _stamp(self, s: _Session, session: str) -> tuple[int, object]:
+    def _stamp(self, s: _Session, session: str) -> tuple:
         return _row_stamp(self.vault, session) if isinstance(self.vault, RowSource) else _stamp(s.path)
 
 

@@ -179,7 +179,8 @@ def _ocsf(f: BinaryIO, table: LinkTable) -> str | None:
     """Read OCSF JSON lines a line at a time (numbered as bytes.splitlines numbers them)."""
     n = 0
     for physical in f:
-        for line in physical.splitlines():
+        pieces = physical.splitlines()
+        for i, line in enumerate(pieces):
             n += 1
             if not line.strip():
                 continue
@@ -187,6 +188,8 @@ def _ocsf(f: BinaryIO, table: LinkTable) -> str | None:
             try:
                 event = orjson.loads(line)
             except orjson.JSONDecodeError:
+                if i == len(pieces) - 1 and not physical.endswith((b"\n", b"\r")):  # no line end: the last line
+                    return f"{where}: not JSON, and the file ends inside it without a line end: cut short"
                 return f"{where}: not JSON"
             if not isinstance(event, dict) or event.get("class_uid") != 6003:
                 return f"{where}: not an OCSF API Activity event (class_uid 6003)"
@@ -416,25 +419,33 @@ def _check(table: LinkTable) -> str | None:
     return None
 
 
-def _kind(path: Path) -> tuple[str | None, int]:
+_BEGINS_AS = {"har": 'a HAR (`{"log": {...`)', "otel": 'an OTLP/JSON export (`{"resourceSpans": [...`)'}
+
+
+def _kind(path: Path) -> tuple[str | None, int, str | None]:
     """What the file is, as a parser of the whole file would see it: ("har"|"otel"|"ocsf", which occurrence
-    of the key to read), (None, 0) for JSON that is no export. The file is walked, not held."""
+    of the key to read, None), (None, 0, None) for JSON that is no export. A file that begins as a HAR or an
+    OTLP/JSON document (its first object opens "log" or "resourceSpans") but is not one whole JSON document
+    is named so, with why, as the third value: it is not JSON lines. The file is walked, not held."""
     log = spans = class_uid = 0
     is_log = is_spans = has_class = False
+    started: str | None = None  # "har" or "otel" once the first object opens a "log" object or "resourceSpans" array
     with open(path, "rb") as f:
         walk = JsonWalk(f)
         try:
             if walk.peek() != b"{":
                 walk.skip()
-                return (None, 0) if walk.at_end() else ("ocsf", 0)
+                return (None, 0, None) if walk.at_end() else ("ocsf", 0, None)
             for key in walk.members():  # a key given twice: the last one counts, as for orjson
                 if key == "log":
                     log += 1
                     is_log = walk.peek() == b"{"
+                    started = started or ("har" if walk.peek() in (b"{", b"") else None)  # b"": cut there
                     walk.skip()
                 elif key == "resourceSpans":
                     spans += 1
                     is_spans = walk.peek() == b"["
+                    started = started or ("otel" if walk.peek() in (b"[", b"") else None)
                     walk.skip()
                 elif key == "class_uid":
                     class_uid += 1
@@ -442,22 +453,27 @@ def _kind(path: Path) -> tuple[str | None, int]:
                 else:
                     walk.skip()
             if not walk.at_end():
-                return "ocsf", 0
+                return "ocsf", 0, None
         except NotJson:
-            return "ocsf", 0  # not one JSON document: JSON lines (or nothing readable)
+            if started is not None:  # a HAR or OTLP document cut short (or damaged), not JSON lines
+                return started, 0, (f"not one complete JSON document: it begins as {_BEGINS_AS[started]} but is "
+                                    "not JSON to its end, so it was cut short or damaged")
+            return "ocsf", 0, None  # not one JSON document: JSON lines (or nothing readable)
     if is_log:
-        return "har", log
+        return "har", log, None
     if is_spans:
-        return "otel", spans
-    return ("ocsf", 0) if has_class else (None, 0)
+        return "otel", spans, None
+    return ("ocsf", 0, None) if has_class else (None, 0, None)
 
 
 def verify_export(path: str | Path) -> Verdict:
     """Check the chains in the export at `path` (see the module docstring)."""
     path = Path(path)
-    fmt, occurrence = _kind(path)
+    fmt, occurrence, cut = _kind(path)
     if fmt is None:
         raise ExportUnreadable(f"{path} is not an OCSF JSON-lines, HAR or OTLP/JSON export of `broker export`")
+    if cut is not None:
+        return Verdict(fmt, 0, 0, cut)
     table = LinkTable()
     try:
         with open(path, "rb") as f:

@@ -18,7 +18,7 @@ from journal.canonical import CanonicalError, is_canonical_line
 from journal.vault import Vault
 from journal.verify import SessionReport, verify_session
 from journal.writer import JournalWriter
-from tests.support.inspector_server import CHROMIUM, browser_page, chromium_browser, served
+from tests.support.inspector_server import CHROMIUM, HeldFold, browser_page, chromium_browser, served
 from tests.support.journal_factories import fields
 from tests.support.replay_factories import SessionBuilder
 
@@ -133,6 +133,50 @@ def test_deep_link_opens_the_entry(page, example):
         page.wait_for_selector("#entry h2:text('Seq 12')")
         assert page.get_attribute('#timeline tr[data-line="12"]', "class").split()[-1] == "selected"
         assert "tools/call" in page.inner_text("#entry-request-line")
+    assert page.errors == []
+
+
+def test_what_a_write_changed_shows_progress_then_the_block(page, example, monkeypatch):
+    """Issue 26: the entry page does not wait for the replay. The first answer for what the write changed is a
+    202 while the fold runs (held here until the test lets it go, no clock): the block says how far it got;
+    once the fold is done the page's next ask gets the block. The views tab then needs no second fold."""
+    fold = HeldFold(monkeypatch)
+    statuses: list[int] = []
+    page.on("response", lambda r: statuses.append(r.status) if "/api/session/writes" in r.url else None)
+    with served(example) as base:
+        page.goto(f"{base}/?session={S}&seq=4")
+        page.wait_for_selector("#writes [role=status]")
+        assert "% of the session read" in page.inner_text("#writes [role=status]")
+        assert page.query_selector("#writes .write") is None
+        assert statuses and set(statuses) == {202}
+        fold.gate.set()
+        page.wait_for_selector("#writes .write")
+        writes = page.inner_text("#writes")
+        assert "before" in writes and "intended" in writes and "actual" in writes
+        assert statuses[-1] == 200
+        page.click("#tab-views")
+        page.wait_for_selector(".resource")
+    assert fold.seen == [{"views": True}]
+    assert page.errors == []
+
+
+def test_a_grown_session_shows_the_last_replay_marked(page, example, monkeypatch):
+    """A session being written: while the replay of the grown file is folded, the block shows the last one,
+    saying how far it goes, instead of waiting."""
+    fold = HeldFold(monkeypatch)
+    fold.gate.set()
+    with served(example) as base:
+        page.goto(f"{base}/?session={S}&seq=4")
+        page.wait_for_selector("#writes .write")
+        assert page.query_selector("#writes .as-of") is None
+        fold.gate.clear()  # the fold of the grown file is held
+        with JournalWriter(Vault.open_existing(example), durable=False) as w:
+            w.append(fields(S, 18))
+        page.reload()
+        page.wait_for_selector("#writes .as-of")
+        assert "Replayed as of the first 17 entries" in page.inner_text("#writes .as-of")
+        assert page.query_selector("#writes .write") is not None
+        fold.gate.set()
     assert page.errors == []
 
 

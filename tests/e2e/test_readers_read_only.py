@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from journal.seq_sidecar import build as build_sidecar
+from journal.seq_sidecar import rebuild as rebuild_sidecar
+from journal.vault import Vault
 from tests.support.example_vault import SESSION, copy_example
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,7 +41,7 @@ def ro_vault(tmp_path: Path) -> tuple[Path, Path]:
     if not _can_mount_read_only(tmp_path):
         pytest.skip("no private mount namespace here (needs unshare -m and CAP_SYS_ADMIN)")
     src = copy_example(tmp_path / "vault")
-    build_sidecar(src / "journal" / f"{SESSION}.jsonl")  # the writer's seq sidecar, read (never written) by readers
+    rebuild_sidecar(Vault.open_existing(src), SESSION)  # the writer's seq sidecar, read (never written) by readers
     keys = subprocess.run([sys.executable, "-m", "broker.cli", "keygen", "--out", str(tmp_path / "keys")],
                           capture_output=True, text=True, cwd=ROOT)
     assert keys.returncode == 0, keys.stderr
@@ -105,6 +106,10 @@ def test_the_inspector_answers_on_a_read_only_mount(ro_vault, tmp_path):
         "             f'/api/session/entry?session={s}&seq=9', f'/api/session/verdict?session={s}',\n"
         "             f'/api/session/revert-plan?session={s}', f'/api/session/views?session={s}'):\n"
         "    r = c.get(path)\n"
+        "    for _ in range(120):  # a replay is folded in the background: 202 until it is done\n"
+        "        if r.status_code != 202:\n"
+        "            break\n"
+        "        r = c.get(path)\n"
         "    assert r.status_code == 200, (path, r.status_code, r.text[:300])\n"
         "print('ok')\n"
     )

@@ -14,7 +14,7 @@ import pytest
 from journal import seq_index, seq_sidecar
 from journal.chain import GENESIS, chain_entry
 from journal.seq_index import current_index, line_of_seq, lines_at
-from journal.seq_sidecar import RECORD_SIZE, STRIDE, build, sidecar_name
+from journal.seq_sidecar import RECORD_SIZE, STRIDE, rebuild, sidecar_name
 from journal.store.file_store import FileStore
 from journal.vault import Vault
 from journal.verify import verify_session
@@ -66,7 +66,7 @@ def test_the_writer_keeps_the_sidecar_as_a_scan_would_build_it(tmp_path, cache):
     vault = _written(tmp_path, 3 * STRIDE + 5)
     kept = _sidecar(vault).read_bytes()
     assert len(kept) == RECORD_SIZE * (1 + 4)
-    build(vault.session_path("s"))
+    rebuild(vault, "s")
     assert _sidecar(vault).read_bytes() == kept
     files = _vault_files(vault)
     lines = vault.session_path("s").read_bytes().splitlines(keepends=True)
@@ -224,7 +224,7 @@ def test_a_pulled_session_gets_the_sidecar_the_writer_would_keep(tmp_path, monke
     assert store.append_lines("s", lines[STRIDE + 1 :]) == 2 * STRIDE + 8
     vault = Vault(tmp_path / "pulled")
     kept = _sidecar(vault).read_bytes()
-    build(vault.session_path("s"))
+    rebuild(vault, "s")
     assert _sidecar(vault).read_bytes() == kept and len(kept) == RECORD_SIZE * 5
 
 

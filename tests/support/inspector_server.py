@@ -11,7 +11,7 @@ from pathlib import Path
 import uvicorn
 
 from broker.cli.options import bind
-from broker.inspector import create_app
+from broker.inspector import create_app, sessions
 from journal.vault import Vault
 
 CHROMIUM = "/usr/bin/chromium"
@@ -65,3 +65,35 @@ def browser_page(browser, timeout_ms: int = 20_000, **context_options):
         yield page
     finally:
         context.close()
+
+
+class HeldFold:
+    """The inspector's replay held after each block it reads until `gate` is set: a fold as slow as the test
+    wants, without a clock. `seen` has each fold's keyword arguments, `ended` how each fold ended; `one_ended`
+    is released as each fold ends."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.gate = threading.Event()
+        self.seen: list[dict] = []
+        self.ended: list[str] = []
+        self.one_ended = threading.Semaphore(0)
+        real = sessions.replay_session
+
+        def held(vault, session, progress=None, **kwargs):
+            self.seen.append(kwargs)
+
+            def advance(n: int) -> None:
+                progress(n)
+                self.gate.wait(30)
+
+            try:
+                got = real(vault, session, progress=advance, **kwargs)
+            except BaseException as exc:
+                self.ended.append(type(exc).__name__)
+                self.one_ended.release()
+                raise
+            self.ended.append("done")
+            self.one_ended.release()
+            return got
+
+        monkeypatch.setattr(sessions, "replay_session", held)

@@ -31,6 +31,24 @@
     return data;
   }
 
+  // A replay (the views, what a write changed, the revert plan) is folded in the background on the server: it
+  // answers 202 {pending, done, total} until the fold is done, holding each request up to a second, so this asks
+  // again at once, telling `say` how far the fold has read. The pending answer comes back when `stopped()`.
+  async function folded(path, query, say, stopped) {
+    let got;
+    for (got = await api(path, query); got.pending && !stopped(); got = await api(path, query)) {
+      say(got.total ? ` (${Math.min(99, Math.floor((100 * got.done) / got.total))}% of the session read)` : "");
+    }
+    return got;
+  }
+  // What a replay answered with `current: false` is: the session's replay before it grew, served while the fold
+  // of the grown file runs (a session being written). Said above what it shows.
+  function asOf(got) {
+    if (got.current !== false) return null;
+    return el("p", { class: "muted as-of", role: "note" }, `Replayed as of the first ${fmt(got.replay_of.entries)} entries: `
+      + "the session has grown since and its replay is being built again; reload to see it.");
+  }
+
   // -- building the page (text only) --------------------------------------------------------------
   function el(tag, props, ...children) {
     const node = document.createElement(tag);
@@ -764,9 +782,13 @@
     async viewsTab() {
       clear(this.body, el("p", { class: "loading" }, "Replaying the session…"));
       let v;
-      try { v = await api("session/views", { session: this.session }); } catch (err) { clear(this.body, failure(err)); return; }
-      if (!v.resources.length) { clear(this.body, el("p", {}, "Replay found no resources in this session.")); return; }
-      clear(this.body, el("p", { class: "muted" }, `${v.resources.length} resources touched (built from what the platform answered; untrusted after a broken seq).`),
+      try {
+        v = await folded("session/views", { session: this.session },
+          (pct) => clear(this.body, el("p", { class: "loading", role: "status" }, `Replaying the session…${pct}`)), () => this.stopped);
+      } catch (err) { clear(this.body, failure(err)); return; }
+      if (this.stopped) return;
+      if (!v.resources.length) { clear(this.body, asOf(v), el("p", {}, "Replay found no resources in this session.")); return; }
+      clear(this.body, asOf(v), el("p", { class: "muted" }, `${v.resources.length} resources touched (built from what the platform answered; untrusted after a broken seq).`),
         v.resources.map((r) => el("section", { class: "resource", dataset: { resource: r.id } },
           el("h2", { class: "resource-title" }, r.title, r.description ? el("span", { class: "muted" }, ` — ${r.description}`) : null),
           el("p", {}, el("span", { class: "badge info" }, r.status), el("span", { class: `badge ${r.trusted ? "ok" : "bad"}` }, r.trusted ? "trusted" : `untrusted from seq ${r.untrusted_from_seq}`),
@@ -779,16 +801,12 @@
       clear(this.body, el("p", { class: "loading" }, "Building the revert plan…"));
       let plan;
       try {
-        // A long session's plan is folded in the background: 202 {pending, done, total} until it is ready.
-        for (plan = await api("session/revert-plan", { session: this.session }); plan.pending && !this.stopped;
-          plan = await api("session/revert-plan", { session: this.session })) {
-          const pct = plan.total ? ` (${Math.min(99, Math.floor((100 * plan.done) / plan.total))}% of the session read)` : "";
-          clear(this.body, el("p", { class: "loading", role: "status" }, `Building the revert plan…${pct}`));
-        }
+        plan = await folded("session/revert-plan", { session: this.session },
+          (pct) => clear(this.body, el("p", { class: "loading", role: "status" }, `Building the revert plan…${pct}`)), () => this.stopped);
       } catch (err) { clear(this.body, failure(err)); return; }
       if (this.stopped) return;
-      if (!plan.steps.length) { clear(this.body, el("p", {}, "No writes: nothing to revert.")); return; }
-      clear(this.body, el("p", { class: "muted" }, `${plan.steps.length} steps, newest first. Never executed: for a person to review and act on.`),
+      if (!plan.steps.length) { clear(this.body, asOf(plan), el("p", {}, "No writes: nothing to revert.")); return; }
+      clear(this.body, asOf(plan), el("p", { class: "muted" }, `${plan.steps.length} steps, newest first. Never executed: for a person to review and act on.`),
         el("table", { id: "plan" }, el("thead", {}, el("tr", {}, ["#", "For seq", "Connector", "Operation", "Revertible", "Inverse call", "Why", "Evidence"].map((h) => el("th", {}, h)))),
           el("tbody", {}, plan.steps.map((s, i) => el("tr", { class: s.trusted ? "" : "untrusted" },
             el("td", { class: "num" }, i + 1), el("td", {}, nav({ session: this.session, seq: s.for_seq }, s.for_seq)), el("td", {}, s.connector),
@@ -958,9 +976,12 @@
 
   function writesBlock(page, n) {
     const box = el("section", { id: "writes" }, el("h3", {}, "What the write changed (replay)"), el("p", { class: "loading" }, "Replaying…"));
-    api("session/writes", { session: page.session, seq: n }).then((w) => {
-      if (!w.writes.length) { clear(box, el("h3", {}, "What the write changed (replay)"), el("p", { class: "muted" }, "Replay found no resource this write changed.")); return; }
-      clear(box, el("h3", {}, "What the write changed (replay)"), w.writes.map((x) => el("div", { class: "write" },
+    const say = (pct) => clear(box, el("h3", {}, "What the write changed (replay)"), el("p", { class: "loading", role: "status" }, `Replaying the session…${pct}`));
+    const gone = () => page.stopped || page.seq !== n || !box.isConnected;
+    folded("session/writes", { session: page.session, seq: n }, say, gone).then((w) => {
+      if (gone()) return;
+      if (!w.writes.length) { clear(box, el("h3", {}, "What the write changed (replay)"), asOf(w), el("p", { class: "muted" }, "Replay found no resource this write changed.")); return; }
+      clear(box, el("h3", {}, "What the write changed (replay)"), asOf(w), w.writes.map((x) => el("div", { class: "write" },
         el("h3", {}, `${x.title}: ${x.op}`, x.trusted ? null : el("span", { class: "badge bad" }, "untrusted")),
         x.failure ? el("p", { class: "error" }, `failed: ${x.failure}`) : null,
         el("p", { class: "muted" }, x.before === null ? "before: no earlier read in this session (blind write)" : `before: from seq ${x.before_seqs.join(", ")}`),

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
 from pathlib import Path
 
 import httpx
@@ -13,7 +15,7 @@ from starlette.testclient import TestClient
 from broker.inspector import create_app
 from journal.vault import Vault
 from journal.writer import JournalWriter
-from tests.support.inspector_server import served
+from tests.support.inspector_server import HeldFold, served
 from tests.support.journal_factories import fields
 from tests.support.replay_factories import GMAIL, SessionBuilder, gmail_session
 
@@ -69,36 +71,30 @@ def test_raw_lines_from_an_offset(client):
 def test_verdict_views_and_revert_plan(client):
     v = client.get("/api/session/verdict", params={"session": S}).json()
     assert v["intact"] is True and v["entries"] == 17
-    views = client.get("/api/session/views", params={"session": S}).json()
+    views = _until_ready(client, "/api/session/views", session=S).json()
     assert views["chain"]["intact"] is True and views["resources"]
-    plan = client.get("/api/session/revert-plan", params={"session": S}).json()
+    plan = _until_ready(client, "/api/session/revert-plan", session=S).json()
     assert plan["executed"] is False and len(plan["steps"]) >= 1
-    writes = client.get("/api/session/writes", params={"session": S, "seq": 4}).json()["writes"]
+    writes = _until_ready(client, "/api/session/writes", session=S, seq=4).json()["writes"]
     assert writes and {"before", "intended", "actual", "differences"} <= set(writes[0])
+
+
+def _until_ready(c: TestClient, path: str, **params) -> httpx.Response:
+    """Ask as the page does while the answer is 202 (the server holds each request up to a second)."""
+    for _ in range(120):
+        r = c.get(path, params=params)
+        if r.status_code != 202:
+            return r
+        assert r.json()["pending"] is True
+    raise AssertionError(f"{path} still pending")
 
 
 def test_the_revert_plan_is_folded_in_the_background_and_says_how_far_it_got(monkeypatch, tmp_path):
     """A long session's plan takes a while: the first requests answer 202 with the bytes read so far (the page
     shows them) instead of holding the request; then the plan, the same as a full replay's."""
-    import threading
-
-    from broker.inspector import sessions
     from journal.replay import forked, plan_dict, replay_session
 
-    gate = threading.Event()
-    real = sessions.replay_session
-    seen: list[dict] = []
-
-    def held(vault, session, progress=None, **kwargs):
-        seen.append(kwargs)
-
-        def advance(n: int) -> None:
-            progress(n)
-            gate.wait(30)
-
-        return real(vault, session, progress=advance, **kwargs)
-
-    monkeypatch.setattr(sessions, "replay_session", held)
+    fold = HeldFold(monkeypatch)
     c = TestClient(create_app(Vault.open_existing(EXAMPLE)), base_url="http://127.0.0.1")
     size = (EXAMPLE / "journal" / f"{S}.jsonl").stat().st_size
     first = c.get("/api/session/revert-plan", params={"session": S})
@@ -106,16 +102,137 @@ def test_the_revert_plan_is_folded_in_the_background_and_says_how_far_it_got(mon
     got = first.json()
     assert got["pending"] is True and got["total"] == size and 0 < got["done"] <= size
     assert c.get("/api/session/revert-plan", params={"session": S}).status_code == 202  # the same fold, once
-    gate.set()
-    for _ in range(60):
-        r = c.get("/api/session/revert-plan", params={"session": S})
-        if r.status_code == 200:
-            break
-    assert r.status_code == 200 and seen == [{"views": False}]  # one fold, for the plan alone
+    fold.gate.set()
+    r = _until_ready(c, "/api/session/revert-plan", session=S)
+    assert r.status_code == 200 and fold.seen == [{"views": False}]  # one fold, for the plan alone
     monkeypatch.setattr(forked, "ENABLED", False)  # a unit test starts no process
     vault = Vault.open_existing(EXAMPLE)
     vault.views_dir = tmp_path  # the replay's scratch: never inside the example vault
-    assert r.json() == plan_dict(replay_session(vault, S))
+    assert r.json() == plan_dict(replay_session(vault, S)) | {"current": True}
+
+
+def test_what_a_write_changed_is_folded_in_the_background(monkeypatch):
+    """Issue 26: the entry page's "what the write changed" block and the views tab used to hold the request for
+    a whole replay with views (a minute on a 10^5-entry session). The first request now answers 202 while the
+    fold has not finished (here it cannot: it is held), with the bytes read so far; the views tab and every
+    write's block share that one fold, and so does the revert plan asked for meanwhile; once it is done the
+    writes and the plan come from it."""
+    fold = HeldFold(monkeypatch)
+    c = TestClient(create_app(Vault.open_existing(EXAMPLE)), base_url="http://127.0.0.1")
+    size = (EXAMPLE / "journal" / f"{S}.jsonl").stat().st_size
+    first = c.get("/api/session/writes", params={"session": S, "seq": 4})
+    assert first.status_code == 202
+    got = first.json()
+    assert got["pending"] is True and got["total"] == size and 0 < got["done"] <= size
+    assert c.get("/api/session/views", params={"session": S}).status_code == 202
+    assert c.get("/api/session/writes", params={"session": S, "seq": 6}).status_code == 202
+    assert c.get("/api/session/revert-plan", params={"session": S}).status_code == 202  # from the same fold
+    fold.gate.set()
+    writes = _until_ready(c, "/api/session/writes", session=S, seq=4)
+    assert writes.status_code == 200
+    w = writes.json()["writes"]
+    assert w and {"before", "intended", "actual", "differences"} <= set(w[0])
+    views = _until_ready(c, "/api/session/views", session=S)
+    assert views.status_code == 200 and views.json()["resources"]
+    assert _until_ready(c, "/api/session/revert-plan", session=S).status_code == 200
+    assert fold.seen == [{"views": True}] and fold.ended == ["done"]  # one fold with views served all of it
+
+
+def _grow(root: Path) -> None:
+    w = JournalWriter(Vault.open_existing(root), durable=False)
+    w.append(fields(S, 18))
+    w.close()
+
+
+def test_a_file_replaced_while_its_fold_runs_is_folded_again(monkeypatch, tmp_path):
+    """The fold's result is filed under the file's stamp taken before it read a byte: when the session file
+    is replaced (or edited in place) while it runs, the next request stops that fold and starts one of the
+    file as it is now; the old file's replay is never the answer."""
+    root = tmp_path / "vault"
+    shutil.copytree(EXAMPLE, root)
+    path = root / "journal" / f"{S}.jsonl"
+    fold = HeldFold(monkeypatch)
+    c = TestClient(create_app(Vault.open_existing(root)), base_url="http://127.0.0.1")
+    assert c.get("/api/session/views", params={"session": S}).status_code == 202
+    (tmp_path / "new").write_bytes(path.read_bytes().replace(b"dana@acme.example", b"eve@acme.example.", 1))
+    os.replace(tmp_path / "new", path)
+    assert c.get("/api/session/views", params={"session": S}).status_code == 202  # the new file's fold
+    assert len(fold.seen) == 2
+    fold.gate.set()
+    r = _until_ready(c, "/api/session/views", session=S)
+    assert r.status_code == 200 and r.json()["current"] is True and r.json()["chain"]["intact"] is False
+    assert fold.one_ended.acquire(timeout=30) and fold.one_ended.acquire(timeout=30)
+    assert sorted(fold.ended) == ["_Superseded", "done"]  # the first fold stopped at its next block
+
+
+def _until_current(c: TestClient, path: str, **params) -> httpx.Response:
+    for _ in range(120):
+        r = c.get(path, params=params)
+        if r.status_code == 200 and r.json()["current"]:
+            return r
+    raise AssertionError(f"{path} never current")
+
+
+def test_a_session_that_grows_while_its_fold_runs_is_answered_marked(monkeypatch, tmp_path):
+    """A session being written grows under every fold: a fold of a file that only grew runs to its end (not
+    stopped), and the last replay is answered marked not current (with how much it read) while the fold of
+    the grown file runs, so the page is never left waiting on a live session; a write beyond what it read
+    waits for that fold. A file replaced by a longer one gets no such answer."""
+    root = tmp_path / "vault"
+    shutil.copytree(EXAMPLE, root)
+    fold = HeldFold(monkeypatch)
+    c = TestClient(create_app(Vault.open_existing(root)), base_url="http://127.0.0.1")
+    assert c.get("/api/session/views", params={"session": S}).status_code == 202
+    _grow(root)
+    assert c.get("/api/session/views", params={"session": S}).status_code == 202  # the same fold goes on
+    assert len(fold.seen) == 1
+    fold.gate.set()
+    assert _until_current(c, "/api/session/views", session=S).json()["chain"]["verified_entries"] == 18
+    assert "_Superseded" not in fold.ended
+
+    fold.gate.clear()  # the next fold is held
+    _grow(root)
+    views = c.get("/api/session/views", params={"session": S})
+    assert views.status_code == 200
+    got = views.json()
+    assert got["current"] is False and got["replay_of"]["entries"] == 18 and got["chain"]["verified_entries"] == 18
+    w = c.get("/api/session/writes", params={"session": S, "seq": 4})
+    assert w.status_code == 200 and w.json()["current"] is False and w.json()["writes"]
+    assert c.get("/api/session/writes", params={"session": S, "seq": 19}).status_code == 202  # not in it
+    plan = c.get("/api/session/revert-plan", params={"session": S})
+    assert plan.status_code == 200 and plan.json()["current"] is False
+    folds = len(fold.seen)
+    fold.gate.set()
+    r = _until_current(c, "/api/session/views", session=S)
+    assert r.json()["chain"]["verified_entries"] == 19 and "replay_of" not in r.json() and len(fold.seen) == folds
+
+    path = root / "journal" / f"{S}.jsonl"
+    fold.gate.clear()
+    (tmp_path / "new").write_bytes(path.read_bytes() + path.read_bytes().splitlines(keepends=True)[-1])
+    os.replace(tmp_path / "new", path)  # longer, but another file: nothing of the old one is answered
+    assert c.get("/api/session/views", params={"session": S}).status_code == 202
+    fold.gate.set()
+
+
+def test_an_edit_that_keeps_size_and_mtime_is_seen(tmp_path):
+    """An adversary rewrites a line with one of the same length and puts the mtime back: the cached verdict
+    and replay must not outlive it (the stamp has the inode and ctime too)."""
+    root = tmp_path / "vault"
+    shutil.copytree(EXAMPLE, root)
+    path = root / "journal" / f"{S}.jsonl"
+    c = TestClient(create_app(Vault.open_existing(root)), base_url="http://127.0.0.1")
+    assert c.get("/api/session/verdict", params={"session": S}).json()["intact"] is True
+    assert _until_ready(c, "/api/session/views", session=S).json()["chain"]["intact"] is True
+    st = path.stat()
+    data = path.read_bytes()
+    edited = data.replace(b"dana@acme.example", b"eve@acme.example.", 1)
+    assert edited != data and len(edited) == len(data)
+    (tmp_path / "edited").write_bytes(edited)
+    os.replace(tmp_path / "edited", path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_size == st.st_size and path.stat().st_mtime_ns == st.st_mtime_ns
+    assert c.get("/api/session/verdict", params={"session": S}).json()["intact"] is False
+    assert _until_ready(c, "/api/session/views", session=S).json()["chain"]["intact"] is False
 
 
 def test_fixture_download_is_the_exporters_output(client):

@@ -300,3 +300,50 @@ def test_verify_export_reports_a_hostile_ocsf_file(vault, tmp_path, edit, expect
 def test_verify_export_reports_a_malformed_har_or_otlp(tmp_path, doc):
     code, out = _run(_write(tmp_path, "x.json", orjson.dumps(doc)))
     assert code == 1 and "NOT intact" in out, out
+
+
+# -- a copy cut short (issue 26): named as what it begins as, not taken for JSON lines ---------------------------
+
+
+def _cuts(data: bytes, start: bytes) -> list[int]:
+    """Where to cut: just after the opening key, inside the first entry, halfway, inside a string, one byte
+    before the end."""
+    first = data.index(start) + len(start)
+    inside_string = data.index(b'"', len(data) // 3) + 3
+    return [first, first + 1, first + (len(data) - first) // 5, len(data) // 2, inside_string, len(data) - 1]
+
+
+@pytest.mark.parametrize("indent", [False, True])
+def test_a_har_cut_short_is_named_a_har_not_ocsf(vault, tmp_path, indent):
+    data = orjson.dumps(build_har(vault, SESSION), option=orjson.OPT_INDENT_2 if indent else 0)
+    for cut in _cuts(data, b'"log":'):
+        code, out = _run(_write(tmp_path, "cut.har", data[:cut]))
+        assert code == 1, (cut, out)
+        assert ": har: NOT intact: not one complete JSON document: it begins as a HAR (`{\"log\": {...`) but is " \
+            "not JSON to its end, so it was cut short or damaged\n" in out, (cut, out)
+        assert ": ocsf:" not in out and "line 1" not in out, (cut, out)
+    assert _run(_write(tmp_path, "whole.har", data))[0] == 0
+
+
+@pytest.mark.parametrize("indent", [False, True])
+def test_an_otlp_export_cut_short_is_named_otlp_not_ocsf(vault, tmp_path, indent):
+    data = orjson.dumps(build_otlp(vault, SESSION), option=orjson.OPT_INDENT_2 if indent else 0)
+    for cut in _cuts(data, b'"resourceSpans":'):
+        code, out = _run(_write(tmp_path, "cut.json", data[:cut]))
+        assert code == 1, (cut, out)
+        assert ": otel: NOT intact: not one complete JSON document: it begins as an OTLP/JSON export" in out, (cut, out)
+        assert "cut short or damaged" in out and ": ocsf:" not in out, (cut, out)
+    assert _run(_write(tmp_path, "whole.json", data))[0] == 0
+
+
+def test_an_ocsf_file_cut_mid_line_says_where(vault, tmp_path):
+    data = _ocsf(vault, tmp_path).read_bytes()
+    lines = data.splitlines(keepends=True)
+    for n in (1, 3, len(lines)):
+        at = sum(map(len, lines[: n - 1])) + len(lines[n - 1]) // 2
+        code, out = _run(_write(tmp_path, "cut.jsonl", data[:at]))
+        assert code == 1 and f": ocsf: NOT intact: line {n}: not JSON, and the file ends inside it" in out, (n, out)
+        assert "cut short" in out
+    at = sum(map(len, lines[:3]))  # cut at a line end: the lines kept are whole, the chain shows the loss
+    code, out = _run(_write(tmp_path, "cut.jsonl", data[:at]))
+    assert code == 1 and "dropped at the end" in out, out
