@@ -21,6 +21,9 @@ CAPTURES = ("broker", "gateway", "agent")
 EFFECTS = ("read", "write")
 REQUEST_KEYS = ("method", "url", "headers", "body")
 RESPONSE_KEYS = ("status", "headers", "body")
+TOOL_ERROR = "tool error: the result has isError: true"
+"""`response.error` of an MCP entry whose tool answered with `isError: true`: the server answered
+(`answered_by` "upstream", its status kept), and what it answered is a failure (docs/contract.md)."""
 
 _TS_RE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z\Z", re.ASCII)  # ASCII digits only
 _HEX64_RE = re.compile(r"[0-9a-f]{64}\Z")

@@ -26,9 +26,8 @@ import sys
 from array import array
 from pathlib import Path
 
-from journal.chain import line_link
 from journal.confine import open_regular
-from journal.reader import RowSource, iter_lines
+from journal.reader import RowSource, iter_lines, line_link
 from journal.seq_sidecar import STRIDE, read_offsets
 from journal.user_cache import cache_home
 from journal.vault import Vault

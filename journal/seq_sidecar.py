@@ -19,7 +19,6 @@ STRIDE lines: the seq (u64) and the byte offset of its line (u64). Record i hold
 
 from __future__ import annotations
 
-import logging
 import os
 import stat
 import struct
@@ -27,8 +26,6 @@ from array import array
 from pathlib import Path
 
 from journal.confine import NotConfined, open_inside
-
-log = logging.getLogger(__name__)
 
 STRIDE = 128
 SUFFIX = ".seqidx"
@@ -79,7 +76,7 @@ def note_group(session_path: Path, start: int, first_seq: int, count: int, data:
     try:
         fd = os.open(path, flags, 0o644)
     except OSError as exc:  # absent for a session begun before sidecars (ENOENT), a symlink (ELOOP), a FIFO
-        log.debug("seq sidecar %s not kept: %s", path, exc)
+        _not_kept(path, exc)
         return
     try:
         st = os.fstat(fd)
@@ -91,9 +88,17 @@ def note_group(session_path: Path, start: int, first_seq: int, count: int, data:
         elif st.st_size == RECORD_SIZE * (1 + records_before(first_seq - 1)):
             os.write(fd, b"".join(records))
     except OSError as exc:
-        log.debug("seq sidecar %s not kept: %s", path, exc)
+        _not_kept(path, exc)
     finally:
         os.close(fd)
+
+
+def _not_kept(path: Path, exc: OSError) -> None:
+    """Say at debug level why the sidecar was not kept. logging is imported here, on the writer's rare
+    failure path, so that a reader of this module (`broker show --seq`) does not load it."""
+    import logging
+
+    logging.getLogger(__name__).debug("seq sidecar %s not kept: %s", path, exc)
 
 
 def build(session_path: Path) -> None:
