@@ -1,8 +1,9 @@
 """`broker show`: a session's timeline, or one entry in full.
 
 A reader of entries that checks none (`broker verify` does): it imports neither the verifier nor the
-canonical form, so `show --seq N`, which reads one line through the seq index, starts about as fast as
-click itself (tests/test_import_graph.py keeps it so).
+canonical form, so `show --seq N`, which reads one line through the seq index, takes little more than
+`broker --help` whatever N (docs/benchmarks.md, branch `startup26`; tests/test_import_graph.py and
+tests/e2e/test_reader_startup_imports.py keep it so).
 """
 
 from __future__ import annotations
