@@ -1,11 +1,18 @@
 """Start-up and whole-process verify: what a user waits for at the shell, against the peers.
 
-    python -m bench.startup_bench [--quick] [--verify-mb MB] [--repeat R] [--load N] [--json FILE]
+    python -m bench.startup_bench [--quick] [--verify-mb MB] [--show-sizes N,N] [--runs R] [--repeat R]
+                                  [--load N] [--json FILE]
 
-1. `broker --version` and `broker --help`, wall time of the whole process (the console script in the
-   project's venv), against `python -c pass` of the same interpreter (the floor no Python command goes
-   under). Bytecode caches are written once before timing (a first run after an install compiles every
-   module; `PYTHONDONTWRITEBYTECODE`, set in some shells, would make every run pay that).
+1. Wall time of the whole process (the console script in the project's venv) of `broker --version`,
+   `broker --help`, and the small readers: `broker show SESSION --seq N` (the last entry of a session of
+   N entries, default 10^4 and 10^6, --quick 10^4: the scale benchmark's sessions, bench/scale_bench.py
+   `generate`, with the writer's seq sidecar), and `broker sessions` and `broker verify` of a vault holding
+   one session of 100 entries. Against `python -c pass` of the same interpreter (the floor no Python
+   command goes under; ratio = time / its time, medians) measured in the same rounds, with `python -S -c
+   pass` (no site: the interpreter alone) and `python -c "import click"` (the floor of any click command
+   line: what no change to the broker's code can remove) beside it. Bytecode caches are written once
+   before timing (a first run after an install compiles every module; `PYTHONDONTWRITEBYTECODE`, set in
+   some shells, would make every run pay that).
 2. `broker verify --vault V` (the whole process: start-up, imports, the check of every line, the
    report) of a vault holding one session of about 100 MB (the journal benchmark's ~2 KB entries), against
    `sha256sum` and `openssl dgst -sha256` of the same file, warm page cache. Ratio = broker's time / the
@@ -68,12 +75,16 @@ def _broker() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "broker.cli"]
 
 
-def run_startup(repeat: int, env: dict[str, str]) -> list[dict]:
+def run_startup(repeat: int, env: dict[str, str], readers: dict[str, list[str]] | None = None) -> list[dict]:
+    """Every case once per round, in turn; `readers`: further broker cases (name -> arguments)."""
     cases = {
         "python -c pass": [sys.executable, "-c", "pass"],
+        "python -S -c pass": [sys.executable, "-S", "-c", "pass"],
+        "python -c 'import click'": [sys.executable, "-c", "import click"],
         "broker --version": [*_broker(), "--version"],
         "broker --help": [*_broker(), "--help"],
     }
+    cases.update({name: [*_broker(), *args] for name, args in (readers or {}).items()})
     for cmd in cases.values():  # bytecode caches written, files in the page cache
         _wall(cmd, env)
     times: dict[str, list[float]] = {name: [] for name in cases}
@@ -81,9 +92,31 @@ def run_startup(repeat: int, env: dict[str, str]) -> list[dict]:
         for name, cmd in cases.items():
             times[name].append(_wall(cmd, env))
     floor = statistics.median(times["python -c pass"])
+    floor_cpu = _cpu(cases["python -c pass"])
     return [{"case": name, "median_s": statistics.median(ts), "min_s": min(ts), "max_s": max(ts),
-             "over_python_s": statistics.median(ts) - floor, "runs": len(ts), "cpu_s": _cpu(cases[name])}
+             "over_python_s": statistics.median(ts) - floor, "ratio": statistics.median(ts) / floor,
+             "runs": len(ts), "cpu_s": _cpu(cases[name]), "cpu_ratio": _cpu(cases[name]) / floor_cpu}
             for name, ts in times.items()]
+
+
+SMALL_ENTRIES = 100
+
+
+def build_readers(root: Path, show_sizes: list[int]) -> dict[str, list[str]]:
+    """The reader cases: `show --seq N` of the last entry of a session of N entries each (in a vault of its
+    own), `sessions` and `verify` of a vault of one SMALL_ENTRIES session."""
+    from bench.scale_bench import SESSION, generate
+
+    cases: dict[str, list[str]] = {}
+    for n in show_sizes:
+        vault = root / f"show-{n}"
+        generate(vault, n)
+        cases[f"broker show --seq (N={n:,})"] = ["show", SESSION, "--vault", str(vault), "--seq", str(n)]
+    small = root / "small"
+    generate(small, SMALL_ENTRIES)
+    cases[f"broker sessions ({SMALL_ENTRIES} entries)"] = ["sessions", "--vault", str(small)]
+    cases[f"broker verify ({SMALL_ENTRIES} entries)"] = ["verify", "--vault", str(small)]
+    return cases
 
 
 def build_vault(root: Path, megabytes: float) -> tuple[Path, Path, int]:
@@ -122,10 +155,12 @@ def run_verify(vault_dir: Path, path: Path, repeat: int, env: dict[str, str]) ->
 
 def format_tables(start: list[dict], verify: list[dict], info: dict) -> str:
     out = [f"start-up, whole process, median of {start[0]['runs']} runs (load average {info['load_before']})",
-           f"{'case':<26}{'median s':>10}{'min s':>9}{'max s':>9}{'over python':>13}{'CPU s':>8}"]
+           f"{'case':<34}{'median s':>10}{'min s':>9}{'max s':>9}{'over python':>13}{'ratio':>7}{'CPU s':>8}"
+           f"{'CPU ratio':>10}"]
     for r in start:
-        out.append(f"{r['case']:<26}{r['median_s']:>10.3f}{r['min_s']:>9.3f}{r['max_s']:>9.3f}"
-                   f"{r['over_python_s']:>13.3f}{r['cpu_s']:>8.3f}")
+        out.append(f"{r['case']:<34}{r['median_s']:>10.3f}{r['min_s']:>9.3f}{r['max_s']:>9.3f}"
+                   f"{r['over_python_s']:>13.3f}{r['ratio']:>7.2f}{r['cpu_s']:>8.3f}{r['cpu_ratio']:>10.2f}")
+    out.append("ratio, CPU ratio: against `python -c pass` of the same rounds (medians)")
     out.append("")
     out.append(f"whole-process verify of a {info['verify_mb']:.1f} MB session ({info['entries']} entries), warm cache, "
                f"median of {info['repeat']} rounds")
@@ -145,21 +180,28 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.startup_bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small run (10 MB, 3 rounds)")
     ap.add_argument("--verify-mb", type=float, help="session size for the verify case (default 100)")
-    ap.add_argument("--repeat", type=int, help="rounds (default 7, --quick 3)")
+    ap.add_argument("--show-sizes", help="entries of each `show --seq` session, comma-separated "
+                    "(default 10000,1000000; --quick 10000)")
+    ap.add_argument("--runs", type=int, help="start-up rounds (default 20, --quick 10)")
+    ap.add_argument("--repeat", type=int, help="verify rounds (default 7, --quick 3)")
     ap.add_argument("--load", type=int, default=0, help="busy processes during the measurement (bench/load.py)")
     ap.add_argument("--json", metavar="FILE", help="also write the figures to FILE (key 'startup')")
     args = ap.parse_args(argv)
     mb = args.verify_mb or (10 if args.quick else 100)
     repeat = args.repeat or (3 if args.quick else 7)
+    runs = args.runs or (10 if args.quick else 20)
+    show_sizes = [int(n) for n in (args.show_sizes or ("10000" if args.quick else "10000,1000000")).split(",")]
     env = _env()
     root = scratch_dir("startup-")
+    env["XDG_CACHE_HOME"] = str(root / "cache")  # a reader's own index, were one built, is not the user's
     try:
+        readers = build_readers(root, show_sizes)
         vault_dir, path, entries = build_vault(root, mb)
         fmt = "%.2f %.2f %.2f"
         info: dict = {"verify_mb": path.stat().st_size / 1e6, "entries": entries, "repeat": repeat, "load": args.load,
-                      "load_before": fmt % load_average()}
+                      "show_sizes": show_sizes, "load_before": fmt % load_average()}
         with busy_load(args.load):
-            start = run_startup(repeat, env)
+            start = run_startup(runs, env, readers)
             verify, ratios = run_verify(vault_dir, path, repeat, env)
         info["load_after"] = fmt % load_average()
         info["verify_ratios"] = ratios

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -47,6 +46,8 @@ class BlobWriter:
     """One blob being written chunk by chunk (for bodies that stream through the proxy)."""
 
     def __init__(self, store: BlobStore) -> None:
+        import tempfile  # here, not at the top: the verifier imports this module and writes no blob
+
         self._store = store
         store.tmp_dir.mkdir(parents=True, exist_ok=True)
         fd, name = tempfile.mkstemp(dir=store.tmp_dir, prefix="blob-")

@@ -29,10 +29,6 @@ from typing import Any
 
 import msgspec
 
-TOOL_ERROR = "tool error: the result has isError: true"
-"""`response.error` of an MCP entry whose tool answered with `isError: true`: the server answered
-(`answered_by` "upstream", its status kept), and what it answered is a failure (docs/contract.md)."""
-
 Field = Any
 """A method, URL, header name or value: text, or the raw bytes from the wire (msgspec cannot type a
 str-or-bytes union, so these are declared Any; `journal.record.wire_field` reads either)."""

@@ -41,19 +41,6 @@ def unsplice_hash(line: bytes, digest: str) -> bytes | None:
     member = hash_member(digest)
     at = line.find(member)
     return None if at < 0 else line[:at] + line[at + len(member) :]
-def line_link(line: bytes) -> tuple[int, str, str] | None:
-    """(seq, prev, hash) of a journal line, or None when the line is not a JSON object holding an integer
-    `seq` and string `prev` and `hash` (a line read from a store that may be hostile: no exception)."""
-    try:
-        entry = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(entry, dict):
-        return None
-    seq, prev, digest = entry.get("seq"), entry.get("prev"), entry.get("hash")
-    if type(seq) is not int or not isinstance(prev, str) or not isinstance(digest, str):
-        return None
-    return seq, prev, digest
 
 
 def entry_hash(entry: dict) -> str:

@@ -109,6 +109,23 @@ def iter_lines(path: str | os.PathLike, start: int = 0) -> Iterator[Line]:
             offset += len(data) + 1
 
 
+def line_link(line: bytes) -> tuple[int, str, str] | None:
+    """(seq, prev, hash) of a journal line, or None when the line is not a JSON object holding an integer
+    `seq` and string `prev` and `hash` (a line read from a store that may be hostile: no exception). Here
+    with the readers, not in journal/chain.py: finding a line by its seq (journal/seq_index.py) takes no
+    canonical form, and so loads none of its libraries."""
+    try:
+        entry = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(entry, dict):
+        return None
+    seq, prev, digest = entry.get("seq"), entry.get("prev"), entry.get("hash")
+    if type(seq) is not int or not isinstance(prev, str) or not isinstance(digest, str):
+        return None
+    return seq, prev, digest
+
+
 def open_vault(vault: Vault | str | os.PathLike) -> Vault:
     """A reader's vault: one already opened (a file vault, or a database store read in place:
     journal/store/database_vault.py) as it is, else the vault directory at that path."""

@@ -19,16 +19,14 @@ then one little-endian u64 offset per STRIDE lines (the offset of line 0, STRIDE
 
 from __future__ import annotations
 
-import hashlib
 import os
 import struct
 import sys
 from array import array
 from pathlib import Path
 
-from journal.chain import line_link
 from journal.confine import open_regular
-from journal.reader import RowSource, iter_lines
+from journal.reader import RowSource, iter_lines, line_link
 from journal.seq_sidecar import STRIDE, read_offsets
 from journal.user_cache import cache_home
 from journal.vault import Vault
@@ -110,7 +108,10 @@ def _line_end(fd: int, pos: int, size: int) -> int | None:
 
 
 def index_path(path: Path, st: os.stat_result) -> Path:
-    """The sidecar of the file at `path`: named by the file's real path and identity (device, inode)."""
+    """The user's cache index of the file at `path`: named by the file's real path and identity (device,
+    inode). (hashlib is imported here: a reader served by the writer's sidecar never comes here.)"""
+    import hashlib
+
     key = f"{os.path.realpath(path)}\0{st.st_dev}\0{st.st_ino}".encode("utf-8", "surrogateescape")
     return cache_home() / "seq-index" / (hashlib.sha256(key).hexdigest()[:40] + ".seqidx")
 

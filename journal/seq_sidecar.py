@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import logging
 import os
 import stat
 import struct
@@ -32,8 +31,6 @@ from pathlib import Path
 from journal.confine import NotConfined, open_inside
 from journal.errors import VaultError
 from journal.vault import Vault
-
-log = logging.getLogger(__name__)
 
 STRIDE = 128
 SUFFIX = ".seqidx"
@@ -73,7 +70,15 @@ def note_group(session_path: Path, start: int, first_seq: int, count: int, data:
     try:
         _keep(session_path, first_seq, records)
     except (OSError, SidecarRefused) as exc:  # absent for a session begun before sidecars (ENOENT), a symlink
-        log.debug("seq sidecar of %s not kept: %s", session_path, exc)
+        _not_kept(session_path, exc)
+
+
+def _not_kept(session_path: Path, exc: BaseException) -> None:
+    """Say at debug level why the sidecar was not kept. logging is imported here, on the writer's rare
+    failure path, so that a reader of this module (`broker show --seq`) does not load it."""
+    import logging
+
+    logging.getLogger(__name__).debug("seq sidecar of %s not kept: %s", session_path, exc)
 
 
 def _group_records(start: int, first_seq: int, count: int, data: bytes) -> list[bytes] | None:

@@ -3,7 +3,6 @@ never the vault or the store, which a reader only reads (an auditor mounts it re
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
@@ -19,5 +18,7 @@ def cache_home() -> Path:
 def views_home(vault: Vault) -> Path:
     """The default folder of a vault's (or database store's) replay views, one per vault or store, named by
     a hash of its path or URL (the URL's password is not part of the name: the shown URL is)."""
+    import hashlib  # here: `show --seq` reads this module for `cache_home` and hashes nothing
+
     where = str(getattr(vault, "label", vault.root))
     return cache_home() / "views" / hashlib.sha256(where.encode("utf-8", "surrogateescape")).hexdigest()[:16]

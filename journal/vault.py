@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from pathlib import Path
 
 import orjson
@@ -45,7 +44,10 @@ def fsync_dir(path: str | os.PathLike) -> None:
 
 def write_atomically(path: Path, data: bytes) -> None:
     """Replace `path` with `data` so that a reader sees the old or the new bytes, never a mix, even
-    after a crash: temp file beside it, fsync, rename, directory fsync."""
+    after a crash: temp file beside it, fsync, rename, directory fsync. (tempfile, and shutil and random
+    with it, is imported here: the readers, which import this module and never write, do not load it.)"""
+    import tempfile
+
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # unique: writers may race
     try:
         with os.fdopen(fd, "wb") as f:

@@ -1,4 +1,5 @@
-"""Commands auditors use on a vault: verify, sessions, show."""
+"""Commands auditors use on a vault: verify and sessions (`show`, which reads entries and checks none, is
+broker/cli/show.py: it loads no verifier)."""
 
 from __future__ import annotations
 
@@ -18,11 +19,9 @@ from broker.cli.options import (
     vault_option,
 )
 from broker.cli.progress import progress_bar
-from journal.entry import parse_ts
-from journal.reader import RowSource, iter_entries, session_size
-from journal.seq_index import line_of_seq
-from journal.summary import call_label, status_text, summarize_session
-from journal.vault import Vault, VaultError
+from journal.reader import RowSource, session_size
+from journal.summary import summarize_session
+from journal.vault import Vault
 from journal.vault_verify import verify_sessions
 from journal.verify import SessionReport
 
@@ -192,102 +191,4 @@ def sessions(vault_dir: str, store: str | None, as_json: bool) -> int:
     return 0
 
 
-def _gap(prev_ts: str | None, ts: str) -> str:
-    if prev_ts is None:
-        return "-"
-    try:
-        seconds = (parse_ts(ts) - parse_ts(prev_ts)).total_seconds()
-    except ValueError:
-        return "?"
-    if seconds < 60:
-        return f"+{seconds:.3f}s"
-    if seconds < 3600:
-        return f"+{seconds / 60:.1f}m"
-    return f"+{seconds / 3600:.1f}h"
-
-
-@click.command(short_help=summary("show"))
-@vault_option
-@store_option
-@click.argument("session")
-@click.option("--seq", type=int, default=None, help="Show only this entry.")
-@click.option("--json", "as_json", is_flag=True, help="Entries as JSON, one per line.")
-def show(vault_dir: str, store: str | None, session: str, seq: int | None, as_json: bool) -> int:
-    """A session's timeline, one line per entry, in this column order: seq, time, gap, connector,
-    effect, capture, method, status, URL. Columns are as wide as their longest value in the session.
-    An MCP call's method is followed by the tool, prompt, resource or task it names, and a tool's
-    error result shows as `200 (tool error)`. With --seq, that entry's line and the whole entry."""
-    vault = reading_vault(store, vault_dir, blobs=False)
-    vault.require_session(session)
-    if seq is not None:
-        return _show_one(vault, session, seq, as_json)
-    if as_json:
-        for entry in iter_entries(vault, session):
-            click.echo(orjson.dumps(entry).decode())
-        return 0
-    # Two passes, so that every column is as wide as its widest value without holding the session.
-    widths = [1] * 8
-    for row, _entry in _timeline(vault, session, seq):
-        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=False)]
-    found = False
-    for row, entry in _timeline(vault, session, seq):
-        found = True
-        cells = [row[0].rjust(widths[0]), row[1].ljust(widths[1]), row[2].rjust(widths[2])]
-        cells += [c.ljust(w) for c, w in zip(row[3:8], widths[3:8], strict=True)]
-        click.echo("  ".join(cells) + "  " + row[8])
-        if seq is not None:
-            click.echo(orjson.dumps(entry, option=orjson.OPT_INDENT_2).decode())
-    if seq is not None and not found:
-        raise VaultError(f"session {session!r} has no entry with seq {seq}")
-    return 0
-
-
-def _show_one(vault: Vault, session: str, seq: int, as_json: bool) -> int:
-    """`show --seq N`: the entry's line (found by the store's key or the file's seq index, journal/reader.py
-    line_of_seq: time independent of N) and the one before it for the gap; nothing else is read."""
-    line = line_of_seq(vault, session, seq)
-    entry = _parsed(line)
-    if entry is None:
-        raise VaultError(f"session {session!r} has no entry with seq {seq}")
-    if as_json:
-        click.echo(orjson.dumps(entry).decode())
-        return 0
-    before = _parsed(line_of_seq(vault, session, seq - 1)) if seq > 1 else None
-    row = _row(entry, _gap(before.get("ts") if before else None, entry.get("ts", "")))
-    click.echo("  ".join(row[:8]) + "  " + row[8])
-    click.echo(orjson.dumps(entry, option=orjson.OPT_INDENT_2).decode())
-    return 0
-
-
-def _parsed(line: bytes | None) -> dict | None:
-    try:
-        entry = orjson.loads(line) if line is not None else None
-    except orjson.JSONDecodeError:
-        return None
-    return entry if isinstance(entry, dict) else None
-
-
-def _row(entry: dict, gap: str) -> list[str]:
-    """The timeline's columns of one entry."""
-    req, resp = entry.get("request", {}), entry.get("response", {})
-    req = req if isinstance(req, dict) else {}
-    resp = resp if isinstance(resp, dict) else {}
-    status_s = status_text(resp.get("status"), resp.get("error"))
-    return [str(entry.get("seq", "?")), str(entry.get("ts", "")), gap, str(entry.get("connector", "?")),
-            str(entry.get("effect", "?")), str(entry.get("capture", "?")), call_label(entry), status_s,
-            str(req.get("url", ""))]
-
-
-def _timeline(vault: Vault, session: str, seq: int | None):
-    """(columns, entry) per entry shown: seq, time, gap, connector, effect, capture, method, status, URL."""
-    prev_ts = None
-    for entry in iter_entries(vault, session):
-        ts = entry.get("ts", "")
-        gap = _gap(prev_ts, ts)
-        prev_ts = ts
-        if seq is not None and entry.get("seq") != seq:
-            continue
-        yield _row(entry, gap), entry
-
-
-COMMANDS = [verify, sessions, show]
+COMMANDS = [verify, sessions]

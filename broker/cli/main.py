@@ -21,7 +21,7 @@ from broker.cli.exit_codes import run_cli
 COMMANDS: dict[str, tuple[str, str]] = {
     "verify": ("audit", "Check every session's chain, contract, blobs and seal."),
     "sessions": ("audit", "List sessions: entries, times, writes, connectors."),
-    "show": ("audit", "A session's timeline, or one entry in full."),
+    "show": ("show", "A session's timeline, or one entry in full."),
     "keygen": ("seal", "Create an Ed25519 key pair for sealing."),
     "seal": ("seal", "Sign each intact session's length and head."),
     "witness": ("checkpoint", "Serve the C2SP tlog-witness protocol: POST /add-checkpoint, GET /<origin "

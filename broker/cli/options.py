@@ -13,23 +13,23 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
-from broker.listen_failure import listen_error
-from journal.store import is_database_url, open_store
 from journal.vault import Vault
 
 if TYPE_CHECKING:
+    import socket
+
     from journal.checkpoint.autoseal import AutosealConfig
 
 # The recording stack (broker.proxy.link, journal.checkpoint.autoseal -> journal.writer) is imported by the
 # options of the commands that record, when those commands are built: read-only commands (verify, show,
-# search, ...) import this module too and never load it.
+# search, ...) import this module too and never load it. Nor do they load what only a listening command
+# (socket: `bind`) or a --store URL (journal.store: `reading_vault`) needs: each is imported where it is used.
 
 vault_option = click.option(
     "--vault", "vault_dir", envvar="BROKER_VAULT", default="./vault", show_default=True,
@@ -75,6 +75,8 @@ def reading_vault(store: str | None, vault_dir: str, *, blobs: bool = True) -> V
     database's blobs are read from it as they are needed.)"""
     if not store:
         return Vault.open_existing(vault_dir)
+    from journal.store import is_database_url, open_store
+
     if not is_database_url(store):
         return Vault.open_existing(store)
     from journal.store.database_vault import DatabaseVault
@@ -159,6 +161,7 @@ def autoseal_config(seal_key: str | None, entries: int, seconds: float, witness:
             raise click.UsageError("--witness needs --seal-key")
         return None
     from journal.checkpoint.autoseal import AutosealConfig
+    from journal.store import is_database_url
 
     home = str(Path(vault_dir).resolve()) if store and is_database_url(store) else ""
     return AutosealConfig(seal_key, entries, seconds, list(witness), vault_dir=home)
@@ -208,6 +211,10 @@ def parse_listen(listen: str, param_hint: str = "--listen") -> tuple[str, int]:
 
 def bind(host: str, port: int) -> socket.socket:
     """The listening socket, bound before the server starts, so that port 0 gives the real port to print."""
+    import socket
+
+    from broker.listen_failure import listen_error
+
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -6,8 +6,8 @@ import click
 
 from broker.cli.choices import FILTER_TYPES
 from broker.cli.options import reading_vault, store_option, vault_option
+from journal.listing import call_label, entry_row, status_text
 from journal.search import Query, search
-from journal.summary import call_label, entry_row, status_text
 
 _FILTERS = [
     ("connector", "Connector name (gmail, slack, ...)."),

@@ -19,11 +19,12 @@ from journal.blob_read import open_recorded_blob
 from journal.confine import NotConfined, is_blob_name, read_chunks
 from journal.errors import BrokerError
 from journal.export.recorded_body import BlobUnavailable, BodyUndecodable, body_kind, decode_body, header
+from journal.listing import entry_row
 from journal.reader import RowSource, session_lines, session_size
 from journal.replay.labels import resource_id, title
 from journal.replay.plan import plan_dict
 from journal.search import Query, search
-from journal.summary import entry_row, summarize_session
+from journal.summary import summarize_session
 from journal.vault import SessionIdError, Vault, VaultError
 
 from .sessions import Folded, Pending, SessionIndex, parse_line

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from journal import call
+from journal import entry
 from journal.bodies import parse_json_strict
 
 RECORDED_METHODS = frozenset({
@@ -29,7 +29,7 @@ TASK_METHODS = frozenset({"tasks/get", "tasks/result", "tasks/cancel"})
 """Client requests about a task (2025-11-25): their entries name the call that created the task."""
 TASK_ENDED = frozenset({"completed", "failed", "cancelled"})
 """Task statuses that end a task: a `tasks/get` answering one of these is recorded."""
-TOOL_ERROR = call.TOOL_ERROR
+TOOL_ERROR = entry.TOOL_ERROR
 """`response.error` of an entry whose tool answered with `isError: true` (docs/contract.md)."""
 
 PROTOCOL_VERSION_META = "io.modelcontextprotocol/protocolVersion"

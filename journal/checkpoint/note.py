@@ -23,12 +23,16 @@ import re
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from typing import TYPE_CHECKING
 
 from journal.vault import VaultError
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+# cryptography is imported by the code that makes, reads or checks a key or a signature, not here: reading
+# what a note claims (`parse_note`: the sessions list, the inspector) takes none of it, and loading it is a
+# large share of such a reader's start-up (docs/benchmarks.md, branch `startup26`).
 
 ALG_ED25519 = 0x01
 ALG_COSIGNATURE_V1 = 0x04
@@ -63,6 +67,8 @@ def key_id(name: str, alg: int, public: bytes) -> bytes:
 
 
 def _raw_public(public: Ed25519PublicKey) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
     return public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 
 
@@ -107,6 +113,8 @@ class Signer:
         return Verifier(self.name, ALG_COSIGNATURE_V1, self.public)
 
     def key_text(self) -> str:
+        from cryptography.hazmat.primitives import serialization
+
         seed = self.private.private_bytes(
             serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
         )
@@ -115,11 +123,15 @@ class Signer:
 
     @classmethod
     def generate(cls, name: str) -> Signer:
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
         check_key_name(name)
         return cls(name, Ed25519PrivateKey.generate())
 
     @classmethod
     def from_text(cls, text: str) -> Signer:
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
         text = text.strip("\n")
         if not text.startswith(_PRIVATE_PREFIX):
             raise NoteError("not a signer key (expected PRIVATE+KEY+<name>+<id>+<key>)")
@@ -149,6 +161,8 @@ class Verifier:
 
     @classmethod
     def from_vkey(cls, text: str) -> Verifier:
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
         name, kid, raw = _key_parts(text.strip("\n"), "verifier key")
         if raw[0] not in (ALG_ED25519, ALG_COSIGNATURE_V1):
             raise NoteError("verifier key is not an Ed25519 note or cosignature key")
@@ -164,6 +178,9 @@ class Verifier:
     def verify(self, text: bytes, sig: bytes) -> int | None:
         """Check the signature bytes (after the key ID) over the note text. Returns None for a note
         signature, the cosignature's timestamp for a cosignature; raises NoteError when it fails."""
+        from cryptography.exceptions import InvalidSignature
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
         pub = Ed25519PublicKey.from_public_bytes(self.public)
         try:
             if self.alg == ALG_ED25519:

@@ -15,11 +15,11 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from journal.blobstore import CHUNK, BlobStore
-from journal.chain import GENESIS, line_link
+from journal.chain import GENESIS
 from journal.confine import NotConfined, is_blob_name, open_blob, read_chunks
 from journal.entry import format_ts
 from journal.erasure import erase_file_blob, read_tombstone
-from journal.reader import SessionTail, iter_entries, iter_lines
+from journal.reader import SessionTail, iter_entries, iter_lines, line_link
 from journal.seq_index import line_of_seq
 from journal.seq_sidecar import note_group
 from journal.store.interface import BlobErased, StoreError, Tombstone

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from journal.chain import line_link
+from journal.reader import line_link
 from journal.store.interface import BlobErased, Store, StoreError
 from journal.vault import SessionIdError, session_filename
 

@@ -379,9 +379,9 @@ def test_readers_take_message_entries(tmp_path):  # here, not in tests/journal/:
     from journal.export.fixture import read_entries
     from journal.export.har import build_har
     from journal.export.otel import build_otlp
+    from journal.listing import entry_row
     from journal.record import Recorder
     from journal.replay import plan_dict, replay_session
-    from journal.summary import entry_row
     from journal.vault import Vault
     from journal.verify import verify_session
 

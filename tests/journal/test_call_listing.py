@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from journal.call import TOOL_ERROR
-from journal.summary import call_label, call_target, entry_row, status_text
+from journal.entry import TOOL_ERROR
+from journal.listing import call_label, call_target, entry_row, status_text
 
 
 def _entry(method: str, params: object, **response: object) -> dict:

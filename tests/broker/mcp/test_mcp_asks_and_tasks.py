@@ -10,7 +10,7 @@ import orjson
 
 from broker.mcp.recording import CallJournal, Identity
 from broker.mcp.relay import ClientWriter, LineRelay
-from journal.call import TOOL_ERROR
+from journal.entry import TOOL_ERROR
 from journal.record import Recorder
 from journal.vault import Vault
 
