@@ -243,16 +243,16 @@ def _row_candidates(vault: RowSource, session: str, matcher: _Matcher,
     `matcher.maybe` as for a file's lines."""
     store = vault.store  # type: ignore[attr-defined]
     facets = _facets(matcher.q)
-    rows = store.facet_lines(session, facets, matcher.need) if facets else None
-    if rows is None:
-        rows = store.matching_lines(session, matcher.need)
-    found = False
+    seqs = store.facet_candidates(session, facets) if facets else None
+    if seqs is not None and not seqs:
+        if skipped is not None:
+            skipped.append((session, "no candidate row in the store's search index"))
+        return
+    rows = store.matching_lines(session, matcher.need) if seqs is None else \
+        store.candidate_lines(session, seqs, matcher.need)
     for seq, line in rows:
-        found = True
         if matcher.maybe(line):
             yield seq, line
-    if not found and skipped is not None and facets and store.search_index().schema is not None:
-        skipped.append((session, "no candidate row in the store's search index"))
 
 
 _SUMMARIZED = ("connector", "effect", "agent", "since", "until")

@@ -97,36 +97,36 @@ def check_index(conn) -> IndexCheck:
     return IndexCheck(schema, None)
 
 
+_BYTES = "%s::pg_catalog.bytea"
+
+
 def candidate_seqs(conn, schema: str, session: str, facets: Facets) -> list[int]:
     """The seqs of the session's rows that each facet asked for does not rule out (NULL facets included), in
-    order: answered from the facet indexes (bitmap scans of (session, facet, seq)), no line read."""
+    order: answered from the facet indexes (bitmap scans of (session, facet, seq)), no line read. Every operator
+    and type is pg_catalog's, the function and table the checked schema's: nothing in the search_path counts."""
     fn = f"{schema}.{FACET_FUNCTION}"
     cond, params = ["session OPERATOR(pg_catalog.=) %s"], [session]
     for key, value in facets.equal.items():
         f = f"{fn}(line, '{key}')"
-        cond.append(f"({f} OPERATOR(pg_catalog.=) %s::bytea OR {f} IS NULL)")
+        cond.append(f"({f} OPERATOR(pg_catalog.=) {_BYTES} OR {f} IS NULL)")
         params.append(value)
     ts = f"{fn}(line, 'ts')"
-    if facets.since is not None and facets.before is not None:
-        cond.append(f"({ts} OPERATOR(pg_catalog.>=) %s::bytea AND {ts} OPERATOR(pg_catalog.<) %s::bytea "
-                    f"OR {ts} IS NULL)")
-        params += [facets.since, facets.before]
-    elif facets.since is not None:
-        cond.append(f"({ts} OPERATOR(pg_catalog.>=) %s::bytea OR {ts} IS NULL)")
-        params.append(facets.since)
-    elif facets.before is not None:
-        cond.append(f"({ts} OPERATOR(pg_catalog.<) %s::bytea OR {ts} IS NULL)")
-        params.append(facets.before)
-    rows = conn.execute(f"SELECT seq FROM {schema}.journal_entries WHERE {' AND '.join(cond)} "
-                        "ORDER BY seq", params).fetchall()
+    bounds = [(f"{ts} OPERATOR(pg_catalog.>=) {_BYTES}", facets.since),
+              (f"{ts} OPERATOR(pg_catalog.<) {_BYTES}", facets.before)]
+    if facets.since is not None or facets.before is not None:
+        cond.append("(" + " AND ".join(c for c, v in bounds if v is not None) + f" OR {ts} IS NULL)")
+        params += [v for _, v in bounds if v is not None]
+    rows = conn.execute(f"SELECT seq FROM {schema}.journal_entries WHERE {' AND '.join(cond)} ORDER BY seq",
+                        params).fetchall()
     return [seq for (seq,) in rows]
 
 
 def lines_of(conn, schema: str, session: str, seqs: list[int], needles: list[bytes]) -> list[tuple[int, bytes]]:
     """(seq, line) of the rows `seqs` (sorted: one page of them) whose line holds every needle (position(), on the
     server): one range of the primary key."""
-    cond = "".join(" AND pg_catalog.position(line, %s::bytea) OPERATOR(pg_catalog.>) 0" for _ in needles)
+    cond = "".join(f" AND pg_catalog.position(line, {_BYTES}) OPERATOR(pg_catalog.>) 0" for _ in needles)
     rows = conn.execute(
         f"SELECT seq, line FROM {schema}.journal_entries WHERE session OPERATOR(pg_catalog.=) %s "
-        f"AND seq OPERATOR(pg_catalog.=) ANY(%s::bigint[]){cond} ORDER BY seq", (session, seqs, *needles)).fetchall()
+        f"AND seq OPERATOR(pg_catalog.=) ANY(%s::pg_catalog.int8[]){cond} ORDER BY seq",
+        (session, seqs, *needles)).fetchall()
     return [(seq, bytes(line)) for seq, line in rows]

@@ -321,22 +321,23 @@ class PostgresStore:
                 self._index_check = done
         return done
 
-    def facet_lines(self, session: str, facets: Facets, needles: list[bytes]) -> Iterator[tuple[int, bytes]] | None:
-        """(seq, line) of the session's rows the facet indexes leave as candidates and that hold every needle, in
-        seq order; None when the indexes are not to be trusted (then `matching_lines`). A session with no
-        candidate costs one index lookup and no row is read."""
+    def facet_candidates(self, session: str, facets: Facets) -> list[int] | None:
+        """The seqs (in order) of the session's rows the facet indexes leave as candidates: one index lookup, no
+        row read; None when the indexes are not to be trusted (then `matching_lines`)."""
         schema = self.search_index().schema
         if schema is None:
             return None
         with self._pooled() as conn:
-            seqs = candidate_seqs(conn, schema, session, facets)
-        return self._candidate_lines(schema, session, seqs, needles)
+            return candidate_seqs(conn, schema, session, facets)
 
-    def _candidate_lines(self, schema: str, session: str, seqs: list[int],
-                         needles: list[bytes]) -> Iterator[tuple[int, bytes]]:
+    def candidate_lines(self, session: str, seqs: list[int], needles: list[bytes]) -> Iterator[tuple[int, bytes]]:
+        """(seq, line) of the rows `seqs` (from `facet_candidates`) that hold every needle, in seq order, SEQ_PAGE
+        rows of the primary key per query."""
+        schema = self.search_index().schema
+        assert schema is not None
         for at in range(0, len(seqs), SEQ_PAGE):
             with self._pooled() as conn:
-                rows = list(lines_of(conn, schema, session, seqs[at : at + SEQ_PAGE], needles))
+                rows = lines_of(conn, schema, session, seqs[at : at + SEQ_PAGE], needles)
             for seq, data in rows:
                 yield seq, data if data.endswith(b"\n") else data + b"\n"
 

@@ -162,13 +162,13 @@ def test_a_session_without_candidates_is_not_read(pg_url, tmp_path, monkeypatch)
     _load(pg_url)
     store = PostgresStore(pg_url)
     read: list[str] = []
-    real = PostgresStore._candidate_lines
+    real = PostgresStore.candidate_lines
 
-    def candidate_lines(self, schema, session, seqs, needles):
-        read.append(session) if seqs else None
-        return real(self, schema, session, seqs, needles)
+    def candidate_lines(self, session, seqs, needles):
+        read.append(session)
+        return real(self, session, seqs, needles)
 
-    monkeypatch.setattr(PostgresStore, "_candidate_lines", candidate_lines)
+    monkeypatch.setattr(PostgresStore, "candidate_lines", candidate_lines)
     monkeypatch.setattr(PostgresStore, "matching_lines", lambda *a, **k: pytest.fail("a full scan"))
     try:
         db = DatabaseVault(store, tmp_path / "none")
