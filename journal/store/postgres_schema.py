@@ -16,7 +16,8 @@ Version 1:
 
 Version 2: the trigger functions qualified and their search_path fixed (see `_V2`).
 
-Version 3: search facets computed by the server from each line, and btree indexes on them (see `_V3`).
+Version 3: search facets computed by the server from each line (a generated column) and btree indexes on
+them (see `_V3`).
 
 `grant_writer(role)` gives a broker's role what it needs and no more: SELECT and INSERT (and EXECUTE on the
 facet function its inserts evaluate).
@@ -199,29 +200,28 @@ journal_entries, a function or operator of the same name, a schema put first in 
 is what a trigger reads or calls: each function and operator is pg_catalog's, spelled out. And
 `journal_tombstones.note`: the erasure key's signature (journal/erasure_signature.py)."""
 
-FACET_FUNCTION = "journal_facet"
+FACET_FUNCTION = "journal_facets"
+FACET_COLUMN = "facets"
 FACET_KEYS = ("connector", "effect", "agent", "ts")
-"""The top-level string fields `broker search` can narrow by from an index (journal/search.py)."""
+"""The top-level string fields `broker search` can narrow by from an index (journal/search.py), in the order of
+the `facets` array (1-based: facets[1] is the connector)."""
 
-FACET_BODY = r"""
-DECLARE
-    doc jsonb;
-BEGIN
-    doc := CAST(pg_catalog.convert_from(line, 'UTF8') AS jsonb);
-    IF pg_catalog.jsonb_typeof(doc) OPERATOR(pg_catalog.<>) 'object'
-       OR pg_catalog.jsonb_typeof(doc OPERATOR(pg_catalog.->) key) IS DISTINCT FROM 'string' THEN
-        RETURN NULL;
-    END IF;
-    RETURN pg_catalog.convert_to(doc OPERATOR(pg_catalog.->>) key, 'UTF8');
-EXCEPTION WHEN OTHERS THEN
-    RETURN NULL;
-END
-"""
-"""The body of `journal_facet(line bytea, key text) RETURNS bytea`: the line's top-level `key` when it is a
-string, as UTF-8 bytes (so comparing is memcmp, Python's order of str; no collation), else NULL; NULL on any
-failure too (not UTF-8, JSON that jsonb refuses such as "\\u0000" in a string, not an object), so that a line
-never fails to be recorded because of it, and a line it cannot read is a candidate of every search. Readers
-compare this text with `prosrc` before trusting the indexes (journal/store/postgres_search.py)."""
+
+def _pick(key: str) -> str:
+    return (f"CASE WHEN pg_catalog.jsonb_typeof(doc OPERATOR(pg_catalog.->) '{key}') OPERATOR(pg_catalog.=) 'string' "
+            f"THEN pg_catalog.convert_to(doc OPERATOR(pg_catalog.->>) '{key}', 'UTF8') END")
+
+
+FACET_BODY = (
+    "\nDECLARE\n    doc jsonb;\nBEGIN\n    doc := CAST(pg_catalog.convert_from(line, 'UTF8') AS jsonb);\n"
+    "    RETURN ARRAY[\n" + ",\n".join(f"        {_pick(k)}" for k in FACET_KEYS) + "\n    ];\n"
+    "EXCEPTION WHEN OTHERS THEN\n    RETURN NULL;\nEND\n"
+)
+"""The body of `journal_facets(line bytea) RETURNS bytea[]`: per FACET_KEYS, the line's top-level value when it is
+a string, as UTF-8 bytes (so comparing is memcmp, which is Python's order of str; no collation), else NULL; and
+NULL on any failure (not UTF-8, JSON that jsonb refuses such as "\\u0000" in a string), so that a line never fails
+to be recorded because of it, and a line it cannot read is a candidate of every search. Readers compare this text
+with `prosrc` before trusting the indexes (journal/store/postgres_search.py)."""
 
 FACET_CONFIG = ["search_path=pg_catalog, pg_temp"]
 
@@ -231,24 +231,31 @@ def facet_index(key: str) -> str:
     return f"journal_entries_facet_{key}"
 
 
+def facet_expr(key: str) -> str:
+    """The indexed expression of `key`'s facet (as pg_get_expr prints it)."""
+    return f"{FACET_COLUMN}[{FACET_KEYS.index(key) + 1}]"
+
+
 _V3 = (
     "DO $do$ BEGIN EXECUTE pg_catalog.replace($body$"
-    "CREATE OR REPLACE FUNCTION {schema}." + FACET_FUNCTION + "(line bytea, key text) RETURNS bytea\n"
-    "LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE COST 1000\n"
+    "CREATE OR REPLACE FUNCTION {schema}." + FACET_FUNCTION + "(line bytea) RETURNS bytea[]\n"
+    "LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE\n"
     "SET search_path = pg_catalog, pg_temp AS $fn$" + FACET_BODY + "$fn$;\n"
-    "GRANT EXECUTE ON FUNCTION {schema}." + FACET_FUNCTION + "(bytea, text) TO PUBLIC;\n"
-    + "".join(f"CREATE INDEX {facet_index(k)} ON {{schema}}.journal_entries "
-              f"(session, {{schema}}.{FACET_FUNCTION}(line, '{k}'), seq);\n" for k in FACET_KEYS)
+    "GRANT EXECUTE ON FUNCTION {schema}." + FACET_FUNCTION + "(bytea) TO PUBLIC;\n"
+    "ALTER TABLE {schema}.journal_entries ADD COLUMN " + FACET_COLUMN + " bytea[] "
+    "GENERATED ALWAYS AS ({schema}." + FACET_FUNCTION + "(line)) STORED;\n"
+    + "".join(f"CREATE INDEX {facet_index(k)} ON {{schema}}.journal_entries (session, ({facet_expr(k)}), seq);\n"
+              for k in FACET_KEYS)
     + "$body$, '{schema}', pg_catalog.quote_ident(pg_catalog.current_schema())); END $do$;\n"
 )
-"""Version 3: `journal_facet` (above) and, per facet key, a btree index (session, journal_facet(line, key), seq),
-so that `broker search` by connector, effect, agent or time asks the index for a session's candidate rows
-instead of reading them all. Computed by the server from the stored line: nothing a writer sends is trusted,
-and a writer role still needs only SELECT and INSERT on the tables (the server maintains the index as it inserts;
-the inserting role needs EXECUTE on the function, which is PUBLIC's, granted explicitly in case default
-privileges took it away: it reads its argument and nothing else).
-Building the indexes reads every row once and blocks writers meanwhile (CREATE INDEX, in the migration's
-transaction)."""
+"""Version 3: `journal_entries.facets`, a column GENERATED ALWAYS AS journal_facets(line) STORED (the function
+above), and per facet key a btree index (session, facets[i], seq), so that `broker search` by connector, effect,
+agent or time asks the indexes for a session's candidate rows instead of reading them all. The server computes the
+facets from the stored line as it inserts it (one JSON parse per row); a writer cannot send them (PostgreSQL
+refuses a value for a generated column) and still needs only SELECT and INSERT on the tables (plus EXECUTE on the
+function, which inserting evaluates: PUBLIC's, granted explicitly in case default privileges took it away; it
+reads its argument and nothing else). The migration rewrites journal_entries and builds the indexes, reading
+every row once, in one transaction that blocks writers meanwhile."""
 
 MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3}
 """version -> the SQL that brings the schema from version - 1 to it (version 1 creates it)."""
@@ -264,5 +271,5 @@ def grant_writer_sql(role: str) -> list:
     for table in TABLES[1:]:
         out.append(sql.SQL("GRANT SELECT, INSERT ON {} TO {}").format(sql.Identifier(table), ident))
     # inserting a row evaluates the facet indexes' function as the inserting role
-    out.append(sql.SQL("GRANT EXECUTE ON FUNCTION {}(bytea, text) TO {}").format(sql.Identifier(FACET_FUNCTION), ident))
+    out.append(sql.SQL("GRANT EXECUTE ON FUNCTION {}(bytea) TO {}").format(sql.Identifier(FACET_FUNCTION), ident))
     return out

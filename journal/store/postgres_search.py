@@ -2,25 +2,36 @@
 so that a search by connector, effect, agent or time reads only a session's candidate rows and no row of a
 session without one (issue 26).
 
-A facet is `journal_facet(line, key)`: the line's top-level string `key` as UTF-8 bytes, computed by the server
-from the stored line, or NULL when it could not be read. A row is a candidate when each facet asked for equals
-the wanted value or is NULL, and its `ts` facet is in the time range or NULL; the caller then checks every
-candidate exactly as it checks a file's lines (journal/search.py), so the index only ever narrows what is read.
+The facets are `journal_entries.facets`, a column the server generates from each stored line as it is inserted
+(`journal_facets(line)`: the top-level connector, effect, agent and ts when they are strings, as UTF-8 bytes, or
+NULL when the line could not be read); each has an index (session, facets[i], seq). A row is a candidate when each
+facet asked for equals the wanted value or is NULL, and its `ts` facet is in the time range or NULL; the caller
+then checks every candidate exactly as it checks a file's lines (journal/search.py), so the indexes only ever
+narrow what is read.
 
-The database's owner can replace the function or drop or rebuild the indexes. Before the indexes are used,
+The database's owner can replace the function, the column or the indexes. Before the indexes are used,
 `check_index` compares the function with what the migration creates (body, language, volatility, search_path,
-signature) and each index with its expected form (valid, btree, not partial, the same columns and expression);
-anything else, or a schema older than version 3, and search reads every row as before (`why` says what differed).
-Not caught: an owner who replaced the function, let rows be indexed by it and put it back leaves index entries
-that lie while every definition checks out; `REINDEX` (or amcheck's `bt_index_check(..., heapallindexed => true)`)
-finds or clears that, and `broker verify` does not (the rows themselves are intact).
+signature), the column (generated, stored, from that function of `line`) and each index (valid, btree, not
+partial, the same columns and expression); anything else, or a schema older than version 3, and search reads every
+row as before (`why` says what differed, once). Not caught: an owner who replaced the function, let rows in (or
+rewrote old ones) and put it back leaves stored facets that lie while every definition checks out; the rows
+themselves are intact, so `broker verify` does not see it either. `SELECT session, seq FROM journal_entries WHERE
+facets IS DISTINCT FROM journal_facets(line)` (one pass over every row) finds such rows (docs/postgres.md).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from journal.store.postgres_schema import FACET_BODY, FACET_CONFIG, FACET_FUNCTION, FACET_KEYS, facet_index
+from journal.store.postgres_schema import (
+    FACET_BODY,
+    FACET_COLUMN,
+    FACET_CONFIG,
+    FACET_FUNCTION,
+    FACET_KEYS,
+    facet_expr,
+    facet_index,
+)
 
 SEQ_PAGE = 500
 """Candidates per query when their lines are fetched (`lines_of`)."""
@@ -47,9 +58,16 @@ class IndexCheck:
 
 _CHECK_FUNCTION = """
 SELECT p.prosrc, l.lanname, p.provolatile, p.proconfig, p.prosecdef, p.proretset, p.prokind,
-       p.prorettype = 'pg_catalog.bytea'::pg_catalog.regtype
+       p.prorettype = 'pg_catalog.bytea[]'::pg_catalog.regtype
 FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_language l ON l.oid = p.prolang
 WHERE p.oid = pg_catalog.to_regprocedure(%s)
+"""
+
+_CHECK_COLUMN = """
+SELECT a.attgenerated, a.atttypid = 'pg_catalog.bytea[]'::pg_catalog.regtype, pg_catalog.pg_get_expr(d.adbin, d.adrelid)
+FROM pg_catalog.pg_attribute a
+LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+WHERE a.attrelid = %s::pg_catalog.oid AND a.attname = %s AND NOT a.attisdropped
 """
 
 _CHECK_INDEXES = """
@@ -76,20 +94,23 @@ def check_index(conn) -> IndexCheck:
         return IndexCheck(None, f"schema version {version} has no search indexes (`broker store migrate` adds them)")
     with conn.transaction():
         conn.execute("SET LOCAL search_path = pg_catalog, pg_temp")  # pg_get_expr then names every schema
-        fn = conn.execute(_CHECK_FUNCTION, (f"{schema}.{FACET_FUNCTION}(bytea, text)",)).fetchone()
+        fn = conn.execute(_CHECK_FUNCTION, (f"{schema}.{FACET_FUNCTION}(bytea)",)).fetchone()
+        column = conn.execute(_CHECK_COLUMN, (oid, FACET_COLUMN)).fetchone()
         indexes = conn.execute(_CHECK_INDEXES, (oid,)).fetchall()
         cols = dict(conn.execute("SELECT attname, attnum FROM pg_catalog.pg_attribute WHERE attrelid = %s::oid "
                                  "AND attname IN ('session', 'seq')", (oid,)).fetchall())
     expected_fn = (FACET_BODY, "plpgsql", "i", FACET_CONFIG, False, False, "f", True)
     if fn is None:
-        return IndexCheck(None, f"no function {schema}.{FACET_FUNCTION}(bytea, text)")
+        return IndexCheck(None, f"no function {schema}.{FACET_FUNCTION}(bytea)")
     if tuple(fn) != expected_fn:
         return IndexCheck(None, f"{schema}.{FACET_FUNCTION} is not the one the migration creates")
+    if column is None or tuple(column) != ("s", True, f"{schema}.{FACET_FUNCTION}(line)"):
+        return IndexCheck(None, f"journal_entries.{FACET_COLUMN} is not the column the migration creates")
     have = {name: rest for name, *rest in indexes}
     for key in FACET_KEYS:
         name = facet_index(key)
         want = [True, True, "btree", 3, 3, False, [cols.get("session"), 0, cols.get("seq")],
-                f"{schema}.{FACET_FUNCTION}(line, '{key}'::text)"]
+                facet_expr(key)]
         if name not in have:
             return IndexCheck(None, f"index {name} is missing")
         if list(have[name]) != want:
@@ -104,13 +125,12 @@ def candidate_seqs(conn, schema: str, session: str, facets: Facets) -> list[int]
     """The seqs of the session's rows that each facet asked for does not rule out (NULL facets included), in
     order: answered from the facet indexes (bitmap scans of (session, facet, seq)), no line read. Every operator
     and type is pg_catalog's, the function and table the checked schema's: nothing in the search_path counts."""
-    fn = f"{schema}.{FACET_FUNCTION}"
     cond, params = ["session OPERATOR(pg_catalog.=) %s"], [session]
     for key, value in facets.equal.items():
-        f = f"{fn}(line, '{key}')"
+        f = facet_expr(key)
         cond.append(f"({f} OPERATOR(pg_catalog.=) {_BYTES} OR {f} IS NULL)")
         params.append(value)
-    ts = f"{fn}(line, 'ts')"
+    ts = facet_expr("ts")
     bounds = [(f"{ts} OPERATOR(pg_catalog.>=) {_BYTES}", facets.since),
               (f"{ts} OPERATOR(pg_catalog.<) {_BYTES}", facets.before)]
     if facets.since is not None or facets.before is not None:

@@ -221,36 +221,52 @@ def _broker(*args: str) -> subprocess.CompletedProcess:
                           env=dict(os.environ, NO_COLOR="1"), timeout=180)
 
 
-LIAR = """CREATE OR REPLACE FUNCTION public.journal_facet(line bytea, key text) RETURNS bytea
+LIAR = """CREATE OR REPLACE FUNCTION public.journal_facets(line bytea) RETURNS bytea[]
 LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE doc jsonb;
 BEGIN
-    IF position('"seq":7,'::bytea in line) > 0 THEN RETURN 'other'::bytea; END IF;
-    IF position('"seq":8,'::bytea in line) > 0 THEN RETURN NULL; END IF;
-    RETURN pg_catalog.convert_to(CAST(pg_catalog.convert_from(line, 'UTF8') AS jsonb) ->> key, 'UTF8');
+    IF position('"seq":7,'::bytea in line) > 0 THEN RETURN ARRAY['other', 'other', 'other', 'other']::bytea[]; END IF;
+    doc := CAST(convert_from(line, 'UTF8') AS jsonb);
+    RETURN ARRAY[convert_to(doc ->> 'connector', 'UTF8'), convert_to(doc ->> 'effect', 'UTF8'),
+                 convert_to(doc ->> 'agent', 'UTF8'), convert_to(doc ->> 'ts', 'UTF8')];
 EXCEPTION WHEN OTHERS THEN RETURN NULL;
 END $fn$"""
 
 
-@pytest.mark.parametrize("attack", ["liar", "drop", "partial", "volatile"])
+def _rewrite_rows(conn) -> None:
+    """As the owner: every stored row updated (unchanged), so its generated facets are computed again."""
+    conn.execute("ALTER TABLE journal_entries DISABLE TRIGGER journal_entries_append_only")
+    conn.execute("UPDATE journal_entries SET seq = seq")
+    conn.execute("ALTER TABLE journal_entries ENABLE TRIGGER journal_entries_append_only")
+
+
+@pytest.mark.parametrize("attack", ["liar", "plain-column", "drop", "partial", "volatile"])
 def test_the_owner_cannot_hide_rows_through_the_function_or_the_indexes(pg_url, tmp_path, monkeypatch, caplog,
                                                                         attack):
-    """The owner makes the index lie (a function that says 'other' for seq 7, then REINDEX), drops or replaces
-    an index, or changes the function's volatility: search notices, says so once, and reads every row."""
+    """The owner makes the facets lie (a function that says 'other' for seq 7, every row computed again), turns the
+    generated column into a plain one (whose values a writer could then send), drops or replaces an index, or
+    changes the function's volatility: search notices, says so once, and reads every row."""
     _load(pg_url)
     with psycopg.connect(pg_url, autocommit=True) as conn:
         if attack == "liar":
             conn.execute(LIAR)
-            conn.execute("REINDEX TABLE journal_entries")
+            _rewrite_rows(conn)
+        elif attack == "plain-column":
+            conn.execute("ALTER TABLE journal_entries ALTER COLUMN facets DROP EXPRESSION")
+            conn.execute("ALTER TABLE journal_entries DISABLE TRIGGER journal_entries_append_only")
+            conn.execute("UPDATE journal_entries SET facets = ARRAY['other', 'other', 'other', 'other']::bytea[] "
+                         "WHERE seq = 7")
+            conn.execute("ALTER TABLE journal_entries ENABLE TRIGGER journal_entries_append_only")
         elif attack == "drop":
             conn.execute(f"DROP INDEX {facet_index('connector')}")
         elif attack == "partial":
             conn.execute(f"DROP INDEX {facet_index('ts')}")
-            conn.execute(f"CREATE INDEX {facet_index('ts')} ON journal_entries "
-                         "(session, public.journal_facet(line, 'ts'), seq) WHERE seq < 3")
+            conn.execute(f"CREATE INDEX {facet_index('ts')} ON journal_entries (session, (facets[4]), seq) "
+                         "WHERE seq < 3")
         elif attack == "volatile":
-            conn.execute("ALTER FUNCTION public.journal_facet(bytea, text) VOLATILE")
+            conn.execute("ALTER FUNCTION public.journal_facets(bytea) VOLATILE")
         # the lie is in place: the index, asked directly, misses a row
-        if attack == "liar":
+        if attack in ("liar", "plain-column"):
             got = candidate_seqs(conn, "public", "s-gmail", _facets_gmail())
             assert 7 not in got and 8 in got
     with caplog.at_level(logging.WARNING):
@@ -295,7 +311,7 @@ def test_the_writer_role_inserts_through_the_indexes_with_select_and_insert_only
     role = "w_" + pg_url.rsplit("/", 1)[1]
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute(f'CREATE ROLE "{role}" LOGIN')
-        conn.execute("REVOKE EXECUTE ON FUNCTION public.journal_facet(bytea, text) FROM PUBLIC")
+        conn.execute("REVOKE EXECUTE ON FUNCTION public.journal_facets(bytea) FROM PUBLIC")
     assert _broker("store", "migrate", "--store", pg_url, "--grant", role).returncode == 0
     writer_url = pg_url.replace("broker_admin@", f"{role}@")
     with PostgresStore(writer_url).writer() as w:
@@ -306,9 +322,12 @@ def test_the_writer_role_inserts_through_the_indexes_with_select_and_insert_only
         privileges = {r[0] for r in conn.execute(
             "SELECT privilege_type FROM information_schema.role_table_grants WHERE grantee = %s", (role,))}
         assert privileges == {"SELECT", "INSERT"}
-        facets = [r[0] for r in conn.execute(
-            "SELECT journal_facet(line, 'connector') FROM journal_entries ORDER BY seq")]
+        facets = [r[0] for r in conn.execute("SELECT facets[1] FROM journal_entries ORDER BY seq")]
     assert facets == [b"gmail", b"slack", None]
+    with psycopg.connect(writer_url, autocommit=True) as conn:  # a value the writer sends for it is refused
+        with pytest.raises(psycopg.errors.GeneratedAlways):
+            conn.execute("INSERT INTO journal_entries (session, seq, prev, hash, line, facets) VALUES "
+                         "('w1', 4, 'x', 'y', '{}', ARRAY['slack']::bytea[])")
     store = PostgresStore(writer_url)
     try:
         db = DatabaseVault(store, "/nonexistent")
