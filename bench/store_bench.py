@@ -239,7 +239,33 @@ def facet_cost(admin_url: str, entries: int, rounds: int, batch: int = 50) -> di
     for key in ("append_s", "copy_s"):
         med = {v: statistics.median(x[key] for x in runs if x["version"] == v) for v in (2, 3)}
         out[f"{key}_v2"], out[f"{key}_v3"], out[f"{key}_ratio"] = med[2], med[3], med[3] / med[2]
+    out["migrate_rows"], out["migrate_s"] = migrate_time(admin_url, 10 * entries)
+    print(f"  `migrate` 2 -> 3 of {out['migrate_rows']:,} rows: {out['migrate_s']:.2f} s "
+          f"(load {os.getloadavg()[0]:.2f})", flush=True)
     return out
+
+
+def migrate_time(admin_url: str, rows: int) -> tuple[int, float]:
+    """Seconds `broker store migrate` takes to bring a version-2 store of `rows` entries to version 3."""
+    from bench.journal_bench import _padded_fields
+    from journal.chain import GENESIS, chain_entry
+    from journal.store.postgres_store import PostgresStore
+
+    url = _store_at(admin_url, 2)
+    pad = make_pad()
+    prev, lines = GENESIS, []
+    for seq in range(1, rows + 1):
+        entry, line = chain_entry(_padded_fields("m", seq, pad), seq, prev)
+        prev = entry["hash"]
+        lines.append(line)
+    store = PostgresStore(url)
+    try:
+        store.append_lines("m", lines)
+        t = time.perf_counter()
+        store.migrate()
+        return rows, time.perf_counter() - t
+    finally:
+        store.close()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,7 +11,8 @@ How it stays fast on a large vault without an index: each line is canonical JSON
 query asks for appears in the line's bytes in one known spelling (`"connector":"gmail"`), and
 `ts`, the last top-level key, ends the line. Lines without every such spelling, or outside the
 time window, are skipped unparsed; only the rest are parsed and checked exactly. A session whose
-summary (journal/search_summary.py, in the user's cache) says it cannot match is not read. Search reads
+summary (journal/search_summary.py, in the user's cache) says it cannot match is not read; on PostgreSQL the
+store's facet indexes name each session's candidate rows instead (journal/store/postgres_search.py). Search reads
 the files as they are on disk and does not verify them: `broker verify` says whether to trust what it finds.
 """
 
