@@ -20,7 +20,7 @@ from journal.chain import GENESIS, chain_entry
 from journal.search import Query, search
 from journal.store.database_vault import DatabaseVault
 from journal.store.postgres_schema import MIGRATIONS, facet_index
-from journal.store.postgres_search import candidate_seqs
+from journal.store.postgres_search import candidate_seqs, lines_of
 from journal.store.postgres_store import PostgresStore
 from journal.vault import Vault
 from tests.support import postgres_server as _pg
@@ -214,6 +214,10 @@ def test_the_candidate_query_is_an_index_scan(pg_url):
             plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + query, params))
             assert "Seq Scan" not in plan, plan
             assert any(facet_index(key) in plan for key in facets.equal or {"ts": 1}), plan
+        sent.clear()  # the candidates' lines: the primary key
+        assert len(lines_of(Recorder(conn), schema, "big", list(range(60, 120)), [b'"connector":"github"'])) == 60
+        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + sent[0][0], sent[0][1]))
+        assert "journal_entries_pkey" in plan and "Seq Scan" not in plan, plan
 
 
 def _broker(*args: str) -> subprocess.CompletedProcess:
