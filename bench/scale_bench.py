@@ -30,8 +30,10 @@ from wait4 for the exports):
 
 N defaults to 10^4 and 10^5 (--quick: 10^4); --million adds 10^6. `--readers`: only the questions of
 issue 26 item 3 (show, inspector, search; no verify, revert-plan or export); `--exports-only`: the exports
-(and verify-export) alone. Between consecutive sizes of one store the
-growth exponent of every time is printed (wall and CPU). Nothing here asserts a timing.
+(and verify-export) alone; `--search-only`: the searches alone (on PostgreSQL the in-process "full read" is
+the search with its facet indexes left unused: every row filtered on the server, as before schema version 3).
+Between consecutive sizes of one store the growth exponent of every time is printed (wall and CPU). Nothing
+here asserts a timing.
 """
 
 from __future__ import annotations
@@ -232,7 +234,8 @@ def _child(code: str, where: list[str], args: list[str], env: dict) -> dict:
 
 def searches_in_process(where: list[str], env: dict) -> dict:
     """`search` over the fleet in-process: by connector and by one day, cold and warm (file: summaries built,
-    then reused), and with no summaries (every session read: what search did before them)."""
+    then reused; PostgreSQL: the facet indexes checked, then used), and with no summaries or indexes (every
+    session read, every row filtered on the server: what search did before them)."""
     code = (
         "import sys, time, orjson, click\n"
         "from broker.cli.options import reading_vault\n"
@@ -241,11 +244,13 @@ def searches_in_process(where: list[str], env: dict) -> dict:
         "out = {}\n"
         "with click.Context(click.Command('x')):\n"
         "    v = reading_vault(store, vault_dir)\n"
+        "    facets = sm._facets\n"
         "    for name, q in (('connector', sm.Query(connector='slack')), ('day', sm.Query(since=day, until=day))):\n"
         "        got = []\n"
         "        for run in ('cold', 'warm', 'full_read'):\n"
         "            if run == 'full_read':\n"
         "                sm._SUMMARIZED = ()\n"
+        "                sm._facets = lambda q: sm.Facets()  # PostgreSQL: no index, every row filtered\n"
         "            skipped = []\n"
         "            t, c = time.perf_counter(), time.process_time()\n"
         "            got.append([(m.session, m.line) for m in sm.search(v, q, skipped)])\n"
@@ -253,6 +258,7 @@ def searches_in_process(where: list[str], env: dict) -> dict:
         "            out[f'search_{name}_{run}_cpu_s'] = time.process_time() - c\n"
         "            out[f'search_{name}_{run}_skipped'] = len(skipped)\n"
         "        sm._SUMMARIZED = ('connector', 'effect', 'agent', 'since', 'until')\n"
+        "        sm._facets = facets\n"
         "        assert got[0] == got[1] == got[2] and got[0], name\n"
         "        out[f'search_{name}_found'] = len(got[0])\n"
         "print(orjson.dumps(out).decode())\n"
@@ -260,12 +266,24 @@ def searches_in_process(where: list[str], env: dict) -> dict:
     return _child(code, where, [FLEET_DAY], env)
 
 
+def _searches(row: dict, where: list[str], fleet: list[str], env: dict) -> dict:
+    row["search_one_connector_s"] = broker(["search", "--connector", "slack", *where], env)[0]
+    row["fleet_search_connector_cold_s"] = broker(["search", "--connector", "slack", *fleet], env)[0]
+    row["fleet_search_connector_warm_s"] = broker(["search", "--connector", "slack", *fleet], env)[0]
+    row["fleet_search_day_s"] = broker(["search", "--since", FLEET_DAY, "--until", FLEET_DAY, *fleet], env)[0]
+    row.update(searches_in_process(fleet, {**env, "XDG_CACHE_HOME": env["XDG_CACHE_HOME"] + "-inproc"}))
+    row["loadavg"] = open("/proc/loadavg").read().split()[0]
+    return row
+
+
 def measure(label: str, where: list[str], fleet: list[str], entries: int, env: dict, scratch: Path, *,
-            readers: bool, exports_only: bool) -> dict:
+            readers: bool, exports_only: bool, search_only: bool = False) -> dict:
     row: dict = {"store": label, "entries": entries}
     if exports_only:
         row.update(measure_exports(where, env, scratch))
         return row
+    if search_only:
+        return _searches(row, where, fleet, env)
     if not readers:
         row["verify_s"] = broker(["verify", *where], env)[0]
     row["show_seq_last_cold_s"] = broker(["show", SESSION, "--seq", str(entries), *where], env)[0]
@@ -281,12 +299,7 @@ def measure(label: str, where: list[str], fleet: list[str], entries: int, env: d
                 row[f"nosidecar_warm_{k}"] = v
         finally:
             sidecar.with_suffix(".away").rename(sidecar)
-    row["search_one_connector_s"] = broker(["search", "--connector", "slack", *where], env)[0]
-    row["fleet_search_connector_cold_s"] = broker(["search", "--connector", "slack", *fleet], env)[0]
-    row["fleet_search_connector_warm_s"] = broker(["search", "--connector", "slack", *fleet], env)[0]
-    row["fleet_search_day_s"] = broker(["search", "--since", FLEET_DAY, "--until", FLEET_DAY, *fleet], env)[0]
-    row.update(searches_in_process(fleet, {**env, "XDG_CACHE_HOME": env["XDG_CACHE_HOME"] + "-inproc"}))
-    row["loadavg"] = open("/proc/loadavg").read().split()[0]
+    _searches(row, where, fleet, env)
     if readers:
         return row
     load = os.getloadavg()[0]
@@ -311,6 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-postgres", action="store_true", help="the file vault only")
     ap.add_argument("--exports-only", action="store_true", help="measure the exports (and verify-export) alone")
     ap.add_argument("--readers", action="store_true", help="only show, inspector and search (issue 26 item 3)")
+    ap.add_argument("--search-only", action="store_true",
+                    help="only the searches (issue 26: PostgreSQL's facet indexes against its full scan)")
     ap.add_argument("--json", metavar="FILE", help="also write the figures to FILE (key 'scale')")
     args = ap.parse_args(argv)
     sizes = [int(x) for x in (args.sizes or ("10000" if args.quick else "10000,100000")).split(",")]
@@ -344,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
                 took = time.perf_counter() - t
                 print(f"fleet: {FLEET} sessions, {n:,} entries, {size / 1e6:.0f} MB, in {took:.1f} s")
             rows.append(measure("file", ["--vault", str(vault)], ["--vault", str(fleet)], n, env, root,
-                                readers=args.readers, exports_only=args.exports_only))
+                                readers=args.readers, exports_only=args.exports_only, search_only=args.search_only))
             if server is not None:
                 url, fleet_url = create_database(server.admin_url), create_database(server.admin_url)
                 loaded = load_postgres(url, vault)
@@ -352,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
                     load_postgres(fleet_url, fleet)
                 print(f"  loaded into PostgreSQL in {loaded:.1f} s")
                 row = measure("postgres", ["--store", url], ["--store", fleet_url], n, env, root,
-                              readers=args.readers, exports_only=args.exports_only)
+                              readers=args.readers, exports_only=args.exports_only, search_only=args.search_only)
                 row["load_s"] = loaded
                 rows.append(row)
             for row in rows[-2:] if server is not None else rows[-1:]:

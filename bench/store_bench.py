@@ -1,6 +1,7 @@
 """Store benchmark: many broker processes writing into one PostgreSQL, against the file vault.
 
     python -m bench.store_bench [--quick] [--seconds S] [--writers 1,4,8] [--clients 16] [--json FILE]
+    python -m bench.store_bench --facet-cost N [--rounds R]
 
 Each writer process models one broker's recording service: `--clients` threads (the calls in
 flight) hand ~2 KB entries (bench.journal_bench's padded Gmail read) to one committer thread, which
@@ -17,12 +18,17 @@ vault with one writer; `x base` is entries/s over it. The PostgreSQL server is a
 settings otherwise. Last, one blob of `--blob-mib` (default 1 GiB) streamed in 64 KiB writes into
 each store's blob sink, in a fresh process: MB/s and the process's peak RSS (bounded memory: the
 PostgreSQL sink holds one 1 MiB chunk at a time). Nothing is asserted.
+
+`--facet-cost N`: what schema version 3's facet indexes add to an insert (journal/store/postgres_search.py):
+N entries appended by one writer in durable groups of 50, then COPYed again, into a version-2 store and a
+version-3 store alternately, R rounds; the ratio of the median times.
 """
 
 from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import shutil
 import statistics
 import threading
@@ -173,6 +179,95 @@ def format_table(rows: list[dict], base: float) -> str:
     return "\n".join(out)
 
 
+def _store_at(admin_url: str, version: int) -> str:
+    """A fresh database holding the journal schema at `version` (2: no facet indexes; 3: with them)."""
+    import psycopg
+
+    from journal.store.postgres_schema import MIGRATIONS
+    from tests.support.postgres_server import create_database
+
+    url = create_database(admin_url)
+    with psycopg.connect(url, autocommit=True) as conn, conn.transaction():
+        for v in range(1, version + 1):
+            conn.execute(MIGRATIONS[v])
+            conn.execute("INSERT INTO journal_schema (version) VALUES (%s)", (v,))
+    return url
+
+
+def _facet_round(admin_url: str, version: int, entries: int, batch: int) -> dict:
+    """One schema version: `entries` appended by a PostgresWriter in groups of `batch` (one durable transaction
+    each, the recording path), then the same entries' lines COPYed into a fresh session (append_lines: 500
+    rows per transaction, the server's insert cost with little else); seconds, and index bytes per entry."""
+    import psycopg
+
+    from bench.journal_bench import _padded_fields
+    from journal.store.postgres_store import PostgresStore
+
+    url = _store_at(admin_url, version)
+    store = PostgresStore(url)
+    pad = make_pad()
+    try:
+        with store.writer() as w:
+            t = time.perf_counter()
+            for at in range(0, entries, batch):
+                w.append_many([_padded_fields("facets", n, pad) for n in range(at, min(entries, at + batch))])
+            appended = time.perf_counter() - t
+        lines = list(store.lines_after("facets"))
+        t = time.perf_counter()
+        store.append_lines("copied", lines)
+        copied = time.perf_counter() - t
+        with psycopg.connect(url) as conn:
+            index_bytes = conn.execute("SELECT pg_indexes_size('journal_entries')").fetchone()[0]
+    finally:
+        store.close()
+    return {"version": version, "append_s": appended, "copy_s": copied, "index_bytes_per_entry":
+            index_bytes / (2 * entries)}
+
+
+def facet_cost(admin_url: str, entries: int, rounds: int, batch: int = 50) -> dict:
+    """The insert cost of schema version 3's facet indexes: versions 2 and 3 alternately (3 first in odd
+    rounds), `rounds` times; ratios v3 / v2 of the medians."""
+    runs: list[dict] = []
+    for r in range(rounds):
+        for version in ((2, 3) if r % 2 == 0 else (3, 2)):
+            runs.append(_facet_round(admin_url, version, entries, batch))
+            got = runs[-1]
+            print(f"  round {r + 1} v{version}: append {entries / got['append_s']:.0f} entries/s, COPY "
+                  f"{entries / got['copy_s']:.0f} rows/s, indexes {got['index_bytes_per_entry']:.0f} B/entry "
+                  f"(load {os.getloadavg()[0]:.2f})", flush=True)
+    out: dict = {"entries": entries, "batch": batch, "rounds": runs}
+    for key in ("append_s", "copy_s"):
+        med = {v: statistics.median(x[key] for x in runs if x["version"] == v) for v in (2, 3)}
+        out[f"{key}_v2"], out[f"{key}_v3"], out[f"{key}_ratio"] = med[2], med[3], med[3] / med[2]
+    out["migrate_rows"], out["migrate_s"] = migrate_time(admin_url, 10 * entries)
+    print(f"  `migrate` 2 -> 3 of {out['migrate_rows']:,} rows: {out['migrate_s']:.2f} s "
+          f"(load {os.getloadavg()[0]:.2f})", flush=True)
+    return out
+
+
+def migrate_time(admin_url: str, rows: int) -> tuple[int, float]:
+    """Seconds `broker store migrate` takes to bring a version-2 store of `rows` entries to version 3."""
+    from bench.journal_bench import _padded_fields
+    from journal.chain import GENESIS, chain_entry
+    from journal.store.postgres_store import PostgresStore
+
+    url = _store_at(admin_url, 2)
+    pad = make_pad()
+    prev, lines = GENESIS, []
+    for seq in range(1, rows + 1):
+        entry, line = chain_entry(_padded_fields("m", seq, pad), seq, prev)
+        prev = entry["hash"]
+        lines.append(line)
+    store = PostgresStore(url)
+    try:
+        store.append_lines("m", lines)
+        t = time.perf_counter()
+        store.migrate()
+        return rows, time.perf_counter() - t
+    finally:
+        store.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.store_bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="short cases (2 s), writers 1,4")
@@ -181,6 +276,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--clients", type=int, default=16, help="client threads per writer (default 16)")
     ap.add_argument("--blob-mib", type=int, help="size of the streamed blob case (default 1024, --quick 64)")
     ap.add_argument("--json", metavar="FILE", help="also write the figures to FILE (key 'store')")
+    ap.add_argument("--facet-cost", type=int, metavar="N",
+                    help="only the insert cost of schema version 3's facet indexes: N entries per round, v2 against v3")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of --facet-cost (default 3)")
     args = ap.parse_args(argv)
     seconds = args.seconds or (2.0 if args.quick else 8.0)
     counts = [int(x) for x in (args.writers or ("1,4" if args.quick else "1,4,8")).split(",")]
@@ -189,6 +287,17 @@ def main(argv: list[str] | None = None) -> int:
 
     if _bindir() is None:
         print("store_bench: no PostgreSQL (initdb) on this machine; skipped")
+        return 0
+    if args.facet_cost:
+        server = start_server()
+        try:
+            got = facet_cost(server.admin_url, args.facet_cost, args.rounds)
+        finally:
+            server.remove()
+        print(f"v3 / v2 time: append (groups of {got['batch']}, durable) {got['append_s_ratio']:.3f}, "
+              f"COPY {got['copy_s_ratio']:.3f} (medians of {args.rounds}); load {os.getloadavg()}")
+        if args.json:
+            write_json(args.json, "store_facets", {"machine": machine(), **got})
         return 0
     root = scratch_dir("store-bench-")
     server = start_server()

@@ -11,7 +11,8 @@ How it stays fast on a large vault without an index: each line is canonical JSON
 query asks for appears in the line's bytes in one known spelling (`"connector":"gmail"`), and
 `ts`, the last top-level key, ends the line. Lines without every such spelling, or outside the
 time window, are skipped unparsed; only the rest are parsed and checked exactly. A session whose
-summary (journal/search_summary.py, in the user's cache) says it cannot match is not read. Search reads
+summary (journal/search_summary.py, in the user's cache) says it cannot match is not read; on PostgreSQL the
+store's facet indexes name each session's candidate rows instead (journal/store/postgres_search.py). Search reads
 the files as they are on disk and does not verify them: `broker verify` says whether to trust what it finds.
 """
 
@@ -27,6 +28,7 @@ from journal.canonical import canonical_bytes
 from journal.errors import InputError
 from journal.reader import RowSource
 from journal.search_summary import session_summary
+from journal.store.postgres_search import Facets
 from journal.vault import Vault
 
 _STATUS_RE = re.compile(r"(?:[1-5][0-9]{2}|[1-5]xx|none)\Z")
@@ -219,11 +221,36 @@ def _candidates(path, matcher: _Matcher) -> Iterator[tuple[int, bytes]]:
                 return
 
 
-def _row_candidates(vault: RowSource, session: str, matcher: _Matcher) -> Iterator[tuple[int, bytes]]:
-    """(seq, line) of a database session's rows holding every spelling the query needs: the database
-    filters the rows (position() in each line, on the server), so only candidates travel; the session
-    filter is the primary key's range."""
-    rows = vault.store.matching_lines(session, matcher.need)  # type: ignore[attr-defined]
+def _facets(q: Query) -> Facets:
+    """What a PostgreSQL store's facet indexes can narrow `q` by (journal/store/postgres_search.py): the
+    connector, effect and agent asked for, and the time range as bytes of UTF-8, whose order is str's: ts[:k] >=
+    since exactly when ts >= since, and ts[:k] <= until exactly when ts < `until` with its last byte raised by one
+    (no UTF-8 byte is 0xff). Empty when a value cannot be encoded (no recorded line holds it then)."""
+    try:
+        equal = {k: getattr(q, k).encode() for k in ("connector", "effect", "agent") if getattr(q, k) is not None}
+        since = q.since.encode() if q.since else None
+        until = q.until.encode() if q.until else None
+    except UnicodeEncodeError:
+        return Facets()
+    before = until[:-1] + bytes([until[-1] + 1]) if until else None
+    return Facets(equal, since, before)
+
+
+def _row_candidates(vault: RowSource, session: str, matcher: _Matcher,
+                    skipped: list[tuple[str, str]] | None = None) -> Iterator[tuple[int, bytes]]:
+    """(seq, line) of a database session's rows that may match: the rows the store's facet indexes leave as
+    candidates (a session with none is not read), else (no indexed filter, or indexes not to be trusted) every
+    row of the session, filtered on the server by the spellings the query needs (position() in each line); then
+    `matcher.maybe` as for a file's lines."""
+    store = vault.store  # type: ignore[attr-defined]
+    facets = _facets(matcher.q)
+    seqs = store.facet_candidates(session, facets) if facets else None
+    if seqs is not None and not seqs:
+        if skipped is not None:
+            skipped.append((session, "no candidate row in the store's search index"))
+        return
+    rows = store.matching_lines(session, matcher.need) if seqs is None else \
+        store.candidate_lines(session, seqs, matcher.need)
     for seq, line in rows:
         if matcher.maybe(line):
             yield seq, line
@@ -237,8 +264,8 @@ def search(vault: Vault, query: Query, skipped: list[tuple[str, str]] | None = N
 
     In a file vault, a query by connector, effect, agent or time first asks each session's summary
     (journal/search_summary.py: kept in the user's cache, checked against the file's stamp) and does not read
-    a session that cannot match; `skipped` gets (session, why) for each. A database store filters on the
-    server instead (`_row_candidates`)."""
+    a session that cannot match; `skipped` gets (session, why) for each. A database store asks its facet indexes
+    for a session's candidate rows instead, or filters every row on the server (`_row_candidates`)."""
     matcher = _Matcher(query)
     sessions = [query.session] if query.session is not None else vault.sessions()
     summarize = not isinstance(vault, RowSource) and any(getattr(query, k) is not None for k in _SUMMARIZED)
@@ -250,7 +277,7 @@ def search(vault: Vault, query: Query, skipped: list[tuple[str, str]] | None = N
                 if skipped is not None:
                     skipped.append((session, why))
                 continue
-        found = _row_candidates(vault, session, matcher) if isinstance(vault, RowSource) else \
+        found = _row_candidates(vault, session, matcher, skipped) if isinstance(vault, RowSource) else \
             _candidates(path, matcher)
         for index, line in found:
             raw = line[:-1] if line.endswith(b"\n") else line

@@ -16,12 +16,18 @@ Version 1:
 
 Version 2: the trigger functions qualified and their search_path fixed (see `_V2`).
 
-`grant_writer(role)` gives a broker's role what it needs and no more: SELECT and INSERT.
+Version 3: search facets computed by the server from each line (a generated column) and btree indexes on
+them (see `_V3`).
+
+`grant_writer(role)` gives a broker's role what it needs and no more: SELECT and INSERT (and EXECUTE on the
+facet function its inserts evaluate).
 """
 
 from __future__ import annotations
 
-CURRENT_VERSION = 2
+CURRENT_VERSION = 3
+OLDEST_USABLE = 2
+"""A store at this version or later is read and written; below it, `broker store migrate` first."""
 SCHEMA_LOCK = 0x6A6F75726E616C  # advisory lock key for creating / migrating the schema ("journal")
 
 TABLES = ("journal_schema", "journal_sessions", "journal_entries", "journal_blobs", "journal_blob_chunks",
@@ -194,16 +200,76 @@ journal_entries, a function or operator of the same name, a schema put first in 
 is what a trigger reads or calls: each function and operator is pg_catalog's, spelled out. And
 `journal_tombstones.note`: the erasure key's signature (journal/erasure_signature.py)."""
 
-MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2}
+FACET_FUNCTION = "journal_facets"
+FACET_COLUMN = "facets"
+FACET_KEYS = ("connector", "effect", "agent", "ts")
+"""The top-level string fields `broker search` can narrow by from an index (journal/search.py), in the order of
+the `facets` array (1-based: facets[1] is the connector)."""
+
+
+def _pick(key: str) -> str:
+    return (f"CASE WHEN pg_catalog.jsonb_typeof(doc OPERATOR(pg_catalog.->) '{key}') OPERATOR(pg_catalog.=) 'string' "
+            f"THEN pg_catalog.convert_to(doc OPERATOR(pg_catalog.->>) '{key}', 'UTF8') END")
+
+
+FACET_BODY = (
+    "\nDECLARE\n    doc jsonb;\nBEGIN\n    doc := CAST(pg_catalog.convert_from(line, 'UTF8') AS jsonb);\n"
+    "    RETURN ARRAY[\n" + ",\n".join(f"        {_pick(k)}" for k in FACET_KEYS) + "\n    ];\n"
+    "EXCEPTION WHEN OTHERS THEN\n    RETURN NULL;\nEND\n"
+)
+"""The body of `journal_facets(line bytea) RETURNS bytea[]`: per FACET_KEYS, the line's top-level value when it is
+a string, as UTF-8 bytes (so comparing is memcmp, which is Python's order of str; no collation), else NULL; and
+NULL on any failure (not UTF-8, JSON that jsonb refuses such as "\\u0000" in a string), so that a line never fails
+to be recorded because of it, and a line it cannot read is a candidate of every search. Readers compare this text
+with `prosrc` before trusting the indexes (journal/store/postgres_search.py)."""
+
+FACET_CONFIG = ["search_path=pg_catalog, pg_temp"]
+
+
+def facet_index(key: str) -> str:
+    """The name of the index on `key`'s facet."""
+    return f"journal_entries_facet_{key}"
+
+
+def facet_expr(key: str) -> str:
+    """The indexed expression of `key`'s facet (as pg_get_expr prints it)."""
+    return f"{FACET_COLUMN}[{FACET_KEYS.index(key) + 1}]"
+
+
+_V3 = (
+    "DO $do$ BEGIN EXECUTE pg_catalog.replace($body$"
+    "CREATE OR REPLACE FUNCTION {schema}." + FACET_FUNCTION + "(line bytea) RETURNS bytea[]\n"
+    "LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE\n"
+    "SET search_path = pg_catalog, pg_temp AS $fn$" + FACET_BODY + "$fn$;\n"
+    "GRANT EXECUTE ON FUNCTION {schema}." + FACET_FUNCTION + "(bytea) TO PUBLIC;\n"
+    "ALTER TABLE {schema}.journal_entries ADD COLUMN " + FACET_COLUMN + " bytea[] "
+    "GENERATED ALWAYS AS ({schema}." + FACET_FUNCTION + "(line)) STORED;\n"
+    + "".join(f"CREATE INDEX {facet_index(k)} ON {{schema}}.journal_entries (session, ({facet_expr(k)}), seq);\n"
+              for k in FACET_KEYS)
+    + "$body$, '{schema}', pg_catalog.quote_ident(pg_catalog.current_schema())); END $do$;\n"
+)
+"""Version 3: `journal_entries.facets`, a column GENERATED ALWAYS AS journal_facets(line) STORED (the function
+above), and per facet key a btree index (session, facets[i], seq), so that `broker search` by connector, effect,
+agent or time asks the indexes for a session's candidate rows instead of reading them all. The server computes the
+facets from the stored line as it inserts it (one JSON parse per row); a writer cannot send them (PostgreSQL
+refuses a value for a generated column) and still needs only SELECT and INSERT on the tables (plus EXECUTE on the
+function, which inserting evaluates: PUBLIC's, granted explicitly in case default privileges took it away; it
+reads its argument and nothing else). The migration rewrites journal_entries and builds the indexes, reading
+every row once, in one transaction that blocks writers meanwhile."""
+
+MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3}
 """version -> the SQL that brings the schema from version - 1 to it (version 1 creates it)."""
 
 
 def grant_writer_sql(role: str) -> list:
-    """Statements giving `role` (a broker's database role) SELECT and INSERT, nothing more."""
+    """Statements giving `role` (a broker's database role) SELECT and INSERT, nothing more (and EXECUTE on the facet
+    function, which its inserts evaluate)."""
     from psycopg import sql
 
     ident = sql.Identifier(role)
     out = [sql.SQL("GRANT SELECT ON journal_schema TO {}").format(ident)]
     for table in TABLES[1:]:
         out.append(sql.SQL("GRANT SELECT, INSERT ON {} TO {}").format(sql.Identifier(table), ident))
+    # inserting a row evaluates the facet indexes' function as the inserting role
+    out.append(sql.SQL("GRANT EXECUTE ON FUNCTION {}(bytea) TO {}").format(sql.Identifier(FACET_FUNCTION), ident))
     return out

@@ -32,7 +32,8 @@ from journal.bodies import LINE_LIMIT
 from journal.chain import GENESIS
 from journal.entry import format_ts
 from journal.store.interface import BlobErased, StoreError, Tombstone
-from journal.store.postgres_schema import CURRENT_VERSION, MIGRATIONS, SCHEMA_LOCK, grant_writer_sql
+from journal.store.postgres_schema import CURRENT_VERSION, MIGRATIONS, OLDEST_USABLE, SCHEMA_LOCK, grant_writer_sql
+from journal.store.postgres_search import SEQ_PAGE, Facets, IndexCheck, candidate_seqs, check_index, lines_of
 from journal.vault import SessionIdError, session_filename
 from journal.writer import JournalError
 
@@ -91,6 +92,7 @@ class PostgresStore:
         self.url = url
         self.shown = display_url(url)
         self._schema_checked = False
+        self._index_check: IndexCheck | None = None
         self._idle: list[tuple[Any, float]] = []  # (connection, when it was handed back)
         self._lock = threading.Lock()
 
@@ -168,12 +170,13 @@ class PostgresStore:
         return conn.execute("SELECT coalesce(max(version), 0) FROM journal_schema").fetchone()[0]
 
     def _ensure_schema(self, conn) -> None:
-        """Create the schema on first use; refuse an older one (`broker store migrate`) or a newer one."""
+        """Create the schema on first use; refuse one older than OLDEST_USABLE (`broker store migrate`) or a newer
+        one. A version-2 store is used as it is (its search reads every row: journal/store/postgres_search.py)."""
         version = self.schema_version(conn)
         if version == 0:
             self.migrate(conn)
             return
-        if version < CURRENT_VERSION:
+        if version < OLDEST_USABLE:
             raise StoreError(f"{self.shown} holds journal schema version {version}; this broker needs "
                              f"{CURRENT_VERSION}: run `broker store migrate --store URL`")
         if version > CURRENT_VERSION:
@@ -303,6 +306,40 @@ class PostgresStore:
                 seq = row_seq
             if len(rows) < page:
                 return
+
+    def search_index(self) -> IndexCheck:
+        """Whether search may narrow by the facet indexes (journal/store/postgres_search.py): checked once per
+        store; when it may not, a warning says why and search reads every row (`matching_lines`)."""
+        with self._lock:
+            done = self._index_check
+        if done is None:
+            with self._pooled() as conn:
+                done = check_index(conn)
+            if done.schema is None:
+                log.warning("search reads every row of %s: %s", self.shown, done.why)
+            with self._lock:
+                self._index_check = done
+        return done
+
+    def facet_candidates(self, session: str, facets: Facets) -> list[int] | None:
+        """The seqs (in order) of the session's rows the facet indexes leave as candidates: one index lookup, no
+        row read; None when the indexes are not to be trusted (then `matching_lines`)."""
+        schema = self.search_index().schema
+        if schema is None:
+            return None
+        with self._pooled() as conn:
+            return candidate_seqs(conn, schema, session, facets)
+
+    def candidate_lines(self, session: str, seqs: list[int], needles: list[bytes]) -> Iterator[tuple[int, bytes]]:
+        """(seq, line) of the rows `seqs` (from `facet_candidates`) that hold every needle, in seq order, SEQ_PAGE
+        rows of the primary key per query."""
+        schema = self.search_index().schema
+        assert schema is not None
+        for at in range(0, len(seqs), SEQ_PAGE):
+            with self._pooled() as conn:
+                rows = lines_of(conn, schema, session, seqs[at : at + SEQ_PAGE], needles)
+            for seq, data in rows:
+                yield seq, data if data.endswith(b"\n") else data + b"\n"
 
     def has_session(self, session: str) -> bool:
         with self._pooled() as conn:

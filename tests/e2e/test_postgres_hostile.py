@@ -206,13 +206,13 @@ def test_a_schema_first_in_the_writers_search_path_does_not_shadow_the_trigger(w
 
 
 def test_an_existing_version_1_store_is_upgraded_by_migrate(pg_url):
-    from journal.store.postgres_schema import MIGRATIONS
+    from journal.store.postgres_schema import CURRENT_VERSION, MIGRATIONS
 
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute(MIGRATIONS[1])
         conn.execute("INSERT INTO journal_schema (version) VALUES (1)")
     r = _broker("store", "migrate", "--store", pg_url)
-    assert r.returncode == 0 and "schema version 1 -> 2" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and f"schema version 1 -> {CURRENT_VERSION}" in r.stdout, r.stdout + r.stderr
     with psycopg.connect(pg_url, autocommit=True) as conn:
         config = conn.execute("SELECT proconfig FROM pg_proc WHERE proname = 'journal_chain_check'").fetchone()[0]
         assert config == ["search_path=pg_catalog, pg_temp"]
