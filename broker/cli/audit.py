@@ -26,6 +26,8 @@ from journal.vault_verify import verify_sessions
 from journal.verify import SessionReport
 
 if TYPE_CHECKING:  # the checkpoint audit (and cryptography) is loaded when a --seal-key asks for it
+    from collections.abc import Callable
+
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
     from journal.checkpoint.note import Verifier
@@ -84,6 +86,7 @@ def verify(vault_dir: str, store: str | None, sessions: tuple[str, ...], as_json
         raise click.UsageError("--witness-key, --witness and --require-sealed need a --seal-key verifier key")
     public = cast("Ed25519PublicKey | None", seal_key)  # a legacy .pub key checks the old .seal files
     names = _select(vault, sessions)
+    facets = _stale_facets_started(vault, names)
     with progress_bar(_total_bytes(vault, names), "verifying") as advance:
         reports = verify_sessions(vault, names, check_blobs=not no_blobs, progress=advance, seal_key=public,
                                   erasure_keys=list(erasure_keys), blobs_url=blobs)
@@ -95,9 +98,59 @@ def verify(vault_dir: str, store: str | None, sessions: tuple[str, ...], as_json
                                      "broken_at_seq": 1, "detail": why}).decode())
         else:
             click.echo(f"{session!r}: BROKEN at seq 1: contract_violation: {why}; not verified")
+    lies = facets(as_json)
     if not names and not as_json and not unmapped:
         click.echo(f"no sessions in {_where(vault)}")
-    return 0 if all(r.intact for r in reports) and not unmapped else 1
+    return 0 if all(r.intact for r in reports) and not unmapped and not lies else 1
+
+
+def _stale_facets_started(vault: Vault, sessions: list[str]) -> Callable[[bool], int]:
+    """On a database store whose search indexes are trusted: ask the server, in a thread beside the chain's own
+    check (the query waits on the server, which parses every line), for each session's rows whose stored search
+    facets are not what its function gives their line (written while an owner's other function was in place:
+    search could miss them though the chain is intact). Returns `report(as_json)`: prints what was found, returns
+    the number of sessions with such rows."""
+    check = getattr(getattr(vault, "store", None), "stale_facets", None)
+    if check is None or not sessions:
+        return lambda as_json: 0
+    import threading
+
+    found: dict[str, tuple[int, list[int]] | None] = {}
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            for session in sessions:
+                found[session] = got = check(session)
+                if got is None:
+                    return  # the indexes are not used by search: nothing can be hidden through them
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, name="stale-facets", daemon=True)
+    thread.start()
+
+    def report(as_json: bool) -> int:
+        thread.join()
+        if failed:
+            raise failed[0]
+        lying = 0
+        for session, got in found.items():
+            if not got or not got[0]:
+                continue
+            lying += 1
+            count, seqs = got
+            detail = (f"{count} row(s) whose stored search facets are not what journal_facets(line) gives (seq "
+                      f"{', '.join(map(str, seqs))}{', ...' if count > len(seqs) else ''}): written while the "
+                      "function was another; `broker search` by connector, effect, agent or time may miss them")
+            if as_json:
+                click.echo(orjson.dumps({"session": session, "intact": False, "kind": "search_index",
+                                         "broken_at_seq": seqs[0], "detail": detail}).decode())
+            else:
+                click.echo(f"{session}: search index NOT intact: {detail}")
+        return lying
+
+    return report
 
 
 def _is_checkpoint_key(key: object) -> TypeGuard[Verifier]:
@@ -118,6 +171,7 @@ def verify_checkpoints(vault: Vault, sessions: tuple[str, ...], as_json: bool, n
     wkeys = list(witness_keys)
     clients = [WitnessClient(u, None) for u in witness_urls]
     names = _select(vault, sessions)
+    facets = _stale_facets_started(vault, names)
     checked = {}
     with progress_bar(_total_bytes(vault, names), "verifying") as advance:
         for s in names:
@@ -143,7 +197,8 @@ def verify_checkpoints(vault: Vault, sessions: tuple[str, ...], as_json: bool, n
             click.echo("declared coverage: none declared (not accounted: counted only while the broker seals)")
     elif audit.coverage:
         click.echo(orjson.dumps({"vault": str(vault.root), "coverage": audit.coverage}).decode())
-    return 0 if audit.intact else 1
+    lies = facets(as_json)
+    return 0 if audit.intact and not lies else 1
 
 
 def print_reports(reports: list[SessionReport], as_json: bool) -> None:

@@ -239,7 +239,8 @@ def facet_expr(key: str) -> str:
 _V3 = (
     "DO $do$ BEGIN EXECUTE pg_catalog.replace($body$"
     "CREATE OR REPLACE FUNCTION {schema}." + FACET_FUNCTION + "(line bytea) RETURNS bytea[]\n"
-    "LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE\n"
+    # not PARALLEL SAFE: its EXCEPTION block starts a subtransaction, which a parallel worker cannot
+    "LANGUAGE plpgsql IMMUTABLE\n"
     "SET search_path = pg_catalog, pg_temp AS $fn$" + FACET_BODY + "$fn$;\n"
     "GRANT EXECUTE ON FUNCTION {schema}." + FACET_FUNCTION + "(bytea) TO PUBLIC;\n"
     "ALTER TABLE {schema}.journal_entries ADD COLUMN " + FACET_COLUMN + " bytea[] "

@@ -13,10 +13,11 @@ The database's owner can replace the function, the column or the indexes. Before
 `check_index` compares the function with what the migration creates (body, language, volatility, search_path,
 signature), the column (generated, stored, from that function of `line`) and each index (valid, btree, not
 partial, the same columns and expression); anything else, or a schema older than version 3, and search reads every
-row as before (`why` says what differed, once). Not caught: an owner who replaced the function, let rows in (or
-rewrote old ones) and put it back leaves stored facets that lie while every definition checks out; the rows
-themselves are intact, so `broker verify` does not see it either. `SELECT session, seq FROM journal_entries WHERE
-facets IS DISTINCT FROM journal_facets(line)` (one pass over every row) finds such rows (docs/postgres.md).
+row as before (`why` says what differed, once). Not caught here: an owner who replaced the function, let rows in
+(or rewrote old ones) and put it back leaves stored facets that lie while every definition checks out, and the
+rows themselves are intact. `broker verify` on a store whose indexes check out therefore also asks the server for
+the rows whose stored facets differ from what the function gives their line now (`stale_facets`: one pass over
+the session's rows, on the server) and reports them as a finding: exit 1, "search may miss these rows".
 """
 
 from __future__ import annotations
@@ -150,3 +151,21 @@ def lines_of(conn, schema: str, session: str, seqs: list[int], needles: list[byt
         f"AND seq OPERATOR(pg_catalog.=) ANY(%s::pg_catalog.int8[]){cond} ORDER BY seq",
         (session, seqs, *needles)).fetchall()
     return [(seq, bytes(line)) for seq, line in rows]
+
+
+STALE_SHOWN = 5
+"""Seqs of rows with lying facets named per session (`stale_facets`); the count covers them all."""
+
+
+def stale_facets(conn, schema: str, session: str) -> tuple[int, list[int]]:
+    """(how many, the first STALE_SHOWN seqs) of the session's rows whose stored facets are not what the (checked)
+    function gives their line: facets written while an owner's other function was in place. The server parses
+    every line of the session once; nothing travels but the answer."""
+    with conn.transaction():
+        # no parallel plan, whatever the function is declared: its EXCEPTION block cannot run in a parallel worker
+        conn.execute("SET LOCAL max_parallel_workers_per_gather = 0")
+        row = conn.execute(
+            f"SELECT pg_catalog.count(*), (pg_catalog.array_agg(seq ORDER BY seq))[1:{STALE_SHOWN}] "
+            f"FROM {schema}.journal_entries WHERE session OPERATOR(pg_catalog.=) %s "
+            f"AND {FACET_COLUMN} IS DISTINCT FROM {schema}.{FACET_FUNCTION}(line)", (session,)).fetchone()
+    return int(row[0]), list(row[1] or [])

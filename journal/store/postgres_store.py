@@ -33,7 +33,15 @@ from journal.chain import GENESIS
 from journal.entry import format_ts
 from journal.store.interface import BlobErased, StoreError, Tombstone
 from journal.store.postgres_schema import CURRENT_VERSION, MIGRATIONS, OLDEST_USABLE, SCHEMA_LOCK, grant_writer_sql
-from journal.store.postgres_search import SEQ_PAGE, Facets, IndexCheck, candidate_seqs, check_index, lines_of
+from journal.store.postgres_search import (
+    SEQ_PAGE,
+    Facets,
+    IndexCheck,
+    candidate_seqs,
+    check_index,
+    lines_of,
+    stale_facets,
+)
 from journal.vault import SessionIdError, session_filename
 from journal.writer import JournalError
 
@@ -329,6 +337,15 @@ class PostgresStore:
             return None
         with self._pooled() as conn:
             return candidate_seqs(conn, schema, session, facets)
+
+    def stale_facets(self, session: str) -> tuple[int, list[int]] | None:
+        """(count, first seqs) of the session's rows whose stored search facets lie (`postgres_search.stale_facets`);
+        None when the indexes are not trusted anyway (search then reads every row, so nothing can be hidden)."""
+        schema = self.search_index().schema
+        if schema is None:
+            return None
+        with self._pooled() as conn:
+            return stale_facets(conn, schema, session)
 
     def candidate_lines(self, session: str, seqs: list[int], needles: list[bytes]) -> Iterator[tuple[int, bytes]]:
         """(seq, line) of the rows `seqs` (from `facet_candidates`) that hold every needle, in seq order, SEQ_PAGE

@@ -340,3 +340,32 @@ def test_the_writer_role_inserts_through_the_indexes_with_select_and_insert_only
         assert store.search_index().schema == "public"
     finally:
         store.close()
+
+
+def test_verify_reports_facets_written_while_the_owner_had_another_function(pg_url, tmp_path):
+    """The one lie the definitions cannot show: the owner puts a lying function in place, has the rows' facets
+    computed again, and puts the migration's function back. Search through the (now checking out) indexes misses
+    seq 7; `broker verify` asks the server which rows' stored facets differ from the function's, and says so."""
+    store = PostgresStore(pg_url)
+    try:
+        store.append_lines("s-gmail", _session("s-gmail", 20, day="2026-09-22"))
+    finally:
+        store.close()
+    args = ("verify", "--no-blobs", "--store", pg_url, "--vault", str(tmp_path / "v"))
+    r = _broker(*args)
+    assert r.returncode == 0 and "s-gmail: intact (20 entries)" in r.stdout, r.stdout + r.stderr
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        original = conn.execute("SELECT pg_catalog.pg_get_functiondef('public.journal_facets(bytea)'::regprocedure)"
+                                ).fetchone()[0]
+        conn.execute(LIAR)
+        _rewrite_rows(conn)
+        conn.execute(original)
+        assert 7 not in candidate_seqs(conn, "public", "s-gmail", _facets_gmail())
+    r = _broker(*args)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "s-gmail: intact (20 entries)" in r.stdout  # the chain itself is untouched
+    assert "s-gmail: search index NOT intact: 1 row(s)" in r.stdout and "(seq 7)" in r.stdout, r.stdout
+    r = _broker(*args, "--json")
+    assert r.returncode == 1
+    finding = [line for line in r.stdout.splitlines() if '"search_index"' in line]
+    assert len(finding) == 1 and '"broken_at_seq":7' in finding[0], r.stdout
