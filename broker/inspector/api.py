@@ -21,6 +21,7 @@ from journal.errors import BrokerError
 from journal.export.recorded_body import BlobUnavailable, BodyUndecodable, body_kind, decode_body, header
 from journal.listing import entry_row
 from journal.reader import RowSource, session_lines, session_size
+from journal.replay import Replay
 from journal.replay.labels import resource_id, title
 from journal.replay.plan import plan_dict
 from journal.search import Query, search
@@ -65,13 +66,18 @@ def _pending(got: Pending) -> Response:
     return json_response({"pending": True, "done": got.done, "total": got.total}, 202)
 
 
+def _lines_read(replay: Replay) -> int:
+    """How many lines `replay` folded: every one it read, past a break too (untrusted there, or unreadable),
+    not the verifier's count of those that verified before it."""
+    return replay.counts.entries + replay.counts.unreadable
+
+
 def _as_of(got: Folded) -> dict:
     """`current`, and for a replay of the file before it grew how much of it the replay read (the page says
-    so; the replay of the file as it is now is under way)."""
+    so; the replay of the file as it is now is under way): the lines it folded, the bytes that verified."""
     if got.current:
         return {"current": True}
-    r = got.replay.report
-    return {"current": False, "replay_of": {"entries": r.entries, "bytes": r.bytes}}
+    return {"current": False, "replay_of": {"entries": _lines_read(got.replay), "bytes": got.replay.report.bytes}}
 
 
 def _bytes(vault: Vault, session: str) -> int:
@@ -211,7 +217,7 @@ class Api:
         got = self.index.replay(sid)
         if isinstance(got, Pending):
             return _pending(got)
-        if not got.current and n > got.replay.report.entries:  # a line the replay of the shorter file never saw
+        if not got.current and n > _lines_read(got.replay):  # a line the replay of the shorter file never saw
             return _pending(got.pending or Pending(0, 0))
         out = []
         for res, _parent, _children in got.views.resources():  # streamed from replay's spill store
