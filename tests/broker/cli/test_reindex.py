@@ -167,6 +167,30 @@ def test_a_session_file_reached_through_a_symlink_is_refused(tmp_path):
     assert not _side(vault).exists()
 
 
+def test_journal_swapped_for_a_symlink_while_it_runs_writes_nothing_elsewhere(tmp_path, monkeypatch):
+    """Whoever writes the vault swaps `journal/` for a symlink to another folder after the command opened the
+    session file (here: as it takes the lock). The sidecar goes beside the file it was built from, in the
+    folder that was opened, never through the new link."""
+    vault = _old_session(tmp_path, STRIDE + 1)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    real_flock = fcntl.flock
+
+    def swap(fd: int, op: int) -> None:
+        real_flock(fd, op)
+        if op == fcntl.LOCK_EX and not elsewhere.joinpath("swapped").exists():
+            elsewhere.joinpath("swapped").touch()
+            vault.journal_dir.rename(vault.root / "journal.real")
+            vault.journal_dir.symlink_to(elsewhere)
+
+    monkeypatch.setattr(fcntl, "flock", swap)
+    code, out = _run("reindex", "--vault", str(vault.root), "s")
+    monkeypatch.undo()
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["swapped"], out
+    moved = vault.root / "journal.real"
+    assert code == 0 and (moved / _side(vault).name).read_bytes() == _expected(moved / vault.session_path("s").name)
+
+
 def test_reindex_waits_for_the_writers_lock(tmp_path):
     """The writer's group (its lines, then its records) and this command never interleave: while the session
     file's flock is held, as the writer holds it through a group, the command waits; then it covers the
