@@ -20,7 +20,7 @@ from journal.confine import NotConfined, is_blob_name, read_chunks
 from journal.errors import BrokerError
 from journal.export.recorded_body import BlobUnavailable, BodyUndecodable, body_kind, decode_body, header
 from journal.listing import entry_row
-from journal.reader import RowSource, session_lines, session_size
+from journal.reader import RowSource, parse_entry, session_lines, session_size
 from journal.replay import Replay
 from journal.replay.labels import resource_id, title
 from journal.replay.plan import plan_dict
@@ -28,7 +28,7 @@ from journal.search import Query, search
 from journal.summary import summarize_session
 from journal.vault import SessionIdError, Vault, VaultError
 
-from .sessions import Folded, Pending, SessionIndex, parse_line
+from .sessions import Folded, Pending, SessionIndex
 
 MAX_PAGE = 1000
 MAX_SEARCH = 5000
@@ -146,7 +146,7 @@ class Api:
         rows = []
         prev_ts = None
         for i, data in enumerate(lines, start):
-            entry = parse_line(data)
+            entry = parse_entry(data)
             row = entry_row(entry, i) if entry is not None else {"line": i, "unreadable": True}
             row["raw"] = data.decode("utf-8", errors="replace")  # the page draws and hashes this, not the fields
             if i < first:
@@ -162,10 +162,10 @@ class Api:
         data, prev = self.index.entry_lines(sid, n)
         if data is None:
             raise ApiError(404, f"session {sid!r} has no line {n}")
-        prev_entry = parse_line(prev) if prev is not None else None
+        prev_entry = parse_entry(prev)
         return json_response({
             "session": sid, "line": n, "raw": data.decode("utf-8", errors="replace"),
-            "entry": parse_line(data), "prev_ts": prev_entry.get("ts") if prev_entry else None,
+            "entry": parse_entry(data), "prev_ts": prev_entry.get("ts") if prev_entry else None,
         })
 
     def raw(self, request: Request) -> Response:
@@ -274,7 +274,7 @@ class Api:
         if part not in ("request", "response"):
             raise ApiError(400, "parameter part must be request or response")
         data = self.index.line(sid, n)
-        entry = parse_line(data) if data is not None else None
+        entry = parse_entry(data)
         if entry is None or not isinstance(entry.get(part), dict):
             raise ApiError(404, f"session {sid!r} has no readable line {n}")
         body = entry[part].get("body")
