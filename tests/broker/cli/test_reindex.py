@@ -107,6 +107,12 @@ def test_named_sessions_only_and_a_torn_tail_is_left_alone(tmp_path):
     assert not _side(vault, "t").exists()
 
 
+def test_a_vault_without_sessions_says_so(tmp_path):
+    vault = Vault.create(tmp_path / "empty")
+    code, out = _run("reindex", "--vault", str(vault.root))
+    assert code == 0 and out == f"no sessions in {vault.root}: nothing to reindex\n"
+
+
 @pytest.mark.parametrize("damage", ["truncated", "torn record", "edited offset", "edited seq", "bad head", "longer"])
 def test_a_damaged_sidecar_is_written_anew(tmp_path, damage):
     vault = _old_session(tmp_path, 4 * STRIDE + 1)
