@@ -30,7 +30,7 @@ from pathlib import Path
 
 from journal.confine import NotConfined, open_dir_inside, open_inside
 from journal.errors import VaultError
-from journal.vault import Vault
+from journal.vault import Vault, write_all
 
 STRIDE = 128
 SUFFIX = ".seqidx"
@@ -126,20 +126,14 @@ def _keep(session_path: Path, first_seq: int, records: list[bytes], dir_fd: int 
             raise SidecarRefused(f"{path} has {st.st_nlink} links (a hard link to another file?); not written")
         if fresh:
             os.ftruncate(fd, 0)
-            _write_all(fd, _HEAD_BYTES + b"".join(records))
+            write_all(fd, _HEAD_BYTES + b"".join(records))
             return True
         if st.st_size == RECORD_SIZE * (1 + records_before(first_seq - 1)):
-            _write_all(fd, b"".join(records))
+            write_all(fd, b"".join(records))
             return True
         return False
     finally:
         os.close(fd)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
 
 
 def rebuild(vault: Vault, session: str) -> int:
