@@ -47,25 +47,45 @@ def blob_parts(digest: str) -> tuple[str, ...]:
     return ("blobs", "sha256", digest[:2], digest)
 
 
-def open_inside(root: str | os.PathLike, parts: Sequence[str]) -> int:
-    """A read-only descriptor of the regular file `root/parts[0]/.../parts[-1]`, no link followed below `root`.
+def open_inside(root: str | os.PathLike | int, parts: Sequence[str]) -> int:
+    """A read-only descriptor of the regular file `root/parts[0]/.../parts[-1]`, no link followed below `root`
+    (`root` may be a directory descriptor from `open_dir_inside`: it is left open).
 
     FileNotFoundError when a component is absent; NotConfined when a component is a symlink, `.`/`..`
     or holds a `/`, or the file is not a regular file."""
-    for part in parts:
-        if not part or part in (".", "..") or "/" in part or "\0" in part:
-            raise NotConfined(f"{'/'.join(parts)!r} is not a name inside the vault; not resolved")
-    shown = "/".join(parts)
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    shown = _names(parts)
+    fd = open_dir_inside(root, parts[:-1], shown=shown)
     try:
-        for part in parts[:-1]:
-            nxt = _open_at(part, _DIR_FLAGS, fd, shown)
-            os.close(fd)
-            fd = nxt
         out = _open_at(parts[-1], _FILE_FLAGS, fd, shown)
     finally:
         os.close(fd)
     return _regular_file(out, f"{shown} in the vault")
+
+
+def open_dir_inside(root: str | os.PathLike | int, parts: Sequence[str], *, shown: str | None = None) -> int:
+    """A descriptor of the directory `root/parts[0]/.../parts[-1]` (`root` itself for no parts), no link
+    followed below `root`: for a caller that opens or creates more than one file there and must find them all
+    in the one folder it checked, whatever is renamed meanwhile (`broker reindex`: a session file and its
+    sidecar). Errors as `open_inside`'s (`shown`: the path its messages name)."""
+    shown = _names(parts) if shown is None else shown
+    fd = os.dup(root) if isinstance(root, int) else os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parts:
+            nxt = _open_at(part, _DIR_FLAGS, fd, shown)
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _names(parts: Sequence[str]) -> str:
+    """`parts` joined for messages, once each is checked to be a plain name (NotConfined otherwise)."""
+    for part in parts:
+        if not part or part in (".", "..") or "/" in part or "\0" in part:
+            raise NotConfined(f"{'/'.join(parts)!r} is not a name inside the vault; not resolved")
+    return "/".join(parts)
 
 
 def _open_at(name: str, flags: int, dir_fd: int, shown: str) -> int:

@@ -109,16 +109,26 @@ def iter_lines(path: str | os.PathLike, start: int = 0) -> Iterator[Line]:
             offset += len(data) + 1
 
 
+def parse_entry(line: bytes | None) -> dict | None:
+    """A raw journal line (or None: no such line) as an entry, or None when it is not a JSON object: a line
+    tampered with or torn, read by a reader that shows what it can (`broker show`, the inspector) and raises
+    nothing."""
+    if line is None:
+        return None
+    try:
+        entry = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    return entry if isinstance(entry, dict) else None
+
+
 def line_link(line: bytes) -> tuple[int, str, str] | None:
     """(seq, prev, hash) of a journal line, or None when the line is not a JSON object holding an integer
     `seq` and string `prev` and `hash` (a line read from a store that may be hostile: no exception). Here
     with the readers, not in journal/chain.py: finding a line by its seq (journal/seq_index.py) takes no
     canonical form, and so loads none of its libraries."""
-    try:
-        entry = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(entry, dict):
+    entry = parse_entry(line)
+    if entry is None:
         return None
     seq, prev, digest = entry.get("seq"), entry.get("prev"), entry.get("hash")
     if type(seq) is not int or not isinstance(prev, str) or not isinstance(digest, str):

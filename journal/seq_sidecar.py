@@ -28,9 +28,9 @@ import struct
 from array import array
 from pathlib import Path
 
-from journal.confine import NotConfined, open_inside
+from journal.confine import NotConfined, open_dir_inside, open_inside
 from journal.errors import VaultError
-from journal.vault import Vault
+from journal.vault import Vault, write_all
 
 STRIDE = 128
 SUFFIX = ".seqidx"
@@ -101,16 +101,17 @@ def _group_records(start: int, first_seq: int, count: int, data: bytes) -> list[
     return records
 
 
-def _keep(session_path: Path, first_seq: int, records: list[bytes]) -> bool:
+def _keep(session_path: Path, first_seq: int, records: list[bytes], dir_fd: int | None = None) -> bool:
     """Write `records` into the session's sidecar, under the session file's flock (the caller's): from seq 1 a
     new sidecar (created, or emptied and written anew), else appended when the sidecar's length is exactly
     what the lines before `first_seq` call for (False when it is not: left as it is). Only a regular file with
-    one link is written: SidecarRefused otherwise; OSError when it cannot be opened (absent for seq > 1)."""
+    one link is written: SidecarRefused otherwise; OSError when it cannot be opened (absent for seq > 1).
+    `dir_fd`: the session file's folder as the caller opened it (the sidecar is named in it, not by path)."""
     fresh = first_seq == 1
     path = session_path.with_name(sidecar_name(session_path.name))
     flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | (os.O_CREAT if fresh else 0)
     try:
-        fd = os.open(path, flags, 0o644)
+        fd = os.open(path if dir_fd is None else path.name, flags, 0o644, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.EMLINK):
             raise SidecarRefused(f"{path} is a symlink; not followed, not written") from None
@@ -125,20 +126,14 @@ def _keep(session_path: Path, first_seq: int, records: list[bytes]) -> bool:
             raise SidecarRefused(f"{path} has {st.st_nlink} links (a hard link to another file?); not written")
         if fresh:
             os.ftruncate(fd, 0)
-            _write_all(fd, _HEAD_BYTES + b"".join(records))
+            write_all(fd, _HEAD_BYTES + b"".join(records))
             return True
         if st.st_size == RECORD_SIZE * (1 + records_before(first_seq - 1)):
-            _write_all(fd, b"".join(records))
+            write_all(fd, b"".join(records))
             return True
         return False
     finally:
         os.close(fd)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
 
 
 def rebuild(vault: Vault, session: str) -> int:
@@ -146,10 +141,16 @@ def rebuild(vault: Vault, session: str) -> int:
     kept one, or a sidecar cut short, edited or left behind), with the records the writer would have written,
     through the writer's own code (`_group_records`, `_keep`) and under the writer's lock (the session file's
     flock), so a live writer's groups and this never interleave. The session file is opened as readers open
-    it (journal/confine.py: reached through no symlink, a regular file) and only read. Returns the number of
-    lines it covers (the complete ones: a torn tail is the writer's to move aside)."""
-    fd = vault.open_session(session)
+    it (journal/confine.py: reached through no symlink, a regular file) and only read; the sidecar is written
+    in the folder that file was opened in (a `journal/` swapped for a symlink meanwhile is not followed).
+    Returns the number of lines it covers (the complete ones: a torn tail is the writer's to move aside)."""
     path = vault.session_path(session)
+    folder = open_dir_inside(vault.root, ("journal",))
+    try:
+        fd = open_inside(folder, (path.name,))
+    except BaseException:
+        os.close(folder)
+        raise
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # the writer's lock (journal/writer.py); released by the close
         size = os.fstat(fd).st_size
@@ -164,10 +165,11 @@ def rebuild(vault: Vault, session: str) -> int:
             if count:
                 records += _group_records(at, lines + 1, count, block[:cut]) or []
             lines, at, carry = lines + count, at + cut, block[cut:]
-        _keep(path, 1, records)
+        _keep(path, 1, records, folder)
         return lines
     finally:
         os.close(fd)
+        os.close(folder)
 
 
 # -- the readers' part ---------------------------------------------------------------------------------

@@ -42,6 +42,16 @@ def fsync_dir(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
+def write_all(fd: int, data: bytes | bytearray) -> None:
+    """Write all of `data` at `fd` (os.write may write less than it was given: a signal, a full pipe)."""
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        view.release()  # a bytearray's caller may resize it next
+
+
 def write_atomically(path: Path, data: bytes) -> None:
     """Replace `path` with `data` so that a reader sees the old or the new bytes, never a mix, even
     after a crash: temp file beside it, fsync, rename, directory fsync. (tempfile, and shutil and random

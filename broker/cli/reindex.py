@@ -27,6 +27,9 @@ def reindex(vault_dir: str, sessions: tuple[str, ...]) -> int:
     """
     vault = Vault.open_existing(vault_dir)
     chosen = list(sessions) or vault.sessions()
+    if not chosen:
+        click.echo(f"no sessions in {vault.root}: nothing to reindex")
+        return 0
     for s in chosen:
         vault.require_session(s)  # an unknown or unreadable session stops the command before it writes anything
     failed = 0

@@ -15,7 +15,7 @@ from broker.cli.main import summary
 from broker.cli.options import reading_vault, store_option, vault_option
 from journal.entry import parse_ts
 from journal.listing import call_label, status_text
-from journal.reader import iter_entries
+from journal.reader import iter_entries, parse_entry
 from journal.seq_index import line_of_seq
 from journal.vault import Vault, VaultError
 
@@ -74,25 +74,17 @@ def _show_one(vault: Vault, session: str, seq: int, as_json: bool) -> int:
     """`show --seq N`: the entry's line (found by the store's key or the file's seq index, journal/seq_index.py
     line_of_seq: time independent of N) and the one before it for the gap; nothing else is read."""
     line = line_of_seq(vault, session, seq)
-    entry = _parsed(line)
+    entry = parse_entry(line)
     if entry is None:
         raise VaultError(f"session {session!r} has no entry with seq {seq}")
     if as_json:
         click.echo(orjson.dumps(entry).decode())
         return 0
-    before = _parsed(line_of_seq(vault, session, seq - 1)) if seq > 1 else None
+    before = parse_entry(line_of_seq(vault, session, seq - 1)) if seq > 1 else None
     row = _row(entry, _gap(before.get("ts") if before else None, entry.get("ts", "")))
     click.echo("  ".join(row[:8]) + "  " + row[8])
     click.echo(orjson.dumps(entry, option=orjson.OPT_INDENT_2).decode())
     return 0
-
-
-def _parsed(line: bytes | None) -> dict | None:
-    try:
-        entry = orjson.loads(line) if line is not None else None
-    except orjson.JSONDecodeError:
-        return None
-    return entry if isinstance(entry, dict) else None
 
 
 def _row(entry: dict, gap: str) -> list[str]:

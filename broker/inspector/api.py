@@ -20,14 +20,15 @@ from journal.confine import NotConfined, is_blob_name, read_chunks
 from journal.errors import BrokerError
 from journal.export.recorded_body import BlobUnavailable, BodyUndecodable, body_kind, decode_body, header
 from journal.listing import entry_row
-from journal.reader import RowSource, session_lines, session_size
+from journal.reader import RowSource, parse_entry, session_lines, session_size
+from journal.replay import Replay
 from journal.replay.labels import resource_id, title
 from journal.replay.plan import plan_dict
 from journal.search import Query, search
 from journal.summary import summarize_session
 from journal.vault import SessionIdError, Vault, VaultError
 
-from .sessions import Folded, Pending, SessionIndex, parse_line
+from .sessions import Folded, Pending, SessionIndex
 
 MAX_PAGE = 1000
 MAX_SEARCH = 5000
@@ -65,13 +66,18 @@ def _pending(got: Pending) -> Response:
     return json_response({"pending": True, "done": got.done, "total": got.total}, 202)
 
 
+def _lines_read(replay: Replay) -> int:
+    """How many lines `replay` folded: every one it read, past a break too (untrusted there, or unreadable),
+    not the verifier's count of those that verified before it."""
+    return replay.counts.entries + replay.counts.unreadable
+
+
 def _as_of(got: Folded) -> dict:
     """`current`, and for a replay of the file before it grew how much of it the replay read (the page says
-    so; the replay of the file as it is now is under way)."""
+    so; the replay of the file as it is now is under way): the lines it folded, the bytes that verified."""
     if got.current:
         return {"current": True}
-    r = got.replay.report
-    return {"current": False, "replay_of": {"entries": r.entries, "bytes": r.bytes}}
+    return {"current": False, "replay_of": {"entries": _lines_read(got.replay), "bytes": got.replay.report.bytes}}
 
 
 def _bytes(vault: Vault, session: str) -> int:
@@ -140,7 +146,7 @@ class Api:
         rows = []
         prev_ts = None
         for i, data in enumerate(lines, start):
-            entry = parse_line(data)
+            entry = parse_entry(data)
             row = entry_row(entry, i) if entry is not None else {"line": i, "unreadable": True}
             row["raw"] = data.decode("utf-8", errors="replace")  # the page draws and hashes this, not the fields
             if i < first:
@@ -156,10 +162,10 @@ class Api:
         data, prev = self.index.entry_lines(sid, n)
         if data is None:
             raise ApiError(404, f"session {sid!r} has no line {n}")
-        prev_entry = parse_line(prev) if prev is not None else None
+        prev_entry = parse_entry(prev)
         return json_response({
             "session": sid, "line": n, "raw": data.decode("utf-8", errors="replace"),
-            "entry": parse_line(data), "prev_ts": prev_entry.get("ts") if prev_entry else None,
+            "entry": parse_entry(data), "prev_ts": prev_entry.get("ts") if prev_entry else None,
         })
 
     def raw(self, request: Request) -> Response:
@@ -211,7 +217,7 @@ class Api:
         got = self.index.replay(sid)
         if isinstance(got, Pending):
             return _pending(got)
-        if not got.current and n > got.replay.report.entries:  # a line the replay of the shorter file never saw
+        if not got.current and n > _lines_read(got.replay):  # a line the replay of the shorter file never saw
             return _pending(got.pending or Pending(0, 0))
         out = []
         for res, _parent, _children in got.views.resources():  # streamed from replay's spill store
@@ -268,7 +274,7 @@ class Api:
         if part not in ("request", "response"):
             raise ApiError(400, "parameter part must be request or response")
         data = self.index.line(sid, n)
-        entry = parse_line(data) if data is not None else None
+        entry = parse_entry(data)
         if entry is None or not isinstance(entry.get(part), dict):
             raise ApiError(404, f"session {sid!r} has no readable line {n}")
         body = entry[part].get("body")

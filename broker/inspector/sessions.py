@@ -16,8 +16,6 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import orjson
-
 from journal.reader import RowSource, session_size
 from journal.replay import Replay, replay_session
 from journal.replay.views import Views
@@ -260,12 +258,3 @@ class SessionIndex:
 
     def _stamp(self, s: _Session, session: str) -> tuple:
         return _row_stamp(self.vault, session) if isinstance(self.vault, RowSource) else _stamp(s.path)
-
-
-def parse_line(data: bytes) -> dict | None:
-    """A raw line as an entry, or None when it is not a JSON object (a tampered or torn line)."""
-    try:
-        value = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return None
-    return value if isinstance(value, dict) else None

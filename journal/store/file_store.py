@@ -23,16 +23,13 @@ from journal.reader import SessionTail, iter_entries, iter_lines, line_link
 from journal.seq_index import line_of_seq
 from journal.seq_sidecar import note_group
 from journal.store.interface import BlobErased, StoreError, Tombstone
-from journal.vault import Vault
+from journal.vault import Vault, write_all
 from journal.writer import JournalWriter
 
 
 def _write_all(fd: int, buf: bytearray) -> None:
     """Write and empty `buf` (whole lines only: a copy cut short leaves complete lines)."""
-    view = memoryview(buf)
-    while view:
-        view = view[os.write(fd, view):]
-    view.release()
+    write_all(fd, buf)
     buf.clear()
 
 

@@ -1,4 +1,4 @@
-"""How listings name an MCP call and mark a tool error (journal/summary.py), for `broker show`,
+"""How listings name an MCP call and mark a tool error (journal/listing.py), for `broker show`,
 `broker search` and the inspector alike."""
 
 from __future__ import annotations

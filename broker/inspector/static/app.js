@@ -828,7 +828,7 @@
   // -- rendering an entry ---------------------------------------------------------------------------------
   // A timeline row drawn from its raw line alone, with the hash recomputed here from that line's content
   // (undefined without Web Crypto: then the rows follow the verdicts only).
-  // What an MCP entry's call names (the tool, prompt, resource or task), as journal/summary.py's call_target.
+  // What an MCP entry's call names (the tool, prompt, resource or task), as journal/listing.py's call_target.
   function callTarget(e) {
     const params = e.mcp && typeof e.mcp === "object" && e.mcp.params && typeof e.mcp.params === "object" ? e.mcp.params : null;
     if (params === null || Array.isArray(params)) return null;

@@ -107,6 +107,12 @@ def test_named_sessions_only_and_a_torn_tail_is_left_alone(tmp_path):
     assert not _side(vault, "t").exists()
 
 
+def test_a_vault_without_sessions_says_so(tmp_path):
+    vault = Vault.create(tmp_path / "empty")
+    code, out = _run("reindex", "--vault", str(vault.root))
+    assert code == 0 and out == f"no sessions in {vault.root}: nothing to reindex\n"
+
+
 @pytest.mark.parametrize("damage", ["truncated", "torn record", "edited offset", "edited seq", "bad head", "longer"])
 def test_a_damaged_sidecar_is_written_anew(tmp_path, damage):
     vault = _old_session(tmp_path, 4 * STRIDE + 1)
@@ -165,6 +171,30 @@ def test_a_session_file_reached_through_a_symlink_is_refused(tmp_path):
     err, out = _run("reindex", "--vault", str(vault.root), "s")
     assert isinstance(err, Exception) and "symlink" in str(err) and out == ""
     assert not _side(vault).exists()
+
+
+def test_journal_swapped_for_a_symlink_while_it_runs_writes_nothing_elsewhere(tmp_path, monkeypatch):
+    """Whoever writes the vault swaps `journal/` for a symlink to another folder after the command opened the
+    session file (here: as it takes the lock). The sidecar goes beside the file it was built from, in the
+    folder that was opened, never through the new link."""
+    vault = _old_session(tmp_path, STRIDE + 1)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    real_flock = fcntl.flock
+
+    def swap(fd: int, op: int) -> None:
+        real_flock(fd, op)
+        if op == fcntl.LOCK_EX and not elsewhere.joinpath("swapped").exists():
+            elsewhere.joinpath("swapped").touch()
+            vault.journal_dir.rename(vault.root / "journal.real")
+            vault.journal_dir.symlink_to(elsewhere)
+
+    monkeypatch.setattr(fcntl, "flock", swap)
+    code, out = _run("reindex", "--vault", str(vault.root), "s")
+    monkeypatch.undo()
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["swapped"], out
+    moved = vault.root / "journal.real"
+    assert code == 0 and (moved / _side(vault).name).read_bytes() == _expected(moved / vault.session_path("s").name)
 
 
 def test_reindex_waits_for_the_writers_lock(tmp_path):

@@ -214,6 +214,36 @@ def test_a_session_that_grows_while_its_fold_runs_is_answered_marked(monkeypatch
     fold.gate.set()
 
 
+def test_a_broken_session_that_grows_is_answered_with_every_line_its_replay_read(monkeypatch, tmp_path):
+    """A session with a line tampered with at seq 2 is replayed to its end (untrusted from there on), so the
+    replay shown while the grown file's fold runs covers all 17 lines, not the one that verified: the page's
+    "as of the first N entries" says 17, and a write at seq 7 is answered from it instead of waiting."""
+    root = tmp_path / "vault"
+    shutil.copytree(EXAMPLE, root)
+    path = root / "journal" / f"{S}.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines[1] = lines[1].replace(b"dana@acme.example", b"eve@acme.example.", 1)
+    path.write_bytes(b"".join(lines))
+    fold = HeldFold(monkeypatch)
+    fold.gate.set()
+    c = TestClient(create_app(Vault.open_existing(root)), base_url="http://127.0.0.1")
+    chain = _until_current(c, "/api/session/views", session=S).json()["chain"]
+    assert chain["intact"] is False and chain["verified_entries"] == 1
+    fold.gate.clear()  # the grown file's fold is held
+    with open(path, "ab") as f:  # grows in place (a line that does not chain: it is untrusted anyway)
+        f.write(lines[-1])
+    try:
+        views = c.get("/api/session/views", params={"session": S})
+        assert views.status_code == 200 and views.json()["current"] is False
+        assert views.json()["replay_of"]["entries"] == 17
+        w = c.get("/api/session/writes", params={"session": S, "seq": 7})
+        assert w.status_code == 200 and w.json()["current"] is False and w.json()["writes"]
+        assert c.get("/api/session/writes", params={"session": S, "seq": 18}).status_code == 202
+    finally:
+        fold.gate.set()
+    assert _until_current(c, "/api/session/views", session=S).json()["chain"]["intact"] is False
+
+
 def test_an_edit_that_keeps_size_and_mtime_is_seen(tmp_path):
     """An adversary rewrites a line with one of the same length and puts the mtime back: the cached verdict
     and replay must not outlive it (the stamp has the inode and ctime too)."""

@@ -313,27 +313,21 @@ def _cuts(data: bytes, start: bytes) -> list[int]:
     return [first, first + 1, first + (len(data) - first) // 5, len(data) // 2, inside_string, len(data) - 1]
 
 
+@pytest.mark.parametrize(("fmt", "build", "name", "start", "begins"), [
+    ("har", build_har, "cut.har", b'"log":', 'a HAR (`{"log": {...`)'),
+    ("otel", build_otlp, "cut.json", b'"resourceSpans":', 'an OTLP/JSON export (`{"resourceSpans": [...`)'),
+])
 @pytest.mark.parametrize("indent", [False, True])
-def test_a_har_cut_short_is_named_a_har_not_ocsf(vault, tmp_path, indent):
-    data = orjson.dumps(build_har(vault, SESSION), option=orjson.OPT_INDENT_2 if indent else 0)
-    for cut in _cuts(data, b'"log":'):
-        code, out = _run(_write(tmp_path, "cut.har", data[:cut]))
+def test_a_har_or_otlp_export_cut_short_is_named_as_such_not_ocsf(vault, tmp_path, indent, fmt, build, name, start,
+                                                                  begins):
+    data = orjson.dumps(build(vault, SESSION), option=orjson.OPT_INDENT_2 if indent else 0)
+    for cut in _cuts(data, start):
+        code, out = _run(_write(tmp_path, name, data[:cut]))
         assert code == 1, (cut, out)
-        assert ": har: NOT intact: not one complete JSON document: it begins as a HAR (`{\"log\": {...`) but is " \
-            "not JSON to its end, so it was cut short or damaged\n" in out, (cut, out)
+        assert f": {fmt}: NOT intact: not one complete JSON document: it begins as {begins} but is not JSON to its " \
+            "end, so it was cut short or damaged\n" in out, (cut, out)
         assert ": ocsf:" not in out and "line 1" not in out, (cut, out)
-    assert _run(_write(tmp_path, "whole.har", data))[0] == 0
-
-
-@pytest.mark.parametrize("indent", [False, True])
-def test_an_otlp_export_cut_short_is_named_otlp_not_ocsf(vault, tmp_path, indent):
-    data = orjson.dumps(build_otlp(vault, SESSION), option=orjson.OPT_INDENT_2 if indent else 0)
-    for cut in _cuts(data, b'"resourceSpans":'):
-        code, out = _run(_write(tmp_path, "cut.json", data[:cut]))
-        assert code == 1, (cut, out)
-        assert ": otel: NOT intact: not one complete JSON document: it begins as an OTLP/JSON export" in out, (cut, out)
-        assert "cut short or damaged" in out and ": ocsf:" not in out, (cut, out)
-    assert _run(_write(tmp_path, "whole.json", data))[0] == 0
+    assert _run(_write(tmp_path, "whole-" + name, data))[0] == 0
 
 
 def test_an_ocsf_file_cut_mid_line_says_where(vault, tmp_path):
