@@ -104,8 +104,8 @@ class Views:
         touches = _Peek(rows("SELECT t.rid, t.pos, t.role, t.op, t.ok, t.grade, t.ts, t.failure, t.trusted "
                              f"FROM resources r CROSS JOIN touches t ON t.rid = r.rid {where} ORDER BY r.sk, t.rowid",
                              params))
-        writes = _Peek(rows(f"SELECT w.rid, w.data FROM resources r CROSS JOIN writes w ON w.rid = r.rid {where} "
-                            "ORDER BY r.sk, w.rowid", params))
+        writes = _Peek(rows("SELECT w.rid, w.step, w.data FROM resources r CROSS JOIN writes w ON w.rid = r.rid "
+                            f"{where} ORDER BY r.sk, w.rowid", params))
         lifecycle = _Peek(rows("SELECT l.rid, l.pos, l.what FROM resources r CROSS JOIN lifecycle l ON l.rid = r.rid "
                                f"{where} ORDER BY r.sk, l.rowid", params))
         kids = _Peek(rows("SELECT parent_sk, key, link FROM resources WHERE parent_sk IS NOT NULL "
@@ -117,7 +117,7 @@ class Views:
             res = resource_from_row(tuple(orjson.loads(key)), name, data)
             res.touches = [Touched(p, role, op, bool(ok), g, ts, f, bool(t))
                            for _, p, role, op, ok, g, ts, f, t in touches.take(rid)]
-            res.writes = [write_from_row(rp, d) for _, d in writes.take(rid)]
+            res.writes = [write_from_row(rp, step, d) for _, step, d in writes.take(rid)]
             res.lifecycle = [(p, what) for _, p, what in lifecycle.take(rid)]
             kids.skip_below(sk)
             children = [(tuple(orjson.loads(k)), lk) for _, k, lk in kids.take(sk)]
@@ -368,7 +368,7 @@ class Views:
     def timeline_pages(self) -> Iterator[tuple[str, str]]:
         rp = self.rp
         touched = _Peek(self.store.rows("SELECT t.pos, r.link, t.op FROM touches t JOIN resources r "
-                                        "ON r.rid = t.rid ORDER BY t.rowid"))
+                                        "ON r.rid = t.rid ORDER BY t.pos, t.rowid"))
         page: list[str] = []
         current = None
         banner = None if rp.report.intact else self.untrusted_banner()
