@@ -24,6 +24,7 @@ per entry (the entry's views.json line, each touch, each write with its bodies, 
 appended to the spill store (store.py) as it is folded and read back in key order when the views are
 written, once, at the end. A fold for the revert plan alone (`views=False`: `broker revert-plan`, the
 inspector's plan tab) keeps only the plan's steps: it writes no entry, touch or write rows at all.
+With views, beside the verifier, the entries are folded by two processes, split by connector (split.py).
 """
 
 from __future__ import annotations
@@ -1015,6 +1016,9 @@ def _fold_beside_verifier(vault: Vault, session: str, progress: Callable[[int], 
     except sqlite3.IntegrityError:  # a resource in both shares: the premise of split.py does not hold here
         folder.discard()
         return None
+    except BaseException:
+        folder.discard()
+        raise
 
 
 def _fold_lines(vault: Vault, session: str, folder: Folder, first_line: int, offset: int,

@@ -218,6 +218,27 @@ def test_an_interrupted_replay_leaves_no_child_behind(tmp_path, monkeypatch):
     assert [p.name for p in Vault(root).views_dir.iterdir()] == []  # and the spill store removed
 
 
+def test_a_second_replay_rewrites_only_what_changed(tmp_path):
+    """Into a fresh folder every note is written without looking for an earlier one; into the folder of an
+    earlier replay a note that already holds its bytes is left alone (its mtime kept) and one that does
+    not (same length, other bytes) is rewritten."""
+    import os
+
+    root = _session(tmp_path / "v", "intact")
+    first = _replay(root)
+    folder = next(Vault(root).views_dir.iterdir())
+    notes = sorted(p for p in folder.iterdir() if p.suffix == ".md" and not p.name.startswith(("timeline-", "index",
+                                                                                              "revert-plan")))
+    kept, edited = notes[0], notes[1]
+    os.utime(kept, (1_000_000_000, 1_000_000_000))
+    data = edited.read_bytes()
+    edited.write_bytes(data[:-2] + b"X\n")
+    os.utime(edited, (1_000_000_000, 1_000_000_000))
+    assert _replay(root) == first == _expected("intact")
+    assert kept.stat().st_mtime == 1_000_000_000
+    assert edited.read_bytes() == data and edited.stat().st_mtime != 1_000_000_000
+
+
 def _write(root: Path) -> None:
     out: dict[str, dict] = {"revert-plan": {}}
     for variant in ("intact", "edited", "removed"):
