@@ -996,7 +996,12 @@ def _fold_beside_verifier(vault: Vault, session: str, progress: Callable[[int], 
         folder.discard()
         raise
     try:
-        share = partner.result() if partner is not None else None
+        share = None
+        if partner is not None:
+            if failed:  # the serial fold comes next: the partner's share is not wanted
+                partner.close()
+            else:
+                share = partner.result()
         report = child.result()
     except BaseException:
         child.close()
