@@ -20,7 +20,8 @@ The three run interleaved, K rounds (default 3, --quick 1), best time kept; rati
 verify time of the same run. The replay child writes into a fresh views folder each round (its
 timing includes creating every file). A child that only imports the modules gives the memory floor.
 Replay's peak RSS should not grow with the session: compare `--entries 10000`, `100000`, `300000`.
-Replay forks two children of its own (the verifier, beside the fold; a views writer, beside the notes):
+Replay forks three children of its own (the verifier and the fold's partner, journal/replay/split.py,
+beside the fold; a views writer, beside the notes):
 their peak RSS is reported as well, and the measuring process's CPU seconds beside its wall time.
 Nothing here asserts a timing.
 """
@@ -179,7 +180,7 @@ def child(op: str, root: str) -> dict:
     out["seconds"] = time.perf_counter() - t0
     out["cpu_seconds"] = time.process_time()  # this process only (the forked children are not in it)
     out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    # replay forks the verifier and a views writer (journal/replay/forked.py): the largest of them
+    # replay forks the verifier, the fold's partner and a views writer (forked.py, split.py): the largest
     out["children_peak_rss_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     return out
 
@@ -271,8 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'(interpreter + imports)':<28} {'':>8} {'':>10} {'':>7} {idle['peak_rss_mb']:>12.0f}")
     print(f"\nof the best replay, writing the views took {replay['write_seconds']:.2f} s "
           f"({replay['files']:,} files: rendering the Markdown and JSON, then creating them)")
-    print("(peak RSS: the measuring process; child RSS: the largest process it forked, i.e. replay's verifier or "
-          "views writer, journal/replay/forked.py)")
+    print("(peak RSS: the measuring process; child RSS: the largest process it forked, i.e. replay's verifier, "
+          "fold partner or views writer, journal/replay/forked.py and split.py)")
     print(f"\nratio replay / verify = {ratio:.2f} (same file, same run; best of {repeat}); median ratio "
           f"{replay['median_seconds'] / verify['median_seconds']:.2f}; load average before the run "
           f"{load_before}; "

@@ -6,6 +6,7 @@
     plan = plan_dict(rp)                                # {"session", "chain", "steps": [...]}
 
 - `fold.py`: the engine (entries from the verifier; untrusted after a broken seq);
+- `split.py`: the fold for views on two cores (a forked partner folds some connectors' entries);
 - `store.py`: the spill store the fold writes to and the views stream from (memory stays bounded
   whatever the session's length; `rp.close()` removes it, as does collecting `rp`);
 - `connectors/`: one module per connector (resource keys, response -> view, write -> inverse);

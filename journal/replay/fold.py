@@ -24,17 +24,19 @@ per entry (the entry's views.json line, each touch, each write with its bodies, 
 appended to the spill store (store.py) as it is folded and read back in key order when the views are
 written, once, at the end. A fold for the revert plan alone (`views=False`: `broker revert-plan`, the
 inspector's plan tab) keeps only the plan's steps: it writes no entry, touch or write rows at all.
+With views, beside the verifier, the entries are folded by two processes, split by connector (split.py).
 """
 
 from __future__ import annotations
 
 import re
+import sqlite3
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, cast
 from urllib.parse import urlsplit
 
 import orjson
@@ -44,7 +46,7 @@ from journal.reader import RowSource, iter_lines, session_lines
 from journal.vault import Vault
 from journal.verify import SessionReport, verify_session
 
-from . import connectors, forked
+from . import connectors, forked, split
 from .connectors import generic
 from .labels import PAGE, describe, link, note_name, resource_id, step_flags
 from .model import (
@@ -72,6 +74,8 @@ _BATCH = 1000
 GRADES = ("broker", "gateway", "agent")
 """Capture grades, strongest first (docs/contract.md, evidence grade)."""
 _RANK = {g: i for i, g in enumerate(GRADES)}
+SPLIT = True
+"""Fold with a partner process when views are wanted (split.py); tests switch it off to compare outputs."""
 SEAL_KINDS = frozenset({"seal_mismatch", "seal_missing", "seal_rollback", "unsealed_tail", "session_missing"})
 """Breaks found after the verifying pass (a seal or checkpoint), at a seq the fold may already have passed."""
 
@@ -288,6 +292,16 @@ class Counts:
     grades: dict[str, int] = field(default_factory=dict)
     pages: set[int] = field(default_factory=set)  # timeline pages (0-based) that hold an entry
 
+    def add(self, other: Counts) -> None:
+        """Count another share of the same session's entries in (split.py)."""
+        for name in ("entries", "writes", "untrusted", "unmapped", "resources", "steps", "revertible", "blind",
+                     "approximate", "no_call", "unreadable"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.top = max(self.top, other.top)
+        for g, n in other.grades.items():
+            self.grades[g] = self.grades.get(g, 0) + n
+        self.pages |= other.pages
+
 
 class Replay:
     """Everything one replay derived from one session: counts in memory, the rest in its spill store
@@ -414,15 +428,17 @@ class _Resources(Mapping):
         store = self.rp.store
         res.touches = [Touched(p, role, op, bool(ok), g, ts, f, bool(t)) for p, role, op, ok, g, ts, f, t in store.rows(
             "SELECT pos, role, op, ok, grade, ts, failure, trusted FROM touches WHERE rid=? ORDER BY rowid", (rid,))]
-        res.writes = [write_from_row(self.rp, data) for (data,) in store.rows(
-            "SELECT data FROM writes WHERE rid=? ORDER BY rowid", (rid,))]
+        res.writes = [write_from_row(self.rp, step, data) for step, data in store.rows(
+            "SELECT step, data FROM writes WHERE rid=? ORDER BY rowid", (rid,))]
         res.lifecycle = [(p, what) for p, what in store.rows(
             "SELECT pos, what FROM lifecycle WHERE rid=? ORDER BY rowid", (rid,))]
         return res
 
 
-def write_from_row(rp: Replay, data: bytes) -> WriteRecord:
-    fields, step_id, flags, reason = orjson.loads(data)
+def write_from_row(rp: Replay, step_id: int | None, data: bytes) -> WriteRecord:
+    """A write's record from its row: its step id (a column: ids are renumbered when a partner's share of
+    the fold is absorbed, split.py) and its data."""
+    fields, flags, reason = orjson.loads(data)
     return WriteRecord(fields, rp.step_number(step_id) if step_id is not None else None, flags, reason)
 
 
@@ -602,10 +618,11 @@ class Folder:
     CACHE = 4096
 
     def __init__(self, session: str, near: Path | None = None, *, views: bool = True,
-                 cache: int | None = None) -> None:
+                 cache: int | None = None, id_base: int = 0) -> None:
         self.session = session
         self.views = views
         self.store = Store(near)
+        self._id_base = id_base  # resource and step ids start above it (a partner's share: split.py)
         self.counts = Counts()
         self.memo: dict = {}
         self.untrusted_from: int | None = None
@@ -687,6 +704,11 @@ class Folder:
         if len(self._entry_rows) >= _BATCH:
             self.store.flush()
 
+    def pass_over(self, entry: dict, pos: int) -> None:
+        """An entry a partner folds (split.py): only its capture grade is kept here (the plan and the notes
+        name the grade of any entry)."""
+        self._grade(pos, _str(entry.get("capture"), "?"))
+
     def _grade(self, pos: int, capture: str) -> None:
         index = self._grade_index.get(capture)
         if index is None:
@@ -714,7 +736,7 @@ class Folder:
                 res = _Live.thaw(key, frozen)
             else:
                 self.counts.resources += 1
-                res = _Live(self.counts.resources, key, touch.handler)
+                res = _Live(self._id_base + self.counts.resources, key, touch.handler)
             if len(live) >= self._cache:
                 old = live.popitem(last=False)[1]
                 self._cold[old.key] = old.freeze()
@@ -767,7 +789,7 @@ class Folder:
                     "request_body": call.request_body, "response_body": call.response_body,
                 }
                 self._write_rows.append((res.rid, pos, touch.role, touch.op, failure, step_id, flags,
-                                          dumps([fields, step_id, flags, reason])))
+                                          dumps([fields, flags, reason])))
         if ok:
             if touch.state:
                 state, sources = res.state, res.sources
@@ -788,8 +810,9 @@ class Folder:
         c.blind += step.blind
         c.approximate += step.approximate
         c.no_call += step.call is None
-        self._step_rows.append((self.counts.steps, rid, dumps(step.row())))
-        return self.counts.steps
+        step_id = self._id_base + self.counts.steps
+        self._step_rows.append((step_id, rid, step.pos, dumps(step.row())))
+        return step_id
 
     def _invert(self, call: Call, touch: Touch, before: dict | None, before_seqs: list[int],
                 failure: str | None) -> PlanStep:
@@ -826,13 +849,25 @@ class Folder:
                         inv.approximate and has_call, inv.call, inv.reason, call.capture, before_seqs, grades,
                         call.trusted)
 
-    def finish(self, report: SessionReport) -> Replay:
+    def finish(self, report: SessionReport, partner: split.Share | None = None) -> Replay:
+        """The Replay; with `partner`, after absorbing its share of the fold (a resource both folded raises
+        sqlite3.IntegrityError)."""
         if self.views:
             self._save_resources()
         self._live, self._cold = OrderedDict(), {}
+        if partner is not None:
+            self.store.absorb(partner.db)
+            self.counts.add(cast(Counts, partner.counts))
         self.store.finish()
         return Replay(self.session, report, self.store, self.counts, self._grades, self._grade_names,
                       self.untrusted_from, self.views)
+
+    def hand_over(self) -> Path:
+        """A partner's end of the fold (split.py): its resources saved, its store left for the parent to absorb."""
+        self._save_resources()
+        self._live, self._cold = OrderedDict(), {}
+        self.store.hand_over()
+        return self.store.path
 
     def _save_resources(self) -> None:
         """Every resource's row, once, in sort-key order (so the store's key index is built by appends)."""
@@ -927,11 +962,17 @@ def _fold_beside_verifier(vault: Vault, session: str, progress: Callable[[int], 
     child = forked.start(lambda: verify_session(vault, session, seal_key=seal_key))
     if child is None:
         return None
+    partner = None
     try:
         folder = Folder(session, vault.views_dir, views=views)
+        # the entries of some connectors fold in a second child (split.py): views only
+        near = folder.store.dir
+        partner = split.start(path, lambda: Folder(session, near, id_base=split.PARTNER_IDS)) \
+            if views and SPLIT else None
     except BaseException:
         child.close()
         raise
+    part = split.Partition() if partner is not None else None
     lines = size = 0
     try:
         for line in iter_lines(path):
@@ -940,22 +981,49 @@ def _fold_beside_verifier(vault: Vault, session: str, progress: Callable[[int], 
             if progress is not None:
                 progress(len(data))
             lines = index + 1
-            folder.feed(orjson.loads(data), lines, True)
+            entry = orjson.loads(data)
+            if part is None or part.here(entry):
+                folder.feed(entry, lines, True)
+            else:
+                folder.pass_over(entry, lines)
         failed = False
     except Exception:  # noqa: BLE001 - a line the verifier will reject: the serial fold says what it is
         failed = True
     except BaseException:  # interrupted: nothing is left running
         child.close()
+        if partner is not None:
+            partner.close()
         folder.discard()
         raise
-    report = child.result()
+    try:
+        share = None
+        if partner is not None:
+            if failed:  # the serial fold comes next: the partner's share is not wanted
+                partner.close()
+            else:
+                share = partner.result()
+        report = child.result()
+    except BaseException:
+        child.close()
+        if partner is not None:
+            partner.close()
+        folder.discard()
+        raise
     if isinstance(report, SessionReport) and report.intact and seal_check is not None:
         seal_check(report)  # a finding sends the caller to the serial fold, which marks from its seq on
     if failed or not isinstance(report, SessionReport) or not report.intact or report.entries != lines \
-            or report.bytes != size:
+            or report.bytes != size or (partner is not None and not (
+                isinstance(share, split.Share) and share.lines == lines and share.size == size)):
         folder.discard()
         return None
-    return folder.finish(report)
+    try:
+        return folder.finish(report, share)
+    except sqlite3.IntegrityError:  # a resource in both shares: the premise of split.py does not hold here
+        folder.discard()
+        return None
+    except BaseException:
+        folder.discard()
+        raise
 
 
 def _fold_lines(vault: Vault, session: str, folder: Folder, first_line: int, offset: int,

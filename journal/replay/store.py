@@ -32,7 +32,7 @@ CREATE TABLE touches(rid INTEGER, pos INTEGER, role TEXT, op TEXT, ok INTEGER, g
                      failure TEXT, trusted INTEGER);
 CREATE TABLE writes(rid INTEGER, pos INTEGER, role TEXT, op TEXT, failure TEXT, step INTEGER, flags TEXT,
                     data BLOB);
-CREATE TABLE steps(id INTEGER PRIMARY KEY, rid INTEGER, data BLOB);
+CREATE TABLE steps(id INTEGER PRIMARY KEY, rid INTEGER, pos INTEGER, data BLOB);
 CREATE TABLE lifecycle(rid INTEGER, pos INTEGER, what TEXT);
 CREATE TABLE resources(rid INTEGER PRIMARY KEY, sk BLOB UNIQUE, parent_sk BLOB, key BLOB, name TEXT,
                        link TEXT, data BLOB);
@@ -46,6 +46,21 @@ CREATE INDEX writes_rid ON writes(rid);
 CREATE INDEX lifecycle_rid ON lifecycle(rid);
 CREATE INDEX resources_parent ON resources(parent_sk, sk);
 """
+_RENUMBER_STEPS = """
+BEGIN;
+CREATE TEMP TABLE step_map(old INTEGER PRIMARY KEY, new INTEGER NOT NULL);
+INSERT INTO step_map SELECT id, ROW_NUMBER() OVER (ORDER BY pos, id) FROM steps;
+UPDATE writes SET step = (SELECT new FROM step_map WHERE old = writes.step) WHERE step IS NOT NULL;
+CREATE TABLE steps_renumbered(id INTEGER PRIMARY KEY, rid INTEGER, pos INTEGER, data BLOB);
+INSERT INTO steps_renumbered SELECT m.new, s.rid, s.pos, s.data FROM steps s JOIN step_map m ON m.old = s.id
+    ORDER BY m.new;
+DROP TABLE steps;
+ALTER TABLE steps_renumbered RENAME TO steps;
+DROP TABLE step_map;
+COMMIT;
+"""
+"""Steps of two shares carry ids from two ranges; the plan numbers them in seq order (the serial fold's
+creation order: seq, then the order one entry made them), 1 to n."""
 _BATCH = 1000
 
 
@@ -113,6 +128,34 @@ class Store:
             self.db.executescript(_INDEXES)
             self.finished = True
 
+    def hand_over(self) -> None:
+        """Commit and close, leaving the database for another process to absorb (split.py): a forked
+        partner's store, which lives inside its parent's folder and goes when that one does."""
+        self.flush()
+        if self.db.in_transaction:
+            self.db.execute("COMMIT")
+        self._finalizer.detach()
+        self.db.close()
+
+    def absorb(self, other: Path) -> None:
+        """Append every row of another store of the same replay (a partner's share of the fold, split.py),
+        then number the plan's steps from 1 in seq order again. A resource both stores hold raises
+        sqlite3.IntegrityError (the shares were not disjoint: the caller folds serially instead)."""
+        self.flush()
+        if self.db.in_transaction:
+            self.db.execute("COMMIT")
+        self.db.execute("ATTACH DATABASE ? AS partner", (str(other),))
+        try:
+            self.db.execute("BEGIN")
+            for table in ("entries", "touches", "writes", "lifecycle", "steps", "resources"):
+                self.db.execute(f"INSERT INTO {table} SELECT * FROM partner.{table}")  # noqa: S608 - fixed names
+            self.db.execute("COMMIT")
+        finally:
+            if self.db.in_transaction:
+                self.db.execute("ROLLBACK")
+            self.db.execute("DETACH DATABASE partner")
+        self.db.executescript(_RENUMBER_STEPS)
+
     def share(self) -> None:
         """Let another process read the database (forked.py): commit, and drop the exclusive lock."""
         self.finish()
@@ -147,7 +190,7 @@ _INSERTS = {
     "entries": "INSERT INTO entries VALUES (?,?,?,?,?,?)",
     "touches": "INSERT INTO touches VALUES (?,?,?,?,?,?,?,?,?)",
     "writes": "INSERT INTO writes VALUES (?,?,?,?,?,?,?,?)",
-    "steps": "INSERT INTO steps VALUES (?,?,?)",
+    "steps": "INSERT INTO steps VALUES (?,?,?,?)",
     "lifecycle": "INSERT INTO lifecycle VALUES (?,?,?)",
     "unreadable": "INSERT INTO unreadable VALUES (?,?)",
     "files": "INSERT OR IGNORE INTO files VALUES (?)",

@@ -156,7 +156,8 @@ def test_failing_children_leave_their_work_to_the_parent(tmp_path, monkeypatch):
 
     monkeypatch.setattr(forked, "start", failing)
     assert _replay(_session(tmp_path / "v", "intact")) == _expected("intact")
-    assert started == [True, True]  # the verifier's child and the views' child both ran (and failed)
+    # the verifier's child, the fold's partner (split.py) and the views' child all ran (and failed)
+    assert started == [True, True, True]
 
 
 def test_the_forked_path_is_taken(tmp_path, monkeypatch):
@@ -164,7 +165,38 @@ def test_the_forked_path_is_taken(tmp_path, monkeypatch):
     real = forked.start
     monkeypatch.setattr(forked, "start", lambda work, store=None: calls.append(store is not None) or real(work, store))
     _replay(_session(tmp_path / "v", "intact"))
-    assert calls == [False, True]  # the verifier (no store), then the views (reading the store)
+    assert calls == [False, False, True]  # the verifier and the fold's partner (no store), then the views
+
+
+def test_the_split_fold_is_the_serial_fold(tmp_path, monkeypatch):
+    """The fold split by connector between two processes (split.py) gives the serial fold's bytes, and it
+    is the path taken: this process passed over the partner's entries."""
+    root = _session(tmp_path / "v", "intact")
+    passed = []
+    real = fold.Folder.pass_over
+    monkeypatch.setattr(fold.Folder, "pass_over", lambda self, entry, pos: passed.append(pos) or real(self, entry, pos))
+    assert _replay(root) == _expected("intact")
+    assert 0 < len(passed) < ENTRIES  # each process folded a share
+    monkeypatch.setattr(fold, "SPLIT", False)
+    assert _replay(root) == _expected("intact")
+
+
+def test_shares_that_share_a_resource_fall_back_to_the_serial_fold(tmp_path, monkeypatch):
+    """The split's premise is that no resource is touched by both shares. Cut the entries by seq instead of
+    by connector (every connector's resources end up in both processes): the store refuses the partner's
+    rows and the replay folds serially, with the same bytes, instead of merging two half-folded resources."""
+    from journal.replay import split
+
+    def by_parity(self, entry):
+        return entry["seq"] % 2 == 0
+
+    monkeypatch.setattr(split.Partition, "here", by_parity)
+    folded = []
+    real = fold.Folder.finish
+    monkeypatch.setattr(fold.Folder, "finish", lambda self, report, partner=None: folded.append(partner is not None)
+                        or real(self, report, partner))
+    assert _replay(_session(tmp_path / "v", "intact")) == _expected("intact")
+    assert folded == [True, False]  # the split fold was refused, then the serial one kept
 
 
 def test_an_interrupted_replay_leaves_no_child_behind(tmp_path, monkeypatch):
@@ -184,6 +216,27 @@ def test_an_interrupted_replay_leaves_no_child_behind(tmp_path, monkeypatch):
     with pytest.raises(ChildProcessError):  # the forked verifier was stopped and reaped
         os.waitpid(-1, os.WNOHANG)
     assert [p.name for p in Vault(root).views_dir.iterdir()] == []  # and the spill store removed
+
+
+def test_a_second_replay_rewrites_only_what_changed(tmp_path):
+    """Into a fresh folder every note is written without looking for an earlier one; into the folder of an
+    earlier replay a note that already holds its bytes is left alone (its mtime kept) and one that does
+    not (same length, other bytes) is rewritten."""
+    import os
+
+    root = _session(tmp_path / "v", "intact")
+    first = _replay(root)
+    folder = next(Vault(root).views_dir.iterdir())
+    notes = sorted(p for p in folder.iterdir() if p.suffix == ".md" and not p.name.startswith(("timeline-", "index",
+                                                                                              "revert-plan")))
+    kept, edited = notes[0], notes[1]
+    os.utime(kept, (1_000_000_000, 1_000_000_000))
+    data = edited.read_bytes()
+    edited.write_bytes(data[:-2] + b"X\n")
+    os.utime(edited, (1_000_000_000, 1_000_000_000))
+    assert _replay(root) == first == _expected("intact")
+    assert kept.stat().st_mtime == 1_000_000_000
+    assert edited.read_bytes() == data and edited.stat().st_mtime != 1_000_000_000
 
 
 def _write(root: Path) -> None:
