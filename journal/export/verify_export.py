@@ -367,20 +367,6 @@ class _OtelRead:
         return None
 
 
-def check_links(links: Iterable[Link] | LinkTable) -> str | None:
-    """The first break in the chains the links state (per session, in order), or None. One pass in order
-    holding a few values per session; the two questions about the whole file go to the table."""
-    if isinstance(links, LinkTable):
-        return _check(links)
-    table = LinkTable()
-    try:
-        for link in links:
-            table.add(link)
-        return _check(table)
-    finally:
-        table.close()
-
-
 def _check(table: LinkTable) -> str | None:
     last: dict[str, tuple[int, object]] = {}
     final: dict[str, Link] = {}
