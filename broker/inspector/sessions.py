@@ -33,9 +33,16 @@ def _stamp(path: Path) -> tuple[int, int, int, int, int]:
     return st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev
 
 
-def _row_stamp(vault: RowSource, session: str) -> tuple[int, str]:
-    """A database session's state: its head (seq, hash); it changes only by growing."""
-    return vault.store.head(session)  # type: ignore[attr-defined]
+def _row_stamp(vault: RowSource, session: str) -> tuple[int, str, tuple[int, int, int]]:
+    """A database session's state: its head (seq, hash) and the entry table's in-place changes (its file node,
+    rows updated, rows deleted: journal/store/postgres_store.py `head_and_changes`), so that a row rewritten
+    before an unchanged head (by an owner who switched the append-only trigger off) is not answered from cache."""
+    return vault.store.head_and_changes(session)  # type: ignore[attr-defined]
+
+
+def _row_head(vault: RowSource, session: str) -> int:
+    """A database session's length: the seq of its head."""
+    return vault.store.head(session)[0]  # type: ignore[attr-defined]
 
 
 def _grew(old: tuple, new: tuple) -> bool:
@@ -43,7 +50,7 @@ def _grew(old: tuple, new: tuple) -> bool:
     (a database session: a head further on). An edit in place before the growth cannot be told from here."""
     if len(old) == 5:
         return old[3:] == new[3:] and new[0] > old[0]
-    return new[0] > old[0]
+    return old[2] == new[2] and new[0] > old[0]
 
 
 @dataclass(frozen=True)
@@ -137,7 +144,7 @@ class SessionIndex:
     def head(self, session: str) -> dict:
         """How far the file goes: complete lines, bytes, and whether a partial last line is pending."""
         if isinstance(self.vault, RowSource):  # a database store: rows by seq, its head is its length (the
-            seq, _ = _row_stamp(self.vault, session)  # session checked by the caller, Api.session: one query)
+            seq = _row_head(self.vault, session)  # session checked by the caller, Api.session: one query)
             return {"session": session, "lines": seq, "bytes": 0, "complete_bytes": 0}
         self._get(session)
         index, path = current_index(self.vault, session)  # the seq index's end: no scan of the file
@@ -148,7 +155,7 @@ class SessionIndex:
         from the session's seq index (journal/seq_index.py), only those lines."""
         first = max(1, first)
         if isinstance(self.vault, RowSource):  # a page is one primary-key range of the database's rows (and
-            total, _ = _row_stamp(self.vault, session)  # its head); the session was checked by Api.session
+            total = _row_head(self.vault, session)  # its head); the session was checked by Api.session
             last = min(total, first + count - 1)
             if first > last:
                 return total, []

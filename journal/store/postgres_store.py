@@ -266,6 +266,26 @@ class PostgresStore:
         with self._pooled() as conn:
             return _head(conn, session)
 
+    def head_and_changes(self, session: str) -> tuple[int, str, tuple[int, int, int]]:
+        """The session's head (seq, hash) and what says whether any entry row was changed in place since: the
+        table's file node (a rewrite or TRUNCATE makes a new one) and the server's count of rows updated and
+        deleted in it (append-only: both stay 0 unless an owner switched the triggers off). One query. A reader
+        keeping something derived from the rows (the inspector's verdicts) compares all three: a head alone stays
+        the same when a row before it is rewritten. The counts are the statistics collector's, which a backend
+        reports when its transaction ends (at the latest some seconds later, or when it disconnects); resetting
+        them takes a superuser."""
+        with self._pooled() as conn:
+            row = conn.execute(
+                "SELECT e.seq, e.hash, pg_catalog.pg_relation_filenode('journal_entries'::regclass), "
+                "COALESCE(s.n_tup_upd, 0), COALESCE(s.n_tup_del, 0) "
+                "FROM (SELECT 1) one "
+                "LEFT JOIN LATERAL (SELECT seq, hash FROM journal_entries WHERE session = %s "
+                "ORDER BY seq DESC LIMIT 1) e ON true "
+                "LEFT JOIN pg_catalog.pg_stat_user_tables s ON s.relid = 'journal_entries'::regclass",
+                (session,)).fetchone()
+        seq, digest = (row[0], row[1]) if row[0] is not None else (0, GENESIS)
+        return seq, digest, (int(row[2] or 0), int(row[3]), int(row[4]))
+
     def iter_lines(self, session: str) -> Iterator[bytes]:
         with self._pooled() as conn:
             if conn.execute("SELECT 1 FROM journal_sessions WHERE session = %s", (session,)).fetchone() is None:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import time
+
 import click
 import psycopg
 from starlette.testclient import TestClient
@@ -58,3 +60,25 @@ def test_an_entry_page_is_two_indexed_queries(pg_url, tmp_path, monkeypatch):
         for query, params in sent[:2]:
             plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + query, params))
             assert "Index" in plan and "Seq Scan" not in plan, plan
+
+
+def test_a_row_rewritten_before_an_unchanged_head_is_not_answered_from_cache(pg_url, tmp_path):
+    """The owner switches the append-only trigger off and rewrites a row in the middle: the head (seq, hash) stays
+    the same, so a cache keyed on it would keep saying intact. The inspector's verdict must see the break."""
+    _load(pg_url)
+    with click.Context(click.Command("x")):
+        client = TestClient(create_app(reading_vault(pg_url, str(tmp_path / "none"))), base_url="http://127.0.0.1")
+        first = client.get("/api/session/verdict?session=s").json()
+        assert first["intact"] is True, first
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("ALTER TABLE journal_entries DISABLE TRIGGER journal_entries_append_only")
+            conn.execute("UPDATE journal_entries SET line = convert_to(replace(convert_from(line, 'UTF8'), "
+                         "'\"seq\":1500,', '\"seq\":1500 ,'), 'UTF8') WHERE session = 's' AND seq = 1500")
+            conn.execute("ALTER TABLE journal_entries ENABLE TRIGGER journal_entries_append_only")
+        # the writer's statistics reach the server when its connection ends (closed above)
+        for _ in range(100):
+            again = client.get("/api/session/verdict?session=s").json()
+            if not again["intact"]:
+                break
+            time.sleep(0.1)
+        assert again["intact"] is False and again["broken_at_seq"] == 1500, again
