@@ -258,7 +258,11 @@ def send_otlp(url: str, batches: Iterable[OtlpBatch], *, retries: int = DEFAULT_
             while True:
                 wait: float | None = None
                 try:
-                    resp = client.post(url, content=batch.body, headers={"Content-Type": _PROTOBUF})
+                    # The body as a one-item iterator of known length: httpx's Response and its stream form a
+                    # cycle that keeps the request (and a body given as bytes) until a full garbage collection;
+                    # a drained iterator holds nothing, so memory stays one batch, not the batches since the last one.
+                    resp = client.post(url, content=iter((batch.body,)), headers={
+                        "Content-Type": _PROTOBUF, "Content-Length": str(len(batch.body))})
                 except httpx.TransportError as exc:
                     problem = f"cannot send spans to {url}: {exc}; is the OTLP receiver running there?"
                     retryable = True
@@ -272,7 +276,8 @@ def send_otlp(url: str, batches: Iterable[OtlpBatch], *, retries: int = DEFAULT_
                 if not retryable:
                     raise _stopped(problem + ", which is final", batch, report)
                 if attempt >= retries:
-                    raise _stopped(f"{problem}, after {attempt} retr{'y' if attempt == 1 else 'ies'}", batch, report)
+                    tried = f"after {attempt} retr{'y' if attempt == 1 else 'ies'}" if attempt else "not retried"
+                    raise _stopped(f"{problem}, {tried}", batch, report)
                 if wait is not None and wait > MAX_RETRY_AFTER:
                     raise _stopped(f"{problem}, asking to wait {wait:.0f} s (more than {MAX_RETRY_AFTER:.0f})",
                                    batch, report)

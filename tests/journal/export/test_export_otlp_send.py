@@ -258,3 +258,22 @@ def test_the_batch_bounds_must_be_positive(vault):
     with pytest.raises(ValueError):
         next(otlp_batches(vault, SESSION, max_spans=0))
     assert otlp_send.DEFAULT_BATCH_SPANS == 512
+
+
+@pytest.mark.parametrize("content", [False, True])
+def test_spans_convert_as_protobufs_json_parser_reads_them(vault, tmp_path, content):
+    """The field-by-field conversion gives what protobuf's JSON parser gives, for every kind of session, a
+    joined and a linked trace context, a broken chain, and shapes it does not know (then the parser does)."""
+    from google.protobuf import json_format
+    from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+    from journal.export.otel import _ids_to_base64, session_trace, span_protobuf
+
+    spans = [span for session in ALL for span in session_trace(vault, session, content=content).spans]
+    odd = dict(spans[1], droppedAttributesCount=3)
+    odd_value = dict(spans[1], attributes=[{"key": "k", "value": {"bytesValue": "AAE="}},
+                                           {"key": "e", "value": {"arrayValue": {"values": []}}}])
+    for span in [*spans, odd, odd_value]:
+        assert span_protobuf(span) == json_format.ParseDict(_ids_to_base64(span), Span()), span["name"]
+    assert any(s.get("links") for s in spans) and any(s.get("status") for s in spans)
+    assert span_protobuf(odd).dropped_attributes_count == 3
