@@ -100,8 +100,8 @@ def trace_context(entry: dict) -> tuple[str, str, int, str, str | None] | None:
 def _value(value: object) -> dict:
     if isinstance(value, bool):
         return {"boolValue": value}
-    if isinstance(value, int):
-        return {"intValue": str(value)}
+    if isinstance(value, int):  # an integer OTLP's int64 cannot hold (a tampered line's) stays its digits
+        return {"intValue": str(value)} if -(1 << 63) <= value < 1 << 63 else {"stringValue": str(value)}
     if isinstance(value, float):
         return {"doubleValue": value}
     if isinstance(value, list | tuple):

@@ -277,3 +277,23 @@ def test_spans_convert_as_protobufs_json_parser_reads_them(vault, tmp_path, cont
         assert span_protobuf(span) == json_format.ParseDict(_ids_to_base64(span), Span()), span["name"]
     assert any(s.get("links") for s in spans) and any(s.get("status") for s in spans)
     assert span_protobuf(odd).dropped_attributes_count == 3
+
+
+def test_a_tampered_line_with_an_integer_past_int64_is_sent_not_a_crash(tmp_path):
+    """Whoever writes the vault can put 2^63+5 where a status goes (the chain then says broken): OTLP's
+    int64 cannot hold it, so the attribute is its digits as a string, in the file and in the requests alike."""
+    from journal.vault import Vault
+
+    _chained(tmp_path, "tampered", [_http(1), _http(2), _http(3)])
+    path = Vault.open_existing(tmp_path).session_path("tampered")
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines[1] = lines[1].replace(b'"status":200', b'"status":%d' % (2**63 + 5))
+    path.write_bytes(b"".join(lines))
+    out = tmp_path / "s.json"
+    with otlp_collector() as collector:
+        assert _export(tmp_path, "tampered", collector.url, "--out", str(out)) == 0
+    document = _out_request(out)
+    _assert_union_is_the_document(collector, document, 512)
+    status = {a.key: a.value for a in _spans(document)[2].attributes}["http.response.status_code"]
+    assert status.string_value == str(2**63 + 5)
+    assert "chain broken at seq 2" in _spans(document)[0].status.message
