@@ -20,6 +20,7 @@ import shutil
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from bench import machine, scratch_dir, write_json
 from bench.scale_bench import SESSION, broker_usage, generate
@@ -77,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(s) for s in args.sizes.split(",")]
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     receiver = _Receiver()
-    rows = []
+    rows: list[dict[str, Any]] = []
     load_start = os.getloadavg()[0]
     try:
         for n in sizes:

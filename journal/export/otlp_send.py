@@ -22,6 +22,7 @@ A stop is one PeerError naming the batch, what was sent before it and what was n
 from __future__ import annotations
 
 import email.utils
+import functools
 import os
 import random
 import time
@@ -38,6 +39,7 @@ from journal.vault import Vault
 
 if TYPE_CHECKING:
     import httpx
+    from google.protobuf.message import Message
     from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 DEFAULT_BATCH_SPANS = 512
@@ -182,15 +184,31 @@ def _one_line(text: str, limit: int = 200) -> str:
     return " ".join(text.split())[:limit]
 
 
+@functools.cache
+def _rpc_status() -> type[Message]:
+    """google.rpc.Status's code and message (the body of an OTLP/HTTP failure), defined here: the module
+    that ships it (googleapis-common-protos) is no dependency of the broker. Its details stay unread."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    proto = descriptor_pb2.FileDescriptorProto(name="broker/rpc_status.proto", package="broker.rpc", syntax="proto3")
+    status = proto.message_type.add(name="Status")
+    status.field.add(name="code", number=1, type=descriptor_pb2.FieldDescriptorProto.TYPE_INT32,
+                     label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+    status.field.add(name="message", number=2, type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
+                     label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(proto)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("broker.rpc.Status"))
+
+
 def _failure_detail(resp: httpx.Response) -> str:
     """What a refusing receiver said: google.rpc.Status's message (protobuf or JSON), else its text."""
     ctype = resp.headers.get("content-type", "")
     if ctype.startswith(_PROTOBUF) and resp.content:
         from google.protobuf.message import DecodeError
-        from google.rpc.status_pb2 import Status
 
         try:
-            return _one_line(Status.FromString(resp.content).message)
+            return _one_line(_rpc_status().FromString(resp.content).message)
         except DecodeError:
             return "(an unreadable protobuf Status)"
     if "json" in ctype:

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 
 import orjson
 import pytest
+from google.protobuf.any_pb2 import Any
 from google.rpc.status_pb2 import Status
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
@@ -165,7 +166,9 @@ def test_retries_are_bounded(vault):
 def test_a_400_stops_with_one_line_saying_how_far_it_got(vault, monkeypatch, capsys):
     """Batch 3 of 5 is refused (a protobuf google.rpc.Status saying why): nothing more is sent, the CLI
     prints one error line naming the batch, the spans and seqs sent before it and those not sent, exit 2."""
-    status = Status(code=3, message="span 7 has a bad trace id").SerializeToString()
+    status = Status(code=3, message="span 7 has a bad trace id", details=[Any(type_url="x/y", value=b"z")])
+    status = status.SerializeToString()
+    monkeypatch.setitem(sys.modules, "google.rpc.status_pb2", None)  # a test tool's module: no runtime dependency
     with otlp_collector([Answer(), Answer(), Answer(400, PROTOBUF, status)]) as collector:
         monkeypatch.setattr(sys, "argv", ["broker", "export", SESSION, "--vault", str(vault), "--format", "otel",
                                           "--otlp", collector.url, "--batch-spans", "2"])
