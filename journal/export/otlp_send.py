@@ -30,10 +30,11 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 import orjson
 
-from journal.errors import PeerError
+from journal.errors import InputError, PeerError
 from journal.export.otel import otlp_protobuf, session_trace, span_protobuf
 from journal.vault import Vault
 
@@ -269,6 +270,9 @@ def send_otlp(url: str, batches: Iterable[OtlpBatch], *, retries: int = DEFAULT_
     docstring says; what was delivered. A stop raises PeerError naming how far it got."""
     import httpx
 
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InputError(f"--otlp wants an OTLP/HTTP URL such as http://127.0.0.1:4318/v1/traces, not {url!r}")
     report = SendReport()
     with httpx.Client(timeout=timeout) as client:
         for batch in batches:

@@ -300,3 +300,11 @@ def test_a_tampered_line_with_an_integer_past_int64_is_sent_not_a_crash(tmp_path
     status = {a.key: a.value for a in _spans(document)[2].attributes}["http.response.status_code"]
     assert status.string_value == str(2**63 + 5)
     assert "chain broken at seq 2" in _spans(document)[0].status.message
+
+
+@pytest.mark.parametrize("url", ["localhost:4318/v1/traces", "ftp://127.0.0.1/v1/traces", "http:///v1/traces"])
+def test_a_url_that_is_no_http_url_is_refused_before_anything_is_read(vault, url):
+    from journal.errors import InputError
+
+    with pytest.raises(InputError, match="--otlp wants an OTLP/HTTP URL"):
+        send_otlp(url, otlp_batches(vault, SESSION), sleep=pytest.fail)
