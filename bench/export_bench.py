@@ -28,7 +28,8 @@ def operations(root: str) -> dict[str, Callable[[], int]]:
     from journal.export.fixture import fixture_chunks
     from journal.export.har import har_chunks
     from journal.export.ocsf import ocsf_chunks
-    from journal.export.otel import build_otlp, otlp_chunks, otlp_protobuf
+    from journal.export.otel import otlp_chunks
+    from journal.export.otlp_send import otlp_batches
     from journal.export.vcr import cassette_chunks
     from journal.vault import Vault
     from journal.verify import verify_session
@@ -43,7 +44,7 @@ def operations(root: str) -> dict[str, Callable[[], int]]:
         "vcr": lambda: written(cassette_chunks(root, SESSION)),
         "ocsf": lambda: written(ocsf_chunks(root, SESSION)),
         "otel (OTLP/JSON)": lambda: written(otlp_chunks(root, SESSION)),
-        "otel (protobuf, --otlp)": lambda: len(otlp_protobuf(build_otlp(root, SESSION))),
+        "otel (protobuf, --otlp)": lambda: sum(len(b.body) for b in otlp_batches(root, SESSION)),
         "diff (session vs itself)": lambda: len(render(diff_sessions(root, SESSION, SESSION))),
     }
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from broker.cli.options import reading_vault, store_option, vault_option
+from journal.export.otlp_send import DEFAULT_BATCH_BYTES, DEFAULT_BATCH_SPANS, DEFAULT_RETRIES
 from journal.vault import Vault
 
 FORMATS = ("fixture", "har", "vcr", "otel", "ocsf")
@@ -78,8 +79,14 @@ def _umask() -> int:
               help="otel: put request and response bodies on the spans (off by default: spans reference them).")
 @click.option("--otlp", "otlp_url", default=None, metavar="URL",
               help="otel: send the spans to this OTLP/HTTP endpoint (e.g. http://127.0.0.1:4318/v1/traces).")
+@click.option("--batch-spans", type=click.IntRange(min=1), default=DEFAULT_BATCH_SPANS, show_default=True,
+              help="--otlp: at most this many spans a request.")
+@click.option("--batch-bytes", type=click.IntRange(min=1), default=DEFAULT_BATCH_BYTES, show_default=True,
+              help="--otlp: at most this many bytes a request (a bigger span goes alone).")
+@click.option("--otlp-retries", type=click.IntRange(min=0), default=DEFAULT_RETRIES, show_default=True,
+              help="--otlp: how often a request is sent again after 429/502/503/504 or no answer.")
 def export(vault_dir: str, store: str | None, session: str, fmt: str, out: str | None, inline_blobs: bool,
-           content: bool, otlp_url: str | None) -> int:
+           content: bool, otlp_url: str | None, batch_spans: int, batch_bytes: int, otlp_retries: int) -> int:
     """Write SESSION as a test fixture, HAR 1.2, a VCR.py cassette, OpenTelemetry spans (OTLP/JSON)
     or OCSF API Activity events (JSON lines).
 
@@ -91,10 +98,14 @@ def export(vault_dir: str, store: str | None, session: str, fmt: str, out: str |
         raise click.UsageError("--content and --otlp apply to --format otel")
     vault = reading_vault(store, vault_dir)
     if otlp_url:
-        from journal.export.otel import build_otlp, send_otlp
+        from journal.export.otlp_send import otlp_batches, send_otlp
 
-        status = send_otlp(otlp_url, build_otlp(vault, session, content=content))
-        click.echo(f"sent {session} to {otlp_url}: HTTP {status}", err=True)
+        batches = otlp_batches(vault, session, content=content, max_spans=batch_spans, max_bytes=batch_bytes)
+        sent = send_otlp(otlp_url, batches, retries=otlp_retries,
+                         warn=lambda message: click.echo(f"broker: warning: {message}", err=True))
+        rejected = f", {sent.rejected} of them rejected by the receiver" if sent.rejected else ""
+        click.echo(f"sent {session} to {otlp_url}: {sent.spans} spans in {sent.batches} "
+                   f"request{'' if sent.batches == 1 else 's'}{rejected}", err=True)
         if out is None:
             return 0
     chunks = _chunks(fmt, vault, session, inline_blobs, content)

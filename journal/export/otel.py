@@ -30,8 +30,9 @@
   span starts and ends at `ts`.
 
 OTLP/JSON as the OTLP specification gives it: lowerCamelCase names, trace and span ids in hex,
-64-bit integers as strings, enums as numbers. `send_otlp` posts it to an OTLP/HTTP endpoint as
-binary protobuf (through opentelemetry-proto), the encoding every receiver accepts.
+64-bit integers as strings, enums as numbers. journal/export/otlp_send.py posts the same spans to an
+OTLP/HTTP endpoint as binary protobuf (through opentelemetry-proto), the encoding every receiver
+accepts, in requests of a bounded size.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ import os
 import re
 from collections.abc import Iterator
 from itertools import chain
+from typing import TYPE_CHECKING, NamedTuple
 from urllib.parse import urlsplit
 
 import orjson
@@ -50,7 +52,6 @@ import orjson
 from journal.blobstore import is_ref_object
 from journal.canonical import canonical_bytes
 from journal.entry import parse_ts
-from journal.errors import PeerError
 from journal.export.fixture import EntryTally, body_digest, chain_verdict, counted_entries, iter_session_entries
 from journal.export.model_span import ModelCall, model_call
 from journal.export.recorded_body import header, spilled_refs
@@ -59,6 +60,10 @@ from journal.reader import open_vault
 from journal.redact import REDACTED
 from journal.vault import Vault
 from journal.verify import verify_session
+
+if TYPE_CHECKING:
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+    from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 SCOPE = "connector-broker.journal"
 KIND_INTERNAL, KIND_CLIENT = 1, 3
@@ -95,8 +100,8 @@ def trace_context(entry: dict) -> tuple[str, str, int, str, str | None] | None:
 def _value(value: object) -> dict:
     if isinstance(value, bool):
         return {"boolValue": value}
-    if isinstance(value, int):
-        return {"intValue": str(value)}
+    if isinstance(value, int):  # an integer OTLP's int64 cannot hold (a tampered line's) stays its digits
+        return {"intValue": str(value)} if -(1 << 63) <= value < 1 << 63 else {"stringValue": str(value)}
     if isinstance(value, float):
         return {"doubleValue": value}
     if isinstance(value, list | tuple):
@@ -318,11 +323,20 @@ def _digest16(label: str, session: str, n: int) -> str:
     return hashlib.sha256(f"connector-broker {label}\n{session}".encode()).hexdigest()[:n]
 
 
-def otlp_chunks(vault_root: Vault | str | os.PathLike, session: str, *, content: bool = False) -> Iterator[bytes]:
-    """The session's spans as an OTLP/JSON ExportTraceServiceRequest (see the module docstring), as the CLI
-    writes it (pretty JSON and a newline), a piece at a time. Three streaming passes: the chain is verified;
-    the trace contexts the calls carried are read (the trace the session joins, and the counts and times
-    of the session span written before the others); then each span is written as its entry is read.
+class SessionTrace(NamedTuple):
+    """A session's spans and what every OTLP request carrying them repeats: the resource and the scope."""
+
+    resource: dict
+    scope: dict
+    entries: int  # spans = entries + 1 (the session span)
+    spans: Iterator[dict]  # the session span first, then one per entry, drawn as the entries are read
+
+
+def session_trace(vault_root: Vault | str | os.PathLike, session: str, *, content: bool = False) -> SessionTrace:
+    """The session as OTLP spans (see the module docstring), for the file (`otlp_chunks`) and the OTLP/HTTP
+    requests (journal/export/otlp_send.py) alike. Three streaming passes: the chain is verified; the trace
+    contexts the calls carried are read (the trace the session joins, and the counts and times of the
+    session span, which comes first); then each span is made as its entry is read (the spans iterator).
     Memory holds an entry and at most two trace ids, not the session."""
     vault = open_vault(vault_root)
     report = verify_session(vault, session).as_dict()
@@ -349,20 +363,37 @@ def otlp_chunks(vault_root: Vault | str | os.PathLike, session: str, *, content:
         version = importlib.metadata.version("connector-broker")
     except importlib.metadata.PackageNotFoundError:
         version = "0"
-    spans = ArrayMark("spans")
-    document = {"resourceSpans": [{
-        "resource": {"attributes": _attrs({"service.name": "connector-broker", "broker.session": session})},
-        "scopeSpans": [{"scope": {"name": SCOPE, "version": version}, "spans": spans.value}],
-    }]}
     items = (entry_span(e, trace_id, root_id, trace_context(e), joined, content)
              for e in counted_entries(vault, session, tally))
-    yield from streamed_document(lambda: document, [(spans, chain([root], items))])
+    return SessionTrace(
+        resource={"attributes": _attrs({"service.name": "connector-broker", "broker.session": session})},
+        scope={"name": SCOPE, "version": version}, entries=tally.entries, spans=chain([root], items))
+
+
+def otlp_chunks(vault_root: Vault | str | os.PathLike, session: str, *, content: bool = False) -> Iterator[bytes]:
+    """The session's spans as one OTLP/JSON ExportTraceServiceRequest, as the CLI writes it (pretty JSON and
+    a newline), a piece at a time (`session_trace`)."""
+    trace = session_trace(vault_root, session, content=content)
+    spans = ArrayMark("spans")
+    document = {"resourceSpans": [{"resource": trace.resource,
+                                   "scopeSpans": [{"scope": trace.scope, "spans": spans.value}]}]}
+    yield from streamed_document(lambda: document, [(spans, trace.spans)])
 
 
 def build_otlp(vault_root: Vault | str | os.PathLike, session: str, *, content: bool = False) -> dict:
-    """The session's spans as an OTLP/JSON ExportTraceServiceRequest, as a value (held whole: `otlp_chunks`
-    writes a big one; `send_otlp` posts one request)."""
+    """The session's spans as an OTLP/JSON ExportTraceServiceRequest, as a value (held whole: for tests and
+    small sessions; `otlp_chunks` writes a big one, journal/export/otlp_send.py sends it in batches)."""
     return orjson.loads(b"".join(otlp_chunks(vault_root, session, content=content)))
+
+
+def _ids_to_base64(value: object) -> object:
+    """OTLP/JSON's hex trace and span ids as the base64 that protobuf's JSON mapping reads for bytes."""
+    if isinstance(value, dict):
+        return {k: base64.b64encode(bytes.fromhex(v)).decode() if k in ("traceId", "spanId", "parentSpanId")
+                and isinstance(v, str) else _ids_to_base64(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_ids_to_base64(v) for v in value]
+    return value
 
 
 def otlp_protobuf(otlp: dict) -> bytes:
@@ -370,28 +401,73 @@ def otlp_protobuf(otlp: dict) -> bytes:
     from google.protobuf import json_format
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-    def ids_to_base64(value: object) -> object:
-        if isinstance(value, dict):
-            return {k: base64.b64encode(bytes.fromhex(v)).decode() if k in ("traceId", "spanId", "parentSpanId")
-                    and isinstance(v, str) else ids_to_base64(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [ids_to_base64(v) for v in value]
-        return value
-
-    message = json_format.ParseDict(ids_to_base64(otlp), ExportTraceServiceRequest())
+    message = json_format.ParseDict(_ids_to_base64(otlp), ExportTraceServiceRequest())
     return message.SerializeToString()
 
 
-def send_otlp(url: str, otlp: dict, timeout: float = 30.0) -> int:
-    """POST the spans to an OTLP/HTTP traces endpoint (e.g. http://127.0.0.1:4318/v1/traces); the
-    HTTP status. A refused connection or a non-2xx answer raises PeerError with the reason."""
-    import httpx
+_SPAN_KEYS = frozenset({"traceId", "spanId", "parentSpanId", "traceState", "name", "kind", "startTimeUnixNano",
+                        "endTimeUnixNano", "attributes", "links", "status"})
 
+
+def _any_value(value: dict, out: AnyValue) -> None:
+    (kind, v), = value.items()
+    if kind == "stringValue":
+        out.string_value = v
+    elif kind == "intValue":
+        out.int_value = int(v)
+    elif kind == "doubleValue":
+        out.double_value = v
+    elif kind == "boolValue":
+        out.bool_value = v
+    elif kind == "arrayValue":
+        out.array_value.SetInParent()
+        for item in v.get("values", ()):
+            _any_value(item, out.array_value.values.add())
+    else:
+        raise KeyError(kind)
+
+
+def _attributes(attrs: list[dict], out: object) -> None:
+    for attr in attrs:
+        kv = out.add()  # type: ignore[attr-defined]
+        kv.key = attr["key"]
+        _any_value(attr["value"], kv.value)
+
+
+def span_protobuf(span: dict) -> Span:
+    """One OTLP/JSON span (an item of `session_trace`'s spans) as a protobuf Span, by the same rules as
+    `otlp_protobuf`. Field by field for the shapes `entry_span` makes (protobuf's generic JSON parser
+    took most of an `--otlp` export's time); through that parser for anything else."""
+    from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+    if not span.keys() <= _SPAN_KEYS:
+        return _span_parsed(span)
     try:
-        resp = httpx.post(url, content=otlp_protobuf(otlp), headers={"Content-Type": "application/x-protobuf"},
-                          timeout=timeout)
-    except httpx.HTTPError as exc:
-        raise PeerError(f"cannot send spans to {url}: {exc}; is the OTLP receiver running there?") from None
-    if not 200 <= resp.status_code < 300:
-        raise PeerError(f"OTLP endpoint {url} answered {resp.status_code}: {resp.text[:200]}")
-    return resp.status_code
+        out = Span(trace_id=bytes.fromhex(span["traceId"]), span_id=bytes.fromhex(span["spanId"]), name=span["name"],
+                   kind=span["kind"], start_time_unix_nano=int(span["startTimeUnixNano"]),
+                   end_time_unix_nano=int(span["endTimeUnixNano"]))
+        if "parentSpanId" in span:
+            out.parent_span_id = bytes.fromhex(span["parentSpanId"])
+        if "traceState" in span:
+            out.trace_state = span["traceState"]
+        _attributes(span.get("attributes", ()), out.attributes)
+        for link in span.get("links", ()):
+            if not link.keys() <= {"traceId", "spanId", "traceState", "attributes"}:
+                return _span_parsed(span)
+            got = out.links.add(trace_id=bytes.fromhex(link["traceId"]), span_id=bytes.fromhex(link["spanId"]))
+            if "traceState" in link:
+                got.trace_state = link["traceState"]
+            _attributes(link.get("attributes", ()), got.attributes)
+        if "status" in span:
+            out.status.code = span["status"].get("code", 0)
+            out.status.message = span["status"].get("message", "")
+    except (KeyError, TypeError, ValueError):
+        return _span_parsed(span)
+    return out
+
+
+def _span_parsed(span: dict) -> Span:
+    from google.protobuf import json_format
+    from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+    return json_format.ParseDict(_ids_to_base64(span), Span())

@@ -1,0 +1,314 @@
+"""A session's spans sent to an OTLP/HTTP endpoint in requests of a bounded size (issue 26).
+
+One giant request would hold the whole session in memory and be refused by a real receiver (collectors
+cap a request's size: 4 MiB for gRPC by default, a configurable limit over HTTP). So the spans of
+`session_trace` (journal/export/otel.py: the very spans `--out` writes) are cut into batches of at most
+`max_spans` spans and `max_bytes` bytes of binary protobuf; each batch is a complete
+ExportTraceServiceRequest with the session's resource and scope, posted as `application/x-protobuf` to
+the URL as given (an OTLP/HTTP traces endpoint ends in `/v1/traces`). Memory holds a batch, not the
+session. A single span bigger than `max_bytes` (bodies put on the spans with `--content`) goes alone.
+
+Answers are treated as the OTLP specification (protocol/otlp.md, "OTLP/HTTP Response") has a client
+treat them:
+- 2xx: the batch is delivered. A `partial_success` in the ExportTraceServiceResponse (the receiver
+  dropped some spans and asks that they not be sent again) is reported, and the export goes on.
+- 429, 502, 503, 504, or no answer at all (connection refused or dropped, a timeout): the same request
+  again, at most `retries` times per batch, after the `Retry-After` the answer gave (seconds or an HTTP
+  date), or else after an exponential backoff with jitter. A `Retry-After` over MAX_RETRY_AFTER ends it.
+- Any other answer (400 Bad Request, 401, 404, 413 ...) is final: the export stops.
+A stop is one PeerError naming the batch, what was sent before it and what was not.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import functools
+import os
+import random
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+import orjson
+
+from journal.errors import InputError, PeerError
+from journal.export.otel import otlp_protobuf, session_trace, span_protobuf
+from journal.vault import Vault
+
+if TYPE_CHECKING:
+    import httpx
+    from google.protobuf.message import Message
+    from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+DEFAULT_BATCH_SPANS = 512
+DEFAULT_BATCH_BYTES = 4 << 20  # a collector's gRPC limit by default, and under its HTTP one
+DEFAULT_RETRIES = 5
+MAX_RETRY_AFTER = 120.0  # seconds: a receiver asking for a longer wait is taken as refusing
+RETRYABLE = frozenset({429, 502, 503, 504})
+_BACKOFF_FIRST, _BACKOFF_MAX = 0.5, 30.0
+_ENVELOPE_SLACK = 10  # how much the ResourceSpans and ScopeSpans length prefixes can grow (5 bytes each)
+_PROTOBUF = "application/x-protobuf"
+
+
+@dataclass
+class OtlpBatch:
+    """One request: its protobuf body and which of the session's spans it carries."""
+
+    index: int  # 1-based
+    body: bytes
+    spans: int
+    first_span: int  # 0-based position of its first span in the session's spans
+    total_spans: int  # the session's spans, all batches together
+    first_seq: int | None = None  # the entry seqs of its first and last entry spans
+    last_seq: int | None = None
+
+    @property
+    def root(self) -> bool:
+        """Whether it carries the session span (always the first span)."""
+        return self.first_span == 0
+
+    def describe(self) -> str:
+        """What the batch carries, for a message: `batch 3 (512 spans, seqs 1024-1535)`."""
+        return f"batch {self.index} ({_spans_text(self.spans, self.root, self.first_seq, self.last_seq)})"
+
+
+def _spans_text(spans: int, root: bool, first_seq: int | None, last_seq: int | None) -> str:
+    what = [f"{spans} span{'' if spans == 1 else 's'}"]
+    if root:
+        what.append("the session span")
+    if first_seq is not None:
+        what.append(f"seq {first_seq}" if first_seq == last_seq else f"seqs {first_seq}-{last_seq}")
+    return ", ".join(what)
+
+
+def _varint_len(n: int) -> int:
+    return max(1, (n.bit_length() + 6) // 7)
+
+
+def _seq(span: dict) -> int | None:
+    """The entry seq a span names (`broker.entry.seq`), or None (the session span; an entry without one)."""
+    for attr in span.get("attributes", ()):
+        if attr.get("key") == "broker.entry.seq":
+            value = attr.get("value", {}).get("intValue")
+            try:
+                return int(value)
+            except (TypeError, ValueError):
+                return None
+    return None
+
+
+def otlp_batches(vault_root: Vault | str | os.PathLike, session: str, *, content: bool = False,
+                 max_spans: int = DEFAULT_BATCH_SPANS, max_bytes: int = DEFAULT_BATCH_BYTES) -> Iterator[OtlpBatch]:
+    """The session's spans (`session_trace`) as ExportTraceServiceRequest bodies of at most `max_spans`
+    spans and `max_bytes` bytes each (a bigger span alone), in order, each built as its entries are read."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    if max_spans < 1 or max_bytes < 1:
+        raise ValueError("a batch holds at least one span and one byte")
+    trace = session_trace(vault_root, session, content=content)
+    envelope = ExportTraceServiceRequest.FromString(otlp_protobuf(
+        {"resourceSpans": [{"resource": trace.resource, "scopeSpans": [{"scope": trace.scope, "spans": []}]}]}))
+    empty = envelope.ByteSize() + _ENVELOPE_SLACK
+    total = trace.entries + 1
+    pending: list[Span] = []
+    seqs: list[int] = []  # the first and the last entry seq in `pending`
+    size, index, first = empty, 0, 0
+
+    def batch() -> OtlpBatch:
+        request = ExportTraceServiceRequest()
+        request.CopyFrom(envelope)
+        request.resource_spans[0].scope_spans[0].spans.extend(pending)
+        return OtlpBatch(index=index, body=request.SerializeToString(), spans=len(pending), first_span=first,
+                         total_spans=total, first_seq=seqs[0] if seqs else None, last_seq=seqs[-1] if seqs else None)
+
+    for span in trace.spans:
+        message = span_protobuf(span)
+        grows = 1 + _varint_len(message.ByteSize()) + message.ByteSize()
+        if pending and (len(pending) >= max_spans or size + grows > max_bytes):
+            index += 1
+            yield batch()
+            first += len(pending)
+            pending, seqs, size = [], [], empty
+        pending.append(message)
+        size += grows
+        if (seq := _seq(span)) is not None:
+            seqs = [seqs[0] if seqs else seq, seq]
+    if pending:
+        index += 1
+        yield batch()
+
+
+@dataclass
+class SendReport:
+    """What reached the receiver: batches and spans delivered, spans it said it rejected."""
+
+    batches: int = 0
+    spans: int = 0
+    rejected: int = 0
+    first_seq: int | None = None
+    last_seq: int | None = None
+
+    def delivered(self, batch: OtlpBatch) -> None:
+        self.batches += 1
+        self.spans += batch.spans
+        if self.first_seq is None:
+            self.first_seq = batch.first_seq
+        if batch.last_seq is not None:
+            self.last_seq = batch.last_seq
+
+
+def retry_after(value: str | None, now: datetime | None = None) -> float | None:
+    """The wait a `Retry-After` header asks for, in seconds (delay-seconds or an HTTP date), or None."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+
+
+def _backoff(attempt: int) -> float:
+    """Exponential backoff with jitter (the specification asks for both), for an answer with no Retry-After."""
+    return min(_BACKOFF_MAX, _BACKOFF_FIRST * 2 ** attempt) * random.uniform(0.5, 1.0)
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    return " ".join(text.split())[:limit]
+
+
+@functools.cache
+def _rpc_status() -> type[Message]:
+    """google.rpc.Status's code and message (the body of an OTLP/HTTP failure), defined here: the module
+    that ships it (googleapis-common-protos) is no dependency of the broker. Its details stay unread."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    proto = descriptor_pb2.FileDescriptorProto(name="broker/rpc_status.proto", package="broker.rpc", syntax="proto3")
+    status = proto.message_type.add(name="Status")
+    status.field.add(name="code", number=1, type=descriptor_pb2.FieldDescriptorProto.TYPE_INT32,
+                     label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+    status.field.add(name="message", number=2, type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
+                     label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(proto)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("broker.rpc.Status"))
+
+
+def _failure_detail(resp: httpx.Response) -> str:
+    """What a refusing receiver said: google.rpc.Status's message (protobuf or JSON), else its text."""
+    ctype = resp.headers.get("content-type", "")
+    if ctype.startswith(_PROTOBUF) and resp.content:
+        from google.protobuf.message import DecodeError
+
+        try:
+            return _one_line(_rpc_status().FromString(resp.content).message)
+        except DecodeError:
+            return "(an unreadable protobuf Status)"
+    if "json" in ctype:
+        try:
+            body = orjson.loads(resp.content)
+        except orjson.JSONDecodeError:
+            body = None
+        if isinstance(body, dict) and isinstance(body.get("message"), str):
+            return _one_line(body["message"])
+    return _one_line(resp.text)
+
+
+def partial_success(resp: httpx.Response) -> tuple[int, str]:
+    """(rejected spans, error message) of a 2xx answer's ExportTraceServiceResponse, protobuf or JSON
+    (an empty or unreadable body is a full success: the status said so)."""
+    if not resp.content:
+        return 0, ""
+    if "json" in resp.headers.get("content-type", ""):
+        try:
+            body = orjson.loads(resp.content)
+        except orjson.JSONDecodeError:
+            return 0, ""
+        partial = body.get("partialSuccess") if isinstance(body, dict) else None
+        if not isinstance(partial, dict):
+            return 0, ""
+        try:
+            rejected = int(partial.get("rejectedSpans") or 0)
+        except (TypeError, ValueError):
+            rejected = 0
+        message = partial.get("errorMessage")
+        return rejected, _one_line(message) if isinstance(message, str) else ""
+    from google.protobuf.message import DecodeError
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+    try:
+        answer = ExportTraceServiceResponse.FromString(resp.content)
+    except DecodeError:
+        return 0, ""
+    return answer.partial_success.rejected_spans, _one_line(answer.partial_success.error_message)
+
+
+def _stopped(problem: str, batch: OtlpBatch, report: SendReport) -> PeerError:
+    """The one line a stop is: why, at which batch, what was sent before it, what was not."""
+    sent = (f"sent {report.spans} of {batch.total_spans} spans in {report.batches} request"
+            f"{'' if report.batches == 1 else 's'} before it"
+            + (f" ({_spans_text(report.spans, True, report.first_seq, report.last_seq)})" if report.spans else ""))
+    unsent = batch.total_spans - report.spans
+    rest = f"not sent: {unsent} span{'' if unsent == 1 else 's'}"
+    if batch.first_seq is not None:
+        rest += f" (seq {batch.first_seq} on)"
+    return PeerError(f"{problem}; stopped at {batch.describe()}: {sent}; {rest}")
+
+
+def send_otlp(url: str, batches: Iterable[OtlpBatch], *, retries: int = DEFAULT_RETRIES, timeout: float = 30.0,
+              warn: Callable[[str], None] = lambda _: None,
+              sleep: Callable[[float], None] = time.sleep) -> SendReport:
+    """POST each batch to an OTLP/HTTP traces endpoint in turn (one connection, kept alive), as the module
+    docstring says; what was delivered. A stop raises PeerError naming how far it got."""
+    import httpx
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InputError(f"--otlp wants an OTLP/HTTP URL such as http://127.0.0.1:4318/v1/traces, not {url!r}")
+    report = SendReport()
+    with httpx.Client(timeout=timeout) as client:
+        for batch in batches:
+            attempt = 0
+            while True:
+                wait: float | None = None
+                try:
+                    # The body as a one-item iterator of known length: httpx's Response and its stream form a
+                    # cycle that keeps the request (and a body given as bytes) until a full garbage collection;
+                    # a drained iterator holds nothing, so memory stays one batch, not the batches since the last one.
+                    resp = client.post(url, content=iter((batch.body,)), headers={
+                        "Content-Type": _PROTOBUF, "Content-Length": str(len(batch.body))})
+                except httpx.TransportError as exc:
+                    problem = f"cannot send spans to {url}: {exc}; is the OTLP receiver running there?"
+                    retryable = True
+                else:
+                    if 200 <= resp.status_code < 300:
+                        break
+                    detail = _failure_detail(resp)
+                    problem = f"OTLP endpoint {url} answered {resp.status_code}" + (f" ({detail})" if detail else "")
+                    retryable = resp.status_code in RETRYABLE
+                    wait = retry_after(resp.headers.get("retry-after"))
+                if not retryable:
+                    raise _stopped(problem + ", which is final", batch, report)
+                if attempt >= retries:
+                    tried = f"after {attempt} retr{'y' if attempt == 1 else 'ies'}" if attempt else "not retried"
+                    raise _stopped(f"{problem}, {tried}", batch, report)
+                if wait is not None and wait > MAX_RETRY_AFTER:
+                    raise _stopped(f"{problem}, asking to wait {wait:.0f} s (more than {MAX_RETRY_AFTER:.0f})",
+                                   batch, report)
+                sleep(_backoff(attempt) if wait is None else wait)
+                attempt += 1
+            report.delivered(batch)
+            rejected, message = partial_success(resp)
+            if rejected or message:
+                report.rejected += rejected
+                warn(f"OTLP endpoint {url} rejected {rejected} of the spans of {batch.describe()}"
+                     + (f": {message}" if message else ""))
+    return report
