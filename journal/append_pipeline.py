@@ -254,18 +254,43 @@ class AppendPipeline:
         group's waiting followers, each on its own lock (no broadcast that wakes every waiting thread
         to find most still waiting), and settles its submitted entries. While a group commits (an
         fsync or a database round trip, the GIL released), the next one forms and its leader waits at `io`.
+
+        A caller that finds the lane idle (no group forming, none being committed) commits `mine` at
+        once as a group of its own (`_commit_alone`): the group it would have led holds only its own
+        entries, so the hand-off is skipped, not the commit. Appends that arrive meanwhile find `io`
+        held and form the next group as usual.
         """
         with lane.mutex:
-            leader = _join_group(lane, mine)
-            if not leader:
-                wake = mine[-1].wake = _allocate_lock()
-                wake.acquire()
+            if lane.failed:
+                raise lane.failed
+            alone = not lane.forming and lane.io.acquire(blocking=False)
+            if not alone:
+                leader = _join_group(lane, mine)
+                if not leader:
+                    wake = mine[-1].wake = _allocate_lock()
+                    wake.acquire()
+        if alone:
+            self._commit_alone(lane, mine)
+            return
         if not leader:
             _wait_turn(wake, mine[-1])
             return
         interrupted = self._lead(lane)
         if interrupted is not None:
             raise interrupted
+
+    def _commit_alone(self, lane: Lane, mine: list[Pending]) -> None:
+        """Commit `mine` as a group of their own, `lane.io` already held (released here): the lone
+        writer's path, with no followers to wake and no submitted entries to settle."""
+        try:
+            self._commit(lane, mine)
+        except BaseException as exc:
+            for p in mine:
+                if p.entry is None and p.error is None:
+                    p.error = exc
+            raise
+        finally:
+            lane.io.release()
 
     def _lead(self, lane: Lane) -> BaseException | None:
         """Commit the lane's forming group (whose leader we are): the one commit path of callers and

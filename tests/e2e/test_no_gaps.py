@@ -340,10 +340,11 @@ def test_a_full_disk_fails_the_call_cleanly_and_recording_resumes_when_space_is_
                             f.flush()
                 except OSError:
                     pass
-                # The writer reserves a little space past the session file's end (journal/preallocation.py):
-                # calls are recorded into it (and answered) until it is used up, then refused, never passed.
+                # The writer reserves space past the session file's end (journal/preallocation.py: at least
+                # RESERVE_MIN, 1 MiB): calls are recorded into it (and answered) until it is used up, then
+                # refused, never passed.
                 answered = []
-                for n in range(400):
+                for n in range(4000):
                     r = c.get(f"{GMAIL}/labels", params={"n": f"full{n}"})
                     if r.status_code != 200:
                         break

@@ -81,3 +81,43 @@ def test_append_many_whose_entries_are_all_refused_meets_a_forming_group(tmp_pat
         assert writer.append(fields(n=3))["prev"] == entry["hash"]
     finally:
         writer.close()
+
+
+@pytest.mark.parametrize("backend", ["memory", "file"])
+def test_an_append_while_a_group_is_committed_waits_for_it_and_comes_after(tmp_path, backend):
+    """A lone caller commits at once only on an idle lane: while another group holds the lane's commit
+    (`io`), an append must neither write nor return, and its entry follows that group's in the chain."""
+    from journal.writer import JournalWriter
+
+    writer = MemoryWriter() if backend == "memory" else JournalWriter(tmp_path / "vault")
+    lane = writer._acquire("s1")
+    got: list[dict] = []
+    lane.io.acquire()  # the group being committed
+    try:
+        t = threading.Thread(target=lambda: got.append(writer.append(fields(n=1))))
+        t.start()
+        t.join(0.5)
+        assert t.is_alive() and got == []  # waiting behind the group, nothing written
+        assert lane.forming and len(lane.pending) == 1  # it opened the next group, as its leader
+    finally:
+        lane.io.release()
+        writer._release(lane)
+    try:
+        t.join(30)
+        assert [e["seq"] for e in got] == [1]
+        assert writer.append(fields(n=2))["prev"] == got[0]["hash"]  # the lane is idle again: alone
+        assert not lane.forming and not lane.pending
+    finally:
+        writer.close()
+
+
+def test_a_lone_append_on_a_failed_lane_is_refused_with_its_error(tmp_path):
+    """The idle-lane path checks the lane's failure first, like a group does."""
+    from journal.writer import JournalError
+
+    mem = MemoryWriter()
+    lane = mem._acquire("s1")
+    lane.failed = JournalError("stopped for the test")
+    mem._release(lane)
+    with pytest.raises(JournalError, match="stopped for the test"):
+        mem.append(fields(n=1))

@@ -127,3 +127,28 @@ def test_an_empty_session_file_left_by_a_failed_directory_sync_is_synced_at_the_
     with JournalWriter(tmp_path) as w:
         w.append(fields(n=1))
     assert synced == [Vault(tmp_path).journal_dir]
+
+
+def test_a_session_of_4_mb_is_reserved_in_at_most_three_pieces(tmp_path, monkeypatch):
+    """Each reservation may become an extent of its own (another file took the blocks after the last one),
+    and past four extents ext4 moves the extent tree out of the inode, so every fdatasync writes one more
+    block: a session of up to 4 MB is reserved in at most three fallocate calls, each at least RESERVE_MIN."""
+    reserved: list[tuple[int, int]] = []
+    real = preallocation.fallocate
+
+    def counting(fd: int, mode: int, offset: int, length: int) -> None:
+        reserved.append((offset, length))
+        real(fd, mode, offset, length)
+
+    monkeypatch.setattr(preallocation, "fallocate", counting)
+    body = {"data": "x" * (60 << 10)}  # a line of about 61 KB: 4 MB in 64 appends
+    path = Vault(tmp_path).session_path("s1")
+    with JournalWriter(tmp_path) as w:
+        n = 0
+        while n == 0 or path.stat().st_size < 4_000_000:
+            n += 1
+            w.append(fields(n=n, response={"status": 200, "headers": [], "body": body}))
+    assert 1 <= len(reserved) <= 3
+    assert all(length >= preallocation.RESERVE_MIN for _, length in reserved)
+    assert [offset for offset, _ in reserved] == sorted(offset for offset, _ in reserved)  # each past the last
+    assert verify_session(Vault(tmp_path), "s1").intact
