@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import gzip
+import random
 
 import orjson
 
 from journal.call import Call
+from journal.chain import GENESIS, chain_entry
 from journal.record import JsonValue, Recorder
+from journal.vault import Vault
 
 SESSION = "export-1"
 SECRET = "ya29.secret-token-never-on-disk"
@@ -160,3 +163,36 @@ def record_every_kind(root) -> dict[str, list[dict]]:
     out[KINDS_WS] = ws
     rec.close()
     return out
+
+
+ALL_KINDS = [SESSION, KINDS_HTTP, KINDS_STDIO, KINDS_MCP_HTTP, KINDS_MODEL, KINDS_WS]
+"""Every session the export tests record (`record_export_session` and `record_every_kind`)."""
+
+
+def chained_session(root, session: str, fields: list[dict]) -> None:
+    """A session file of these entries, chained by the journal's chain code (not through the proxy)."""
+    v = Vault.open_existing(root) if (root / "VAULT.json").exists() else Vault.create(root)
+    prev, lines = GENESIS, []
+    for seq, f in enumerate(fields, 1):
+        entry, line = chain_entry({"session": session, **f}, seq, prev)
+        prev = entry["hash"]
+        lines.append(line)
+    v.session_path(session).write_bytes(b"".join(lines))
+
+
+def http_fields(n: int, url: str = "https://api.example.com/items", status: int = 200, body: object = None) -> dict:
+    return {"ts": f"2026-12-02T07:{n // 60 % 60:02d}:{n % 60:02d}.000Z", "agent": "bot/1",
+            "principal": "alice@example.com", "connector": "items", "effect": "read", "capture": "broker",
+            "prompt_ref": None, "mcp": None,
+            "request": {"method": "GET", "url": f"{url}/{n}", "headers": [["Accept", "application/json"]],
+                        "body": None},
+            "response": {"status": status, "headers": [["Content-Type", "application/json"]],
+                         "body": body if body is not None else {"id": n, "text": "x" * 400}}}
+
+
+def generated_session(root, n: int) -> str:
+    rng = random.Random(26)
+    fields = [http_fields(i, body={"id": i, "text": "".join(rng.choice("abcdef ") for _ in range(600))})
+              for i in range(1, n + 1)]
+    chained_session(root, "big", fields)
+    return "big"

@@ -17,26 +17,16 @@ from mitmproxy.io import FlowReader
 from journal.export.har import build_har
 from tests.journal.export.test_export_har import har_validator
 from tests.support.export_factories import (
+    ALL_KINDS,
     KINDS_HTTP,
-    KINDS_MCP_HTTP,
     KINDS_MODEL,
     KINDS_STDIO,
     KINDS_WS,
     SECRET,
     SESSION,
-    record_every_kind,
-    record_export_session,
 )
 
-ALL = [SESSION, KINDS_HTTP, KINDS_STDIO, KINDS_MCP_HTTP, KINDS_MODEL, KINDS_WS]
-
-
-@pytest.fixture(scope="module")
-def vault(tmp_path_factory):
-    root = tmp_path_factory.mktemp("kinds")
-    record_export_session(root)
-    record_every_kind(root)
-    return root
+ALL = ALL_KINDS
 
 
 # every property of haralyzer's HarPage, less those read from browser page timings (`pages`, which a

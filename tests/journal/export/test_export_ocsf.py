@@ -20,7 +20,7 @@ from journal.export.ocsf import OCSF_VERSION, iter_ocsf, ocsf_lines
 from journal.export.otel import build_otlp
 from journal.export.verify_export import ExportUnreadable, verify_export
 from tests.support.export_factories import (
-    KINDS_HTTP,
+    ALL_KINDS,
     KINDS_MCP_HTTP,
     KINDS_MODEL,
     KINDS_STDIO,
@@ -28,11 +28,9 @@ from tests.support.export_factories import (
     MCP_SESSION_ID,
     SECRET,
     SESSION,
-    record_every_kind,
-    record_export_session,
 )
 
-ALL = [SESSION, KINDS_HTTP, KINDS_STDIO, KINDS_MCP_HTTP, KINDS_MODEL, KINDS_WS]
+ALL = ALL_KINDS
 _validators: dict[tuple[str, ...], Draft202012Validator] = {}
 
 
@@ -42,14 +40,6 @@ def ocsf_validator(profiles: list[str]) -> Draft202012Validator:
         schema = OcsfJsonSchemaEmbedded(get_ocsf_schema(OCSF_VERSION)).get_class_schema("api_activity", list(key))
         _validators[key] = Draft202012Validator(schema)
     return _validators[key]
-
-
-@pytest.fixture(scope="module")
-def vault(tmp_path_factory):
-    root = tmp_path_factory.mktemp("kinds")
-    record_export_session(root)
-    record_every_kind(root)
-    return root
 
 
 def test_we_write_the_newest_packaged_ocsf_version():

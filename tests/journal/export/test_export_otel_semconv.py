@@ -17,18 +17,15 @@ import pytest
 from journal.export.otel import build_otlp
 from tests.journal.export.test_export_otel import read_back, value
 from tests.support.export_factories import (
-    KINDS_HTTP,
+    ALL_KINDS,
     KINDS_MCP_HTTP,
     KINDS_MODEL,
     KINDS_STDIO,
     KINDS_WS,
     MCP_SESSION_ID,
-    SESSION,
-    record_every_kind,
-    record_export_session,
 )
 
-ALL = [SESSION, KINDS_HTTP, KINDS_STDIO, KINDS_MCP_HTTP, KINDS_MODEL, KINDS_WS]
+ALL = ALL_KINDS
 CLIENT, INTERNAL = 3, 1
 
 
@@ -64,14 +61,6 @@ def registry() -> tuple[set[str], set[str]]:
                 if not text.startswith("Deprecated") or text.startswith(f"Deprecated: {MOVED}"):
                     current.add(value_node.value)
     return names, names - current
-
-
-@pytest.fixture(scope="module")
-def vault(tmp_path_factory):
-    root = tmp_path_factory.mktemp("kinds")
-    record_export_session(root)
-    record_every_kind(root)
-    return root
 
 
 def spans_of(vault, session, content=False):

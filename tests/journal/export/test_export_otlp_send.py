@@ -24,29 +24,17 @@ from journal.errors import PeerError
 from journal.export import otlp_send
 from journal.export.otel import otlp_protobuf
 from journal.export.otlp_send import otlp_batches, retry_after, send_otlp
-from tests.journal.export.test_export_streaming import _chained, _generated, _http
 from tests.support.export_factories import (
-    KINDS_HTTP,
-    KINDS_MCP_HTTP,
-    KINDS_MODEL,
-    KINDS_STDIO,
-    KINDS_WS,
+    ALL_KINDS,
     SESSION,
-    record_every_kind,
-    record_export_session,
+    chained_session,
+    generated_session,
+    http_fields,
 )
 from tests.support.otlp_collector import Answer, otlp_collector
 
-ALL = [SESSION, KINDS_HTTP, KINDS_STDIO, KINDS_MCP_HTTP, KINDS_MODEL, KINDS_WS]
+ALL = ALL_KINDS
 PROTOBUF = {"Content-Type": "application/x-protobuf"}
-
-
-@pytest.fixture(scope="module")
-def vault(tmp_path_factory):
-    root = tmp_path_factory.mktemp("vault")
-    record_export_session(root)
-    record_every_kind(root)
-    return root
 
 
 def _export(vault, session: str, url: str, *extra: str) -> int:
@@ -95,7 +83,7 @@ def test_the_requests_spans_are_the_out_documents_spans(vault, tmp_path, session
 def test_a_session_larger_than_a_batch_goes_in_bounded_requests(tmp_path, capsys):
     """1,200 entries with the default batch (512 spans): three requests, each under the byte cap; with a
     byte cap of 64 KiB, more requests, each within it; the union is the document either way."""
-    session = _generated(tmp_path, 1200)
+    session = generated_session(tmp_path, 1200)
     out = tmp_path / "s.json"
     with otlp_collector() as collector:
         assert _export(tmp_path, session, collector.url, "--out", str(out)) == 0
@@ -112,9 +100,9 @@ def test_a_session_larger_than_a_batch_goes_in_bounded_requests(tmp_path, capsys
 
 def test_a_span_over_the_byte_cap_goes_alone(tmp_path):
     """With --content a body of 30 KB is on its span: over a 4 KiB cap, it is sent in a request of its own."""
-    fields = [_http(i) for i in range(1, 6)]
+    fields = [http_fields(i) for i in range(1, 6)]
     fields[2]["response"]["body"] = {"big": "y" * 30_000}
-    _chained(tmp_path, "bigspan", fields)
+    chained_session(tmp_path, "bigspan", fields)
     with otlp_collector() as collector:
         assert _export(tmp_path, "bigspan", collector.url, "--content", "--batch-bytes", "4096") == 0
     sizes = [(len(_spans(r)), len(r.SerializeToString())) for r in collector.accepted()]
@@ -219,7 +207,7 @@ def test_a_partial_success_is_reported_and_the_export_goes_on(vault, capsys, jso
 def test_memory_is_bounded_by_the_batch_not_the_session(vault, tmp_path):
     """20,000 entries sent in batches: the peak allocated while building and sending them is a small
     fraction of the bytes sent (the whole request held took several times its size: a ratio, not a timing)."""
-    _chained(tmp_path, "big", [_http(i) for i in range(1, 20_001)])
+    chained_session(tmp_path, "big", [http_fields(i) for i in range(1, 20_001)])
     session = "big"
     with otlp_collector(keep=False) as collector:  # the receiver runs in this process: it keeps no body
         send_otlp(collector.url, otlp_batches(vault, SESSION))  # what a first send imports is not the session's
@@ -239,7 +227,7 @@ def test_batches_are_cut_from_the_stream(tmp_path, monkeypatch):
     """The first request is built when few entries have been read (the passes that verify and count aside)."""
     from journal.export import fixture, otel
 
-    session = _generated(tmp_path, 1200)
+    session = generated_session(tmp_path, 1200)
     drawn = 0
     real = fixture.iter_session_entries
 
@@ -287,7 +275,7 @@ def test_a_tampered_line_with_an_integer_past_int64_is_sent_not_a_crash(tmp_path
     int64 cannot hold it, so the attribute is its digits as a string, in the file and in the requests alike."""
     from journal.vault import Vault
 
-    _chained(tmp_path, "tampered", [_http(1), _http(2), _http(3)])
+    chained_session(tmp_path, "tampered", [http_fields(1), http_fields(2), http_fields(3)])
     path = Vault.open_existing(tmp_path).session_path("tampered")
     lines = path.read_bytes().splitlines(keepends=True)
     lines[1] = lines[1].replace(b'"status":200', b'"status":%d' % (2**63 + 5))

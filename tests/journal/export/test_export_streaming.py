@@ -11,56 +11,22 @@ import orjson
 import pytest
 
 import journal.export.json_walk as json_walk
-from journal.chain import GENESIS, chain_entry
 from journal.export import fixture, har, ocsf, otel, vcr
 from journal.export.verify_export import verify_export
 from journal.vault import Vault
 from tests.support.export_factories import (
-    KINDS_HTTP,
-    KINDS_MCP_HTTP,
-    KINDS_MODEL,
-    KINDS_STDIO,
-    KINDS_WS,
-    SESSION,
-    record_every_kind,
-    record_export_session,
+    ALL_KINDS,
+    chained_session,
+    generated_session,
+    http_fields,
 )
 
-ALL = [SESSION, KINDS_HTTP, KINDS_STDIO, KINDS_MCP_HTTP, KINDS_MODEL, KINDS_WS]
+ALL = ALL_KINDS
 INDENT = orjson.OPT_INDENT_2
 
 
-@pytest.fixture(scope="module")
-def vault(tmp_path_factory):
-    root = tmp_path_factory.mktemp("vault")
-    record_export_session(root)
-    record_every_kind(root)
-    return root
-
-
-def _chained(root, session: str, fields: list[dict]) -> None:
-    """A session file of these entries, chained by the journal's chain code (not through the proxy)."""
-    v = Vault.open_existing(root) if (root / "VAULT.json").exists() else Vault.create(root)
-    prev, lines = GENESIS, []
-    for seq, f in enumerate(fields, 1):
-        entry, line = chain_entry({"session": session, **f}, seq, prev)
-        prev = entry["hash"]
-        lines.append(line)
-    v.session_path(session).write_bytes(b"".join(lines))
-
-
-def _http(n: int, url: str = "https://api.example.com/items", status: int = 200, body: object = None) -> dict:
-    return {"ts": f"2026-12-02T07:{n // 60 % 60:02d}:{n % 60:02d}.000Z", "agent": "bot/1",
-            "principal": "alice@example.com", "connector": "items", "effect": "read", "capture": "broker",
-            "prompt_ref": None, "mcp": None,
-            "request": {"method": "GET", "url": f"{url}/{n}", "headers": [["Accept", "application/json"]],
-                        "body": None},
-            "response": {"status": status, "headers": [["Content-Type", "application/json"]],
-                         "body": body if body is not None else {"id": n, "text": "x" * 400}}}
-
-
 def _ws_message(n: int, handshake: str, message: int, direction: str) -> dict:
-    e = _http(n, "wss://api.example.com/socket")
+    e = http_fields(n, "wss://api.example.com/socket")
     e["request"] = {"method": "WEBSOCKET", "url": "wss://api.example.com/socket", "headers": [],
                     "body": {"say": message} if direction == "client_to_server" else None,
                     "websocket": {"handshake": handshake, "direction": direction, "kind": "text", "message": message}}
@@ -75,18 +41,18 @@ def interleaved(tmp_path_factory):
     entry among them, and an unparseable line: every piece of cross-entry state the HAR export keeps."""
     root = tmp_path_factory.mktemp("ws")
     session = "ws-interleaved"
-    fields: list[dict] = [_http(1)]
-    _chained(root, session, [*fields, _http(2, status=101)])  # to learn the handshake's hash
+    fields: list[dict] = [http_fields(1)]
+    chained_session(root, session, [*fields, http_fields(2, status=101)])  # to learn the handshake's hash
     first = orjson.loads(Vault.open_existing(root).session_path(session).read_bytes().splitlines()[1])["hash"]
-    fields.append(_http(2, status=101))
+    fields.append(http_fields(2, status=101))
     fields.append(_ws_message(3, first, 1, "client_to_server"))
-    fields.append(_http(4))
-    stdio = _http(5)
+    fields.append(http_fields(4))
+    stdio = http_fields(5)
     stdio.update(capture="gateway", request={"method": "tools/call", "url": "stdio:notes", "headers": [], "body": {}})
     fields.append(stdio)
     fields.append(_ws_message(6, first, 2, "server_to_client"))
-    fields.append(_http(7))
-    _chained(root, session, fields)
+    fields.append(http_fields(7))
+    chained_session(root, session, fields)
     return root, session
 
 
@@ -148,14 +114,6 @@ class _Counted:
             yield e
 
 
-def _generated(root, n: int) -> str:
-    rng = random.Random(26)
-    fields = [_http(i, body={"id": i, "text": "".join(rng.choice("abcdef ") for _ in range(600))})
-              for i in range(1, n + 1)]
-    _chained(root, "big", fields)
-    return "big"
-
-
 WRITERS = {
     "har": (har, lambda root, s: har.har_chunks(root, s)),
     "otel": (otel, lambda root, s: otel.otlp_chunks(root, s)),
@@ -170,7 +128,7 @@ def test_an_export_writes_before_its_last_entry_is_read(tmp_path, monkeypatch, f
     """The writer hands out the first entry's bytes while most entries are still unread (passes that only
     count or verify come first; the pass that writes draws an entry, then writes it)."""
     module, chunks = WRITERS[fmt]
-    session = _generated(tmp_path, 400)
+    session = generated_session(tmp_path, 400)
     counted = _Counted(fixture.iter_session_entries)
     monkeypatch.setattr(module, "iter_session_entries", counted)
     monkeypatch.setattr(fixture, "iter_session_entries", counted)  # the passes that read again what was counted
@@ -189,7 +147,7 @@ def test_an_export_writes_before_its_last_entry_is_read(tmp_path, monkeypatch, f
 def test_export_memory_stays_far_below_the_export(tmp_path):
     """Peak memory allocated while exporting (and verifying the export) is a small fraction of the
     bytes exported: it holds an entry, not the session (a ratio of sizes, not a timing)."""
-    session = _generated(tmp_path, 3000)
+    session = generated_session(tmp_path, 3000)
     for name, chunks in (("har", har.har_chunks), ("otel", otel.otlp_chunks)):
         out = tmp_path / f"export.{name}"
         tracemalloc.start()
@@ -216,10 +174,10 @@ def test_export_memory_stays_far_below_the_export(tmp_path):
 def test_a_session_growing_between_passes_is_exported_as_counted(tmp_path, monkeypatch):
     """A session still being written gains an entry after the pass that counted it: the events written
     next stop at what was counted, so the export agrees with itself and verify-export passes it."""
-    _chained(tmp_path, "growing", [_http(i) for i in range(1, 11)])
+    chained_session(tmp_path, "growing", [http_fields(i) for i in range(1, 11)])
     path = Vault.open_existing(tmp_path).session_path("growing")
     short = path.read_bytes()
-    _chained(tmp_path, "growing", [_http(i) for i in range(1, 12)])
+    chained_session(tmp_path, "growing", [http_fields(i) for i in range(1, 12)])
     longer = path.read_bytes()
     path.write_bytes(short)
     real = fixture.iter_session_entries
@@ -240,7 +198,7 @@ def test_a_session_growing_between_passes_is_exported_as_counted(tmp_path, monke
 
 
 def test_a_tampered_session_is_flagged_as_before(tmp_path):
-    session = _generated(tmp_path, 20)
+    session = generated_session(tmp_path, 20)
     path = Vault.open_existing(tmp_path).session_path(session)
     lines = path.read_bytes().splitlines(keepends=True)
     lines[9] = lines[9].replace(b'"status":200', b'"status":201')
