@@ -22,7 +22,6 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 
@@ -42,6 +41,7 @@ from journal.store.postgres_search import (
     lines_of,
     stale_facets,
 )
+from journal.store.url import display_url
 from journal.vault import SessionIdError, session_filename
 from journal.writer import JournalError
 
@@ -59,16 +59,6 @@ TCP_DEFAULTS = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 3
 minutes of retransmissions: a ping or commit waits at most about 5 s. The URL's own values win."""
 RACE_RETRIES = 20
 PAGE = 500
-
-
-def display_url(url: str) -> str:
-    """The URL without its password, for messages and logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)
-    user = netloc[0].split(":", 1)[0]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[1]}"))
 
 
 def _psycopg():
