@@ -99,7 +99,7 @@ def export(vault_dir: str, store: str | None, session: str, fmt: str, out: str |
     vault = reading_vault(store, vault_dir)
     if otlp_url:
         from journal.export.otlp_send import otlp_batches, send_otlp
-        from journal.store.url import display_url
+        from journal.shown_url import display_url
 
         batches = otlp_batches(vault, session, content=content, max_spans=batch_spans, max_bytes=batch_bytes)
         sent = send_otlp(otlp_url, batches, retries=otlp_retries,

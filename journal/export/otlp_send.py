@@ -42,7 +42,7 @@ import orjson
 
 from journal.errors import InputError, PeerError
 from journal.export.otel import otlp_protobuf, session_trace, span_protobuf
-from journal.store.url import display_url
+from journal.shown_url import display_url
 from journal.vault import Vault
 
 if TYPE_CHECKING:

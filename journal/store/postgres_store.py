@@ -30,6 +30,7 @@ from journal.blobstore import CHUNK, WriterBackedBlobs, ref_object
 from journal.bodies import LINE_LIMIT
 from journal.chain import GENESIS
 from journal.entry import format_ts
+from journal.shown_url import display_url
 from journal.store.interface import BlobErased, StoreError, Tombstone
 from journal.store.postgres_schema import CURRENT_VERSION, MIGRATIONS, OLDEST_USABLE, SCHEMA_LOCK, grant_writer_sql
 from journal.store.postgres_search import (
@@ -41,7 +42,6 @@ from journal.store.postgres_search import (
     lines_of,
     stale_facets,
 )
-from journal.store.url import display_url
 from journal.vault import SessionIdError, session_filename
 from journal.writer import JournalError
 

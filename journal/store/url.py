@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import BinaryIO, TypeGuard
-from urllib.parse import urlsplit, urlunsplit
 
 from journal.store.interface import BlobSink, EntryWriter, Store
 
@@ -19,20 +18,6 @@ SCHEMES = ("postgresql://", "postgres://")
 
 def is_database_url(target: object) -> TypeGuard[str]:
     return isinstance(target, str) and target.startswith(SCHEMES)
-
-
-def display_url(url: str) -> str:
-    """The URL without its password, for messages and logs (a database's, an OTLP receiver's)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:  # not parsed (a bracket not closed): whatever comes before an @ may be a credential
-        head, at, tail = url.rpartition("@")
-        return f"{head.split('//', 1)[0]}//***@{tail}" if at else url
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)
-    user = netloc[0].split(":", 1)[0]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[1]}"))
 
 
 def store_target(target: str | os.PathLike) -> str:
