@@ -119,10 +119,13 @@ class _Matcher:
             if n not in line:
                 return False
         if self.since is not None or self.until is not None:
-            # `ts` sorts last among the top-level keys, so a canonical line ends with it.
+            # `ts` sorts last among the top-level keys, so a canonical line ends with it. Only a ts of exactly
+            # 24 bytes (its closing quote next) is compared: a longer one's first 24 bytes can fall below a
+            # `since` longer than them while the whole ts does not (`holds` decides for it).
             at = line.rfind(b',"ts":"')
-            ts = line[at + 7 : at + 31] if at >= 0 else b""
-            if len(ts) == 24 and ts.endswith(b"Z"):
+            ts = line[at + 7 : at + 32] if at >= 0 else b""
+            if len(ts) == 25 and ts.endswith(b'Z"'):
+                ts = ts[:24]
                 if self.since is not None and ts[: len(self.since)] < self.since:
                     return False
                 if self.until is not None and ts[: len(self.until)] > self.until:

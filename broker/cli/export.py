@@ -99,12 +99,13 @@ def export(vault_dir: str, store: str | None, session: str, fmt: str, out: str |
     vault = reading_vault(store, vault_dir)
     if otlp_url:
         from journal.export.otlp_send import otlp_batches, send_otlp
+        from journal.shown_url import display_url
 
         batches = otlp_batches(vault, session, content=content, max_spans=batch_spans, max_bytes=batch_bytes)
         sent = send_otlp(otlp_url, batches, retries=otlp_retries,
                          warn=lambda message: click.echo(f"broker: warning: {message}", err=True))
         rejected = f", {sent.rejected} of them rejected by the receiver" if sent.rejected else ""
-        click.echo(f"sent {session} to {otlp_url}: {sent.spans} spans in {sent.batches} "
+        click.echo(f"sent {session} to {display_url(otlp_url)}: {sent.spans} spans in {sent.batches} "
                    f"request{'' if sent.batches == 1 else 's'}{rejected}", err=True)
         if out is None:
             return 0

@@ -17,6 +17,12 @@ treat them:
   date), or else after an exponential backoff with jitter. A `Retry-After` over MAX_RETRY_AFTER ends it.
 - Any other answer (400 Bad Request, 401, 404, 413 ...) is final: the export stops.
 A stop is one PeerError naming the batch, what was sent before it and what was not.
+
+The receiver is not trusted to be well-behaved: an answer's body must be complete `timeout` seconds after the
+request (one that trickles in without end is a timeout, as no answer is; httpx's own limit is per read; the
+headers are bounded by its parser's size limit) and at most MAX_ANSWER_BYTES of its body (a Status or an
+ExportTraceServiceResponse is small; a longer body is not read), and a password in the URL (Basic auth, as
+`https://user:token@host/v1/traces` sends it) is never shown: messages name the URL without it.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ import orjson
 
 from journal.errors import InputError, PeerError
 from journal.export.otel import otlp_protobuf, session_trace, span_protobuf
+from journal.shown_url import display_url
 from journal.vault import Vault
 
 if TYPE_CHECKING:
@@ -51,6 +58,8 @@ RETRYABLE = frozenset({429, 502, 503, 504})
 _BACKOFF_FIRST, _BACKOFF_MAX = 0.5, 30.0
 _ENVELOPE_SLACK = 10  # how much the ResourceSpans and ScopeSpans length prefixes can grow (5 bytes each)
 _PROTOBUF = "application/x-protobuf"
+MAX_ANSWER_BYTES = 1 << 20
+"""The most of an answer's body read (see the module docstring)."""
 
 
 @dataclass
@@ -165,7 +174,7 @@ def retry_after(value: str | None, now: datetime | None = None) -> float | None:
     if value is None:
         return None
     value = value.strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():  # str.isdigit also takes "²" and other digits float() refuses
         return float(value)
     try:
         when = email.utils.parsedate_to_datetime(value)
@@ -202,34 +211,70 @@ def _rpc_status() -> type[Message]:
     return message_factory.GetMessageClass(pool.FindMessageTypeByName("broker.rpc.Status"))
 
 
-def _failure_detail(resp: httpx.Response) -> str:
+@dataclass(frozen=True)
+class Answer:
+    """What a receiver answered a request: its status, content type, Retry-After and body (None: longer than
+    MAX_ANSWER_BYTES, not read)."""
+
+    status: int
+    ctype: str
+    retry_after: str | None
+    body: bytes | None
+
+
+def _post(client: httpx.Client, url: str, batch: OtlpBatch, timeout: float) -> Answer:
+    """POST one batch and read its answer within `timeout` seconds in all and MAX_ANSWER_BYTES of body (httpx's
+    own timeout is per read: a body trickling in a byte at a time, or without end, would hold the export for
+    ever or fill its memory). The body is a one-item iterator of known length: httpx's Response and its stream
+    form a cycle that keeps the request (and a body given as bytes) until a full garbage collection; a drained
+    iterator holds nothing, so memory stays one batch, not the batches since the last one."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    with client.stream("POST", url, content=iter((batch.body,)), headers={
+            "Content-Type": _PROTOBUF, "Content-Length": str(len(batch.body))}) as resp:
+        body = bytearray()
+        for chunk in resp.iter_bytes():
+            if time.monotonic() > deadline:
+                raise httpx.ReadTimeout(f"the answer did not end within {timeout:g} s")
+            body += chunk
+            if len(body) > MAX_ANSWER_BYTES:
+                break
+        return Answer(resp.status_code, resp.headers.get("content-type", ""), resp.headers.get("retry-after"),
+                      None if len(body) > MAX_ANSWER_BYTES else bytes(body))
+
+
+def _failure_detail(answer: Answer) -> str:
     """What a refusing receiver said: google.rpc.Status's message (protobuf or JSON), else its text."""
-    ctype = resp.headers.get("content-type", "")
-    if ctype.startswith(_PROTOBUF) and resp.content:
+    ctype, content = answer.ctype, answer.body
+    if content is None:
+        return f"an answer of more than {MAX_ANSWER_BYTES >> 20} MiB, not read"
+    if ctype.startswith(_PROTOBUF) and content:
         from google.protobuf.message import DecodeError
 
         try:
-            return _one_line(_rpc_status().FromString(resp.content).message)
+            return _one_line(_rpc_status().FromString(content).message)
         except DecodeError:
             return "(an unreadable protobuf Status)"
     if "json" in ctype:
         try:
-            body = orjson.loads(resp.content)
+            body = orjson.loads(content)
         except orjson.JSONDecodeError:
             body = None
         if isinstance(body, dict) and isinstance(body.get("message"), str):
             return _one_line(body["message"])
-    return _one_line(resp.text)
+    return _one_line(content.decode("utf-8", "replace"))
 
 
-def partial_success(resp: httpx.Response) -> tuple[int, str]:
+def partial_success(answer: Answer) -> tuple[int, str]:
     """(rejected spans, error message) of a 2xx answer's ExportTraceServiceResponse, protobuf or JSON
-    (an empty or unreadable body is a full success: the status said so)."""
-    if not resp.content:
+    (an empty, unread or unreadable body is a full success: the status said so)."""
+    content = answer.body
+    if not content:
         return 0, ""
-    if "json" in resp.headers.get("content-type", ""):
+    if "json" in answer.ctype:
         try:
-            body = orjson.loads(resp.content)
+            body = orjson.loads(content)
         except orjson.JSONDecodeError:
             return 0, ""
         partial = body.get("partialSuccess") if isinstance(body, dict) else None
@@ -245,10 +290,10 @@ def partial_success(resp: httpx.Response) -> tuple[int, str]:
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
     try:
-        answer = ExportTraceServiceResponse.FromString(resp.content)
+        got = ExportTraceServiceResponse.FromString(content)
     except DecodeError:
         return 0, ""
-    return answer.partial_success.rejected_spans, _one_line(answer.partial_success.error_message)
+    return got.partial_success.rejected_spans, _one_line(got.partial_success.error_message)
 
 
 def _stopped(problem: str, batch: OtlpBatch, report: SendReport) -> PeerError:
@@ -270,9 +315,14 @@ def send_otlp(url: str, batches: Iterable[OtlpBatch], *, retries: int = DEFAULT_
     docstring says; what was delivered. A stop raises PeerError naming how far it got."""
     import httpx
 
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InputError(f"--otlp wants an OTLP/HTTP URL such as http://127.0.0.1:4318/v1/traces, not {url!r}")
+    shown = display_url(url)
+    try:
+        parts = urlsplit(url)
+        usable = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+    except ValueError:  # a port out of range, a bracket not closed
+        usable = False
+    if not usable:
+        raise InputError(f"--otlp wants an OTLP/HTTP URL such as http://127.0.0.1:4318/v1/traces, not {shown!r}")
     report = SendReport()
     with httpx.Client(timeout=timeout) as client:
         for batch in batches:
@@ -280,21 +330,17 @@ def send_otlp(url: str, batches: Iterable[OtlpBatch], *, retries: int = DEFAULT_
             while True:
                 wait: float | None = None
                 try:
-                    # The body as a one-item iterator of known length: httpx's Response and its stream form a
-                    # cycle that keeps the request (and a body given as bytes) until a full garbage collection;
-                    # a drained iterator holds nothing, so memory stays one batch, not the batches since the last one.
-                    resp = client.post(url, content=iter((batch.body,)), headers={
-                        "Content-Type": _PROTOBUF, "Content-Length": str(len(batch.body))})
-                except httpx.TransportError as exc:
-                    problem = f"cannot send spans to {url}: {exc}; is the OTLP receiver running there?"
+                    answer = _post(client, url, batch, timeout)
+                except httpx.RequestError as exc:  # no answer, or none readable (a body that does not decode)
+                    problem = f"cannot send spans to {shown}: {exc}; is the OTLP receiver running there?"
                     retryable = True
                 else:
-                    if 200 <= resp.status_code < 300:
+                    if 200 <= answer.status < 300:
                         break
-                    detail = _failure_detail(resp)
-                    problem = f"OTLP endpoint {url} answered {resp.status_code}" + (f" ({detail})" if detail else "")
-                    retryable = resp.status_code in RETRYABLE
-                    wait = retry_after(resp.headers.get("retry-after"))
+                    detail = _failure_detail(answer)
+                    problem = f"OTLP endpoint {shown} answered {answer.status}" + (f" ({detail})" if detail else "")
+                    retryable = answer.status in RETRYABLE
+                    wait = retry_after(answer.retry_after)
                 if not retryable:
                     raise _stopped(problem + ", which is final", batch, report)
                 if attempt >= retries:
@@ -306,9 +352,9 @@ def send_otlp(url: str, batches: Iterable[OtlpBatch], *, retries: int = DEFAULT_
                 sleep(_backoff(attempt) if wait is None else wait)
                 attempt += 1
             report.delivered(batch)
-            rejected, message = partial_success(resp)
+            rejected, message = partial_success(answer)
             if rejected or message:
                 report.rejected += rejected
-                warn(f"OTLP endpoint {url} rejected {rejected} of the spans of {batch.describe()}"
+                warn(f"OTLP endpoint {shown} rejected {rejected} of the spans of {batch.describe()}"
                      + (f": {message}" if message else ""))
     return report

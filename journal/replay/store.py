@@ -139,8 +139,10 @@ class Store:
 
     def absorb(self, other: Path) -> None:
         """Append every row of another store of the same replay (a partner's share of the fold, split.py),
-        then number the plan's steps from 1 in seq order again. A resource both stores hold raises
-        sqlite3.IntegrityError (the shares were not disjoint: the caller folds serially instead)."""
+        then number the plan's steps from 1 in seq order again, and remove the other store's folder when it is
+        one inside this store's (a partner's copy would otherwise take its disk space for as long as the
+        Replay lives). A resource both stores hold raises sqlite3.IntegrityError (the shares were not disjoint:
+        the caller folds serially instead; the folder goes with this store's)."""
         self.flush()
         if self.db.in_transaction:
             self.db.execute("COMMIT")
@@ -155,6 +157,8 @@ class Store:
                 self.db.execute("ROLLBACK")
             self.db.execute("DETACH DATABASE partner")
         self.db.executescript(_RENUMBER_STEPS)
+        if other.parent.parent == self.dir:
+            shutil.rmtree(other.parent, ignore_errors=True)
 
     def share(self) -> None:
         """Let another process read the database (forked.py): commit, and drop the exclusive lock."""

@@ -22,7 +22,6 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 
@@ -31,6 +30,7 @@ from journal.blobstore import CHUNK, WriterBackedBlobs, ref_object
 from journal.bodies import LINE_LIMIT
 from journal.chain import GENESIS
 from journal.entry import format_ts
+from journal.shown_url import display_url
 from journal.store.interface import BlobErased, StoreError, Tombstone
 from journal.store.postgres_schema import CURRENT_VERSION, MIGRATIONS, OLDEST_USABLE, SCHEMA_LOCK, grant_writer_sql
 from journal.store.postgres_search import (
@@ -59,16 +59,6 @@ TCP_DEFAULTS = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 3
 minutes of retransmissions: a ping or commit waits at most about 5 s. The URL's own values win."""
 RACE_RETRIES = 20
 PAGE = 500
-
-
-def display_url(url: str) -> str:
-    """The URL without its password, for messages and logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)
-    user = netloc[0].split(":", 1)[0]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[1]}"))
 
 
 def _psycopg():

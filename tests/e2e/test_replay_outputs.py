@@ -181,6 +181,21 @@ def test_the_split_fold_is_the_serial_fold(tmp_path, monkeypatch):
     assert _replay(root) == _expected("intact")
 
 
+def test_the_partners_store_is_removed_once_absorbed(tmp_path, monkeypatch):
+    """The partner's share of the fold (a whole SQLite database) is not kept beside the absorbed rows for as long
+    as the Replay lives: its folder inside the replay's scratch folder is gone once the fold is done."""
+    root = _session(tmp_path / "v", "intact")
+    passed = []
+    real = fold.Folder.pass_over
+    monkeypatch.setattr(fold.Folder, "pass_over", lambda self, entry, pos: passed.append(pos) or real(self, entry, pos))
+    rp = replay_session(Vault.open_existing(root), SESSION)
+    try:
+        assert passed  # the split fold ran
+        assert [p.name for p in rp.store.dir.iterdir() if p.is_dir()] == []
+    finally:
+        rp.close()
+
+
 def test_shares_that_share_a_resource_fall_back_to_the_serial_fold(tmp_path, monkeypatch):
     """The split's premise is that no resource is touched by both shares. Cut the entries by seq instead of
     by connector (every connector's resources end up in both processes): the store refuses the partner's

@@ -4,7 +4,7 @@ and answers from a script (status, headers, body), then 200 with an empty Export
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -20,6 +20,8 @@ class Answer:
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
+    stream: Iterable[bytes] | None = None  # written a piece at a time instead of `body` (a receiver that does not stop)
+    length: int | None = None  # the Content-Length announced with `stream`
 
 
 @dataclass
@@ -58,9 +60,14 @@ def otlp_collector(script: list[Answer] | None = None, keep: bool = True) -> Ite
             self.send_response(answer.status)
             for k, v in answer.headers.items():
                 self.send_header(k, v)
-            self.send_header("Content-Length", str(len(answer.body)))
+            self.send_header("Content-Length", str(len(answer.body) if answer.stream is None else answer.length))
             self.end_headers()
-            self.wfile.write(answer.body)
+            try:
+                for piece in [answer.body] if answer.stream is None else answer.stream:
+                    self.wfile.write(piece)
+                    self.wfile.flush()
+            except OSError:  # the client stopped reading and hung up
+                self.close_connection = True
 
         def log_message(self, *args: object) -> None:
             pass

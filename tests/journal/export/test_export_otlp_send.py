@@ -290,9 +290,78 @@ def test_a_tampered_line_with_an_integer_past_int64_is_sent_not_a_crash(tmp_path
     assert "chain broken at seq 2" in _spans(document)[0].status.message
 
 
-@pytest.mark.parametrize("url", ["localhost:4318/v1/traces", "ftp://127.0.0.1/v1/traces", "http:///v1/traces"])
+@pytest.mark.parametrize("url", ["localhost:4318/v1/traces", "ftp://127.0.0.1/v1/traces", "http:///v1/traces",
+                                 "http://127.0.0.1:99999/v1/traces", "http://[::1/v1/traces"])
 def test_a_url_that_is_no_http_url_is_refused_before_anything_is_read(vault, url):
     from journal.errors import InputError
 
     with pytest.raises(InputError, match="--otlp wants an OTLP/HTTP URL"):
         send_otlp(url, otlp_batches(vault, SESSION), sleep=pytest.fail)
+
+
+def test_a_retry_after_of_other_digits_is_no_wait_not_a_crash(vault):
+    """`Retry-After: ²` (one Latin-1 byte, a digit to str.isdigit, not to float): the backoff, not a ValueError."""
+    assert retry_after("\u00b2") is None and retry_after("\u0663") is None and retry_after("-5") is None
+    waits: list[float] = []
+    with otlp_collector([Answer(503, {"Retry-After": "\u00b2"})]) as collector:
+        report = send_otlp(collector.url, otlp_batches(vault, SESSION), sleep=waits.append)
+    assert report.spans == 9 and collector.answered == [503, 200]
+    assert len(waits) == 1 and 0.25 <= waits[0] <= 0.5
+
+
+def test_a_password_in_the_url_is_never_shown(vault, capsys):
+    """Basic auth in the URL (how a receiver without header options is given a token): the stop, the warning
+    and the CLI's summary name the URL without the password."""
+    refused = Answer(400, {"Content-Type": "text/plain"}, b"no")
+    partial = Answer(200, {"Content-Type": "application/json"},
+                     b'{"partialSuccess": {"rejectedSpans": "1", "errorMessage": "late"}}')
+    with otlp_collector([partial, refused]) as collector:
+        url = collector.url.replace("http://", "http://agent:s3cret-token@")
+        with pytest.raises(PeerError) as err:
+            send_otlp(url, otlp_batches(vault, SESSION, max_spans=5),
+                      warn=lambda message: print(message, file=sys.stderr))
+        assert _export(vault, SESSION, url) == 0
+    shown = collector.url.replace("http://", "http://agent:***@")
+    said = str(err.value) + capsys.readouterr().err
+    assert "s3cret" not in said
+    assert f"OTLP endpoint {shown} answered 400" in said and f"OTLP endpoint {shown} rejected 1" in said
+    assert f"to {shown}: 9 spans in 1 request" in said
+
+
+def _trickled(pieces: int, every: float, piece: bytes = b"x"):
+    import time
+
+    for _ in range(pieces):
+        time.sleep(every)
+        yield piece
+
+
+def test_an_answer_that_trickles_without_end_is_a_timeout_not_a_hang(vault):
+    """200 and its headers at once, then a body of one byte every 50 ms (never a whole `timeout` without a byte,
+    httpx's per-read limit): the answer is given up `timeout` after the request, as no answer would be, and
+    retried within the bound. Without the overall limit the export waited for the whole trickle (and took it)."""
+    slow = [Answer(200, stream=_trickled(100, 0.05), length=100) for _ in range(2)]
+    with otlp_collector(slow) as collector:
+        with pytest.raises(PeerError, match=r"the answer did not end within 0.5 s.*after 1 retry; stopped at batch 1"):
+            send_otlp(collector.url, otlp_batches(vault, SESSION), retries=1, timeout=0.5, sleep=lambda _: None)
+    assert collector.answered == [200, 200]
+
+
+def test_an_endless_answer_is_not_read_into_memory(vault):
+    """A receiver answering 200 with 64 MiB (a stream it never ends, as far as the exporter can tell): at most
+    MAX_ANSWER_BYTES of it is read, the status counts (the batch is delivered) and the rest is left unread."""
+    def huge() -> Answer:
+        return Answer(200, {"Content-Type": "application/x-protobuf"}, stream=(b"\0" * (1 << 20) for _ in range(64)),
+                      length=64 << 20)
+
+    with otlp_collector([huge()]) as collector:
+        send_otlp(collector.url, otlp_batches(vault, SESSION, max_spans=5))  # imports: not the answer's memory
+    with otlp_collector([Answer(), huge()]) as collector:
+        tracemalloc.start()
+        try:
+            report = send_otlp(collector.url, otlp_batches(vault, SESSION, max_spans=5))
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert report.batches == 2 and report.spans == 9
+    assert peak < 8 << 20, peak  # about 3 MiB: an answer chunk on each side, the 1 MiB read
