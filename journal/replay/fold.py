@@ -1017,7 +1017,7 @@ def _fold_beside_verifier(vault: Vault, session: str, progress: Callable[[int], 
         folder.discard()
         return None
     try:
-        return folder.finish(report, share)
+        return folder.finish(report, share if isinstance(share, split.Share) else None)
     except sqlite3.IntegrityError:  # a resource in both shares: the premise of split.py does not hold here
         folder.discard()
         return None

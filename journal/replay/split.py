@@ -61,7 +61,8 @@ class Partition:
 class ShareFolder(Protocol):
     """What the partner folds with (fold.py's Folder, made with ids above PARTNER_IDS)."""
 
-    counts: object
+    @property
+    def counts(self) -> object: ...
 
     def feed(self, entry: dict, pos: int, trusted: bool = True) -> None: ...
 

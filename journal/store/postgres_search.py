@@ -126,7 +126,8 @@ def candidate_seqs(conn, schema: str, session: str, facets: Facets) -> list[int]
     """The seqs of the session's rows that each facet asked for does not rule out (NULL facets included), in
     order: answered from the facet indexes (bitmap scans of (session, facet, seq)), no line read. Every operator
     and type is pg_catalog's, the function and table the checked schema's: nothing in the search_path counts."""
-    cond, params = ["session OPERATOR(pg_catalog.=) %s"], [session]
+    cond: list[str] = ["session OPERATOR(pg_catalog.=) %s"]
+    params: list[str | bytes] = [session]
     for key, value in facets.equal.items():
         f = facet_expr(key)
         cond.append(f"({f} OPERATOR(pg_catalog.=) {_BYTES} OR {f} IS NULL)")
