@@ -260,6 +260,8 @@ class AppendPipeline:
         entries, so the hand-off is skipped, not the commit. Appends that arrive meanwhile find `io`
         held and form the next group as usual.
         """
+        if not mine:  # nothing to wait for: joining a forming group with no entry has nothing to be woken by
+            return
         with lane.mutex:
             if lane.failed:
                 raise lane.failed
