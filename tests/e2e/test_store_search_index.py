@@ -369,3 +369,28 @@ def test_verify_reports_facets_written_while_the_owner_had_another_function(pg_u
     assert r.returncode == 1
     finding = [line for line in r.stdout.splitlines() if '"search_index"' in line]
     assert len(finding) == 1 and '"broken_at_seq":7' in finding[0], r.stdout
+
+
+def test_verify_says_so_when_the_facet_check_fails_midway(pg_url, tmp_path, monkeypatch, capsys):
+    """The facet check runs in a thread beside the chain's: a database that fails it (here: a store error from
+    the query) is one line and exit 2, never a traceback and never exit 0."""
+    from broker.cli import cli
+    from broker.cli.exit_codes import run_cli
+    from journal.store.interface import StoreError
+
+    store = PostgresStore(pg_url)
+    try:
+        store.append_lines("s-gmail", _session("s-gmail", 5, day="2026-09-22"))
+    finally:
+        store.close()
+
+    def fails(self, session):
+        raise StoreError(f"database {self.shown}: the server went away")
+
+    monkeypatch.setattr(PostgresStore, "stale_facets", fails)
+    argv = ["broker", "verify", "--no-blobs", "--store", pg_url, "--vault", str(tmp_path / "v")]
+    monkeypatch.setattr(sys, "argv", argv)
+    assert run_cli(cli) == 2
+    out = capsys.readouterr()
+    (line,) = out.err.splitlines()
+    assert line.startswith("broker: error: ") and line.endswith("the server went away"), out
