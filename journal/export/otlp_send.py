@@ -135,7 +135,8 @@ def otlp_batches(vault_root: Vault | str | os.PathLike, session: str, *, content
 
     for span in trace.spans:
         message = span_protobuf(span)
-        grows = 1 + _varint_len(message.ByteSize()) + message.ByteSize()
+        length = message.ByteSize()
+        grows = 1 + _varint_len(length) + length  # the field's tag, its length, the span
         if pending and (len(pending) >= max_spans or size + grows > max_bytes):
             index += 1
             yield batch()
