@@ -12,7 +12,10 @@ against the `rfc8785` package).
 from __future__ import annotations
 
 import math
+import os
 import re
+from collections.abc import Callable
+from types import ModuleType
 from typing import cast
 
 import msgspec
@@ -23,6 +26,25 @@ from journal.errors import BrokerError
 MAX_SAFE_INTEGER = 2**53 - 1
 
 
+def _load_speedups() -> ModuleType | None:
+    """The C accelerator of these rules (journal/_canonical_speedups.c), or None when it was not built (it is
+    optional: an install without a C compiler still works) or BROKER_NO_SPEEDUPS is set to anything but 0."""
+    if os.environ.get("BROKER_NO_SPEEDUPS", "0") not in ("", "0"):
+        return None
+    try:
+        from journal import _canonical_speedups
+    except ImportError:
+        return None
+    return _canonical_speedups
+
+
+_speedups = _load_speedups()  # read once, at import
+SPEEDUPS = _speedups is not None
+"""True when the C accelerator is in use; the pure-Python code below is the reference and the fallback."""
+_plain_json: Callable[[object], bool] | None = _speedups.plain_json if _speedups else None
+_jcs_line: Callable[[bytes], bool] | None = _speedups.jcs_line if _speedups else None
+
+
 class CanonicalError(BrokerError, ValueError):
     """A value that has no canonical form under the contract."""
 
@@ -30,8 +52,8 @@ class CanonicalError(BrokerError, ValueError):
 _FAST_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER | orjson.OPT_PASSTHROUGH_SUBCLASS
 
 
-def _fast(value: object) -> bytes | None:
-    """orjson's sorted output when it is provably the canonical form, else None.
+def _fast_read_back(value: object) -> bytes | None:
+    """orjson's sorted output when it is provably the canonical form, else None (the pure-Python `_fast`).
 
     orjson itself refuses integers beyond +-(2^53-1) (OPT_STRICT_INTEGER), non-string keys, subclasses
     (OPT_PASSTHROUGH_SUBCLASS), lone surrogates and very deep nesting; `keys_may_sort_differently`
@@ -53,6 +75,30 @@ def _fast(value: object) -> bytes | None:
     except (msgspec.DecodeError, _FloatLiteral):
         return None
     return data
+
+
+def _fast_plain(value: object) -> bytes | None:
+    """`_fast` with the C walk `plain_json` in place of the read-back (2.5 + 0.85 us of a typical entry).
+
+    The read-back rules out what orjson writes but JSON does not hold (floats, NaN and infinities as null,
+    tuples, enum members, dates, dataclasses); plain_json admits only exact dict with str keys, list, str,
+    int within +-(2^53-1), bool and None, nested no deeper than orjson writes, so none of them. Lone
+    surrogates (orjson raises) and key orders (`keys_may_sort_differently`) are checked as in the reference.
+    One difference, on the safe side: an enum member whose value equals it (StrEnum, IntEnum) reads back
+    equal, so the reference takes it; plain_json does not, and the slow path refuses it as it always did.
+    """
+    if not _plain_json(value):  # type: ignore[misc]  # set whenever _fast is this function
+        return None
+    try:
+        data = orjson.dumps(value, option=_FAST_OPTIONS)
+    except orjson.JSONEncodeError:
+        return None
+    if keys_may_sort_differently(data):
+        return None
+    return data
+
+
+_fast = _fast_plain if _plain_json is not None else _fast_read_back
 
 
 def canonical_bytes(value: object) -> bytes:
@@ -165,7 +211,12 @@ def canonical_value(data: bytes, *, keys_checked: bool = False) -> object | None
     skipped when the caller checked a block holding `data`). orjson reads its own output back as the
     same value, so this is also what `orjson.loads(data)` gives. tests/journal/test_canonical.py holds the
     differential tests.
+
+    With the C accelerator, `jcs_line` first proves the bytes canonical on its own (one pass over them, no
+    value built); the value is then read by orjson. When it cannot prove them, the test above decides.
     """
+    if _jcs_line is not None and _jcs_line(data):
+        return orjson.loads(data)
     try:
         value = _decode_without_floats(data)
         if orjson.dumps(value, option=_LINE_OPTIONS) != data:

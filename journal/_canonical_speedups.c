@@ -1,0 +1,395 @@
+/* Optional C accelerator of journal/canonical.py (RFC 8785 / JCS), like CPython's _json for json.
+
+   The rules are those of canonical.py, which stays the reference and the fallback (BROKER_NO_SPEEDUPS=1,
+   or no compiler at install time); tests/journal/test_canonical_speedups.py checks both against each other.
+
+   plain_json(value) -> bool
+       True iff `value` is built only of exact dict with exact str keys, exact list, exact str, exact int
+       within +-(2^53-1), bool and None, nested at most MAX_DEPTH containers deep. For such a value orjson's
+       OPT_SORT_KEYS output is JCS, except keys mixing characters beyond the BMP with U+E000..U+FFFF and lone
+       surrogates (orjson raises): canonical.py checks those. Everything else (float, NaN, tuple, enum member,
+       date, any subclass, a big int, a cycle, deeper nesting) is False. No Python code runs during the walk.
+
+   jcs_line(data: bytes) -> bool
+       True iff `data` is, byte for byte, the canonical form of a JSON value holding no float: no whitespace,
+       object keys strictly increasing in UTF-16 code-unit order (so no duplicates), strings of valid UTF-8
+       with exactly the escapes JCS writes, integers 0 or -?[1-9][0-9]* within +-(2^53-1), at most MAX_DEPTH
+       containers deep. False means "not proven": canonical.py's own test then decides. A float token or a key
+       holding an escape is never proven. `data` may be hostile: every read is bounds-checked, there is no
+       recursion, and nothing is allocated. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Containers nested at most this deep. orjson refuses 255 (its limit), so what plain_json passes orjson
+   writes, and what jcs_line proves the reference test (msgspec read, orjson write) also accepts. */
+#define MAX_DEPTH 254
+#define MAX_SAFE_INTEGER 9007199254740991LL
+
+/* ---- plain_json ------------------------------------------------------------------------------------- */
+
+static int
+plain(PyObject *v, int depth)
+{
+    if (v == Py_None || v == Py_True || v == Py_False || PyUnicode_CheckExact(v))
+        return 1;
+    if (PyLong_CheckExact(v)) {
+        int overflow;
+        long long n = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow)
+            return 0;
+        if (n == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return 0;
+        }
+        return -MAX_SAFE_INTEGER <= n && n <= MAX_SAFE_INTEGER;
+    }
+    if (PyList_CheckExact(v)) {
+        if (depth >= MAX_DEPTH)
+            return 0; /* also ends a list that holds itself */
+        /* No Python code runs below, so the list cannot change size while it is walked. */
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(v); i++) {
+            if (!plain(PyList_GET_ITEM(v, i), depth + 1))
+                return 0;
+        }
+        return 1;
+    }
+    if (PyDict_CheckExact(v)) {
+        if (depth >= MAX_DEPTH)
+            return 0;
+        Py_ssize_t pos = 0;
+        PyObject *key, *item;
+        while (PyDict_Next(v, &pos, &key, &item)) {
+            if (!PyUnicode_CheckExact(key) || !plain(item, depth + 1))
+                return 0;
+        }
+        return 1;
+    }
+    return 0; /* float, tuple, bytes, any subclass (bool aside), enum member, date, dataclass, ... */
+}
+
+/* Recursion is bounded by MAX_DEPTH frames of a few words each, far within any C stack. */
+static PyObject *
+plain_json(PyObject *module, PyObject *value)
+{
+    return PyBool_FromLong(plain(value, 0));
+}
+
+/* ---- jcs_line --------------------------------------------------------------------------------------- */
+
+/* Skips the bytes of a string that need no look: returns the first byte at or after s that is '"', '\\',
+   below 0x20 or at/above 0x80, or the first of the last few bytes (fewer than a block) before end. Blocks are
+   read only while a whole block lies before end. */
+#if defined(__SSE2__) && (defined(__GNUC__) || defined(__clang__))
+#include <emmintrin.h>
+static inline const unsigned char *
+skip_plain(const unsigned char *s, const unsigned char *end)
+{
+    const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20);
+    while (end - s >= 16) {
+        __m128i x = _mm_loadu_si128((const __m128i *)s);
+        /* signed compare: bytes at/above 0x80 are negative, so below 0x20 too */
+        __m128i m = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, quote), _mm_cmpeq_epi8(x, backslash)),
+                                 _mm_cmplt_epi8(x, space));
+        int mask = _mm_movemask_epi8(m);
+        if (mask)
+            return s + __builtin_ctz((unsigned)mask);
+        s += 16;
+    }
+    return s;
+}
+#else
+/* Eight bytes at once (portable): nonzero when any of them needs a look (may also flag a harmless byte after
+   a flagged one; the byte loop then looks at them one by one). */
+static inline uint64_t
+needs_look(uint64_t x)
+{
+    const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+    uint64_t q = x ^ (ones * '"'), b = x ^ (ones * '\\');
+    return (((q - ones) & ~q) | ((b - ones) & ~b) | (x - ones * 0x20) | x) & highs;
+}
+
+static inline const unsigned char *
+skip_plain(const unsigned char *s, const unsigned char *end)
+{
+    while (end - s >= 8) {
+        uint64_t x;
+        memcpy(&x, s, 8);
+        if (needs_look(x))
+            break;
+        s += 8;
+    }
+    return s;
+}
+#endif
+
+/* The byte after a valid UTF-8 sequence starting at s[0] >= 0x80, or NULL when it is not valid UTF-8
+   (overlong forms, surrogates U+D800..U+DFFF and code points beyond U+10FFFF are invalid). */
+static const unsigned char *
+utf8_char(const unsigned char *s, const unsigned char *end)
+{
+    unsigned char c = s[0];
+    unsigned char lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
+    int n;
+    if (c >= 0xC2 && c <= 0xDF)
+        n = 1;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        n = 2;
+        if (c == 0xE0)
+            lo = 0xA0;
+        else if (c == 0xED)
+            hi = 0x9F;
+    }
+    else if (c >= 0xF0 && c <= 0xF4) {
+        n = 3;
+        if (c == 0xF0)
+            lo = 0x90;
+        else if (c == 0xF4)
+            hi = 0x8F;
+    }
+    else
+        return NULL;
+    if (end - s <= n || s[1] < lo || s[1] > hi)
+        return NULL;
+    for (int i = 2; i <= n; i++) {
+        if (s[i] < 0x80 || s[i] > 0xBF)
+            return NULL;
+    }
+    return s + n + 1;
+}
+
+static inline int
+lower_hex(unsigned char c)
+{
+    return (c >= '0' && c <= '9') ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : -1;
+}
+
+/* Scans the string whose opening quote is at s[-1]; returns the byte after its closing quote, or NULL
+   when it is not a string as JCS writes it. *escaped is set when it holds an escape. */
+static inline const unsigned char *
+scan_string(const unsigned char *s, const unsigned char *end, int *escaped)
+{
+    *escaped = 0;
+    for (;;) {
+        s = skip_plain(s, end);
+        if (s >= end)
+            return NULL;
+        unsigned char c = *s;
+        if (c == '"')
+            return s + 1;
+        if (c < 0x20)
+            return NULL; /* a raw control character is not JSON */
+        if (c < 0x80 && c != '\\') {
+            s++;
+            continue;
+        }
+        if (c >= 0x80) {
+            s = utf8_char(s, end);
+            if (s == NULL)
+                return NULL;
+            continue;
+        }
+        /* An escape: only the ones JCS writes. */
+        *escaped = 1;
+        if (end - s < 2)
+            return NULL;
+        c = s[1];
+        if (c == '"' || c == '\\' || c == 'b' || c == 'f' || c == 'n' || c == 'r' || c == 't') {
+            s += 2;
+            continue;
+        }
+        if (c != 'u' || end - s < 6 || s[2] != '0' || s[3] != '0')
+            return NULL;
+        int h = lower_hex(s[4]), l = lower_hex(s[5]);
+        if (h < 0 || h > 1 || l < 0)
+            return NULL;
+        int code = h * 16 + l; /* below 0x20; those with a short escape must use it */
+        if (code == 0x08 || code == 0x09 || code == 0x0A || code == 0x0C || code == 0x0D)
+            return NULL;
+        s += 6;
+    }
+}
+
+/* <0, 0, >0 as key a sorts before, equal to, after key b in UTF-16 code-unit order. Both are valid UTF-8
+   without escapes, where byte order is code-point order. That differs from UTF-16 order only between a
+   character in U+E000..U+FFFF (lead byte 0xEE or 0xEF) and one beyond the BMP (lead 0xF0..0xF4), whose
+   surrogates sort first. The first differing byte decides: bytes before it are equal, so both strings are at
+   the same place of a character (or of the same kind of character). */
+static int
+utf16_compare(const unsigned char *a, Py_ssize_t na, const unsigned char *b, Py_ssize_t nb)
+{
+    Py_ssize_t n = na < nb ? na : nb;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char x = a[i], y = b[i];
+        if (x == y)
+            continue;
+        if (x >= 0xF0 && (y == 0xEE || y == 0xEF))
+            return -1;
+        if (y >= 0xF0 && (x == 0xEE || x == 0xEF))
+            return 1;
+        return x < y ? -1 : 1;
+    }
+    return na < nb ? -1 : na > nb ? 1 : 0;
+}
+
+/* Scans an integer at s (s < end); returns the byte after it, or NULL when it is not an integer as JCS
+   writes it or is followed by a fraction or exponent (a float token is left to the reference test). */
+static const unsigned char *
+scan_integer(const unsigned char *s, const unsigned char *end)
+{
+    int negative = 0;
+    if (*s == '-') {
+        negative = 1;
+        if (++s >= end)
+            return NULL;
+    }
+    const unsigned char *digits = s;
+    uint64_t n = 0;
+    while (s < end && *s >= '0' && *s <= '9') {
+        if (s - digits >= 16)
+            return NULL; /* 17 digits exceed 2^53-1 */
+        n = n * 10 + (uint64_t)(*s - '0');
+        s++;
+    }
+    if (s == digits)
+        return NULL;
+    if (s < end && (*s == '.' || *s == 'e' || *s == 'E'))
+        return NULL;
+    if (*digits == '0' && (s - digits > 1 || negative))
+        return NULL; /* leading zero, or -0 */
+    if (n > (uint64_t)MAX_SAFE_INTEGER)
+        return NULL;
+    return s;
+}
+
+static int
+jcs(const unsigned char *s, Py_ssize_t len)
+{
+    const unsigned char *end = s + len;
+    /* Per open container: whether it is an object, and the previous key (start, length) if it is. */
+    char is_object[MAX_DEPTH];
+    const unsigned char *key_at[MAX_DEPTH];
+    Py_ssize_t key_len[MAX_DEPTH];
+    int depth = 0, escaped;
+
+value:
+    if (s >= end)
+        return 0;
+    switch (*s) {
+    case '{':
+    case '[':
+        if (depth == MAX_DEPTH)
+            return 0;
+        is_object[depth] = (*s == '{');
+        key_at[depth] = NULL;
+        depth++;
+        s++;
+        if (s < end && *s == (is_object[depth - 1] ? '}' : ']')) {
+            depth--;
+            s++;
+            goto after_value;
+        }
+        if (is_object[depth - 1])
+            goto key;
+        goto value;
+    case '"':
+        s = scan_string(s + 1, end, &escaped);
+        break;
+    case 't':
+        if (end - s < 4 || memcmp(s, "true", 4) != 0)
+            return 0;
+        s += 4;
+        break;
+    case 'f':
+        if (end - s < 5 || memcmp(s, "false", 5) != 0)
+            return 0;
+        s += 5;
+        break;
+    case 'n':
+        if (end - s < 4 || memcmp(s, "null", 4) != 0)
+            return 0;
+        s += 4;
+        break;
+    default:
+        if (*s != '-' && (*s < '0' || *s > '9'))
+            return 0;
+        s = scan_integer(s, end);
+        break;
+    }
+    if (s == NULL)
+        return 0;
+
+after_value:
+    if (depth == 0)
+        return s == end;
+    if (s >= end)
+        return 0;
+    if (*s == ',') {
+        s++;
+        if (is_object[depth - 1])
+            goto key;
+        goto value;
+    }
+    if (*s != (is_object[depth - 1] ? '}' : ']'))
+        return 0;
+    depth--;
+    s++;
+    goto after_value;
+
+key:
+    if (s >= end || *s != '"')
+        return 0;
+    {
+        const unsigned char *start = s + 1;
+        s = scan_string(start, end, &escaped);
+        if (s == NULL || escaped)
+            return 0; /* a key with an escape is left to the reference test */
+        Py_ssize_t n = (s - 1) - start;
+        if (key_at[depth - 1] != NULL && utf16_compare(key_at[depth - 1], key_len[depth - 1], start, n) >= 0)
+            return 0;
+        key_at[depth - 1] = start;
+        key_len[depth - 1] = n;
+    }
+    if (s >= end || *s != ':')
+        return 0;
+    s++;
+    goto value;
+}
+
+static PyObject *
+jcs_line(PyObject *module, PyObject *data)
+{
+    if (!PyBytes_CheckExact(data))
+        Py_RETURN_FALSE;
+    return PyBool_FromLong(jcs((const unsigned char *)PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data)));
+}
+
+/* ---- module ----------------------------------------------------------------------------------------- */
+
+static PyMethodDef methods[] = {
+    {"plain_json", plain_json, METH_O,
+     "True iff the value is only exact dict (str keys), list, str, int within +-(2^53-1), bool, None."},
+    {"jcs_line", jcs_line, METH_O, "True iff the bytes are, exactly, the JCS form of a float-free JSON value."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyModuleDef_Slot slots[] = {
+#ifdef Py_mod_multiple_interpreters
+    {Py_mod_multiple_interpreters, Py_MOD_PER_INTERPRETER_GIL_SUPPORTED},
+#endif
+    {0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "journal._canonical_speedups",
+    "C accelerator of journal/canonical.py (see the comment at the top of _canonical_speedups.c).",
+    0, methods, slots, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__canonical_speedups(void)
+{
+    return PyModuleDef_Init(&module_def);
+}
