@@ -7,6 +7,11 @@ U+E000..U+FFFF (orjson sorts keys by code point, JCS by UTF-16 code unit; they d
 there). See `_fast`; the verifier's test of a line read from a file is `canonical_value`.
 `tests/journal/test_canonical.py` holds the proof (vectors plus a differential property test
 against the `rfc8785` package).
+
+The per-call proofs have an optional C accelerator, journal/_canonical_speedups.c (`plain_json` for
+`_fast`, `jcs_line` for `canonical_value`), chosen here once at import; the pure-Python code stays the
+reference and the fallback (no compiler at install time, or BROKER_NO_SPEEDUPS=1).
+tests/journal/test_canonical_speedups.py checks one against the other.
 """
 
 from __future__ import annotations
@@ -204,24 +209,33 @@ def canonical_value(data: bytes, *, keys_checked: bool = False) -> object | None
     """The value `data` is the canonical form of, or None when this quick test cannot tell (then
     is_canonical_line decides, and may still say yes; a line holding just `null` always gets None).
 
+    With the C accelerator, `jcs_line` proves the bytes canonical on its own (one pass over them, no value
+    built; see journal/_canonical_speedups.c) and orjson reads the value; what it cannot prove (a float, a
+    key with an escape, anything not canonical) goes to the pure-Python test, `_canonical_value_read_back`.
+    """
+    if _jcs_line is not None and _jcs_line(data):
+        return orjson.loads(data)
+    return _canonical_value_read_back(data, keys_checked)
+
+
+def _canonical_value_read_back(data: bytes, keys_checked: bool) -> object | None:
+    """canonical_value in pure Python (the reference of `jcs_line`, and the fallback).
+
     Why a yes is right: msgspec parses `data` and stops at any float literal (its float_hook), so the
     value holds only objects, arrays, strings, integers, booleans and null; orjson writes that value
     back as exactly `data` (sorted keys, integers within +-(2^53-1)); for such values orjson's output is
     JCS unless keys mix characters outside the BMP with U+E000..U+FFFF (`keys_may_sort_differently`,
     skipped when the caller checked a block holding `data`). orjson reads its own output back as the
-    same value, so this is also what `orjson.loads(data)` gives. tests/journal/test_canonical.py holds the
-    differential tests.
-
-    With the C accelerator, `jcs_line` first proves the bytes canonical on its own (one pass over them, no
-    value built); the value is then read by orjson. When it cannot prove them, the test above decides.
+    same value, so this is also what `orjson.loads(data)` gives. tests/journal/test_canonical_value.py and
+    test_canonical_speedups.py hold the differential tests.
     """
-    if _jcs_line is not None and _jcs_line(data):
-        return orjson.loads(data)
     try:
         value = _decode_without_floats(data)
         if orjson.dumps(value, option=_LINE_OPTIONS) != data:
             return None
     except (msgspec.DecodeError, _FloatLiteral, orjson.JSONEncodeError):
+        return None
+    except RecursionError:  # msgspec's answer to a hostile line nested thousands deep (not a DecodeError)
         return None
     if not keys_checked and keys_may_sort_differently(data):
         return None

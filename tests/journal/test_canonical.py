@@ -8,6 +8,8 @@
   every value holding a float, NaN or infinity, and keys whose code-point order could differ from
   their UTF-16 order;
 - line property: a canonical line parses back to a value with the same canonical bytes.
+
+Each test runs twice: with the C accelerator (journal/_canonical_speedups.c) and with the pure-Python code.
 """
 
 from __future__ import annotations
@@ -28,7 +30,17 @@ import rfc8785
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from journal.canonical import MAX_SAFE_INTEGER, CanonicalError, _fast, canonical_bytes, format_number
+from journal import canonical
+from journal.canonical import MAX_SAFE_INTEGER, CanonicalError, canonical_bytes, format_number
+
+# Every test here runs on the C accelerator and on the pure-Python fallback (tests/journal/conftest.py).
+pytestmark = pytest.mark.usefixtures("both_canonical_paths")
+
+
+def _fast(value: object) -> bytes | None:
+    """The fast path in use (looked up at each call: the fixture switches it)."""
+    return canonical._fast(value)
+
 
 VECTOR_DIR = Path(__file__).resolve().parents[1] / "support" / "vectors"
 VECTORS = json.loads((VECTOR_DIR / "canonical.json").read_text(encoding="utf-8"))

@@ -18,6 +18,9 @@ from journal.canonical import (
 )
 from tests.journal.test_canonical import PROPERTY_SETTINGS, _reparses_as_unsafe_int, json_values, poisoned_values
 
+# Every test here runs on the C accelerator and on the pure-Python fallback (tests/journal/conftest.py).
+pytestmark = pytest.mark.usefixtures("both_canonical_paths")
+
 
 def _has_float(v: object) -> bool:
     if type(v) is float:
