@@ -97,9 +97,10 @@ def main(argv: list[str] | None = None) -> int:
                 with _path(path):
                     for name, run in cases:
                         figures[name][path].append(run())
-        from journal import _canonical_speedups as c
+        from journal import _canonical_speedups as accelerator
 
-        alone = {"plain_json(fields)": _cpu_us(c.plain_json, hot), "jcs_line(line)": _cpu_us(c.jcs_line, bare[:2000])}
+        alone = {"plain_json(fields)": _cpu_us(accelerator.plain_json, hot),
+                 "jcs_line(line)": _cpu_us(accelerator.jcs_line, bare[:2000])}
     finally:
         shutil.rmtree(root, ignore_errors=True)
     load_after = load_average()
