@@ -36,13 +36,12 @@ from journal.verify import verify_session
 @contextmanager
 def _path(name: str) -> Iterator[None]:
     """canonical.py's functions switched to the C accelerator ("c") or to the pure-Python code ("python")."""
-    saved = canonical._fast, canonical._plain_json, canonical._jcs_line
-    if name == "python":
-        canonical._fast, canonical._plain_json, canonical._jcs_line = canonical._fast_read_back, None, None
+    was = canonical.SPEEDUPS
+    canonical.use_speedups(name == "c")
     try:
         yield
     finally:
-        canonical._fast, canonical._plain_json, canonical._jcs_line = saved
+        canonical.use_speedups(was)
 
 
 def _cpu_us(fn: Callable[[Any], object], items: list) -> float:

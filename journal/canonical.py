@@ -31,11 +31,9 @@ from journal.errors import BrokerError
 MAX_SAFE_INTEGER = 2**53 - 1
 
 
-def _load_speedups() -> ModuleType | None:
+def _import_speedups() -> ModuleType | None:
     """The C accelerator of these rules (journal/_canonical_speedups.c), or None when it was not built (it is
-    optional: an install without a C compiler still works) or BROKER_NO_SPEEDUPS is set to anything but 0."""
-    if os.environ.get("BROKER_NO_SPEEDUPS", "0") not in ("", "0"):
-        return None
+    optional: an install without a C compiler still works)."""
     try:
         from journal import _canonical_speedups
     except ImportError:
@@ -43,11 +41,30 @@ def _load_speedups() -> ModuleType | None:
     return _canonical_speedups
 
 
-_speedups = _load_speedups()  # read once, at import
-SPEEDUPS = _speedups is not None
+def _load_speedups() -> ModuleType | None:
+    """What the process runs: the accelerator if built, unless BROKER_NO_SPEEDUPS is set to anything but 0."""
+    if os.environ.get("BROKER_NO_SPEEDUPS", "0") not in ("", "0"):
+        return None
+    return _import_speedups()
+
+
+SPEEDUPS = False
 """True when the C accelerator is in use; the pure-Python code below is the reference and the fallback."""
-_plain_json: Callable[[object], bool] | None = _speedups.plain_json if _speedups else None
-_jcs_line: Callable[[bytes], bool] | None = _speedups.jcs_line if _speedups else None
+_plain_json: Callable[[object], bool] | None = None
+_jcs_line: Callable[[bytes], bool] | None = None
+
+
+def use_speedups(on: bool) -> bool:
+    """Switch this process to the C accelerator (when built) or to the pure-Python code; True if the accelerator
+    is now in use. For the tests and the benchmark that compare the two: everything else runs what was chosen
+    at import (BROKER_NO_SPEEDUPS)."""
+    global SPEEDUPS, _plain_json, _jcs_line, _fast
+    module = _import_speedups() if on else None
+    SPEEDUPS = module is not None
+    _plain_json = module.plain_json if module else None
+    _jcs_line = module.jcs_line if module else None
+    _fast = _fast_plain if module else _fast_read_back
+    return SPEEDUPS
 
 
 class CanonicalError(BrokerError, ValueError):
@@ -103,7 +120,8 @@ def _fast_plain(value: object) -> bytes | None:
     return data
 
 
-_fast = _fast_plain if _plain_json is not None else _fast_read_back
+_fast = _fast_read_back
+use_speedups(_load_speedups() is not None)  # read once, at import
 
 
 def canonical_bytes(value: object) -> bytes:

@@ -27,6 +27,7 @@ import shutil
 import sys
 import sysconfig
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
@@ -66,6 +67,16 @@ def _nested(depth: int, leaf: object = 1, kind: str = "list") -> object:
 # choosing the implementation
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _c_path() -> Iterator[None]:
+    """The functions of canonical.py under test here run on the accelerator, whatever BROKER_NO_SPEEDUPS says
+    (the pure-Python ones are called by name: _fast_read_back, _canonical_value_read_back)."""
+    was = canonical.SPEEDUPS
+    canonical.use_speedups(True)
+    yield
+    canonical.use_speedups(was)
+
+
 def test_no_speedups_selects_the_fallback(monkeypatch):
     monkeypatch.setenv("BROKER_NO_SPEEDUPS", "1")
     assert canonical._load_speedups() is None
@@ -75,10 +86,16 @@ def test_no_speedups_selects_the_fallback(monkeypatch):
     assert canonical._load_speedups() is speedups
 
 
-def test_the_module_uses_what_it_loaded():
-    assert canonical.SPEEDUPS == (canonical._speedups is not None)
-    assert canonical._fast is (canonical._fast_plain if canonical.SPEEDUPS else canonical._fast_read_back)
-    assert (canonical._jcs_line is not None) == canonical.SPEEDUPS
+def test_use_speedups_switches_every_function():
+    try:
+        assert canonical.use_speedups(False) is False and canonical.SPEEDUPS is False
+        assert canonical._fast is canonical._fast_read_back and canonical._jcs_line is None
+        assert canonical.use_speedups(True) is (speedups is not None) is canonical.SPEEDUPS
+        if speedups is not None:
+            assert canonical._fast is canonical._fast_plain
+            assert (canonical._plain_json, canonical._jcs_line) == (speedups.plain_json, speedups.jcs_line)
+    finally:
+        canonical.use_speedups(True)
 
 
 def test_the_extension_is_built():
@@ -357,18 +374,21 @@ def test_jcs_line_proves_no_prefix_of_an_entry():
         assert speedups.jcs_line(_ENTRY[:cut]) is False
 
 
-def test_a_hostile_line_nested_100000_deep_is_not_canonical_on_either_path(tmp_path, monkeypatch):
+def test_a_hostile_line_nested_100000_deep_is_not_canonical_on_either_path(tmp_path):
     """msgspec answers such a line with RecursionError, not DecodeError: canonical_value must say "cannot
     tell" (the verifier then names the line), not raise (it did before this branch, on both paths)."""
     line = b"[" * 100_000 + b"]" * 100_000
-    for jcs in (canonical._jcs_line, None):
-        monkeypatch.setattr(canonical, "_jcs_line", jcs)
-        assert canonical.canonical_value(line) is None
-        good = chain_entry(fields(n=1), 1, "0" * 64)[1]
-        vault = Vault.create(tmp_path / f"v{jcs is None}")
-        vault.session_path("s1").write_bytes(good + line + b"\n")
-        report = verify_session(vault, "s1", workers=1)
-        assert (report.intact, report.broken_at_seq, report.kind) == (False, 2, "not_canonical")
+    try:
+        for c_path in (True, False):
+            canonical.use_speedups(c_path)
+            assert canonical.canonical_value(line) is None
+            good = chain_entry(fields(n=1), 1, "0" * 64)[1]
+            vault = Vault.create(tmp_path / f"v{c_path}")
+            vault.session_path("s1").write_bytes(good + line + b"\n")
+            report = verify_session(vault, "s1", workers=1)
+            assert (report.intact, report.broken_at_seq, report.kind) == (False, 2, "not_canonical")
+    finally:
+        canonical.use_speedups(True)
 
 
 # ---------------------------------------------------------------------------------------------
