@@ -47,7 +47,7 @@ from journal.confine import NotConfined, is_blob_name
 from journal.entry import ContractError, is_valid_entry, validate_entry
 from journal.erasure import read_tombstone
 from journal.forked_call import ForkedCall, can_fork, usable_cpus
-from journal.reader import LineBlock, RowSource, iter_line_blocks, session_blocks
+from journal.reader import LineBlock, RowSource, iter_line_blocks, session_blocks, split_lines
 from journal.seal import Seal, check_signature, read_seal
 from journal.vault import Vault, VaultError
 
@@ -160,7 +160,7 @@ def _blocks_of(lines: Iterator[bytes], size: int) -> Iterator[LineBlock]:
         whole = chunk if chunk[-1].endswith(b"\n") else chunk[:-1]
         if whole:
             raw = b"".join(whole)
-            yield LineBlock(raw.split(b"\n")[:-1], raw)
+            yield LineBlock(split_lines(raw), raw)
         if len(whole) < len(chunk):
             yield LineBlock([], chunk[-1], chunk[-1])
             return
