@@ -3,26 +3,22 @@ exit then leaves them out of its garbage collections (about 10 ms of a short com
 
 from __future__ import annotations
 
-import gc
+import subprocess
 import sys
 
 import pytest
 
-from broker.cli.main import main
 from journal.vault import Vault
+
+_RUN = ("import atexit, gc, sys; from broker.cli.main import main; "
+        "atexit.register(lambda: print('frozen', gc.get_freeze_count() > 0, file=sys.stderr)); main()")
 
 
 @pytest.mark.parametrize("argv, code", [(["verify"], 0), (["verify", "no-such-session"], 2)])
-def test_main_exits_with_the_commands_code_its_objects_frozen(tmp_path, monkeypatch, capsys, argv, code):
+def test_main_exits_with_the_commands_code_its_objects_frozen(tmp_path, argv, code):
     Vault.create(tmp_path / "vault")
-    monkeypatch.setattr(sys, "argv", ["broker", *argv, "--vault", str(tmp_path / "vault")])
-    gc.unfreeze()
-    try:
-        with pytest.raises(SystemExit) as exc:
-            main()
-        assert exc.value.code == code
-        assert gc.get_freeze_count() > 0
-    finally:
-        gc.unfreeze()
-    out = capsys.readouterr()
-    assert ("no sessions in" in out.out) if code == 0 else out.err.startswith("broker: error:")
+    proc = subprocess.run([sys.executable, "-c", _RUN, *argv, "--vault", str(tmp_path / "vault")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == code
+    assert proc.stderr.splitlines()[-1] == "frozen True"
+    assert ("no sessions in" in proc.stdout) if code == 0 else proc.stderr.startswith("broker: error:")
