@@ -348,9 +348,8 @@ class _RangeResult:
 
 MIN_WORKER_BYTES = 4 << 20
 """Bytes per process at least, in the default sharing (a fork costs a few milliseconds)."""
-RANGES_PER_WORKER = 4
-"""Ranges per process, taken one at a time from a shared queue: a process slowed by other load takes fewer."""
-MIN_RANGE_BYTES = 2 << 20
+MIN_RANGE_BYTES = 1 << 20
+"""The smallest range of the default sharing (`_range_targets`): a few milliseconds of one core's work."""
 
 
 def _verify_file(walk: _Walk, path: Path, workers: int | None) -> None:
@@ -368,8 +367,7 @@ def _verify_file(walk: _Walk, path: Path, workers: int | None) -> None:
     if workers is None:  # a process per CPU, each with MIN_WORKER_BYTES at least, 16 at most
         auto = walk.on_entry is None and size >= PARALLEL_MIN_BYTES
         workers = min(usable_cpus(), size // MIN_WORKER_BYTES, 16) if auto else 1
-    wanted = max(workers, min(workers * RANGES_PER_WORKER, size // MIN_RANGE_BYTES, 255))
-    cuts = _line_starts(path, size, wanted) if workers > 1 and can_fork() else []
+    cuts = _line_starts(path, size, _range_targets(size, workers)) if workers > 1 and can_fork() else []
     if not cuts:
         walk.run(iter_line_blocks(path))
         return
@@ -421,12 +419,34 @@ def _verify_ranges(
     return done
 
 
-def _line_starts(path: Path, size: int, workers: int) -> list[int]:
-    """Offsets cutting the file into up to `workers` ranges of about equal size, each at a line start."""
+def _range_targets(size: int, workers: int) -> list[int]:
+    """Where to cut `size` bytes (before moving each cut to a line start) into the ranges `workers` processes
+    take one at a time from a queue: in rounds of `workers` ranges, each round half of what is left, down to
+    MIN_RANGE_BYTES; at least `workers` ranges (equal ones in a small file), 255 at most (one queue byte each).
+
+    Why shrinking ranges: the ranges taken last are short, so the processes finish close together (equal
+    ranges of 12 MB left a core idle for up to one range's ~50 ms whenever one process ran slower), and a
+    process slowed by other load takes fewer of them."""
+    cuts: list[int] = []
+    pos = step = 0
+    while True:
+        if len(cuts) % workers == 0:  # a new round
+            step = max((size - pos) // (2 * workers), MIN_RANGE_BYTES)
+        pos += step
+        if pos >= size or len(cuts) == 254:
+            break
+        cuts.append(pos)
+    if len(cuts) < workers - 1:
+        cuts = [size * i // workers for i in range(1, workers)]
+    return cuts
+
+
+def _line_starts(path: Path, size: int, targets: list[int]) -> list[int]:
+    """The offsets `targets` (ascending) each moved on to the next line start: the cuts of the file's ranges."""
     cuts: list[int] = []
     with open(path, "rb") as f:
-        for i in range(1, workers):
-            pos = max(size * i // workers, cuts[-1] if cuts else 1)
+        for target in targets:
+            pos = max(target, cuts[-1] if cuts else 1)
             f.seek(pos - 1)
             while chunk := f.read(1 << 16):
                 nl = chunk.find(b"\n")

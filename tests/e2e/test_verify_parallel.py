@@ -208,7 +208,13 @@ def _tamper(data, lines: list[bytes]) -> None:
 
 
 def _reports(vault: Vault, seal_key=None) -> list[dict]:
-    return [verify_session(vault, SESSION, workers=w, seal_key=seal_key).as_dict() for w in (1, 2, 5)]
+    """In one process; in 2 and 5 equal ranges (a small file); and in the shrinking ranges of a big file
+    (`_range_targets`), here down to a line or two each: a tampered line lands on a range's first or last line."""
+    reports = [verify_session(vault, SESSION, workers=w, seal_key=seal_key).as_dict() for w in (1, 2, 5)]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(verify, "MIN_RANGE_BYTES", 1)
+        reports.append(verify_session(vault, SESSION, workers=2, seal_key=seal_key).as_dict())
+    return reports
 
 
 @SETTINGS
@@ -241,7 +247,7 @@ def test_a_break_classified_by_lines_in_the_next_range(tmp_path):
     vault.session_path(SESSION).write_bytes(b"".join(lines))
     expected = reference_report(vault, SESSION).as_dict()
     assert expected["broken_at_seq"] == 1 and "(or seq 2" not in expected["detail"]
-    assert _reports(vault) == [expected] * 3
+    assert _reports(vault) == [expected] * 4
 
 
 def test_workers_are_forked_for_each_range_and_agree(tmp_path, count_forks):
@@ -310,6 +316,19 @@ def test_auto_mode_forks_only_for_big_files_without_on_entry_or_threads(tmp_path
     finally:
         stop.set()
         other.join()
+
+
+@pytest.mark.parametrize("size", [100, 1000, 9 << 20, 100_000_000, 1 << 40])
+@pytest.mark.parametrize("workers", [2, 3, 16])
+def test_range_targets_cover_the_file_in_shrinking_ranges_at_least_one_a_worker(size, workers):
+    cuts = verify._range_targets(size, workers)
+    sizes = [b - a for a, b in zip([0, *cuts], [*cuts, size], strict=True)]
+    assert all(n > 0 for n in sizes) and sum(sizes) == size
+    assert workers <= len(sizes) <= 255
+    if size >= 2 * workers * verify.MIN_RANGE_BYTES:  # rounds of `workers` ranges, each round half of what is left
+        assert sizes[:workers] == [size // (2 * workers)] * workers
+        assert sizes[:-1] == sorted(sizes[:-1], reverse=True)  # the last one: what is left
+        assert sizes[-2] == verify.MIN_RANGE_BYTES
 
 
 def test_forked_call_returns_the_value_or_none_and_close_stops_the_child():
