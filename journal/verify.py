@@ -234,7 +234,7 @@ class _Walk:
                     if progress is not None:
                         progress(len(data) + 1)
                     try:
-                        entry = quick(data, session, keys_ok) or _check_line(data + b"\n", session)
+                        entry = quick(data, session, keys_ok, expected_prev) or _check_line(data + b"\n", session)
                         if entry["seq"] != k or entry["prev"] != expected_prev:
                             rest = _rest(lines, k - k0 - 1, itertools.chain(blocks, after() if after else ()))
                             raise _classify_chain_break(entry, k, before, rest)
@@ -295,23 +295,30 @@ class _Walk:
             self.progress(part.bytes)
 
 
-def _quick_entry(data: bytes, session: str, keys_ok: bool) -> dict | None:
+def _quick_entry(data: bytes, session: str, keys_ok: bool, prev: str | None = None) -> dict | None:
     """The entry of line `data` (its newline stripped) when it passes every check of `_check_line`, else
     None (then `_check_line` decides). The same checks in one pass: canonical_value for the canonical form,
-    is_valid_entry for the contract, and the hash spliced out exactly as `_check_line` does."""
+    is_valid_entry for the contract, and the hash spliced out exactly as `_check_line` does.
+
+    `prev`: the chain's expected prev (64 lowercase hex digits the caller holds: the genesis value or a hash
+    this verifier checked); a line naming another prev is left to `_check_line` (and then the chain check
+    names the break). Since `hash` must equal the digest computed here and `prev` that string, neither
+    form is checked again (is_valid_entry's `links_known`)."""
     entry = canonical_value(data, keys_checked=keys_ok)
-    if type(entry) is not dict or not is_valid_entry(entry) or entry["session"] != session:
+    if type(entry) is not dict:
         return None
     # What `_check_line` hashes (`unsplice_hash`: the line without its first `,"hash":"<hash>"`), without
-    # building that member, searching for it or copying the line: in a valid canonical entry the first
-    # `,"hash":"` is the top-level member (chain.splice_hash says why) and holds the 64 hex digits of `hash`.
+    # building that member or searching for it: in a valid canonical entry the first `,"hash":"` is the
+    # top-level member (chain.splice_hash says why) and holds the 64 hex digits of `hash`. An entry that is
+    # not valid may hash other bytes here: is_valid_entry refuses it below all the same.
     at = data.find(_HASH_KEY)
-    if at < 0:
+    if at < 0 or entry.get("hash") != _sha256(data[:at] + data[at + _HASH_MEMBER_LEN :]).hexdigest():
         return None
-    line = memoryview(data)
-    digest = _sha256(line[:at])
-    digest.update(line[at + _HASH_MEMBER_LEN :])
-    return entry if digest.hexdigest() == entry["hash"] else None
+    if prev is None:
+        ok = is_valid_entry(entry)
+    else:  # found: `hash` a hex digest just computed, `prev` the caller's
+        ok = entry.get("prev") == prev and is_valid_entry(entry, links_known=True)
+    return entry if ok and entry["session"] == session else None
 
 
 def _rest(lines: list[bytes], i: int, blocks: Iterator[LineBlock]) -> Iterator[bytes]:

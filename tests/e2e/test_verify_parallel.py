@@ -30,6 +30,7 @@ from journal.seal import generate_keypair, load_private_key, load_public_key, re
 from journal.trajectory import ToolListWatch
 from journal.vault import Vault
 from journal.verify import SessionReport
+from tests.journal.test_verify import _FORGERIES, make_chain
 from tests.support.journal_factories import fields
 
 pytestmark = pytest.mark.usefixtures("only_main_thread")
@@ -344,3 +345,26 @@ def test_forked_call_returns_the_value_or_none_and_close_stops_the_child():
     slow.close()
     with pytest.raises(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)  # killed and reaped: nothing left behind
+
+
+@pytest.mark.parametrize("forgery", [*sorted(_FORGERIES), "torn"])
+def test_a_forged_line_anywhere_is_found_alike_in_one_process_and_in_ranges_of_a_line_or_two(
+        tmp_path, monkeypatch, forgery):
+    """Each forgery at each line of an 8-line chain, verified in one process and shared between two processes
+    in ranges so short that the forged line is some range's first or last line (`_range_targets`)."""
+    monkeypatch.setattr(verify, "MIN_RANGE_BYTES", 1)
+    base = make_chain(8)
+    for i in range(8) if forgery != "torn" else [7]:
+        lines = list(base)
+        lines[i] = lines[i][: len(lines[i]) // 2] if forgery == "torn" else _FORGERIES[forgery](lines[i])
+        if lines[i] == base[i]:
+            continue  # an uppercase prev of seq 1: zeros are zeros
+        vault = Vault.create(tmp_path / f"{forgery}-{i}")
+        vault.session_path("s1").write_bytes(b"".join(lines))
+        data = vault.session_path("s1").read_bytes()
+        cuts = verify._line_starts(vault.session_path("s1"), len(data), verify._range_targets(len(data), 2))
+        assert len(cuts) >= 4 and all(data[c - 1 : c] == b"\n" for c in cuts)  # no line split between two ranges
+        alone = verify.verify_session(vault, "s1", workers=1)
+        assert not alone.intact and alone.broken_at_seq in (i, i + 1), (i, alone.as_dict())
+        assert alone.kind == "torn_tail" if forgery == "torn" else alone.kind != "torn_tail"
+        assert verify.verify_session(vault, "s1", workers=2).as_dict() == alone.as_dict()
