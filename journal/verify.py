@@ -36,7 +36,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 import orjson
 
@@ -336,9 +336,9 @@ PARALLEL_MIN_BYTES = 8 << 20
 """Below this a file is verified in the calling process alone (a fork costs a few milliseconds)."""
 
 
-@dataclass
-class _RangeResult:
-    """What a range worker found intact, for `_Walk.absorb`."""
+class _RangeResult(NamedTuple):
+    """What a range worker found intact, for `_Walk.absorb` (a NamedTuple: a dataclass costs every verify
+    ~0.4 ms of start-up to build)."""
 
     first_seq: int
     first_prev: str
