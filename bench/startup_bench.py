@@ -17,6 +17,8 @@
    report) of a vault holding one session of about 100 MB (the journal benchmark's ~2 KB entries), against
    `sha256sum` and `openssl dgst -sha256` of the same file, warm page cache. Ratio = broker's time / the
    same round's `sha256sum` time, median over the rounds (each round runs every command once, in turn).
+   `--other-broker SCRIPT` times another install's `broker verify` in the same rounds (an A/B, e.g. main's
+   console script beside a branch's, on a machine others share).
 
 With `--load N`, N busy processes (bench/load.py) run during the measurements. The load average is
 printed with the figures. Nothing here asserts a timing.
@@ -129,12 +131,16 @@ def build_vault(root: Path, megabytes: float) -> tuple[Path, Path, int]:
     return root / "vault", path, entries
 
 
-def run_verify(vault_dir: Path, path: Path, repeat: int, env: dict[str, str]) -> tuple[list[dict], list[float]]:
+def run_verify(vault_dir: Path, path: Path, repeat: int, env: dict[str, str],
+               other: str | None = None) -> tuple[list[dict], list[float]]:
+    """`other`: another install's `broker` script (say main's, beside a branch's), timed in the same rounds."""
     cases: dict[str, list[str]] = {"sha256sum": ["sha256sum", str(path)]}
     openssl = shutil.which("openssl")
     if openssl:
         cases["openssl dgst -sha256"] = [openssl, "dgst", "-sha256", str(path)]
     cases["broker verify"] = [*_broker(), "verify", "--vault", str(vault_dir)]
+    if other:
+        cases["other broker verify"] = [other, "verify", "--vault", str(vault_dir)]
     for cmd in cases.values():  # warm: page cache, bytecode caches
         _wall(cmd, env)
     times: dict[str, list[float]] = {name: [] for name in cases}
@@ -148,8 +154,8 @@ def run_verify(vault_dir: Path, path: Path, repeat: int, env: dict[str, str]) ->
     for name, ts in times.items():
         round_ratios = [t / s for t, s in zip(ts, times["sha256sum"], strict=True)]
         rows.append({"case": name, "median_s": statistics.median(ts), "mb_per_s": size / 1e6 / statistics.median(ts),
-                     "ratio": statistics.median(round_ratios), "cpu_s": _cpu(cases[name]),
-                     "cpu_ratio": _cpu(cases[name]) / _cpu(cases["sha256sum"])})
+                     "ratio": statistics.median(round_ratios), "min_ratio": min(round_ratios),
+                     "cpu_s": _cpu(cases[name]), "cpu_ratio": _cpu(cases[name]) / _cpu(cases["sha256sum"])})
     return rows, ratios
 
 
@@ -164,12 +170,12 @@ def format_tables(start: list[dict], verify: list[dict], info: dict) -> str:
     out.append("")
     out.append(f"whole-process verify of a {info['verify_mb']:.1f} MB session ({info['entries']} entries), warm cache, "
                f"median of {info['repeat']} rounds")
-    out.append(f"{'case':<26}{'median s':>10}{'MB/s':>9}{'ratio':>8}{'CPU s':>8}{'CPU ratio':>10}")
+    out.append(f"{'case':<26}{'median s':>10}{'MB/s':>9}{'ratio':>8}{'min':>7}{'CPU s':>8}{'CPU ratio':>10}")
     for r in verify:
-        out.append(f"{r['case']:<26}{r['median_s']:>10.3f}{r['mb_per_s']:>9.1f}{r['ratio']:>8.2f}"
+        out.append(f"{r['case']:<26}{r['median_s']:>10.3f}{r['mb_per_s']:>9.1f}{r['ratio']:>8.2f}{r['min_ratio']:>7.2f}"
                    f"{r['cpu_s']:>8.3f}{r['cpu_ratio']:>10.2f}")
     out.append("CPU s: median CPU seconds (user + system, with children); CPU ratio: against sha256sum's")
-    out.append("ratio = time / sha256sum time of the same round, median over rounds; broker verify per round: "
+    out.append("ratio = time / sha256sum time of the same round, median (min) over rounds; broker verify per round: "
                + " ".join(f"{x:.2f}" for x in info["verify_ratios"]))
     out.append(f"load average before/after: {info['load_before']} / {info['load_after']}"
                + (f" (with {info['load']} busy processes)" if info["load"] else ""))
@@ -186,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, help="verify rounds (default 7, --quick 3)")
     ap.add_argument("--load", type=int, default=0, help="busy processes during the measurement (bench/load.py)")
     ap.add_argument("--json", metavar="FILE", help="also write the figures to FILE (key 'startup')")
+    ap.add_argument("--other-broker", metavar="SCRIPT", help="another install's `broker` console script (e.g. "
+                    "main's .venv/bin/broker), its verify timed in the same rounds: an A/B on a shared machine")
     args = ap.parse_args(argv)
     mb = args.verify_mb or (10 if args.quick else 100)
     repeat = args.repeat or (3 if args.quick else 7)
@@ -202,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
                       "show_sizes": show_sizes, "load_before": fmt % load_average()}
         with busy_load(args.load):
             start = run_startup(runs, env, readers)
-            verify, ratios = run_verify(vault_dir, path, repeat, env)
+            verify, ratios = run_verify(vault_dir, path, repeat, env, args.other_broker)
         info["load_after"] = fmt % load_average()
         info["verify_ratios"] = ratios
         print(format_tables(start, verify, info))

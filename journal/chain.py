@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-import secrets
+import os
 from typing import NamedTuple
 
 import orjson
@@ -67,8 +67,9 @@ def chain_entry(fields: dict, seq: int, prev: str, *, orjson_ok: bool = False) -
     return entry, splice_hash(body, digest) + b"\n"
 
 
-_SLOT = secrets.token_hex(16)
-"""Placeholder value for seq, prev and hash in `link_pieces` (fresh per process; see there)."""
+_SLOT = os.urandom(16).hex()
+"""Placeholder value for seq, prev and hash in `link_pieces` (fresh per process; see there). What
+secrets.token_hex(16) gives, without importing `secrets` (and `random`, ~1.5 ms) into every reader."""
 _SLOT_B = _SLOT.encode()
 
 

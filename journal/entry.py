@@ -109,24 +109,31 @@ def _check_entry(entry: object) -> None:
     _check_common(entry)
 
 
-def is_valid_entry(entry: object) -> bool:
+def is_valid_entry(entry: object, *, links_known: bool = False) -> bool:
     """True when validate_entry would accept `entry`: the same rules, decided in one pass.
 
     The verifier asks this of every line, so it is written for speed (exact types, one lookup per
     field, byte translations for the fixed shapes, no error text); validate_entry runs the
     step-by-step checks only to name what is wrong. tests/journal/test_entry_fast.py checks that both agree
     on mutated entries.
+
+    `links_known`: the caller found `prev` and `hash` in the entry, each equal to a string of 64 lowercase hex
+    digits it holds (the verifier: `hash` the digest it computed, `prev` the hash of the entry before), so
+    their form is not checked again.
     """
     if type(entry) is not dict or len(entry) != len(KEYS):
         return False
     try:  # with fourteen keys, finding each of the fourteen names means exactly those keys
-        seq, prev, digest = entry["seq"], entry["prev"], entry["hash"]
-        return (
-            type(seq) is int and seq >= 1
-            and type(prev) is str and type(digest) is str and len(prev) == 64 and len(digest) == 64
-            and _is_lower_hex(prev + digest)
-            and _common_ok(entry)
-        )
+        seq = entry["seq"]
+        if not (type(seq) is int and seq >= 1):
+            return False
+        if not links_known:
+            prev, digest = entry["prev"], entry["hash"]
+            if not (type(prev) is str and type(digest) is str and len(prev) == 64 and len(digest) == 64):
+                return False
+            if not _is_lower_hex(prev + digest):
+                return False
+        return _common_ok(entry)
     except KeyError:
         return False
 

@@ -8,8 +8,6 @@ held forever (`can_fork` says whether it is safe here).
 from __future__ import annotations
 
 import os
-import pickle
-import signal
 import threading
 from collections.abc import Callable
 
@@ -32,6 +30,8 @@ class ForkedCall:
     the child failed in any way (the caller then does the work itself)."""
 
     def __init__(self, fn: Callable[[], object]) -> None:
+        import pickle  # here, before the fork (both processes use it): a caller that forks none loads none
+
         read_fd, write_fd = os.pipe()
         try:
             pid = os.fork()
@@ -66,6 +66,8 @@ class ForkedCall:
         _, status = os.waitpid(self._pid, 0)
         self._pid = None
         if status == 0 and payload[:1] == b"+":
+            import pickle
+
             return pickle.loads(payload[1:])
         self.failure = payload[1:].decode("utf-8", "replace") or f"exit status {os.waitstatus_to_exitcode(status)}"
         return None
@@ -76,6 +78,8 @@ class ForkedCall:
             os.close(self._fd)
             self._fd = None
         if self._pid is not None:
+            import signal  # only for a child still running
+
             try:
                 os.kill(self._pid, signal.SIGKILL)
             except ProcessLookupError:

@@ -18,6 +18,8 @@ from journal.errors import InputError
 from journal.vault import Vault
 
 _BLOCK = 1 << 18  # iter_line_blocks: a block and its lines stay in the CPU caches (faster than 1 MiB here)
+_FIND_PER_LINE = 256
+"""split_lines: a first line this long or longer and the lines are cut at a bytes.find each (see there)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +45,30 @@ class LineBlock:
             found.add(i)
             pos = self.raw.find(mark, ends[i])
         return found
+
+
+def split_lines(buf: bytes) -> list[bytes]:
+    """The lines of `buf` that end in a newline, each without it: `buf.split(b"\\n")` less the part after the
+    last newline ([] when there is none).
+
+    Why not always bytes.split: for a one-byte separator CPython compares byte by byte (stringlib's
+    split_char), while bytes.find goes through memchr, which reads many bytes a step. Lines of a few hundred
+    bytes and more (a journal line is ~2 KB) are cut faster by a find and a slice each (2 KB lines, block in
+    cache: 0.26 us against 0.57 us a line); short lines keep bytes.split, whose per-line cost is lower.
+    Judged by the block's first line: either way gives the same list."""
+    j = buf.find(b"\n")
+    if j < _FIND_PER_LINE:
+        if j < 0:
+            return []
+        lines = buf.split(b"\n")
+        lines.pop()
+        return lines
+    find, lines, i = buf.find, [], 0
+    while j >= 0:
+        lines.append(buf[i:j])
+        i = j + 1
+        j = find(b"\n", i)
+    return lines
 
 
 def iter_line_blocks(path: str | os.PathLike, start: int = 0, stop: int | None = None) -> Iterator[LineBlock]:
@@ -79,10 +105,8 @@ def fd_line_blocks(fd: int, start: int = 0, stop: int | None = None) -> Iterator
             if end < 0:
                 yield LineBlock([], buf, buf)
                 return
-        lines = buf.split(b"\n")
-        lines.pop()  # the part after the last newline: read again as the start of the next block
-        pos += end + 1
-        yield LineBlock(lines, buf)
+        pos += end + 1  # the part after the last newline: read again as the start of the next block
+        yield LineBlock(split_lines(buf), buf)
 
 
 def _pread(fd: int, pos: int, stop: int | None) -> bytes:
@@ -153,7 +177,7 @@ def blocks_of_lines(lines: Iterable[bytes], size: int = 512) -> Iterator[LineBlo
         if not chunk:
             return
         raw = b"".join(chunk)
-        yield LineBlock(raw.split(b"\n")[:-1], raw)
+        yield LineBlock(split_lines(raw), raw)
 
 
 @runtime_checkable

@@ -36,7 +36,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 import orjson
 
@@ -47,7 +47,7 @@ from journal.confine import NotConfined, is_blob_name
 from journal.entry import ContractError, is_valid_entry, validate_entry
 from journal.erasure import read_tombstone
 from journal.forked_call import ForkedCall, can_fork, usable_cpus
-from journal.reader import LineBlock, RowSource, iter_line_blocks, session_blocks
+from journal.reader import LineBlock, RowSource, iter_line_blocks, session_blocks, split_lines
 from journal.seal import Seal, check_signature, read_seal
 from journal.vault import Vault, VaultError
 
@@ -160,7 +160,7 @@ def _blocks_of(lines: Iterator[bytes], size: int) -> Iterator[LineBlock]:
         whole = chunk if chunk[-1].endswith(b"\n") else chunk[:-1]
         if whole:
             raw = b"".join(whole)
-            yield LineBlock(raw.split(b"\n")[:-1], raw)
+            yield LineBlock(split_lines(raw), raw)
         if len(whole) < len(chunk):
             yield LineBlock([], chunk[-1], chunk[-1])
             return
@@ -234,7 +234,7 @@ class _Walk:
                     if progress is not None:
                         progress(len(data) + 1)
                     try:
-                        entry = quick(data, session, keys_ok) or _check_line(data + b"\n", session)
+                        entry = quick(data, session, keys_ok, expected_prev) or _check_line(data + b"\n", session)
                         if entry["seq"] != k or entry["prev"] != expected_prev:
                             rest = _rest(lines, k - k0 - 1, itertools.chain(blocks, after() if after else ()))
                             raise _classify_chain_break(entry, k, before, rest)
@@ -295,23 +295,30 @@ class _Walk:
             self.progress(part.bytes)
 
 
-def _quick_entry(data: bytes, session: str, keys_ok: bool) -> dict | None:
+def _quick_entry(data: bytes, session: str, keys_ok: bool, prev: str | None = None) -> dict | None:
     """The entry of line `data` (its newline stripped) when it passes every check of `_check_line`, else
     None (then `_check_line` decides). The same checks in one pass: canonical_value for the canonical form,
-    is_valid_entry for the contract, and the hash spliced out exactly as `_check_line` does."""
+    is_valid_entry for the contract, and the hash spliced out exactly as `_check_line` does.
+
+    `prev`: the chain's expected prev (64 lowercase hex digits the caller holds: the genesis value or a hash
+    this verifier checked); a line naming another prev is left to `_check_line` (and then the chain check
+    names the break). Since `hash` must equal the digest computed here and `prev` that string, neither
+    form is checked again (is_valid_entry's `links_known`)."""
     entry = canonical_value(data, keys_checked=keys_ok)
-    if type(entry) is not dict or not is_valid_entry(entry) or entry["session"] != session:
+    if type(entry) is not dict:
         return None
     # What `_check_line` hashes (`unsplice_hash`: the line without its first `,"hash":"<hash>"`), without
-    # building that member, searching for it or copying the line: in a valid canonical entry the first
-    # `,"hash":"` is the top-level member (chain.splice_hash says why) and holds the 64 hex digits of `hash`.
+    # building that member or searching for it: in a valid canonical entry the first `,"hash":"` is the
+    # top-level member (chain.splice_hash says why) and holds the 64 hex digits of `hash`. An entry that is
+    # not valid may hash other bytes here: is_valid_entry refuses it below all the same.
     at = data.find(_HASH_KEY)
-    if at < 0:
+    if at < 0 or entry.get("hash") != _sha256(data[:at] + data[at + _HASH_MEMBER_LEN :]).hexdigest():
         return None
-    line = memoryview(data)
-    digest = _sha256(line[:at])
-    digest.update(line[at + _HASH_MEMBER_LEN :])
-    return entry if digest.hexdigest() == entry["hash"] else None
+    if prev is None:
+        ok = is_valid_entry(entry)
+    else:  # found: `hash` a hex digest just computed, `prev` the caller's
+        ok = entry.get("prev") == prev and is_valid_entry(entry, links_known=True)
+    return entry if ok and entry["session"] == session else None
 
 
 def _rest(lines: list[bytes], i: int, blocks: Iterator[LineBlock]) -> Iterator[bytes]:
@@ -329,9 +336,9 @@ PARALLEL_MIN_BYTES = 8 << 20
 """Below this a file is verified in the calling process alone (a fork costs a few milliseconds)."""
 
 
-@dataclass
-class _RangeResult:
-    """What a range worker found intact, for `_Walk.absorb`."""
+class _RangeResult(NamedTuple):
+    """What a range worker found intact, for `_Walk.absorb` (a NamedTuple: a dataclass costs every verify
+    ~0.4 ms of start-up to build)."""
 
     first_seq: int
     first_prev: str
@@ -348,9 +355,8 @@ class _RangeResult:
 
 MIN_WORKER_BYTES = 4 << 20
 """Bytes per process at least, in the default sharing (a fork costs a few milliseconds)."""
-RANGES_PER_WORKER = 4
-"""Ranges per process, taken one at a time from a shared queue: a process slowed by other load takes fewer."""
-MIN_RANGE_BYTES = 2 << 20
+MIN_RANGE_BYTES = 1 << 20
+"""The smallest range of the default sharing (`_range_targets`): a few milliseconds of one core's work."""
 
 
 def _verify_file(walk: _Walk, path: Path, workers: int | None) -> None:
@@ -368,8 +374,7 @@ def _verify_file(walk: _Walk, path: Path, workers: int | None) -> None:
     if workers is None:  # a process per CPU, each with MIN_WORKER_BYTES at least, 16 at most
         auto = walk.on_entry is None and size >= PARALLEL_MIN_BYTES
         workers = min(usable_cpus(), size // MIN_WORKER_BYTES, 16) if auto else 1
-    wanted = max(workers, min(workers * RANGES_PER_WORKER, size // MIN_RANGE_BYTES, 255))
-    cuts = _line_starts(path, size, wanted) if workers > 1 and can_fork() else []
+    cuts = _line_starts(path, size, _range_targets(size, workers)) if workers > 1 and can_fork() else []
     if not cuts:
         walk.run(iter_line_blocks(path))
         return
@@ -421,12 +426,34 @@ def _verify_ranges(
     return done
 
 
-def _line_starts(path: Path, size: int, workers: int) -> list[int]:
-    """Offsets cutting the file into up to `workers` ranges of about equal size, each at a line start."""
+def _range_targets(size: int, workers: int) -> list[int]:
+    """Where to cut `size` bytes (before moving each cut to a line start) into the ranges `workers` processes
+    take one at a time from a queue: in rounds of `workers` ranges, each round half of what is left, down to
+    MIN_RANGE_BYTES; at least `workers` ranges (equal ones in a small file), 255 at most (one queue byte each).
+
+    Why shrinking ranges: the ranges taken last are short, so the processes finish close together (equal
+    ranges of 12 MB left a core idle for up to one range's ~50 ms whenever one process ran slower), and a
+    process slowed by other load takes fewer of them."""
+    cuts: list[int] = []
+    pos = step = 0
+    while True:
+        if len(cuts) % workers == 0:  # a new round
+            step = max((size - pos) // (2 * workers), MIN_RANGE_BYTES)
+        pos += step
+        if pos >= size or len(cuts) == 254:
+            break
+        cuts.append(pos)
+    if len(cuts) < workers - 1:
+        cuts = [size * i // workers for i in range(1, workers)]
+    return cuts
+
+
+def _line_starts(path: Path, size: int, targets: list[int]) -> list[int]:
+    """The offsets `targets` (ascending) each moved on to the next line start: the cuts of the file's ranges."""
     cuts: list[int] = []
     with open(path, "rb") as f:
-        for i in range(1, workers):
-            pos = max(size * i // workers, cuts[-1] if cuts else 1)
+        for target in targets:
+            pos = max(target, cuts[-1] if cuts else 1)
             f.seek(pos - 1)
             while chunk := f.read(1 << 16):
                 nl = chunk.find(b"\n")

@@ -125,9 +125,11 @@ def test_the_checks_catch_what_they_are_for(tmp_path):
 
 READERS_NEVER_LOAD = ("journal.redact", "journal.record", "journal.writer", "journal.store", "journal.checkpoint",
                       "cryptography", "httpx", "mitmproxy", "mcp", "starlette", "rich", "logging", "socket",
-                      "tempfile")
+                      "tempfile", "secrets", "random", "pickle", "signal")
 """What `broker verify`, `sessions` and `show` load only when asked for more than reading a file vault: a
---store URL, a --seal-key, a progress bar on a terminal; never capture, redaction or the writer."""
+--store URL, a --seal-key, a progress bar on a terminal; never capture, redaction or the writer. Nor what
+only a fork of the verifier needs (pickle; signal to stop a child) or a fresh random value (secrets, random:
+~1.5 ms of start-up, where os.urandom does)."""
 SHOW_NEVER_LOADS = READERS_NEVER_LOAD + ("journal.verify", "journal.summary", "journal.canonical", "journal.chain",
                                          "msgspec", "hashlib")
 """`broker show` reads entries and checks none: no verifier, no canonical form (msgspec)."""

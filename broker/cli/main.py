@@ -10,6 +10,7 @@ modules (a command whose docstring is its summary repeats it there: its own `--h
 
 from __future__ import annotations
 
+import gc
 import importlib
 import sys
 
@@ -92,4 +93,9 @@ def cli() -> None:
 
 
 def main() -> None:
-    sys.exit(run_cli(cli))
+    code = run_cli(cli)
+    # The interpreter's exit collects garbage over every object still tracked: tens of thousands made by the
+    # imports, none of them garbage, about 10 ms of a short command's run (`broker verify`, `show`). Frozen,
+    # they are left out of those collections; everything else at exit (atexit, flushing, freeing) is as before.
+    gc.freeze()
+    sys.exit(code)

@@ -30,6 +30,7 @@ from journal.seal import generate_keypair, load_private_key, load_public_key, re
 from journal.trajectory import ToolListWatch
 from journal.vault import Vault
 from journal.verify import SessionReport
+from tests.journal.test_verify import _FORGERIES, make_chain
 from tests.support.journal_factories import fields
 
 pytestmark = pytest.mark.usefixtures("only_main_thread")
@@ -208,7 +209,13 @@ def _tamper(data, lines: list[bytes]) -> None:
 
 
 def _reports(vault: Vault, seal_key=None) -> list[dict]:
-    return [verify_session(vault, SESSION, workers=w, seal_key=seal_key).as_dict() for w in (1, 2, 5)]
+    """In one process; in 2 and 5 equal ranges (a small file); and in the shrinking ranges of a big file
+    (`_range_targets`), here down to a line or two each: a tampered line lands on a range's first or last line."""
+    reports = [verify_session(vault, SESSION, workers=w, seal_key=seal_key).as_dict() for w in (1, 2, 5)]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(verify, "MIN_RANGE_BYTES", 1)
+        reports.append(verify_session(vault, SESSION, workers=2, seal_key=seal_key).as_dict())
+    return reports
 
 
 @SETTINGS
@@ -241,7 +248,7 @@ def test_a_break_classified_by_lines_in_the_next_range(tmp_path):
     vault.session_path(SESSION).write_bytes(b"".join(lines))
     expected = reference_report(vault, SESSION).as_dict()
     assert expected["broken_at_seq"] == 1 and "(or seq 2" not in expected["detail"]
-    assert _reports(vault) == [expected] * 3
+    assert _reports(vault) == [expected] * 4
 
 
 def test_workers_are_forked_for_each_range_and_agree(tmp_path, count_forks):
@@ -312,6 +319,19 @@ def test_auto_mode_forks_only_for_big_files_without_on_entry_or_threads(tmp_path
         other.join()
 
 
+@pytest.mark.parametrize("size", [100, 1000, 9 << 20, 100_000_000, 1 << 40])
+@pytest.mark.parametrize("workers", [2, 3, 16])
+def test_range_targets_cover_the_file_in_shrinking_ranges_at_least_one_a_worker(size, workers):
+    cuts = verify._range_targets(size, workers)
+    sizes = [b - a for a, b in zip([0, *cuts], [*cuts, size], strict=True)]
+    assert all(n > 0 for n in sizes) and sum(sizes) == size
+    assert workers <= len(sizes) <= 255
+    if size >= 2 * workers * verify.MIN_RANGE_BYTES:  # rounds of `workers` ranges, each round half of what is left
+        assert sizes[:workers] == [size // (2 * workers)] * workers
+        assert sizes[:-1] == sorted(sizes[:-1], reverse=True)  # the last one: what is left
+        assert sizes[-2] == verify.MIN_RANGE_BYTES
+
+
 def test_forked_call_returns_the_value_or_none_and_close_stops_the_child():
     assert verify.ForkedCall(lambda: {"a": [1, 2]}).result() == {"a": [1, 2]}
 
@@ -325,3 +345,26 @@ def test_forked_call_returns_the_value_or_none_and_close_stops_the_child():
     slow.close()
     with pytest.raises(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)  # killed and reaped: nothing left behind
+
+
+@pytest.mark.parametrize("forgery", [*sorted(_FORGERIES), "torn"])
+def test_a_forged_line_anywhere_is_found_alike_in_one_process_and_in_ranges_of_a_line_or_two(
+        tmp_path, monkeypatch, forgery):
+    """Each forgery at each line of an 8-line chain, verified in one process and shared between two processes
+    in ranges so short that the forged line is some range's first or last line (`_range_targets`)."""
+    monkeypatch.setattr(verify, "MIN_RANGE_BYTES", 1)
+    base = make_chain(8)
+    for i in range(8) if forgery != "torn" else [7]:
+        lines = list(base)
+        lines[i] = lines[i][: len(lines[i]) // 2] if forgery == "torn" else _FORGERIES[forgery](lines[i])
+        if lines[i] == base[i]:
+            continue  # an uppercase prev of seq 1: zeros are zeros
+        vault = Vault.create(tmp_path / f"{forgery}-{i}")
+        vault.session_path("s1").write_bytes(b"".join(lines))
+        data = vault.session_path("s1").read_bytes()
+        cuts = verify._line_starts(vault.session_path("s1"), len(data), verify._range_targets(len(data), 2))
+        assert len(cuts) >= 4 and all(data[c - 1 : c] == b"\n" for c in cuts)  # no line split between two ranges
+        alone = verify.verify_session(vault, "s1", workers=1)
+        assert not alone.intact and alone.broken_at_seq in (i, i + 1), (i, alone.as_dict())
+        assert alone.kind == "torn_tail" if forgery == "torn" else alone.kind != "torn_tail"
+        assert verify.verify_session(vault, "s1", workers=2).as_dict() == alone.as_dict()

@@ -107,6 +107,19 @@ def test_is_valid_entry_agrees_with_the_step_by_step_checks(entry):
     assert _accepted(validate_entry, entry) == accepted
 
 
+def _hex64(v: object) -> bool:
+    return type(v) is str and len(v) == 64 and all(c in "0123456789abcdef" for c in v)
+
+
+@settings(max_examples=3000, deadline=None, derandomize=True)
+@given(_mutations(_entry(), _TOP))
+def test_links_known_decides_as_the_whole_check_where_prev_and_hash_are_hex(entry):
+    """The verifier's `links_known` (it found `hash` equal to its digest and `prev` to the hash before, both
+    64 lowercase hex digits): the answer is the whole check's, for every entry holding such a prev and hash."""
+    if isinstance(entry, dict) and _hex64(entry.get("prev")) and _hex64(entry.get("hash")):
+        assert is_valid_entry(entry, links_known=True) == is_valid_entry(entry)
+
+
 _FIELD_TOP = [k for k in KEYS if k not in ("seq", "prev", "hash")]
 
 

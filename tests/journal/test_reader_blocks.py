@@ -4,6 +4,7 @@ an offset (what replay's fold reads a file on with) gives the lines from there w
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -66,3 +67,13 @@ def test_a_line_longer_than_many_reads(tmp_path, monkeypatch):
     blocks = list(iter_line_blocks(path))
     assert _flat(blocks) == [b"a" * 50 + b"\n", b"bb\n", b"c" * 30]
     assert blocks[-1].torn == b"c" * 30
+
+
+@settings(max_examples=300, deadline=None)
+@given(content=st.lists(st.sampled_from([b"\n", b"\r", b"a", b"\xff", b"x" * 300, b"y" * 255]), max_size=30)
+       .map(b"".join), per_line=st.sampled_from([0, 1, 2, 256, 10**9]))
+def test_split_lines_is_bytes_split_less_the_part_after_the_last_newline(content, per_line):
+    """Whichever way a block is cut (a find per line, or bytes.split, chosen by its first line's length)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(reader, "_FIND_PER_LINE", per_line)
+        assert reader.split_lines(content) == content.split(b"\n")[:-1]

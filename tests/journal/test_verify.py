@@ -343,3 +343,33 @@ def test_the_fast_path_takes_exactly_the_line_the_writer_wrote(tmp_path):
     lines = make_chain(3)
     assert _quick_entry(lines[2].rstrip(b"\n"), "s1", True) == orjson.loads(lines[2])
     assert _quick_entry(lines[2].rstrip(b"\n"), "another-session", True) is None
+
+
+def _lying_hash(line: bytes) -> bytes:
+    """Another entry's hash (well formed) put in place of the line's own."""
+    entry = orjson.loads(line)
+    return line.replace(entry["hash"].encode(), hashlib.sha256(b"another").hexdigest().encode(), 1)
+
+
+_FORGERIES = {
+    "lying-hash": _lying_hash,
+    "edited-stale-hash": lambda b: b.replace(b'"agent":"', b'"agent":"x', 1),
+    "other-prev-rehashed": lambda b: _rehashed(b, prev=hashlib.sha256(b"elsewhere").hexdigest()),
+    "uppercase-prev-rehashed": lambda b: _rehashed(b, prev=orjson.loads(b)["prev"].upper()),
+    "wrong-seq-rehashed": lambda b: _rehashed(b, seq=orjson.loads(b)["seq"] + 1),
+    "reordered-keys-rehashed": lambda b: _rehashed_as_written(_swap_first_members(b)),
+}
+
+
+@pytest.mark.parametrize("forgery", sorted(_FORGERIES))
+def test_the_fast_path_given_the_expected_prev_refuses_a_forged_line(forgery):
+    """`_quick_entry(..., prev)` as the walk calls it: a forged line is left to the step-by-step checks (a wrong
+    seq is the chain check's to find: the line itself holds)."""
+    lines = make_chain(3)
+    expected_prev = orjson.loads(lines[1])["hash"]
+    assert _quick_entry(lines[2].rstrip(b"\n"), "s1", True, expected_prev) == orjson.loads(lines[2])
+    forged = _FORGERIES[forgery](lines[2]).rstrip(b"\n")
+    got = _quick_entry(forged, "s1", True, expected_prev)
+    assert got is None or (forgery == "wrong-seq-rehashed" and got["seq"] == 4)
+    assert (_quick_entry(forged, "s1", True) is not None) == (forgery in ("other-prev-rehashed", "wrong-seq-rehashed"))
+
