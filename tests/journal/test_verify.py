@@ -373,3 +373,30 @@ def test_the_fast_path_given_the_expected_prev_refuses_a_forged_line(forgery):
     assert got is None or (forgery == "wrong-seq-rehashed" and got["seq"] == 4)
     assert (_quick_entry(forged, "s1", True) is not None) == (forgery in ("other-prev-rehashed", "wrong-seq-rehashed"))
 
+
+
+@pytest.mark.parametrize("workers", [1, None])
+def test_keys_in_code_point_order_where_utf16_order_differs_are_refused(tmp_path, both_canonical_paths, workers):
+    """JCS sorts keys by UTF-16 code unit, orjson (and a naive forger) by code point; the two differ only between
+    a character beyond the BMP and one in U+E000..U+FFFF. A line whose keys are rewritten into code-point order
+    and rehashed reads as the same entry: on either implementation, and whether or not the block-wide key check
+    is skipped (it is with the C accelerator), the verifier must call it not canonical."""
+    body = {"\U0001f600": 1, "\ue000": 2}
+    lines, prev = [], "0" * 64
+    for i in range(1, 4):
+        f = fields(n=i)
+        f["response"] = {**f["response"], "body": body}
+        entry, line = chain_entry(f, i, prev)
+        prev = entry["hash"]
+        lines.append(line)
+    utf16_order = '{"\U0001f600":1,"\ue000":2}'.encode()
+    assert utf16_order in lines[2]  # what the writer wrote
+    forged = _rehashed_as_written(lines[2].replace(utf16_order, '{"\ue000":2,"\U0001f600":1}'.encode(), 1))
+    assert orjson.loads(forged) != orjson.loads(lines[2]) and orjson.loads(forged)["response"] == orjson.loads(
+        lines[2]
+    )["response"]
+    lines[2] = forged
+    vault = Vault.create(tmp_path)
+    vault.session_path("s1").write_bytes(b"".join(lines))
+    r = verify_session(vault, "s1", workers=workers)
+    assert (r.intact, r.broken_at_seq, r.kind) == (False, 3, "not_canonical"), r.as_dict()
