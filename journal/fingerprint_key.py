@@ -40,6 +40,14 @@ def fingerprint_key_path() -> Path:
 
 def fingerprint_key() -> bytes:
     """The installation's key (created 0600 on first use); read once per process and path."""
+    env = os.environ
+    return _key_at(env.get(KEY_FILE_ENV), env.get("XDG_CONFIG_HOME"), env.get("HOME"))
+
+
+@functools.lru_cache(maxsize=16)
+def _key_at(_chosen: str | None, _xdg: str | None, _home: str | None) -> bytes:
+    """The key for these values of the variables `fingerprint_key_path` reads: the path is worked out
+    once per set of values, not on every fingerprint (it cost about 9 us a call, every entry has one)."""
     return _load(str(fingerprint_key_path()))
 
 

@@ -632,7 +632,10 @@ def _kind(content_type: str | None) -> tuple[str, bytes]:
 # the tests compare against a trigger-less scan.
 # A line that starts like an assignment (an identifier, then = or :): the rule checks the name. Reading
 # the line's first word once costs less at every newline of prose than comparing it with the names.
-_ASSIGN_LOOK = r"[ \t]{0,16}(?:export[ \t]{1,4})?[A-Za-z0-9_.\-]{1,100}+[ \t]{0,8}[=:]"
+# The indentation is taken possessively: what follows it (`export` or a name character) never starts
+# with a blank, so giving blanks back could not make it match; trying to was most of the trigger scan's
+# time on indented text (pretty-printed JSON: 18 -> 5 us for 80 lines).
+_ASSIGN_LOOK = r"[ \t]{0,16}+(?:export[ \t]{1,4})?[A-Za-z0-9_.\-]{1,100}+[ \t]{0,8}[=:]"
 _VALUE_TRIGGER_CONDS: dict[str, list[str]] = {
     "e": ["(?=yJ)"], "y": [r"(?=a29\.)"], "1": ["(?=//0|%2[Ff]%2[Ff]0)"],
     "A": ["(?=Iza|ccountKey(?:=|%3[Dd]))", "(?<=:A)", "(?<=%3AA)", "(?<=%3aA)", "(?<=SharedA)"],

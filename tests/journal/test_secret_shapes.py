@@ -228,6 +228,27 @@ def test_fingerprint_is_keyed_per_installation(key_file: Path, tmp_path: Path, m
     assert principal_fingerprint(headers, "") == fp
 
 
+def test_fingerprint_key_follows_the_config_variables(tmp_path: Path, monkeypatch) -> None:
+    """The key's place is worked out once per set of variables (journal/fingerprint_key.py): a change
+    of XDG_CONFIG_HOME or HOME still picks the key there."""
+    from journal.record import principal_fingerprint
+
+    headers = [("X-Api-Key", "abc123")]
+    monkeypatch.delenv(fk.KEY_FILE_ENV, raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "a"))
+    fp_a = principal_fingerprint(headers, "")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "b"))
+    fp_b = principal_fingerprint(headers, "")
+    monkeypatch.delenv("XDG_CONFIG_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "h"))
+    fp_h = principal_fingerprint(headers, "")
+    assert len({fp_a, fp_b, fp_h}) == 3
+    for where in ("a", "b", "h/.config"):
+        assert (tmp_path / where / "connector-broker" / "fingerprint.key").is_file()
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "a"))
+    assert principal_fingerprint(headers, "") == fp_a
+
+
 @pytest.mark.e2e  # starts a fresh interpreter
 def test_fingerprint_key_is_the_same_across_processes(key_file: Path) -> None:
     code = "from journal.record import principal_fingerprint as f; print(f([('X-Api-Key', 'abc123')], ''))"

@@ -65,3 +65,23 @@ def test_pass_unknown_refuses_what_names_no_host(bad):
 
 def test_broker_env_tells_git_to_send_the_session():
     assert proxy_variables("http://s:a@127.0.0.1:8080")["GIT_HTTP_PROXY_AUTHMETHOD"] == "basic"
+
+
+def test_a_remembered_verdict_is_the_verdict_for_exactly_those_names():
+    """The accepted names are remembered (broker.proxy.destination): the same request again is accepted,
+    and any one name changed is judged anew, never taken for the remembered request."""
+    ok = _req("https://gmail.googleapis.com/x", [(b"Host", b"gmail.googleapis.com")])
+    assert misdirected(ok, "gmail.googleapis.com") is None
+    assert misdirected(ok, "gmail.googleapis.com") is None  # remembered
+    assert misdirected(ok, "evil.example") is not None  # another SNI
+    assert misdirected(_req("https://gmail.googleapis.com/x", [(b"Host", b"evil.example")]),
+                       "gmail.googleapis.com") is not None  # another Host
+    assert misdirected(_req("https://gmail.googleapis.com/x", [(b"Host", b"gmail.googleapis.com"),
+                                                               (b"Host", b"evil.example")]),
+                       "gmail.googleapis.com") is not None  # one more Host
+    assert misdirected(_req("https://gmail.googleapis.com/x", [(b"Host", b"gmail.googleapis.com")], "evil.example"),
+                       "gmail.googleapis.com") is not None  # an absolute-form target
+    other_port = _req("https://gmail.googleapis.com:8443/x", [(b"Host", b"gmail.googleapis.com")])
+    assert misdirected(other_port, "gmail.googleapis.com") is not None  # the destination's port
+    for _ in range(2):  # refused requests are judged every time, the same way
+        assert "evil.example" in misdirected(_req("https://gmail.googleapis.com/x", [(b"Host", b"evil.example")]), None)

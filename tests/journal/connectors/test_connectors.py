@@ -759,3 +759,40 @@ def test_git_smart_http_on_github(method, url, headers, effect):
 @pytest.mark.parametrize("path", ["/", "/octo/repo", "/octo/repo/pulls", "/login", "/a/b/c/git-upload-pack"])
 def test_other_github_pages_are_no_connector(path):
     assert REGISTRY.match("github.com", path) is None
+
+
+def test_route_table_find_is_the_first_route_that_binds():
+    """`RouteTable.find` compares laid-out literals (journal/connectors/_http.py): for every built-in
+    table, on every template filled in, with a placeholder left empty and with each literal changed, it
+    gives what trying `Route.bind` on the routes in their order gives."""
+    from journal.connectors._http import RouteTable
+
+    tables = [v for m in BUILTIN_MODULES for v in vars(m).values() if isinstance(v, RouteTable)]
+    assert len(tables) >= 3
+
+    def by_bind(table: RouteTable, method: str, path: str):
+        segments = path.split("/")
+        for route in table._index.get((method, len(segments)), ()):
+            params = route.bind(segments)
+            if params is not None:
+                return route, params
+        return None
+
+    checked = 0
+    for table in tables:
+        literals: dict[int, set[str]] = {}  # literal segments by position, to fill placeholders with
+        for route in table.routes():
+            for i, s in enumerate(route.segments):
+                if s is not None:
+                    literals.setdefault(i, set()).add(s)
+        for route in table.routes():
+            filled = [s if s is not None else f"v{i}" for i, s in enumerate(route.segments)]
+            paths = ["/".join(filled)]
+            for i, s in enumerate(route.segments):
+                tries = [s + "x"] if s is not None else ["", *sorted(literals.get(i, ()))[:8]]
+                paths += ["/".join(filled[:i] + [t] + filled[i + 1:]) for t in tries]
+            for path in paths:
+                for method in (route.method, "GET", "POST", "DELETE"):
+                    assert table.find(method, path) == by_bind(table, method, path), (method, path)
+                    checked += 1
+    assert checked > 1000
