@@ -394,10 +394,12 @@ _PREFIX_RULES = tuple(_prefix_rule(p, shape.rest) for shape in PREFIX_SHAPES for
 # Assignments at the start of a line: INI, .env, YAML, properties (`aws_secret_access_key = ...`,
 # `export DB_PASSWORD=...`, `password: ...`), a credential name after up to three identifier words
 # (DB_, AWS_, spring.datasource.). The line may sit in a JSON string (\n escaped) or in a URL-encoded
-# form value (%0A, or the value's start). true, false and null stay.
+# form value (%0A, or the value's start); indented by blanks, or by tabs written `\t` inside a JSON
+# string. true, false and null stay.
 _ID_WORDS = rb"(?:[A-Za-z0-9]{1,32}+[_.\-]){0,3}"
 _ASSIGN_NAME = (
-    rb"[ \t]{0,16}(?:export[ \t]{1,4})?" + _ID_WORDS + rb"(?:" + _BODY_ALT.encode() + rb")[ \t]{0,8}[=:][ \t]{0,8}"
+    rb"(?:[ \t]|\\t){0,16}(?:export[ \t]{1,4})?" + _ID_WORDS
+    + rb"(?:" + _BODY_ALT.encode() + rb")[ \t]{0,8}[=:][ \t]{0,8}"
 )
 _VALUE_RULES: tuple[_Rule, ...] = (
     # 'Bearer <token>': the token needs 20+ characters and a digit, so prose ("bearer of") stays.
@@ -635,7 +637,7 @@ def _kind(content_type: str | None) -> tuple[str, bytes]:
 # The indentation is taken possessively: what follows it (`export` or a name character) never starts
 # with a blank, so giving blanks back could not make it match; trying to was most of the trigger scan's
 # time on indented text (pretty-printed JSON: 18 -> 5 us for 80 lines).
-_ASSIGN_LOOK = r"[ \t]{0,16}+(?:export[ \t]{1,4})?[A-Za-z0-9_.\-]{1,100}+[ \t]{0,8}[=:]"
+_ASSIGN_LOOK = r"(?:[ \t]|\\t){0,16}+(?:export[ \t]{1,4})?[A-Za-z0-9_.\-]{1,100}+[ \t]{0,8}[=:]"
 _VALUE_TRIGGER_CONDS: dict[str, list[str]] = {
     "e": ["(?=yJ)"], "y": [r"(?=a29\.)"], "1": ["(?=//0|%2[Ff]%2[Ff]0)"],
     "A": ["(?=Iza|ccountKey(?:=|%3[Dd]))", "(?<=:A)", "(?<=%3AA)", "(?<=%3aA)", "(?<=SharedA)"],
