@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import errno
 import itertools
 import os
 import threading
@@ -17,6 +18,7 @@ from journal.confine import open_regular
 from journal.errors import InputError
 from journal.vault import Vault
 
+_MISSING = (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP)
 _BLOCK = 1 << 18  # iter_line_blocks: a block and its lines stay in the CPU caches (faster than 1 MiB here)
 
 
@@ -226,16 +228,35 @@ class SessionTail:
     def __init__(self, vault: Vault) -> None:
         self.vault = vault
         self._marks: OrderedDict[str, tuple[int, int]] = OrderedDict()  # session -> (lines read, byte offset)
+        self._paths: dict[str, str] = {}  # session -> its file (made once: an MCP shim asks on every call)
         self._lock = threading.Lock()
 
+    def _path(self, session: str) -> str:
+        path = self._paths.get(session)
+        if path is None:
+            path = os.fspath(self.vault.session_path(session))
+            if len(self._paths) >= self.MARKS:
+                self._paths.clear()
+            self._paths[session] = path
+        return path
+
     def lines_after(self, session: str, seq: int = 0) -> Iterator[bytes]:
-        """The session's lines (with their newline) after line `seq`, in order; none for a session not begun."""
-        path = self.vault.session_path(session)
+        """The session's lines (with their newline) after line `seq`, in order; none for a session not begun.
+
+        A file no longer than the resume point holds no line after it: that is answered from one stat,
+        without opening the file (the common case of a follower that asks before every call)."""
+        path = self._path(session)
         with self._lock:
             n, at = self._marks.get(session, (0, 0))
         if n > seq:
             n, at = 0, 0
-        if not path.exists():
+        try:
+            size = os.stat(path).st_size
+        except OSError as exc:
+            if exc.errno in _MISSING:  # as Path.exists: no file, so no line
+                return
+            raise
+        if size <= at:
             return
         for block in iter_line_blocks(path, at):
             if block.torn:
