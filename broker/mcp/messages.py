@@ -112,11 +112,10 @@ def id_key(request_id: object) -> str:
 
     An integral float is keyed as the integer (a JavaScript server answers id 1.0 as 1). The ids
     clients use (integers, short ASCII strings) are keyed without the JSON encoder, as it keys them."""
-    kind = type(request_id)
-    if kind is str and request_id.isascii() and request_id.isprintable() and '"' not in request_id and (
-            "\\" not in request_id):
+    if type(request_id) is str and request_id.isascii() and request_id.isprintable() and (
+            '"' not in request_id and "\\" not in request_id):
         return f'"{request_id}"'
-    if kind is float and request_id.is_integer():
+    if type(request_id) is float and request_id.is_integer():
         request_id = int(request_id)
     try:
         if type(request_id) is int:
