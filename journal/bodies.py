@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from journal.blobstore import BlobError, is_ref_object
-from journal.canonical import MAX_SAFE_INTEGER, canonical_bytes, float_reads_back
+from journal.canonical import MAX_SAFE_INTEGER, CanonicalError, canonical_bytes, check_reads_back, float_reads_back
 from journal.redact import StreamingRedactor, redact_body
 
 if TYPE_CHECKING:
@@ -240,7 +240,40 @@ _STRICT = json.JSONDecoder(
 
 
 def parse_json_strict(data: bytes) -> tuple[bool, object]:
-    """(True, value) when `data` is JSON that survives the canonical form unchanged, else (False, None)."""
+    """(True, value) when `data` is JSON that survives the canonical form unchanged, else (False, None).
+
+    Compact JSON (what most SDKs and APIs write, every MCP message of the Python and TypeScript SDKs)
+    takes `_compact` first: a tenth of the cost, and the same answer (tests/journal/test_strict_json.py)."""
+    value = _compact(data)
+    if value is not _NOT_COMPACT:
+        return True, value
+    return _strict(data)
+
+
+_NOT_COMPACT = object()
+
+
+def _compact(data: bytes) -> object:
+    """The value of `data` when `data` is exactly what orjson writes for that value and holds no integer
+    beyond +-(2^53-1) and no float that would not read back; else `_NOT_COMPACT`.
+
+    Then `_strict` gives the same value: everything it refuses and orjson reads (a duplicate key, a
+    number or string written another way, whitespace, an escape orjson does not write) reads into a
+    value orjson writes differently, orjson refuses the rest (lone surrogates, NaN, invalid UTF-8),
+    and the two number checks are `_strict_int`'s (OPT_STRICT_INTEGER) and `_strict_float`'s
+    (`check_reads_back`). orjson writes at most 255 levels deep, far inside what `_strict` reads."""
+    try:
+        value = orjson.loads(data)
+        if orjson.dumps(value, option=orjson.OPT_STRICT_INTEGER) != data:
+            return _NOT_COMPACT
+        check_reads_back(value)
+    except (orjson.JSONDecodeError, orjson.JSONEncodeError, CanonicalError, RecursionError):
+        return _NOT_COMPACT
+    return value
+
+
+def _strict(data: bytes) -> tuple[bool, object]:
+    """`parse_json_strict` for any text: Python's parser with the strict hooks above."""
     try:
         text = data.decode("utf-8")
         value, end = _STRICT.raw_decode(text.lstrip(" \t\r\n"))

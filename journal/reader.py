@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import errno
 import itertools
 import os
 import threading
@@ -17,6 +18,7 @@ from journal.confine import open_regular
 from journal.errors import InputError
 from journal.vault import Vault
 
+_MISSING = (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP)
 _BLOCK = 1 << 18  # iter_line_blocks: a block and its lines stay in the CPU caches (faster than 1 MiB here)
 _FIND_PER_LINE = 256
 """split_lines: a first line this long or longer and the lines are cut at a bytes.find each (see there)."""
@@ -246,20 +248,91 @@ class SessionTail:
     be seq k, as it is in every intact file; the verifier is the one that checks that."""
 
     MARKS = 1024  # sessions whose resume point is kept
+    WRITTEN_BYTES = 1 << 20  # at most this much of what `wrote` was told is kept
 
     def __init__(self, vault: Vault) -> None:
         self.vault = vault
         self._marks: OrderedDict[str, tuple[int, int]] = OrderedDict()  # session -> (lines read, byte offset)
+        self._paths: dict[str, str] = {}  # session -> its file (made once: an MCP shim asks on every call)
+        # session -> the runs of whole lines this process appended last, (byte offset, bytes), in file order
+        self._written: OrderedDict[str, list[tuple[int, bytes]]] = OrderedDict()
+        self._written_size = 0
         self._lock = threading.Lock()
 
+    def wrote(self, session: str, offset: int, data: bytes) -> None:
+        """The writer of this tail appended `data` (whole lines) at byte `offset` of the session's file (and
+        synced it, if it syncs): a read of exactly that range takes these bytes, not the file's (the same bytes,
+        the file being append-only), so a follower of a session this process writes (the MCP shim's
+        prompt links, before every call) does not open and read the file for its own lines."""
+        with self._lock:
+            runs = self._written.pop(session, [])
+            if runs and runs[-1][0] + len(runs[-1][1]) != offset:  # others appended between: start again
+                self._written_size -= sum(len(d) for _, d in runs)
+                runs = []
+            if data.endswith(b"\n") and len(data) <= self.WRITTEN_BYTES // 4:
+                runs.append((offset, data))
+                self._written_size += len(data)
+            if runs:
+                self._written[session] = runs
+            while self._written_size > self.WRITTEN_BYTES and self._written:
+                oldest = next(iter(self._written))
+                dropped = self._written[oldest].pop(0)
+                self._written_size -= len(dropped[1])
+                if not self._written[oldest]:
+                    del self._written[oldest]
+
+    def _runs_from(self, session: str, at: int) -> list[tuple[int, bytes]]:
+        """The runs `wrote` kept that follow each other from byte `at` on (those before it are let go)."""
+        with self._lock:
+            runs = self._written.get(session)
+            if not runs:
+                return []
+            while runs and runs[0][0] + len(runs[0][1]) <= at:
+                self._written_size -= len(runs.pop(0)[1])
+            if not runs:
+                del self._written[session]
+                return []
+            return list(runs) if runs[0][0] == at else []
+
+    def _path(self, session: str) -> str:
+        path = self._paths.get(session)
+        if path is None:
+            path = os.fspath(self.vault.session_path(session))
+            if len(self._paths) >= self.MARKS:
+                self._paths.clear()
+            self._paths[session] = path
+        return path
+
     def lines_after(self, session: str, seq: int = 0) -> Iterator[bytes]:
-        """The session's lines (with their newline) after line `seq`, in order; none for a session not begun."""
-        path = self.vault.session_path(session)
+        """The session's lines (with their newline) after line `seq`, in order; none for a session not begun.
+
+        A file no longer than the resume point holds no line after it: that is answered from one stat,
+        without opening the file (the common case of a follower that asks before every call)."""
+        path = self._path(session)
         with self._lock:
             n, at = self._marks.get(session, (0, 0))
         if n > seq:
             n, at = 0, 0
-        if not path.exists():
+        try:
+            size = os.stat(path).st_size
+        except OSError as exc:
+            if exc.errno in _MISSING:  # as Path.exists: no file, so no line
+                return
+            raise
+        if size <= at:
+            return
+        for offset, data in self._runs_from(session, at):
+            if offset != at or offset + len(data) > size:
+                break
+            lines = data.split(b"\n")
+            lines.pop()
+            for line in lines:
+                n += 1
+                if n > seq:
+                    yield line + b"\n"
+            at += len(data)
+            self._mark(session, n, at)
+        if size <= at:
             return
         for block in iter_line_blocks(path, at):
             if block.torn:
@@ -269,9 +342,12 @@ class SessionTail:
                 at += len(line) + 1
                 if n > seq:
                     yield line + b"\n"
-            with self._lock:
-                self._marks[session] = (n, at)
-                self._marks.move_to_end(session)
-                if len(self._marks) > self.MARKS:
-                    self._marks.popitem(last=False)
+            self._mark(session, n, at)
+
+    def _mark(self, session: str, n: int, at: int) -> None:
+        with self._lock:
+            self._marks[session] = (n, at)
+            self._marks.move_to_end(session)
+            if len(self._marks) > self.MARKS:
+                self._marks.popitem(last=False)
 

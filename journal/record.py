@@ -471,10 +471,12 @@ class Recorder:
         spilled to blobs (MCP params, results and the `mcp` field; `JsonValue` bodies)."""
         value = redact_json_value(value)
         try:
-            canonical_bytes(value)
+            size = len(canonical_bytes(value))
             check_reads_back(value)
         except CanonicalError as exc:
             raise ContractError(f"JSON value cannot be recorded: {exc}") from None
+        if size <= self.spill_threshold:  # no string's UTF-8 is longer than the whole: none to spill
+            return value
         return spill_large_strings(value, self.blobs, self.spill_threshold)
 
     # -- for agents reporting their own calls -----------------------------------------------

@@ -1322,11 +1322,27 @@ def _redact_url_full(url: str) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
+_CLEAN_TEXTS: dict[str, None] = {}
+"""Short strings the text rules left unchanged (keys and names that recur in every MCP message: `jsonrpc`,
+`params`, `tools/call`): the rules are fixed, so such a string is clean every time. Only strings with
+nothing to redact are kept (no credential stays in memory); emptied when full."""
+_CLEAN_TEXT_MAX_LEN = 64
+_CLEAN_TEXTS_MAX = 4096
+
+
 def _redact_text(s: str) -> str:
     """Text rules on a Python string; cuts fall on ASCII bytes only, so the result is valid again."""
+    if type(s) is str and s in _CLEAN_TEXTS and StreamingRedactor._use_triggers:
+        return s
     raw = s.encode("utf-8", "surrogatepass")
     red = redact_body(raw, "text/plain")
-    return s if red == raw else red.decode("utf-8", "surrogatepass")
+    if red != raw:
+        return red.decode("utf-8", "surrogatepass")
+    if len(s) <= _CLEAN_TEXT_MAX_LEN and type(s) is str and StreamingRedactor._use_triggers:
+        if len(_CLEAN_TEXTS) >= _CLEAN_TEXTS_MAX:
+            _CLEAN_TEXTS.clear()
+        _CLEAN_TEXTS[s] = None
+    return s
 
 
 def redact_json_value(value: object) -> object:

@@ -253,6 +253,7 @@ class JournalWriter(AppendPipeline):
                     self._fail(slog, chained, f"fsync of {slog.path} failed: {exc.strerror}")
                     return
             note_group(slog.path, slog.end, slog.seq + 1, len(chained), data)  # readers' seq index, under the flock
+            self._tail.wrote(slog.session, slog.end, data)  # read back by a follower without the file
             slog.seq, slog.prev, slog.end = seq, prev, slog.end + len(data)
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)

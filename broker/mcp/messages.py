@@ -110,10 +110,16 @@ def id_key(request_id: object) -> str:
     """A dict key for a JSON-RPC id of any JSON type (huge integers, floats, NaN, strings with lone
     surrogates, null, objects, arrays) that keeps 1 and "1" apart; never raises.
 
-    An integral float is keyed as the integer (a JavaScript server answers id 1.0 as 1)."""
+    An integral float is keyed as the integer (a JavaScript server answers id 1.0 as 1). The ids
+    clients use (integers, short ASCII strings) are keyed without the JSON encoder, as it keys them."""
+    if type(request_id) is str and request_id.isascii() and request_id.isprintable() and (
+            '"' not in request_id and "\\" not in request_id):
+        return f'"{request_id}"'
     if type(request_id) is float and request_id.is_integer():
         request_id = int(request_id)
     try:
+        if type(request_id) is int:
+            return str(request_id)  # ValueError beyond Python's digit limit, as json.dumps
         return json.dumps(request_id, sort_keys=True, separators=(",", ":"))
     except (TypeError, ValueError, RecursionError):  # nested too deeply for a key: this one id alone
         return f"<unkeyable {type(request_id).__name__} {id(request_id):x}>"

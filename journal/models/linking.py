@@ -156,6 +156,8 @@ class ToolCallIndex:
         """The hash of the latest model entry that asked for this exact tool call, or None."""
         with self.lock:
             self._refresh()
+            if not self._by_key and not self._by_suffix:  # no model entry asked for a tool: nothing to match
+                return None
             key = _key(name, redact_json_value(arguments if arguments is not None else {}))
             return self._by_key.get(key) or self._by_suffix.get(key)
 

@@ -1,0 +1,87 @@
+"""`parse_json_strict`'s compact fast path (`_compact`, orjson) gives exactly what the strict parser
+(`_strict`) gives, for compact JSON and for everything the strict parser refuses."""
+
+from __future__ import annotations
+
+import json
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from journal import bodies
+from journal.bodies import _NOT_COMPACT, _compact, _strict, parse_json_strict
+
+BIG = 2**53
+
+
+def _same(data: bytes) -> None:
+    got, want = parse_json_strict(data), _strict(data)
+    assert got == want
+    assert repr(got) == repr(want)  # -0.0 against 0.0, 1 against 1.0, key order
+
+
+CASES = [
+    b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"}}}',
+    b'{"a":1,"a":2}',  # duplicate key: orjson keeps the last, the journal refuses
+    b'{"a":{"b":1,"b":1}}',
+    b"[9007199254740991]", b"[9007199254740992]", b"[-9007199254740992]", b"[18446744073709551616]",
+    b"[1e16]", b"[1e+16]", b"[1.5e+16]", b"[1e+22]",
+    b"[1.0e16]", b"[10000000000000000.0]", b"[1.5]", b"[-0.0]", b"[-0]", b"[0.1]", b"[1E2]",
+    b"[1e400]", b"[-1e400]", b"[NaN]", b"[Infinity]", b"[5e-324]", b"[1.7976931348623157e308]",
+    b'["\\ud800"]', b'["\\udc00x"]', b'["\\ud83d\\ude00"]', b'["\xf0\x9f\x98\x80"]', b'["\\u001f"]', b'["\\/"]',
+    b'["\\u00e9"]', b'["\xc3\xa9"]', b'["\xff"]', b'["\xed\xa0\x80"]', b'["a\tb"]', b'["a\\tb"]',
+    b'{"a": 1}', b' {"a":1}', b'{"a":1} ', b'{"a":1}x', b'{"a":1}{"b":2}', b"\xef\xbb\xbf{}",
+    b'"x"', b"1", b"null", b"true", b"[]", b"{}", b"", b"[", b"[1,]", b"{'a':1}", b"01", b"[1.]",
+]
+
+
+@pytest.mark.parametrize("data", CASES)
+def test_cases(data: bytes) -> None:
+    _same(data)
+
+
+@pytest.mark.parametrize("depth", [1, 100, 254, 255, 256, 900, 1000, 1024, 1025, 3000])
+def test_nesting(depth: int) -> None:
+    _same(b"[" * depth + b"]" * depth)
+    _same(b'{"a":' * depth + b"1" + b"}" * depth)
+
+
+def test_compact_is_taken_for_sdk_lines() -> None:
+    """Lines as the MCP SDKs write them take the fast path (else it would save nothing)."""
+    assert _compact(CASES[0]) is not _NOT_COMPACT
+    assert _compact(b'{"a": 1}') is _NOT_COMPACT  # the strict parser reads that one
+
+
+def test_a_fast_path_that_skipped_a_check_would_be_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bodies, "check_reads_back", lambda value: None)
+    assert parse_json_strict(b"[1e+16]") != _strict(b"[1e+16]")
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**64), 2**64) | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=12),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(json_values, st.sampled_from(["orjson", "compact", "spaced", "ascii"]))
+def test_any_value_written_any_way(value: object, how: str) -> None:
+    try:
+        if how == "orjson":
+            data = orjson.dumps(value)
+        else:
+            data = json.dumps(value, separators=(",", ":") if how == "compact" else (", ", ": "),
+                              ensure_ascii=how == "ascii", allow_nan=True).encode("utf-8", "surrogatepass")
+    except (TypeError, ValueError, orjson.JSONEncodeError):
+        return
+    _same(data)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.binary(max_size=40), st.sampled_from([b"", b'{"a":', b"[", b'["']))
+def test_any_bytes(data: bytes, prefix: bytes) -> None:
+    _same(prefix + data)
