@@ -22,6 +22,7 @@ import datetime
 import decimal
 import enum
 import json
+import os
 import shlex
 import shutil
 import sys
@@ -84,6 +85,23 @@ def test_no_speedups_selects_the_fallback(monkeypatch):
     assert canonical._load_speedups() is speedups
     monkeypatch.delenv("BROKER_NO_SPEEDUPS")
     assert canonical._load_speedups() is speedups
+
+
+@needs_c
+def test_an_extension_older_than_its_source_is_not_used(tmp_path, monkeypatch):
+    """A stale build (journal/_canonical_speedups.c changed by a `git pull` after the in-place build, or a
+    rebuild that failed: setup.py's optional=True keeps the old file) may prove what the current rules refuse:
+    it is not loaded, and the pure-Python reference runs instead."""
+    source = tmp_path / "_canonical_speedups.c"
+    source.write_text("/* newer than the build */")
+    built = Path(speedups.__file__).stat().st_mtime_ns
+    os.utime(source, ns=(built + 10**9, built + 10**9))
+    monkeypatch.setattr(canonical, "_SOURCE", source, raising=False)
+    assert canonical._import_speedups() is None and canonical._load_speedups() is None
+    os.utime(source, ns=(built - 10**9, built - 10**9))  # built from it: used
+    assert canonical._import_speedups() is speedups
+    monkeypatch.setattr(canonical, "_SOURCE", tmp_path / "absent.c", raising=False)  # an install without the source (a wheel)
+    assert canonical._import_speedups() is speedups
 
 
 def test_use_speedups_switches_every_function():
