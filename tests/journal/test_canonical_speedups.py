@@ -96,11 +96,12 @@ def test_an_extension_older_than_its_source_is_not_used(tmp_path, monkeypatch):
     source.write_text("/* newer than the build */")
     built = Path(speedups.__file__).stat().st_mtime_ns
     os.utime(source, ns=(built + 10**9, built + 10**9))
-    monkeypatch.setattr(canonical, "_SOURCE", source, raising=False)
+    monkeypatch.setattr(canonical, "_SOURCE", str(source), raising=False)
     assert canonical._import_speedups() is None and canonical._load_speedups() is None
     os.utime(source, ns=(built - 10**9, built - 10**9))  # built from it: used
     assert canonical._import_speedups() is speedups
-    monkeypatch.setattr(canonical, "_SOURCE", tmp_path / "absent.c", raising=False)  # an install without the source (a wheel)
+    # an install that ships no source (a wheel): used
+    monkeypatch.setattr(canonical, "_SOURCE", str(tmp_path / "absent.c"), raising=False)
     assert canonical._import_speedups() is speedups
 
 
@@ -125,6 +126,11 @@ def test_the_extension_is_built():
     assert speedups is not None, (
         "journal/_canonical_speedups.c was not built although a C compiler exists: install Python's headers "
         "(python3-dev) and run `rm .venv/.installed; ./scripts/setup`"
+    )
+    assert canonical._import_speedups() is speedups, (
+        "journal/_canonical_speedups.c changed after it was built, so canonical.py runs its pure-Python code: "
+        "run ./scripts/setup (it rebuilds it; if it stays stale, the build failed: `rm .venv/.installed`, run it "
+        "again and read pip's output)"
     )
 
 
