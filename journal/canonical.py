@@ -31,14 +31,27 @@ from journal.errors import BrokerError
 MAX_SAFE_INTEGER = 2**53 - 1
 
 
+_SOURCE = os.path.join(os.path.dirname(__file__), "_canonical_speedups.c")
+"""The accelerator's source beside its in-place build (absent from an install that ships no source)."""
+
+
 def _import_speedups() -> ModuleType | None:
     """The C accelerator of these rules (journal/_canonical_speedups.c), or None when it was not built (it is
-    optional: an install without a C compiler still works)."""
+    optional: an install without a C compiler still works) or was built before its source last changed.
+
+    Why the age check: the build is a file in the source tree that git ignores, so after a `git pull` that
+    changes the source, until ./scripts/setup runs, or after a rebuild that failed (setup.py's optional=True
+    keeps the old file and says nothing), the file holds older rules, which may prove lines the current ones
+    refuse. The pure-Python reference is then used, as make would rebuild (two stats)."""
     try:
         from journal import _canonical_speedups
     except ImportError:
         return None
-    return _canonical_speedups
+    try:
+        stale = os.stat(_SOURCE).st_mtime_ns > os.stat(cast("str", _canonical_speedups.__file__)).st_mtime_ns
+    except FileNotFoundError:
+        stale = False
+    return None if stale else _canonical_speedups
 
 
 def _load_speedups() -> ModuleType | None:

@@ -22,6 +22,7 @@ import datetime
 import decimal
 import enum
 import json
+import os
 import shlex
 import shutil
 import sys
@@ -86,6 +87,24 @@ def test_no_speedups_selects_the_fallback(monkeypatch):
     assert canonical._load_speedups() is speedups
 
 
+@needs_c
+def test_an_extension_older_than_its_source_is_not_used(tmp_path, monkeypatch):
+    """A stale build (journal/_canonical_speedups.c changed by a `git pull` after the in-place build, or a
+    rebuild that failed: setup.py's optional=True keeps the old file) may prove what the current rules refuse:
+    it is not loaded, and the pure-Python reference runs instead."""
+    source = tmp_path / "_canonical_speedups.c"
+    source.write_text("/* newer than the build */")
+    built = Path(speedups.__file__).stat().st_mtime_ns
+    os.utime(source, ns=(built + 10**9, built + 10**9))
+    monkeypatch.setattr(canonical, "_SOURCE", str(source), raising=False)
+    assert canonical._import_speedups() is None and canonical._load_speedups() is None
+    os.utime(source, ns=(built - 10**9, built - 10**9))  # built from it: used
+    assert canonical._import_speedups() is speedups
+    # an install that ships no source (a wheel): used
+    monkeypatch.setattr(canonical, "_SOURCE", str(tmp_path / "absent.c"), raising=False)
+    assert canonical._import_speedups() is speedups
+
+
 def test_use_speedups_switches_every_function():
     try:
         assert canonical.use_speedups(False) is False and canonical.SPEEDUPS is False
@@ -107,6 +126,11 @@ def test_the_extension_is_built():
     assert speedups is not None, (
         "journal/_canonical_speedups.c was not built although a C compiler exists: install Python's headers "
         "(python3-dev) and run `rm .venv/.installed; ./scripts/setup`"
+    )
+    assert canonical._import_speedups() is speedups, (
+        "journal/_canonical_speedups.c changed after it was built, so canonical.py runs its pure-Python code: "
+        "run ./scripts/setup (it rebuilds it; if it stays stale, the build failed: `rm .venv/.installed`, run it "
+        "again and read pip's output)"
     )
 
 
