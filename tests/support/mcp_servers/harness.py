@@ -37,7 +37,11 @@ def entries(vault: Path, session: str = "s1", *, tool_lists: bool = False, asks:
     path = Vault(vault).session_path(session)
     if not path.exists():
         return []
-    got = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+    data = path.read_bytes()
+    # Only whole lines: the shim may be appending another call's entry while this reads (a call still in flight
+    # when the caller's own answer came), and a read beside a write can see part of it. `assert_intact` is
+    # where a torn line is a finding.
+    got = [orjson.loads(line) for line in data[: data.rfind(b"\n") + 1].splitlines()]
     skip = ({"tools/list"} if not tool_lists else set()) | (set(SERVER_ASKS) if not asks else set())
     return [e for e in got if e["request"]["method"] not in skip]
 
