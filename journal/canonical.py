@@ -87,6 +87,15 @@ class CanonicalError(BrokerError, ValueError):
 _FAST_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER | orjson.OPT_PASSTHROUGH_SUBCLASS
 
 
+def _sorted_by_orjson(value: object) -> bytes | None:
+    """orjson's sorted output of `value`, or None when orjson refuses it or its key order may not be JCS's."""
+    try:
+        data = orjson.dumps(value, option=_FAST_OPTIONS)
+    except orjson.JSONEncodeError:
+        return None
+    return None if keys_may_sort_differently(data) else data
+
+
 def _fast_read_back(value: object) -> bytes | None:
     """orjson's sorted output when it is provably the canonical form, else None (the pure-Python `_fast`).
 
@@ -98,11 +107,8 @@ def _fast_read_back(value: object) -> bytes | None:
     orjson writes that is not the plain JSON value itself (a tuple, a date, an enum member). One parse
     of the output does the work of the byte scan for float tokens and the read-back it replaced.
     """
-    try:
-        data = orjson.dumps(value, option=_FAST_OPTIONS)
-    except orjson.JSONEncodeError:
-        return None
-    if keys_may_sort_differently(data):
+    data = _sorted_by_orjson(value)
+    if data is None:
         return None
     try:
         if _decode_without_floats(data) != value:
@@ -124,13 +130,7 @@ def _fast_plain(value: object) -> bytes | None:
     """
     if not _plain_json(value):  # type: ignore[misc]  # set whenever _fast is this function
         return None
-    try:
-        data = orjson.dumps(value, option=_FAST_OPTIONS)
-    except orjson.JSONEncodeError:
-        return None
-    if keys_may_sort_differently(data):
-        return None
-    return data
+    return _sorted_by_orjson(value)
 
 
 _fast = _fast_read_back

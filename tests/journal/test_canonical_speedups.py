@@ -43,7 +43,7 @@ from journal.chain import chain_entry
 from journal.vault import Vault
 from journal.verify import verify_session
 from tests.journal.test_canonical import _texts, json_values, poisoned_values
-from tests.support.journal_factories import fields
+from tests.support.journal_factories import fields, has_float
 
 try:
     from journal import _canonical_speedups as speedups
@@ -338,7 +338,7 @@ def _jcs_yes_is_right(line: bytes) -> None:
     """A yes from jcs_line: the line is the canonical form of a float-free value (oracle), and the pure-Python
     test agrees but where it cannot tell (keys whose code-point order is not their UTF-16 order)."""
     parsed = orjson.loads(line)
-    assert not _has_float(parsed)
+    assert not has_float(parsed)
     if line.count(b"[") + line.count(b"{") < 100:  # the oracle recurses in Python
         assert rfc8785.dumps(parsed) == line
     reference = _canonical_value_read_back(line, False)
@@ -427,16 +427,6 @@ def _key_needs_escape(v: object) -> bool:
     return False
 
 
-def _has_float(v: object) -> bool:
-    if type(v) is float:
-        return True
-    if type(v) is list:
-        return any(_has_float(x) for x in v)
-    if type(v) is dict:
-        return any(_has_float(x) for x in v.values())
-    return False
-
-
 def _check_line(line: bytes) -> None:
     """jcs_line's yes is right, and it says yes to every float-free canonical line with no escape in a key."""
     if speedups.jcs_line(line):
@@ -447,7 +437,7 @@ def _check_line(line: bytes) -> None:
     except orjson.JSONDecodeError:
         return
     assert _canonical_value_read_back(line, False) is None or _key_needs_escape(parsed)
-    if _has_float(parsed) or _key_needs_escape(parsed):
+    if has_float(parsed) or _key_needs_escape(parsed):
         return
     try:
         canonical_form = rfc8785.dumps(parsed)
@@ -465,7 +455,7 @@ def test_jcs_line_on_canonical_lines(value):
     except canonical.CanonicalError:
         return
     _check_line(line)
-    if not _has_float(value) and not _key_needs_escape(value):
+    if not has_float(value) and not _key_needs_escape(value):
         assert speedups.jcs_line(line)
 
 

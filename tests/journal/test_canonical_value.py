@@ -17,23 +17,14 @@ from journal.canonical import (
     keys_may_sort_differently,
 )
 from tests.journal.test_canonical import PROPERTY_SETTINGS, _reparses_as_unsafe_int, json_values, poisoned_values
+from tests.support.journal_factories import has_float
 
 # Every test here runs on the C accelerator and on the pure-Python fallback (tests/journal/conftest.py).
 pytestmark = pytest.mark.usefixtures("both_canonical_paths")
 
 
-def _has_float(v: object) -> bool:
-    if type(v) is float:
-        return True
-    if type(v) is list:
-        return any(_has_float(x) for x in v)
-    if type(v) is dict:
-        return any(_has_float(x) for x in v.values())
-    return False
-
-
 def _check_yes(line: bytes, value: object) -> None:
-    assert not _has_float(value)
+    assert not has_float(value)
     assert rfc8785.dumps(value) == line
     assert orjson.loads(line) == value and type(orjson.loads(line)) is type(value)
 
@@ -59,7 +50,7 @@ def test_floats_and_differing_key_orders_are_never_a_wrong_yes(value):
     line = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
     got = canonical_value(line)
     assert got is None or rfc8785.dumps(got) == line
-    assert canonical_value(line, keys_checked=False) is None or not _has_float(orjson.loads(line))
+    assert canonical_value(line, keys_checked=False) is None or not has_float(orjson.loads(line))
 
 
 @PROPERTY_SETTINGS
@@ -70,7 +61,7 @@ def test_canonical_lines_without_floats_are_recognised(value):
     parsed = orjson.loads(line)
     if got is not None:
         _check_yes(line, got)
-    elif parsed is not None and not _has_float(parsed):
+    elif parsed is not None and not has_float(parsed):
         # A float-free canonical line is declined only where orjson's key order may not be JCS's.
         assert keys_may_sort_differently(line)
 

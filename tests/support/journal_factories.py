@@ -29,3 +29,14 @@ def fields(session: str = "s1", n: int = 0, **over) -> dict:
     }
     f.update(over)
     return f
+
+
+def has_float(v: object) -> bool:
+    """True when a parsed JSON value holds a float anywhere (the canonical-form tests' fast paths never take one)."""
+    if type(v) is float:
+        return True
+    if type(v) is list:
+        return any(has_float(x) for x in v)
+    if type(v) is dict:
+        return any(has_float(x) for x in v.values())
+    return False
