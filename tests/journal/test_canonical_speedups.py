@@ -123,6 +123,9 @@ def test_the_extension_is_built():
     cc = shlex.split(sysconfig.get_config_var("CC") or "cc")[0]
     if shutil.which(cc) is None:
         pytest.skip(f"no C compiler ({cc}): journal/canonical.py runs its pure-Python code")
+    headers = os.path.join(sysconfig.get_paths()["include"], "Python.h")
+    if not os.path.exists(headers):
+        pytest.skip(f"no Python headers ({headers}; Debian: python3-dev): canonical.py runs its pure-Python code")
     assert speedups is not None, (
         "journal/_canonical_speedups.c was not built although a C compiler exists: install Python's headers "
         "(python3-dev) and run `rm .venv/.installed; ./scripts/setup`"
