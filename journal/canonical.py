@@ -249,6 +249,12 @@ def canonical_value(data: bytes, *, keys_checked: bool = False) -> object | None
     return _canonical_value_read_back(data, keys_checked)
 
 
+def proven_canonical(data: bytes) -> bool:
+    """True when the C accelerator proves `data` the canonical form of a float-free JSON value (`jcs_line`); False
+    when it cannot tell or is not in use. For readers that then decode only what they check."""
+    return _jcs_line is not None and _jcs_line(data)
+
+
 def _canonical_value_read_back(data: bytes, keys_checked: bool) -> object | None:
     """canonical_value in pure Python (the reference of `jcs_line`, and the fallback).
 

@@ -42,10 +42,17 @@ import orjson
 
 from journal import canonical
 from journal.blobstore import BlobStore, is_ref_object
-from journal.canonical import CanonicalError, canonical_value, is_canonical_line, keys_may_sort_differently
+from journal.canonical import (
+    CanonicalError,
+    canonical_value,
+    is_canonical_line,
+    keys_may_sort_differently,
+    proven_canonical,
+)
 from journal.chain import GENESIS, unsplice_hash
 from journal.confine import NotConfined, is_blob_name
 from journal.entry import ContractError, is_valid_entry, validate_entry
+from journal.entry_struct import EntryFields, entry_fields
 from journal.erasure import read_tombstone
 from journal.forked_call import ForkedCall, can_fork, usable_cpus
 from journal.reader import LineBlock, RowSource, iter_line_blocks, session_blocks, split_lines
@@ -213,6 +220,10 @@ class _Walk:
         k, expected_prev, before, sealed_at = self.k, self.expected_prev, self.before, self.seal_entries
         first_ts, nbytes = report.first_ts, 0
         quick = _quick_entry
+        # Lines the C proof and the typed reading pass need no dict (journal/entry_struct.py), unless a caller
+        # wants every entry, the line holds a blob reference, or it is a gateway entry (tool listings).
+        lite = _quick_fields if on_entry is None and canonical.SPEEDUPS else None
+        before_line: bytes | None = None  # when set, `before` is the entry of this line, not decoded yet
         try:
             for block in blocks:
                 if block.torn:  # no newline: _check_line names it (torn_tail)
@@ -236,9 +247,20 @@ class _Walk:
                     k += 1
                     if progress is not None:
                         progress(len(data) + 1)
+                    if lite is not None and not (refs and k - k0 - 1 in refs):
+                        fields = lite(data, session, expected_prev)
+                        if fields is not None and fields.seq == k and fields.capture != "gateway":
+                            expected_prev, before, before_line = fields.hash, None, data
+                            if k == sealed_at:
+                                self.sealed_hash = expected_prev
+                            if first_ts is None:
+                                first_ts = fields.ts
+                            continue
                     try:
                         entry = quick(data, session, keys_ok, expected_prev) or _check_line(data + b"\n", session)
                         if entry["seq"] != k or entry["prev"] != expected_prev:
+                            if before_line is not None:
+                                before, before_line = orjson.loads(before_line), None
                             rest = _rest(lines, k - k0 - 1, itertools.chain(blocks, after() if after else ()))
                             raise _classify_chain_break(entry, k, before, rest)
                         if refs and k - k0 - 1 in refs:
@@ -248,7 +270,7 @@ class _Walk:
                         self._broken(brk, k)
                         return False
                     expected_prev = entry["hash"]
-                    before = entry
+                    before, before_line = entry, None
                     if k == sealed_at:
                         self.sealed_hash = expected_prev
                     if first_ts is None:
@@ -263,6 +285,8 @@ class _Walk:
                 nbytes += sum(map(len, lines)) + len(lines)
             return True
         finally:
+            if before_line is not None:
+                before = orjson.loads(before_line)
             report.bytes += nbytes
             report.first_ts = first_ts
             report.last_ts = before["ts"] if before is not None else None
@@ -322,6 +346,21 @@ def _quick_entry(data: bytes, session: str, keys_ok: bool, prev: str | None = No
     else:  # found: `hash` a hex digest just computed, `prev` the caller's
         ok = entry.get("prev") == prev and is_valid_entry(entry, links_known=True)
     return entry if ok and entry["session"] == session else None
+
+
+def _quick_fields(data: bytes, session: str, prev: str) -> EntryFields | None:
+    """`_quick_entry` without the entry's dict: the line proven canonical by the C accelerator, its fields read
+    typed and checked (journal/entry_struct.py), its hash spliced out as `_quick_entry` does and equal to `hash`,
+    `prev` the chain's expected prev. None: `_quick_entry` and `_check_line` decide."""
+    if not proven_canonical(data):
+        return None
+    fields = entry_fields(data)
+    if fields is None or fields.prev != prev or fields.session != session:
+        return None
+    at = data.find(_HASH_KEY)
+    if at < 0 or fields.hash != _sha256(data[:at] + data[at + _HASH_MEMBER_LEN :]).hexdigest():
+        return None
+    return fields
 
 
 def _rest(lines: list[bytes], i: int, blocks: Iterator[LineBlock]) -> Iterator[bytes]:
