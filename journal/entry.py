@@ -145,6 +145,18 @@ _connector_ok = _CONNECTOR_RE.match
 _GOOD_CONNECTORS: set[str] = set()  # connector names that matched _CONNECTOR_RE (a vault has a few)
 
 
+def connector_known(connector: str) -> bool:
+    """`connector` matches the contract's name rule (_CONNECTOR_RE); the names that did are remembered (a vault
+    has a few), so the per-line readers do not run the regex on every line."""
+    if connector in _GOOD_CONNECTORS:
+        return True
+    if _connector_ok(connector) is None:
+        return False
+    if len(_GOOD_CONNECTORS) < 1024:
+        _GOOD_CONNECTORS.add(connector)
+    return True
+
+
 def _is_lower_hex(s: str) -> bool:
     """What _HEX64_RE checks (digits and a-f only), for any length: deleting those characters leaves nothing."""
     return s.isascii() and not s.encode().translate(None, _HEX_DIGITS)
@@ -170,11 +182,8 @@ def _common_ok(e: dict) -> bool:
         and type(connector) is str
     ):
         return False
-    if connector not in _GOOD_CONNECTORS:
-        if _connector_ok(connector) is None:
-            return False
-        if len(_GOOD_CONNECTORS) < 1024:
-            _GOOD_CONNECTORS.add(connector)
+    if not connector_known(connector):
+        return False
     method, status = req["method"], resp["status"]
     if not (type(method) is str and method and type(req["url"]) is str):
         return False

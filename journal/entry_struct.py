@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import msgspec
 
-from journal.entry import _DIGITS_TO_ZERO, _GOOD_CONNECTORS, _TS_SHAPE, CAPTURES, EFFECTS, KEYS, _connector_ok
+from journal.entry import _DIGITS_TO_ZERO, _TS_SHAPE, CAPTURES, EFFECTS, KEYS, connector_known
 
 _ABSENT = msgspec.Raw(b"")  # a member that is there is at least one byte of JSON
 
@@ -79,7 +79,7 @@ def entry_fields(data: bytes) -> EntryFields | None:
         e = _decode(data)
     except (msgspec.DecodeError, RecursionError):
         return None
-    ts, connector, req, resp = e.ts, e.connector, e.request, e.response
+    ts, req, resp = e.ts, e.request, e.response
     status, mcp = resp.status, e.mcp
     if not (
         e.seq >= 1
@@ -88,11 +88,7 @@ def entry_fields(data: bytes) -> EntryFields | None:
         and e.capture in CAPTURES and e.effect in EFFECTS
         and _object_or_null(mcp)
         and (100 <= status <= 999 if status is not None else len(resp.error) > 0)
+        and connector_known(e.connector)
     ):
         return None
-    if connector not in _GOOD_CONNECTORS:
-        if _connector_ok(connector) is None:
-            return None
-        if len(_GOOD_CONNECTORS) < 1024:
-            _GOOD_CONNECTORS.add(connector)
     return e
