@@ -92,9 +92,9 @@ def mcp(
     shim with a minimal PATH (desktop apps do). With --listen, the URL to give the MCP client is
     printed on stderr as the shim starts (--listen 127.0.0.1:0 picks a free port).
     """
+    from broker.gc_freeze import freeze_startup_objects
     from broker.mcp.effects import EffectRules, EffectsFileError
     from broker.mcp.recording import CallJournal, Identity, connector_name, fallback_connector, stdio_url
-    from broker.proxy.gc_freeze import freeze_startup_objects
     from journal.bodies import SPILL_THRESHOLD
     from journal.record import Recorder
     from journal.vault import session_filename
@@ -152,7 +152,7 @@ def mcp(
             fallback=connector_name(urlsplit(upstream).hostname or "") or "mcp", connector=connector or None,
             rules=rules,
         )
-        freeze_startup_objects()  # (broker.proxy.gc_freeze)
+        freeze_startup_objects()  # (broker.gc_freeze)
         try:
             if sock is not None:
                 return asyncio.run(http_relay.serve(journal, upstream, sock, max_line=max_line, gateway=gateway,
@@ -186,7 +186,7 @@ def mcp(
         recorder, identity, url=stdio_url(argv), fallback=fallback_connector(argv), connector=connector or None,
         rules=rules,
     )
-    freeze_startup_objects()  # (broker.proxy.gc_freeze): full collections skip what start-up made
+    freeze_startup_objects()  # (broker.gc_freeze): full collections skip what start-up made
     try:
         code = asyncio.run(run_stdio_shim(journal, argv, **kwargs))
     except OSError as exc:  # the server could not be started

@@ -18,9 +18,9 @@ from mitmproxy.addons import block, core, disable_h2c, dns_resolver, next_layer,
 from mitmproxy.certs import CertStore
 from mitmproxy.master import Master
 
+from broker.gc_freeze import freeze_startup_objects
 from broker.listen_failure import listen_error
 from broker.proxy.addon import ConnectorJournal
-from broker.proxy.gc_freeze import freeze_startup_objects
 from broker.proxy.link import ACK_DEADLINE
 from broker.proxy.upstream_resolve import UpstreamResolve
 
@@ -297,7 +297,7 @@ async def serve_forever(config: ProxyConfig, announce) -> bool:
         loop.add_signal_handler(sig, stop.set)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})  # see broker.proxy.workers
     await proxy.start()
-    freeze_startup_objects()  # (broker.proxy.gc_freeze)
+    freeze_startup_objects()  # (broker.gc_freeze)
     announce(proxy)
     await stop.wait()
     logging.getLogger("broker").info("stopping: draining open connections")

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import msgspec
 
+from broker.gc_freeze import freeze_startup_objects
 from broker.log_lines import stderr_handler
-from broker.proxy.gc_freeze import freeze_startup_objects
 from broker.proxy.wire import (
     Ack,
     Completion,
@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         # exit code at once (an interpreter's orderly shutdown after the close can take longer than
         # the moment it waits for the code, and it would then report a hang-up without the code).
         os._exit(2)
-    freeze_startup_objects()  # (broker.proxy.gc_freeze)
+    freeze_startup_objects()  # (broker.gc_freeze)
     try:
         sock.sendall(frame([]))  # ready: an empty batch of acknowledgements (the proxy's deadline starts now)
         serve(sock, recorder)
