@@ -334,12 +334,7 @@ def _quick_entry(data: bytes, session: str, keys_ok: bool, prev: str | None = No
     entry = canonical_value(data, keys_checked=keys_ok)
     if type(entry) is not dict:
         return None
-    # What `_check_line` hashes (`unsplice_hash`: the line without its first `,"hash":"<hash>"`), without
-    # building that member or searching for it: in a valid canonical entry the first `,"hash":"` is the
-    # top-level member (chain.splice_hash says why) and holds the 64 hex digits of `hash`. An entry that is
-    # not valid may hash other bytes here: is_valid_entry refuses it below all the same.
-    at = data.find(_HASH_KEY)
-    if at < 0 or entry.get("hash") != _sha256(data[:at] + data[at + _HASH_MEMBER_LEN :]).hexdigest():
+    if entry.get("hash") != _spliced_digest(data):
         return None
     if prev is None:
         ok = is_valid_entry(entry)
@@ -357,10 +352,16 @@ def _quick_fields(data: bytes, session: str, prev: str) -> EntryFields | None:
     fields = entry_fields(data)
     if fields is None or fields.prev != prev or fields.session != session:
         return None
+    return fields if fields.hash == _spliced_digest(data) else None
+
+
+def _spliced_digest(data: bytes) -> str | None:
+    """What `_check_line` hashes (`unsplice_hash`: the line without its first `,"hash":"<hash>"`), without
+    building that member or searching for it: in a valid canonical entry the first `,"hash":"` is the
+    top-level member (chain.splice_hash says why) and holds the 64 hex digits of `hash`. For a line that is not
+    a valid entry this may hash other bytes: the callers' contract checks refuse it all the same."""
     at = data.find(_HASH_KEY)
-    if at < 0 or fields.hash != _sha256(data[:at] + data[at + _HASH_MEMBER_LEN :]).hexdigest():
-        return None
-    return fields
+    return None if at < 0 else _sha256(data[:at] + data[at + _HASH_MEMBER_LEN :]).hexdigest()
 
 
 def _rest(lines: list[bytes], i: int, blocks: Iterator[LineBlock]) -> Iterator[bytes]:
