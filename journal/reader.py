@@ -324,9 +324,7 @@ class SessionTail:
         for offset, data in self._runs_from(session, at):
             if offset != at or offset + len(data) > size:
                 break
-            lines = data.split(b"\n")
-            lines.pop()
-            for line in lines:
+            for line in split_lines(data):  # `wrote` keeps whole lines only
                 n += 1
                 if n > seq:
                     yield line + b"\n"
