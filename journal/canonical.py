@@ -244,7 +244,7 @@ def canonical_value(data: bytes, *, keys_checked: bool = False) -> object | None
     built; see journal/_canonical_speedups.c) and orjson reads the value; what it cannot prove (a float, a
     key with an escape, anything not canonical) goes to the pure-Python test, `_canonical_value_read_back`.
     """
-    if _jcs_line is not None and _jcs_line(data):
+    if proven_canonical(data):
         return orjson.loads(data)
     return _canonical_value_read_back(data, keys_checked)
 
