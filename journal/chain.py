@@ -43,6 +43,28 @@ def unsplice_hash(line: bytes, digest: str) -> bytes | None:
     return None if at < 0 else line[:at] + line[at + len(member) :]
 
 
+_HASH_MEMBER_LEN = len(_HASH_KEY) + 64 + 1  # ,"hash":"<64 hex digits>"
+
+
+def spliced_digest(line: bytes) -> str | None:
+    """What a verifier hashes (`unsplice_hash`: the line without its first `,"hash":"<hash>"`), without
+    building that member or searching for it: in a valid canonical entry the first `,"hash":"` is the
+    top-level member (see `splice_hash`) and holds the 64 hex digits of `hash`. For a line that is not a
+    valid entry this may hash other bytes: the callers' checks of the entry refuse it all the same."""
+    at = line.find(_HASH_KEY)
+    return None if at < 0 else hashlib.sha256(line[:at] + line[at + _HASH_MEMBER_LEN :]).hexdigest()
+
+
+def next_head(entry: dict, line: bytes, head: str) -> str | None:
+    """The hash of `line` (whose parsed entry is `entry`; with or without its newline) when it links to `head` and carries its own digest,
+    else None. A reader that reads a file again after a verifier read it (replay beside its verifier) follows
+    the chain with this: arriving at the head the verifier reported, over as many lines, shows that it read
+    the very entries the verifier checked (SHA-256 being collision resistant), whatever happened to the file
+    in between; the last hash commits to every entry before it through `prev`."""
+    digest = spliced_digest(line[:-1] if line.endswith(b"\n") else line)
+    return digest if digest is not None and entry.get("hash") == digest and entry.get("prev") == head else None
+
+
 def entry_hash(entry: dict) -> str:
     """SHA-256 (hex) of the canonical form of the entry without its `hash` key."""
     body = {k: v for k, v in entry.items() if k != "hash"}

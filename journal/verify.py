@@ -49,7 +49,7 @@ from journal.canonical import (
     keys_may_sort_differently,
     proven_canonical,
 )
-from journal.chain import GENESIS, unsplice_hash
+from journal.chain import GENESIS, spliced_digest, unsplice_hash
 from journal.confine import NotConfined, is_blob_name
 from journal.entry import ContractError, is_valid_entry, validate_entry
 from journal.entry_struct import EntryFields, entry_fields
@@ -72,9 +72,6 @@ KINDS = (
     "session_missing", "seal_missing", "seal_rollback", "unsealed_tail",
 )
 _REF_MARK = b'"ref":"blobs/sha256/'
-_HASH_KEY = b',"hash":"'
-_HASH_MEMBER_LEN = len(_HASH_KEY) + 64 + 1  # ,"hash":"<64 hex digits>"
-_sha256 = hashlib.sha256
 
 
 @dataclass
@@ -86,6 +83,7 @@ class SessionReport:
     kind: str | None = None
     detail: str | None = None
     bytes: int = 0
+    head: str | None = None  # the last line's hash when every line verified (what a seal or checkpoint names)
     first_ts: str | None = None
     last_ts: str | None = None
     notes: list[str] = field(default_factory=list)
@@ -137,6 +135,8 @@ def verify_session(
         walk.run(session_blocks(vault, session))
     else:
         _verify_file(walk, path, workers)
+    if not walk.broken and walk.k:
+        report.head = walk.expected_prev
     report.erased = [tombstone for _, tombstone in walk.erased]
     report.notes += walk.tool_list_notes()  # docs/prompts.md: tool definitions changed within the session
     for t in report.erased:
@@ -157,7 +157,9 @@ def verify_lines(
     taken from elsewhere (a database store, journal/store/interface.py `lines_after`), each with its
     newline. No blobs and no seal are checked: those live beside a file vault."""
     report = SessionReport(session)
-    _Walk(session, report, None, None, on_entry).run(_blocks_of(iter(lines), block))
+    walk = _Walk(session, report, None, None, on_entry)
+    if walk.run(_blocks_of(iter(lines), block)) and walk.k:
+        report.head = walk.expected_prev
     return report
 
 
@@ -334,7 +336,7 @@ def _quick_entry(data: bytes, session: str, keys_ok: bool, prev: str | None = No
     entry = canonical_value(data, keys_checked=keys_ok)
     if type(entry) is not dict:
         return None
-    if entry.get("hash") != _spliced_digest(data):
+    if entry.get("hash") != spliced_digest(data):
         return None
     if prev is None:
         ok = is_valid_entry(entry)
@@ -352,16 +354,7 @@ def _quick_fields(data: bytes, session: str, prev: str) -> EntryFields | None:
     fields = entry_fields(data)
     if fields is None or fields.prev != prev or fields.session != session:
         return None
-    return fields if fields.hash == _spliced_digest(data) else None
-
-
-def _spliced_digest(data: bytes) -> str | None:
-    """What `_check_line` hashes (`unsplice_hash`: the line without its first `,"hash":"<hash>"`), without
-    building that member or searching for it: in a valid canonical entry the first `,"hash":"` is the
-    top-level member (chain.splice_hash says why) and holds the 64 hex digits of `hash`. For a line that is not
-    a valid entry this may hash other bytes: the callers' contract checks refuse it all the same."""
-    at = data.find(_HASH_KEY)
-    return None if at < 0 else _sha256(data[:at] + data[at + _HASH_MEMBER_LEN :]).hexdigest()
+    return fields if fields.hash == spliced_digest(data) else None
 
 
 def _rest(lines: list[bytes], i: int, blocks: Iterator[LineBlock]) -> Iterator[bytes]:

@@ -41,7 +41,9 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from journal.chain import GENESIS, next_head
 from journal.connectors._http import normalise_host, normalise_path, parse_query
+from journal.errors import InputError
 from journal.reader import RowSource, iter_lines, session_lines
 from journal.vault import Vault
 from journal.verify import SessionReport, verify_session
@@ -938,7 +940,7 @@ def fold_session(
                 # marking from there on.
                 folder.discard()
                 folder = Folder(session, vault.views_dir, views=views)
-                _fold_lines(vault, session, folder, 1, 0, trusted_before=broken)
+                report = _fold_again(vault, session, folder, report, check_blobs, seal_key, seal_check)
             else:  # entries were cut off after the last one: nothing in the file is affected
                 folder.untrusted_from = broken
     except BaseException:
@@ -974,6 +976,7 @@ def _fold_beside_verifier(vault: Vault, session: str, progress: Callable[[int], 
         raise
     part = split.Partition() if partner is not None else None
     lines = size = 0
+    head = GENESIS  # the chain as read here (chain.next_head): it must end at the head the verifier reports
     try:
         for line in iter_lines(path):
             index, data = line.index, line.data
@@ -982,6 +985,10 @@ def _fold_beside_verifier(vault: Vault, session: str, progress: Callable[[int], 
                 progress(len(data))
             lines = index + 1
             entry = orjson.loads(data)
+            linked = next_head(entry, data, head)
+            if linked is None:  # not the chain the verifier checks: the serial fold says what it is
+                raise ValueError(f"line {lines} does not link")
+            head = linked
             if part is None or part.here(entry):
                 folder.feed(entry, lines, True)
             else:
@@ -1011,9 +1018,12 @@ def _fold_beside_verifier(vault: Vault, session: str, progress: Callable[[int], 
         raise
     if isinstance(report, SessionReport) and report.intact and seal_check is not None:
         seal_check(report)  # a finding sends the caller to the serial fold, which marks from its seq on
+    # The file was opened by name three times (the verifier, this process, the partner): what was folded here
+    # as trusted is what the verifier checked only if both read the same chain to the same head.
     if failed or not isinstance(report, SessionReport) or not report.intact or report.entries != lines \
-            or report.bytes != size or (partner is not None and not (
-                isinstance(share, split.Share) and share.lines == lines and share.size == size)):
+            or report.bytes != size or report.head != (head if lines else None) \
+            or (partner is not None and not (isinstance(share, split.Share) and share.lines == lines
+                                             and share.size == size and share.head == head)):
         folder.discard()
         return None
     try:
@@ -1026,17 +1036,42 @@ def _fold_beside_verifier(vault: Vault, session: str, progress: Callable[[int], 
         raise
 
 
-def _fold_lines(vault: Vault, session: str, folder: Folder, first_line: int, offset: int,
-                trusted_before: int | None = None) -> None:
-    """Fold the file from line `first_line` (at byte `offset`) on without verifying it again: entries
-    before line `trusted_before` as trusted (the verifier passed them), every other one untrusted."""
-    untrusted_from = trusted_before if trusted_before is not None else first_line
-    folder.untrusted_from = untrusted_from
+def _fold_again(vault: Vault, session: str, folder: Folder, first: SessionReport, check_blobs: bool,
+                seal_key: Ed25519PublicKey | None,
+                seal_check: Callable[[SessionReport], None] | None) -> SessionReport:
+    """Fold the session again into the empty `folder`, as trusted up to the break `first` names and as read
+    from there on. The trusted entries come from the verifier once more, never from the file read back by
+    name: the file may have changed since the first pass, and only what a verifier hands over is trusted.
+    A second pass that does not find the same break means the file is changing under replay: an error."""
+    broken = cast("int", first.broken_at_seq)
+    read = [0, 0]  # [bytes verified, offset of line `broken`]
+
+    def seen(n: int) -> None:
+        read[0] += n
+
+    def on_entry(entry: dict) -> None:
+        if entry["seq"] < broken:
+            folder.feed(entry, entry["seq"], True)
+            read[1] = read[0]  # the verifier counts a line before handing its entry over
+
+    report = verify_session(vault, session, check_blobs=check_blobs, progress=seen, on_entry=on_entry,
+                            seal_key=seal_key)
+    if seal_check is not None:
+        seal_check(report)
+    if (report.broken_at_seq, report.kind) != (first.broken_at_seq, first.kind):
+        raise InputError(f"session {session!r} changed while replay read it (first a {first.kind} at seq "
+                         f"{broken}, then {report.kind or 'no finding'} at seq {report.broken_at_seq}); "
+                         "replay it again once nothing writes it")
+    _fold_lines(vault, session, folder, broken, read[1])
+    return report
+
+
+def _fold_lines(vault: Vault, session: str, folder: Folder, first_line: int, offset: int) -> None:
+    """Fold the file from line `first_line` (at byte `offset`) on as untrusted: lines the verifier did not pass,
+    read by name (whatever they are now, they are marked as such)."""
+    folder.untrusted_from = first_line
     for line in session_lines(vault, session, offset):
         pos, data = first_line + line.index, line.data
-        if pos < untrusted_from:
-            folder.feed(orjson.loads(data), pos, trusted=True)
-            continue
         try:
             entry = orjson.loads(data)
         except orjson.JSONDecodeError as exc:

@@ -30,6 +30,7 @@ from typing import Protocol
 
 import orjson
 
+from journal.chain import GENESIS, next_head
 from journal.forked_call import ForkedCall
 from journal.reader import iter_lines
 
@@ -77,6 +78,7 @@ class Share:
     counts: object
     lines: int
     size: int
+    head: str  # the chain's head as read by the partner (chain.next_head): the verifier's, or no share is taken
     db: Path
 
 
@@ -90,13 +92,18 @@ def start(path: Path, make_folder: Callable[[], ShareFolder]) -> ForkedCall | No
 def _fold_share(path: Path, folder: ShareFolder) -> Share:
     part = Partition()
     lines = size = 0
+    head = GENESIS
     for line in iter_lines(path):
         size += len(line.data)
         lines = line.index + 1
         entry = orjson.loads(line.data)
+        linked = next_head(entry, line.data, head)
+        if linked is None:  # not the chain the verifier checks: the parent folds serially
+            raise ValueError(f"line {lines} does not link")
+        head = linked
         if not part.here(entry):
             folder.feed(entry, lines, True)
-    return Share(folder.counts, lines, size, folder.hand_over())
+    return Share(folder.counts, lines, size, head, folder.hand_over())
 
 
 __all__ = ["PARTNER_IDS", "Partition", "Share", "ShareFolder", "start"]

@@ -81,6 +81,8 @@ def reference_report(vault: Vault, session: str, seal_key=None) -> SessionReport
             report.first_ts = entry["ts"]
         report.last_ts = entry["ts"]
         tool_lists.observe(entry)
+    if report.intact and report.entries:
+        report.head = expected_prev
     report.erased = [t for _, t in erased]
     report.notes += tool_lists.notes()
     for t in report.erased:
