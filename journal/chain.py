@@ -56,11 +56,11 @@ def spliced_digest(line: bytes) -> str | None:
 
 
 def next_head(entry: dict, line: bytes, head: str) -> str | None:
-    """The hash of `line` (whose parsed entry is `entry`; with or without its newline) when it links to `head` and carries its own digest,
-    else None. A reader that reads a file again after a verifier read it (replay beside its verifier) follows
-    the chain with this: arriving at the head the verifier reported, over as many lines, shows that it read
-    the very entries the verifier checked (SHA-256 being collision resistant), whatever happened to the file
-    in between; the last hash commits to every entry before it through `prev`."""
+    """The hash of `line` (with or without its newline; `entry` is what it parses to) when it links to `head`
+    and carries its own digest, else None. A reader that reads a file again after a verifier read it (replay
+    beside its verifier) follows the chain with this: arriving at the head the verifier reported, over as
+    many lines, shows that it read the very entries the verifier checked (SHA-256 being collision
+    resistant), whatever happened to the file in between; the last hash commits to every entry before it."""
     digest = spliced_digest(line[:-1] if line.endswith(b"\n") else line)
     return digest if digest is not None and entry.get("hash") == digest and entry.get("prev") == head else None
 
