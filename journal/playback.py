@@ -71,7 +71,7 @@ class RecordedSession:
         report = verify_session(vault, session).as_dict()
         if not report["intact"]:
             raise VaultError(f"session {session!r} does not verify ({chain_verdict(report)}): refusing to play it back")
-        entries, _ = read_entries(vault, session)
+        entries, _ = read_entries(vault, session, verified=report)
         return cls(vault, session, entries)
 
     def take(self, connector: str, method: str, url: str, body: object) -> dict | Miss:

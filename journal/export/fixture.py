@@ -33,6 +33,8 @@ from dataclasses import dataclass
 import orjson
 
 from journal.canonical import canonical_bytes
+from journal.chain import GENESIS, next_head
+from journal.errors import InputError
 from journal.export.streamed_json import ArrayMark, JsonSpool, streamed_document
 from journal.reader import open_vault, session_lines
 from journal.vault import Vault
@@ -69,11 +71,12 @@ def chain_verdict(report: dict) -> str:
     return f"broken at seq {report.get('broken_at_seq')} ({report.get('kind')})"
 
 
-def read_entries(vault: Vault, session: str) -> tuple[list[dict], list[int]]:
+def read_entries(vault: Vault, session: str, verified: dict | None = None) -> tuple[list[dict], list[int]]:
     """The parsed entries of a session in file order, and the 1-based numbers of lines that are not JSON
-    (all held: for readers of a small session; exports use `iter_session_entries`)."""
+    (all held: for readers of a small session; exports use `iter_session_entries`, which says what
+    `verified` checks)."""
     unparsed: list[int] = []
-    return list(iter_session_entries(vault, session, unparsed.append)), unparsed
+    return list(iter_session_entries(vault, session, unparsed.append, verified=verified)), unparsed
 
 
 @dataclass
@@ -88,15 +91,28 @@ class EntryTally:
 
 
 def iter_session_entries(vault: Vault, session: str, unparsed: Callable[[int], object] | None = None,
-                         tally: EntryTally | None = None) -> Iterator[dict]:
+                         tally: EntryTally | None = None, verified: dict | None = None) -> Iterator[dict]:
     """The parsed entries of a session in file (seq) order, one at a time, from whichever store holds it;
     the 1-based number of each line that is not a JSON object goes to `unparsed`, and `tally` counts what
-    passed. Nothing is held: an export of any size draws its entries from here (issue 26)."""
+    passed. Nothing is held: an export of any size draws its entries from here (issue 26).
+
+    `verified`: the verifier's report (as_dict) the export states. When it says intact, the lines read here
+    must be the chain it checked: followed as they are read (chain.next_head), its first `entries` lines must
+    end at its `head` (lines appended since may follow). Else SessionChanged: the file was changed between
+    the verifier's read and this one, and an export stating "intact" over other entries is refused."""
+    target = _verified_head(verified)
+    head: str | None = GENESIS
     for line in session_lines(vault, session):
         try:
             value = orjson.loads(line.data)
         except orjson.JSONDecodeError:
             value = None
+        if target is not None and line.index < target[0]:
+            head = next_head(value, line.data, head) if isinstance(value, dict) and head is not None else None
+            if line.index + 1 == target[0]:
+                if head != target[1]:
+                    raise SessionChanged(session)
+                target = None
         if not isinstance(value, dict):
             if unparsed is not None:
                 unparsed(line.index + 1)
@@ -108,13 +124,30 @@ def iter_session_entries(vault: Vault, session: str, unparsed: Callable[[int], o
                 tally.first_ts = value.get("ts")
             tally.last_ts = value.get("ts")
         yield value
+    if target is not None:  # fewer lines than the verifier checked
+        raise SessionChanged(session)
 
 
-def counted_entries(vault: Vault, session: str, tally: EntryTally) -> Iterator[dict]:
+class SessionChanged(InputError):
+    """The session file read by an export is not the one its verifier checked a moment before."""
+
+    def __init__(self, session: str) -> None:
+        super().__init__(f"session {session!r} changed while it was exported: its entries are not those the "
+                         "verifier just checked; export it again once nothing rewrites it")
+
+
+def _verified_head(report: dict | None) -> tuple[int, str] | None:
+    if report is None or not report.get("intact") or not report.get("entries"):
+        return None
+    return report["entries"], report["head"]
+
+
+def counted_entries(vault: Vault, session: str, tally: EntryTally, verified: dict | None = None) -> Iterator[dict]:
     """The entries an earlier pass counted into `tally`, read again: no more, so an export whose passes
     state counts (a head, a number of entries) stays consistent with itself while the session grows.
-    The count is read when the first entry is asked for, so a tally still being filled may be passed."""
-    return itertools.islice(iter_session_entries(vault, session), tally.entries)
+    The count is read when the first entry is asked for, so a tally still being filled may be passed.
+    `verified`: as for `iter_session_entries` (this pass reads the file again)."""
+    return itertools.islice(iter_session_entries(vault, session, verified=verified), tally.entries)
 
 
 def _source(vault: Vault, session: str, tally: EntryTally, unparsed: object) -> dict:
@@ -159,14 +192,14 @@ def fixture_chunks(vault_root: Vault | str | os.PathLike, session: str) -> Itera
             }
 
         yield from streamed_document(template, [
-            (entries, iter_session_entries(vault, session, unparsed.add, tally)),
-            (expected, _expected_calls(vault, session, tally)),
+            (entries, iter_session_entries(vault, session, unparsed.add, tally, report)),
+            (expected, _expected_calls(vault, session, tally, report)),
             (lines, unparsed),
         ], option=orjson.OPT_SORT_KEYS)
 
 
-def _expected_calls(vault: Vault, session: str, tally: EntryTally) -> Iterator[dict]:
-    for e in counted_entries(vault, session, tally):  # a generator: the entries were counted by the time it runs
+def _expected_calls(vault: Vault, session: str, tally: EntryTally, verified: dict) -> Iterator[dict]:
+    for e in counted_entries(vault, session, tally, verified):  # a generator: the entries are counted by then
         yield expected_call(e)
 
 

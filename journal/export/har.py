@@ -400,7 +400,7 @@ def har_chunks(vault_root: Vault | str | os.PathLike, session: str, *, inline_bl
 
         try:
             yield from streamed_document(template, [
-                (entries, _har_items(iter_session_entries(vault, session, unparsed.add, tally), vault,
+                (entries, _har_items(iter_session_entries(vault, session, unparsed.add, tally, report), vault,
                                      inliner or False, other, hold)),
                 (others, other), (lines, unparsed),
             ], expand=inliner.expand if inliner is not None else None)

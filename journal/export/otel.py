@@ -342,7 +342,7 @@ def session_trace(vault_root: Vault | str | os.PathLike, session: str, *, conten
     report = verify_session(vault, session).as_dict()
     tally = EntryTally()
     agent_traces: set[str] = set()  # the trace ids the calls carried: only whether there is one matters, so two at most
-    for e in iter_session_entries(vault, session, tally=tally):
+    for e in iter_session_entries(vault, session, tally=tally, verified=report):
         if len(agent_traces) < 2 and (ctx := trace_context(e)) is not None:
             agent_traces.add(ctx[0])
     joined = len(agent_traces) == 1
@@ -364,7 +364,7 @@ def session_trace(vault_root: Vault | str | os.PathLike, session: str, *, conten
     except importlib.metadata.PackageNotFoundError:
         version = "0"
     items = (entry_span(e, trace_id, root_id, trace_context(e), joined, content)
-             for e in counted_entries(vault, session, tally))
+             for e in counted_entries(vault, session, tally, report))
     return SessionTrace(
         resource={"attributes": _attrs({"service.name": "connector-broker", "broker.session": session})},
         scope={"name": SCOPE, "version": version}, entries=tally.entries, spans=chain([root], items))

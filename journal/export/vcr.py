@@ -171,7 +171,7 @@ def cassette_chunks(vault_root: Vault | str | os.PathLike, session: str) -> Iter
     report = verify_session(vault, session).as_dict()
     tally = EntryTally()
     with JsonSpool() as other:
-        for e in iter_session_entries(vault, session, tally=tally):
+        for e in iter_session_entries(vault, session, tally=tally, verified=report):
             if (item := _non_http(e)) is not None:
                 other.add(item)
         yield from _head(session, tally.entries, chain_verdict(report), other)  # type: ignore[arg-type]
@@ -181,7 +181,7 @@ def cassette_chunks(vault_root: Vault | str | os.PathLike, session: str) -> Iter
             "connector_broker": {"session": session, "entries": tally.entries, "chain": chain_verdict(report),
                                  "non_http_entries": [non_http]},
         }
-        items = (interaction(e, vault) for e in counted_entries(vault, session, tally) if _non_http(e) is None)
+        items = (interaction(e, vault) for e in counted_entries(vault, session, tally, report) if _non_http(e) is None)
         sink = _Sink()
         dumper = _DUMPER(sink, encoding="utf-8", **_OPTIONS)
         try:
@@ -206,7 +206,7 @@ def build_cassette(vault_root: Vault | str | os.PathLike, session: str) -> dict:
     report = verify_session(vault, session).as_dict()
     tally = EntryTally()
     interactions, other = [], []
-    for e in iter_session_entries(vault, session, tally=tally):
+    for e in iter_session_entries(vault, session, tally=tally, verified=report):
         if (item := _non_http(e)) is None:
             interactions.append(interaction(e, vault))
         else:

@@ -1,0 +1,115 @@
+"""An export states the verifier's verdict, then reads the session file again (once or twice): whoever can
+write the vault can change the file in between. An export must not say "intact" over entries the verifier did
+not check (fixture.py `iter_session_entries(verified=...)`); a session that only grew since is exported as
+before."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from broker.cli import cli
+from broker.cli.exit_codes import run_cli
+from journal.chain import chain_entry
+from journal.export import fixture, har, otel, vcr
+from journal.export.fixture import SessionChanged
+from journal.playback import RecordedSession
+from journal.vault import Vault
+from tests.support.export_factories import generated_session, http_fields
+
+N = 40
+
+
+@pytest.fixture
+def vault(tmp_path) -> Path:
+    generated_session(tmp_path, N)
+    return tmp_path
+
+
+def _path(root: Path) -> Path:
+    return Vault(root).session_path("big")
+
+
+def _edit_in_place(root: Path) -> None:
+    """Line 10's body changed, same size, its hash not recomputed."""
+    path = _path(root)
+    data = path.read_bytes()
+    lines = data.splitlines(keepends=True)
+    assert b'"id":10,' in lines[9]
+    lines[9] = lines[9].replace(b'"id":10,', b'"id":99,', 1)
+    with open(path, "r+b") as f:
+        f.write(b"".join(lines))
+
+
+def _rewrite_chain(root: Path) -> None:
+    """Every entry from line 10 on rewritten with its hash recomputed: a chain that holds, not the one verified."""
+    path = _path(root)
+    lines = path.read_bytes().splitlines(keepends=True)
+    prev = orjson.loads(lines[8])["hash"]
+    for i in range(9, len(lines)):
+        entry = orjson.loads(lines[i])
+        fields = {k: v for k, v in entry.items() if k not in ("seq", "prev", "hash")} | {"agent": "someone-else"}
+        entry, lines[i] = chain_entry(fields, entry["seq"], prev)
+        prev = entry["hash"]
+    path.write_bytes(b"".join(lines))
+
+
+def _append(root: Path) -> None:
+    """One more entry chained onto the end: the session grew, nothing verified changed."""
+    path = _path(root)
+    last = orjson.loads(path.read_bytes().splitlines()[-1])
+    with open(path, "ab") as f:
+        f.write(chain_entry(http_fields(N + 1), N + 1, last["hash"])[1])
+
+
+EXPORTS = {
+    "fixture": lambda root: fixture.build_fixture(root, "big"),
+    "har": lambda root: b"".join(har.har_chunks(root, "big")),
+    "otel": lambda root: b"".join(otel.otlp_chunks(root, "big")),
+    "vcr-chunks": lambda root: b"".join(vcr.cassette_chunks(root, "big")),
+    "vcr": lambda root: vcr.build_cassette(root, "big"),
+    "playback": lambda root: RecordedSession.load(str(root), "big"),
+}
+MODULES = {"fixture": fixture, "har": har, "otel": otel, "vcr-chunks": vcr, "vcr": vcr,
+           "playback": importlib.import_module("journal.playback")}
+
+
+def _after_verify(monkeypatch, module, change) -> None:
+    real = module.verify_session
+
+    def verify_then_change(*args, **kwargs):
+        report = real(*args, **kwargs)
+        change()
+        return report
+
+    monkeypatch.setattr(module, "verify_session", verify_then_change)
+
+
+@pytest.mark.parametrize("kind", sorted(EXPORTS))
+@pytest.mark.parametrize("change", [_edit_in_place, _rewrite_chain])
+def test_a_file_changed_after_the_verifier_read_it_is_refused(vault, monkeypatch, kind, change):
+    EXPORTS[kind](vault)  # the unchanged session exports
+    _after_verify(monkeypatch, MODULES[kind], lambda: change(vault))
+    with pytest.raises(SessionChanged, match="changed while it was exported"):
+        EXPORTS[kind](vault)
+
+
+@pytest.mark.parametrize("kind", sorted(EXPORTS))
+def test_a_session_that_grew_after_the_verifier_read_it_exports(vault, monkeypatch, kind):
+    _after_verify(monkeypatch, MODULES[kind], lambda: _append(vault))
+    EXPORTS[kind](vault)
+
+
+def test_the_cli_writes_no_file_and_says_why(vault, monkeypatch, tmp_path, capsys):
+    _after_verify(monkeypatch, har, lambda: _edit_in_place(vault))
+    out = tmp_path / "s.har"
+    monkeypatch.setattr(sys, "argv", ["broker", "export", "big", "--vault", str(vault), "--format", "har",
+                                      "--out", str(out)])
+    assert run_cli(cli) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("broker: error: session 'big' changed while it was exported")
+    assert not out.exists() and not list(tmp_path.glob(".s.har.*"))
