@@ -85,8 +85,14 @@ def _umask() -> int:
               help="--otlp: at most this many bytes a request (a bigger span goes alone).")
 @click.option("--otlp-retries", type=click.IntRange(min=0), default=DEFAULT_RETRIES, show_default=True,
               help="--otlp: how often a request is sent again after 429/502/503/504 or no answer.")
+@click.option("--otlp-header", "otlp_header", multiple=True, metavar="NAME=VALUE",
+              help="--otlp: a header every request carries (a receiver's API key), after those of "
+                   "OTEL_EXPORTER_OTLP_HEADERS and OTEL_EXPORTER_OTLP_TRACES_HEADERS; repeatable.")
+@click.option("--otlp-compression", type=click.Choice(["gzip", "none"]), default=None,
+              help="--otlp: gzip each request (default: OTEL_EXPORTER_OTLP_[TRACES_]COMPRESSION, else none).")
 def export(vault_dir: str, store: str | None, session: str, fmt: str, out: str | None, inline_blobs: bool,
-           content: bool, otlp_url: str | None, batch_spans: int, batch_bytes: int, otlp_retries: int) -> int:
+           content: bool, otlp_url: str | None, batch_spans: int, batch_bytes: int, otlp_retries: int,
+           otlp_header: tuple[str, ...], otlp_compression: str | None) -> int:
     """Write SESSION as a test fixture, HAR 1.2, a VCR.py cassette, OpenTelemetry spans (OTLP/JSON)
     or OCSF API Activity events (JSON lines).
 
@@ -96,13 +102,18 @@ def export(vault_dir: str, store: str | None, session: str, fmt: str, out: str |
         raise click.UsageError("--inline-blobs applies to --format har (vcr always inlines)")
     if (content or otlp_url) and fmt != "otel":
         raise click.UsageError("--content and --otlp apply to --format otel")
+    if (otlp_header or otlp_compression) and not otlp_url:
+        raise click.UsageError("--otlp-header and --otlp-compression apply to --otlp")
     vault = reading_vault(store, vault_dir)
     if otlp_url:
-        from journal.export.otlp_send import otlp_batches, send_otlp
+        from journal.export.otlp_send import otlp_batches, otlp_headers, send_otlp
+        from journal.export.otlp_send import otlp_compression as compression_of
         from journal.shown_url import display_url
 
+        headers = otlp_headers(otlp_header, os.environ)
+        compression = compression_of(otlp_compression, os.environ)
         batches = otlp_batches(vault, session, content=content, max_spans=batch_spans, max_bytes=batch_bytes)
-        sent = send_otlp(otlp_url, batches, retries=otlp_retries,
+        sent = send_otlp(otlp_url, batches, retries=otlp_retries, headers=headers, compression=compression,
                          warn=lambda message: click.echo(f"broker: warning: {message}", err=True))
         rejected = f", {sent.rejected} of them rejected by the receiver" if sent.rejected else ""
         click.echo(f"sent {session} to {display_url(otlp_url)}: {sent.spans} spans in {sent.batches} "

@@ -31,12 +31,13 @@ import email.utils
 import functools
 import os
 import random
+import re
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import orjson
 
@@ -58,6 +59,11 @@ RETRYABLE = frozenset({429, 502, 503, 504})
 _BACKOFF_FIRST, _BACKOFF_MAX = 0.5, 30.0
 _ENVELOPE_SLACK = 10  # how much the ResourceSpans and ScopeSpans length prefixes can grow (5 bytes each)
 _PROTOBUF = "application/x-protobuf"
+COMPRESSIONS = ("none", "gzip")
+_HEADER_ENV = ("OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS")  # the second wins per name
+_COMPRESSION_ENV = ("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", "OTEL_EXPORTER_OTLP_COMPRESSION")  # the first wins
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_OURS = frozenset({"content-type", "content-length", "content-encoding", "transfer-encoding", "host", "connection"})
 MAX_ANSWER_BYTES = 1 << 20
 """The most of an answer's body read (see the module docstring)."""
 
@@ -223,7 +229,56 @@ class Answer:
     body: bytes | None
 
 
-def _post(client: httpx.Client, url: str, batch: OtlpBatch, timeout: float) -> Answer:
+def otlp_headers(given: Iterable[str], environ: Mapping[str, str]) -> dict[str, str]:
+    """The headers every request carries besides the exporter's own (a receiver's API key, a tenant): those of
+    OTEL_EXPORTER_OTLP_HEADERS, then OTEL_EXPORTER_OTLP_TRACES_HEADERS (`name=value,name=value`, values
+    percent-decoded, as the OpenTelemetry specification has exporters read them), then each `--otlp-header
+    NAME=VALUE`; a later one replaces an earlier one of the same name. An entry that is no `NAME=VALUE`, a
+    name that is no HTTP token or one the exporter sets, or a value holding a line break is refused, naming
+    where it came from and never its value (it is often a credential)."""
+    out: dict[str, tuple[str, str]] = {}  # lower-case name -> (name, value)
+
+    def add(name: str, value: str, where: str) -> None:
+        name, value = name.strip(), value.strip()
+        if not _TOKEN.fullmatch(name):
+            raise InputError(f"{where}: {name!r} is no HTTP header name (NAME=VALUE)")
+        if name.lower() in _OURS:
+            raise InputError(f"{where}: {name} is set by the exporter itself")
+        if any(c in value for c in "\r\n\0"):
+            raise InputError(f"{where}: the value of {name} holds a line break or NUL")
+        out[name.lower()] = (name, value)
+
+    for var in _HEADER_ENV:
+        for i, item in enumerate(environ.get(var, "").split(","), 1):
+            if not item.strip():
+                continue
+            name, eq, value = item.partition("=")
+            if not eq:
+                raise InputError(f"{var}: entry {i} is no name=value pair")
+            add(name, unquote(value), var)
+    for item in given:
+        name, eq, value = item.partition("=")
+        if not eq:
+            raise InputError(f"--otlp-header wants NAME=VALUE, not a bare {name.strip()[:40]!r}")
+        add(name, value, "--otlp-header")
+    return dict(out.values())
+
+
+def otlp_compression(given: str | None, environ: Mapping[str, str]) -> str:
+    """`--otlp-compression`, else OTEL_EXPORTER_OTLP_TRACES_COMPRESSION, else OTEL_EXPORTER_OTLP_COMPRESSION,
+    else none (the specification's default): `gzip` or `none`."""
+    where, value = "--otlp-compression", given
+    for var in _COMPRESSION_ENV:
+        if value is None and environ.get(var):
+            where, value = var, environ[var]
+    value = (value or "none").strip().lower()
+    if value not in COMPRESSIONS:
+        raise InputError(f"{where}: {value!r} is no OTLP compression (use gzip or none)")
+    return value
+
+
+def _post(client: httpx.Client, url: str, batch: OtlpBatch, timeout: float,
+          compressed: bytes | None = None, headers: Mapping[str, str] | None = None) -> Answer:
     """POST one batch and read its answer within `timeout` seconds in all and MAX_ANSWER_BYTES of body (httpx's
     own timeout is per read: a body trickling in a byte at a time, or without end, would hold the export for
     ever or fill its memory). The body is a one-item iterator of known length: httpx's Response and its stream
@@ -231,9 +286,10 @@ def _post(client: httpx.Client, url: str, batch: OtlpBatch, timeout: float) -> A
     iterator holds nothing, so memory stays one batch, not the batches since the last one."""
     import httpx
 
+    payload = batch.body if compressed is None else compressed  # its Content-Encoding is in `headers`
     deadline = time.monotonic() + timeout
-    with client.stream("POST", url, content=iter((batch.body,)), headers={
-            "Content-Type": _PROTOBUF, "Content-Length": str(len(batch.body))}) as resp:
+    with client.stream("POST", url, content=iter((payload,)), headers={
+            **(headers or {}), "Content-Type": _PROTOBUF, "Content-Length": str(len(payload))}) as resp:
         body = bytearray()
         for chunk in resp.iter_bytes():
             if time.monotonic() > deadline:
@@ -311,10 +367,21 @@ def _stopped(problem: str, batch: OtlpBatch, report: SendReport) -> PeerError:
 
 def send_otlp(url: str, batches: Iterable[OtlpBatch], *, retries: int = DEFAULT_RETRIES, timeout: float = 30.0,
               warn: Callable[[str], None] = lambda _: None,
-              sleep: Callable[[float], None] = time.sleep) -> SendReport:
+              sleep: Callable[[float], None] = time.sleep, headers: Mapping[str, str] | None = None,
+              compression: str = "none") -> SendReport:
     """POST each batch to an OTLP/HTTP traces endpoint in turn (one connection, kept alive), as the module
-    docstring says; what was delivered. A stop raises PeerError naming how far it got."""
+    docstring says; what was delivered. A stop raises PeerError naming how far it got. `headers` go on every
+    request (`otlp_headers`); `compression` gzip sends each batch gzipped (`Content-Encoding: gzip`; the
+    batch limits count the bytes before compression)."""
+    import gzip
+
     import httpx
+
+    if compression not in COMPRESSIONS:
+        raise InputError(f"{compression!r} is no OTLP compression (use gzip or none)")
+    extra = dict(headers or {})
+    if compression == "gzip":
+        extra["Content-Encoding"] = "gzip"
 
     shown = display_url(url)
     try:
@@ -328,10 +395,11 @@ def send_otlp(url: str, batches: Iterable[OtlpBatch], *, retries: int = DEFAULT_
     with httpx.Client(timeout=timeout) as client:
         for batch in batches:
             attempt = 0
+            compressed = gzip.compress(batch.body, mtime=0) if compression == "gzip" else None
             while True:
                 wait: float | None = None
                 try:
-                    answer = _post(client, url, batch, timeout)
+                    answer = _post(client, url, batch, timeout, compressed, extra)
                 except httpx.RequestError as exc:  # no answer, or none readable (a body that does not decode)
                     problem = f"cannot send spans to {shown}: {exc}; is the OTLP receiver running there?"
                     retryable = True

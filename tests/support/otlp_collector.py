@@ -3,6 +3,7 @@ and answers from a script (status, headers, body), then 200 with an empty Export
 
 from __future__ import annotations
 
+import gzip
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -29,8 +30,9 @@ class Collector:
     url: str
     script: list[Answer]  # answers given in turn, then 200
     keep: bool = True  # False: bodies are counted (`sizes`), not kept (a test measuring this process's memory)
-    requests: list[tuple[str, str, bytes]] = field(default_factory=list)  # (path, content type, body) as received
-    sizes: list[int] = field(default_factory=list)
+    requests: list[tuple[str, str, bytes]] = field(default_factory=list)  # (path, content type, body) decoded
+    sizes: list[int] = field(default_factory=list)  # bytes on the wire (compressed, when it was)
+    headers: list[dict[str, str]] = field(default_factory=list)  # each request's headers, names in lower case
     answered: list[int] = field(default_factory=list)
 
     def accepted(self) -> list[ExportTraceServiceRequest]:
@@ -49,13 +51,16 @@ def otlp_collector(script: list[Answer] | None = None, keep: bool = True) -> Ite
         protocol_version = "HTTP/1.1"  # keep-alive, as the exporter keeps its connection
 
         def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            body = wire = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            if self.headers.get("Content-Encoding", "").lower() == "gzip":  # as the Collector's receiver decodes
+                body = gzip.decompress(wire)
             with lock:
                 answer = collector.script.pop(0) if collector.script else Answer(
                     headers={"Content-Type": "application/x-protobuf"},
                     body=ExportTraceServiceResponse().SerializeToString())
                 collector.requests.append((self.path, self.headers.get("Content-Type", ""), body if keep else b""))
-                collector.sizes.append(len(body))
+                collector.sizes.append(len(wire))
+                collector.headers.append({k.lower(): v for k, v in self.headers.items()})
                 collector.answered.append(answer.status)
             self.send_response(answer.status)
             for k, v in answer.headers.items():

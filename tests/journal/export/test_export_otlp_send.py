@@ -365,3 +365,45 @@ def test_an_endless_answer_is_not_read_into_memory(vault):
             tracemalloc.stop()
     assert report.batches == 2 and report.spans == 9
     assert peak < 8 << 20, peak  # about 3 MiB: an answer chunk on each side, the 1 MiB read
+
+
+def test_headers_and_gzip_as_an_otel_exporter_takes_them(vault, monkeypatch, capsys):
+    """A receiver's API key from OTEL_EXPORTER_OTLP_HEADERS (percent-decoded), overridden per name by
+    --otlp-header; gzip from the environment: every request carries them, and the spans are the same."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-honeycomb-team=env%20key,x-tenant=acme")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")
+    with otlp_collector() as plain:
+        assert _export(vault, SESSION, plain.url, "--otlp-compression", "none") == 0
+    with otlp_collector() as collector:
+        assert _export(vault, SESSION, collector.url, "--otlp-header", "X-Honeycomb-Team=cli-key",
+                       "--batch-spans", "4") == 0
+    assert len(collector.headers) == 3
+    for seen in collector.headers:
+        assert seen["x-honeycomb-team"] == "cli-key" and seen["x-tenant"] == "acme"
+        assert seen["content-encoding"] == "gzip" and seen["content-type"] == "application/x-protobuf"
+    assert all("content-encoding" not in seen for seen in plain.headers)
+    assert [s for r in collector.accepted() for s in _spans(r)] == [s for r in plain.accepted() for s in _spans(r)]
+    assert sum(collector.sizes) < sum(plain.sizes)
+    assert "cli-key" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("env", "args", "message"), [
+    ({}, ["--otlp-header", "no-equals-sign"], "--otlp-header wants NAME=VALUE"),
+    ({}, ["--otlp-header", "Content-Type=text/plain"], "Content-Type is set by the exporter itself"),
+    ({}, ["--otlp-header", "bad name=secret-value"], "is no HTTP header name"),
+    ({}, ["--otlp-header", "X-Key=secret-value\r\nX-Injected: 1"], "holds a line break"),
+    ({"OTEL_EXPORTER_OTLP_TRACES_HEADERS": "x-key=secret-value,broken"}, [], "entry 2 is no name=value pair"),
+    ({"OTEL_EXPORTER_OTLP_TRACES_HEADERS": "x-key=secret%0d%0aX-Injected: 1"}, [], "holds a line break"),
+    ({"OTEL_EXPORTER_OTLP_COMPRESSION": "zstd"}, [], "'zstd' is no OTLP compression"),
+])
+def test_bad_headers_and_compressions_are_refused_before_anything_is_sent(vault, monkeypatch, capsys, env, args,
+                                                                          message):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with otlp_collector() as collector:
+        monkeypatch.setattr(sys, "argv", ["broker", "export", SESSION, "--vault", str(vault), "--format", "otel",
+                                          "--otlp", collector.url, *args])
+        assert run_cli(cli) == 2
+    assert collector.requests == []
+    (line,) = capsys.readouterr().err.splitlines()
+    assert message in line and "secret" not in line
