@@ -85,6 +85,9 @@ def _umask() -> int:
               help="--otlp: at most this many bytes a request (a bigger span goes alone).")
 @click.option("--otlp-retries", type=click.IntRange(min=0), default=DEFAULT_RETRIES, show_default=True,
               help="--otlp: how often a request is sent again after 429/502/503/504 or no answer.")
+@click.option("--otlp-from-seq", type=click.IntRange(min=1), default=None, metavar="SEQ",
+              help="--otlp: send the rest of an export that stopped (its message names SEQ), without the session "
+                   "span it delivered.")
 @click.option("--otlp-header", "otlp_header", multiple=True, metavar="NAME=VALUE",
               help="--otlp: a header every request carries (a receiver's API key), after those of "
                    "OTEL_EXPORTER_OTLP_HEADERS and OTEL_EXPORTER_OTLP_TRACES_HEADERS; repeatable.")
@@ -92,7 +95,7 @@ def _umask() -> int:
               help="--otlp: gzip each request (default: OTEL_EXPORTER_OTLP_[TRACES_]COMPRESSION, else none).")
 def export(vault_dir: str, store: str | None, session: str, fmt: str, out: str | None, inline_blobs: bool,
            content: bool, otlp_url: str | None, batch_spans: int, batch_bytes: int, otlp_retries: int,
-           otlp_header: tuple[str, ...], otlp_compression: str | None) -> int:
+           otlp_from_seq: int | None, otlp_header: tuple[str, ...], otlp_compression: str | None) -> int:
     """Write SESSION as a test fixture, HAR 1.2, a VCR.py cassette, OpenTelemetry spans (OTLP/JSON)
     or OCSF API Activity events (JSON lines).
 
@@ -102,8 +105,8 @@ def export(vault_dir: str, store: str | None, session: str, fmt: str, out: str |
         raise click.UsageError("--inline-blobs applies to --format har (vcr always inlines)")
     if (content or otlp_url) and fmt != "otel":
         raise click.UsageError("--content and --otlp apply to --format otel")
-    if (otlp_header or otlp_compression) and not otlp_url:
-        raise click.UsageError("--otlp-header and --otlp-compression apply to --otlp")
+    if (otlp_header or otlp_compression or otlp_from_seq) and not otlp_url:
+        raise click.UsageError("--otlp-header, --otlp-compression and --otlp-from-seq apply to --otlp")
     vault = reading_vault(store, vault_dir)
     if otlp_url:
         from journal.export.otlp_send import otlp_batches, otlp_headers, send_otlp
@@ -112,7 +115,8 @@ def export(vault_dir: str, store: str | None, session: str, fmt: str, out: str |
 
         headers = otlp_headers(otlp_header, os.environ)
         compression = compression_of(otlp_compression, os.environ)
-        batches = otlp_batches(vault, session, content=content, max_spans=batch_spans, max_bytes=batch_bytes)
+        batches = otlp_batches(vault, session, content=content, max_spans=batch_spans, max_bytes=batch_bytes,
+                               from_seq=otlp_from_seq)
         sent = send_otlp(otlp_url, batches, retries=otlp_retries, headers=headers, compression=compression,
                          warn=lambda message: click.echo(f"broker: warning: {message}", err=True))
         rejected = f", {sent.rejected} of them rejected by the receiver" if sent.rejected else ""

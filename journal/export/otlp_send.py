@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 from urllib.parse import unquote, urlsplit
 
 import orjson
@@ -116,9 +116,12 @@ def _seq(span: dict) -> int | None:
 
 
 def otlp_batches(vault_root: Vault | str | os.PathLike, session: str, *, content: bool = False,
-                 max_spans: int = DEFAULT_BATCH_SPANS, max_bytes: int = DEFAULT_BATCH_BYTES) -> Iterator[OtlpBatch]:
+                 max_spans: int = DEFAULT_BATCH_SPANS, max_bytes: int = DEFAULT_BATCH_BYTES,
+                 from_seq: int | None = None) -> Iterator[OtlpBatch]:
     """The session's spans (`session_trace`) as ExportTraceServiceRequest bodies of at most `max_spans`
-    spans and `max_bytes` bytes each (a bigger span alone), in order, each built as its entries are read."""
+    spans and `max_bytes` bytes each (a bigger span alone), in order, each built as its entries are read.
+    `from_seq`: the rest of an export that stopped (its message names the seq): the spans from the first
+    entry span of that seq or later on, without the session span, which the stopped export delivered."""
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
     if max_spans < 1 or max_bytes < 1:
@@ -139,7 +142,14 @@ def otlp_batches(vault_root: Vault | str | os.PathLike, session: str, *, content
         return OtlpBatch(index=index, body=request.SerializeToString(), spans=len(pending), first_span=first,
                          total_spans=total, first_seq=seqs[0] if seqs else None, last_seq=seqs[-1] if seqs else None)
 
+    skipping = from_seq is not None
     for span in trace.spans:
+        if skipping:
+            seq = _seq(span)
+            if seq is None or seq < cast(int, from_seq):
+                first += 1
+                continue
+            skipping = False
         message = span_protobuf(span)
         length = message.ByteSize()
         grows = 1 + _varint_len(length) + length  # the field's tag, its length, the span
@@ -166,10 +176,12 @@ class SendReport:
     rejected: int = 0
     first_seq: int | None = None
     last_seq: int | None = None
+    root: bool = False  # the session span was among them
 
     def delivered(self, batch: OtlpBatch) -> None:
         self.batches += 1
         self.spans += batch.spans
+        self.root = self.root or batch.root
         if self.first_seq is None:
             self.first_seq = batch.first_seq
         if batch.last_seq is not None:
@@ -355,13 +367,15 @@ def partial_success(answer: Answer) -> tuple[int, str]:
 
 def _stopped(problem: str, batch: OtlpBatch, report: SendReport) -> PeerError:
     """The one line a stop is: why, at which batch, what was sent before it, what was not."""
+    what = _spans_text(report.spans, report.root, report.first_seq, report.last_seq)
     sent = (f"sent {report.spans} of {batch.total_spans} spans in {report.batches} request"
-            f"{'' if report.batches == 1 else 's'} before it"
-            + (f" ({_spans_text(report.spans, True, report.first_seq, report.last_seq)})" if report.spans else ""))
-    unsent = batch.total_spans - report.spans
+            f"{'' if report.batches == 1 else 's'} before it" + (f" ({what})" if report.spans else ""))
+    unsent = batch.total_spans - batch.first_span
     rest = f"not sent: {unsent} span{'' if unsent == 1 else 's'}"
     if batch.first_seq is not None:
         rest += f" (seq {batch.first_seq} on)"
+        if not batch.root:  # the session span went: the rest can follow it
+            rest += f"; to send them: --otlp-from-seq {batch.first_seq}"
     return PeerError(f"{problem}; stopped at {batch.describe()}: {sent}; {rest}")
 
 

@@ -165,7 +165,8 @@ def test_a_400_stops_with_one_line_saying_how_far_it_got(vault, monkeypatch, cap
     (line,) = capsys.readouterr().err.splitlines()
     assert line == (f"broker: error: OTLP endpoint {collector.url} answered 400 (span 7 has a bad trace id), which "
                     "is final; stopped at batch 3 (2 spans, seqs 4-5): sent 4 of 9 spans in 2 requests before it "
-                    "(4 spans, the session span, seqs 1-3); not sent: 5 spans (seq 4 on)")
+                    "(4 spans, the session span, seqs 1-3); not sent: 5 spans (seq 4 on); to send them: "
+                    "--otlp-from-seq 4")
 
 
 def test_a_refusal_on_the_first_batch_says_nothing_was_sent(vault):
@@ -407,3 +408,29 @@ def test_bad_headers_and_compressions_are_refused_before_anything_is_sent(vault,
     assert collector.requests == []
     (line,) = capsys.readouterr().err.splitlines()
     assert message in line and "secret" not in line
+
+
+def test_the_rest_of_a_stopped_export_is_sent_from_the_seq_it_names(vault, monkeypatch, capsys):
+    """A 400 at batch 3 names the seq to go on from; sent again with --otlp-from-seq, the receiver gets exactly
+    the spans it did not get (no session span again), and the two runs together are the whole document."""
+    with otlp_collector() as whole:
+        assert _export(vault, SESSION, whole.url, "--batch-spans", "2") == 0
+    everything = [s for r in whole.accepted() for s in _spans(r)]
+    with otlp_collector([Answer(), Answer(), Answer(400)]) as collector:
+        monkeypatch.setattr(sys, "argv", ["broker", "export", SESSION, "--vault", str(vault), "--format", "otel",
+                                          "--otlp", collector.url, "--batch-spans", "2"])
+        assert run_cli(cli) == 2
+        err = capsys.readouterr().err
+        assert "to send them: --otlp-from-seq 4" in err
+        assert _export(vault, SESSION, collector.url, "--batch-spans", "2", "--otlp-from-seq", "4") == 0
+    sent = [s for r in collector.accepted() for s in _spans(r)]
+    assert sent == everything and len(sent) == 9
+    assert "sent export-1 to" in capsys.readouterr().err
+
+
+def test_a_refusal_of_the_first_batch_names_no_seq_to_go_on_from(vault, monkeypatch, capsys):
+    with otlp_collector([Answer(401)]) as collector:
+        monkeypatch.setattr(sys, "argv", ["broker", "export", SESSION, "--vault", str(vault), "--format", "otel",
+                                          "--otlp", collector.url, "--batch-spans", "2"])
+        assert run_cli(cli) == 2
+    assert "--otlp-from-seq" not in capsys.readouterr().err
