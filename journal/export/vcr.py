@@ -12,12 +12,16 @@ from the record, so that a client reading the cassette sees a consistent message
 - entries that were no HTTP exchange (MCP over stdio) have no interaction: the header comment and
   the top-level `connector_broker` key (which vcrpy ignores) list them.
 
+A body spilled whole to a blob over BIG_BODY is written as `!!binary` a chunk at a time (`BigBodies`): memory
+holds a piece of it, whatever its size.
+
 Redacted values stay as recorded (`[never captured]`), in URLs and headers alike. Each interaction
 carries a `journal` key (session, seq, hash), which vcrpy ignores.
 """
 
 from __future__ import annotations
 
+import base64
 import os
 import secrets
 from collections.abc import Iterable, Iterator
@@ -27,7 +31,7 @@ import yaml
 
 from journal.export.fixture import EntryTally, chain_verdict, counted_entries, iter_session_entries
 from journal.export.har import is_http_url
-from journal.export.recorded_body import body_bytes, header, http_request_view
+from journal.export.recorded_body import body_bytes, body_kind, header, http_request_view, iter_blob
 from journal.export.streamed_json import JsonSpool
 from journal.reader import open_vault
 from journal.vault import Vault
@@ -54,37 +58,123 @@ def _yaml_body(data: bytes) -> str | bytes:
         return data
 
 
-def interaction(entry: dict, vault: Vault) -> dict:
-    """One journal entry (an HTTP exchange) as a VCR.py interaction."""
+BIG_BODY = 1 << 20
+"""A body spilled whole to a blob bigger than this is written as `!!binary` (base64 in lines of 76, which can be
+written a chunk at a time), text or not: `cassette_chunks` never holds it whole (`BigBodies`)."""
+
+
+class BigBodies:
+    """Whole-body blobs over BIG_BODY of one cassette, written a chunk at a time (issue 26: memory holds a chunk).
+
+    `value` reads the blob through once (its SHA-256 checked before anything is written, its size counted) and
+    gives a small placeholder in the body's place: bytes whose base64 is one line no recorded body can hold
+    (a nonce made for this cassette). The emitter writes it as the one line of a `!!binary |` block; `expand`
+    replaces that line with the blob's base64 lines at its indentation, read again a chunk at a time: the
+    bytes `yaml.dump` writes for the whole body as bytes (`base64.encodebytes`, 57 bytes a line)."""
+
+    _PIECE = 57 * 2048  # bytes read and written at a time: 2,048 whole base64 lines
+
+    def __init__(self, vault: Vault) -> None:
+        self.vault = vault
+        self._nonce = secrets.token_bytes(12)
+        self._refs: dict[bytes, dict] = {}  # a placeholder's base64 line -> its blob reference
+        self._count = 0
+        self._carry = b""
+
+    def value(self, ref: dict) -> tuple[bytes, int]:
+        """(placeholder, the blob's size) for a whole-body blob reference (BlobUnavailable: missing, or not the
+        bytes its name says)."""
+        size = sum(len(chunk) for chunk in iter_blob(self.vault, ref))
+        self._count += 1
+        placeholder = b"\x00vcr:" + self._nonce + self._count.to_bytes(8, "big") + bytes.fromhex(ref["sha256"])
+        self._refs[base64.b64encode(placeholder)] = ref  # 57 bytes: one base64 line of 76
+        return placeholder, size
+
+    def expand(self, chunk: bytes, final: bool = False) -> Iterator[bytes]:
+        """The emitter's output with each placeholder line written out as its blob's lines; whole lines only, the
+        rest kept for the next call (`final`: everything)."""
+        data = self._carry + chunk
+        cut = len(data) if final else data.rfind(b"\n") + 1
+        self._carry, data = data[cut:], data[:cut]
+        done = 0
+        while self._refs:
+            hits = [(at, key) for key in self._refs if (at := data.find(key, done)) >= 0]
+            if not hits:
+                break
+            at, key = min(hits)
+            line = data.rfind(b"\n", 0, at) + 1
+            indent, end = data[line:at], at + len(key)
+            if indent.strip(b" ") or data[end : end + 1] != b"\n":
+                raise AssertionError("a body placeholder not on a line of its own")
+            yield data[done:line]
+            yield from self._lines(self._refs.pop(key), indent)
+            done = end + 1
+        if done < len(data):
+            yield data[done:]
+
+    def _lines(self, ref: dict, indent: bytes) -> Iterator[bytes]:
+        """The blob's base64 as `base64.encodebytes` cuts it, each line after `indent`, a piece at a time."""
+        carry = b""
+        for chunk in iter_blob(self.vault, ref, self._PIECE):
+            carry += chunk
+            cut = len(carry) - len(carry) % 57
+            if cut:
+                yield self._indented(carry[:cut], indent)
+                carry = carry[cut:]
+        if carry:
+            yield self._indented(carry, indent)
+
+    @staticmethod
+    def _indented(data: bytes, indent: bytes) -> bytes:
+        lines = base64.encodebytes(data).splitlines(keepends=True)
+        return b"".join(indent + line for line in lines)
+
+
+def interaction(entry: dict, vault: Vault, big: BigBodies | None = None) -> dict:
+    """One journal entry (an HTTP exchange) as a VCR.py interaction. `big`: whole-body blobs over BIG_BODY
+    stand as its placeholders (cassette_chunks); without it they are read whole, as bytes all the same."""
     method, url, req_headers, req_body, req_ctype = http_request_view(entry)
     req_raw = entry["request"].get("content_encoding_error") is not None
-    req_data = body_bytes(req_body, req_ctype, vault)
+    req_value, req_size = _body(req_body, req_ctype, vault, big)
     rheaders = _headers(req_headers, keep_framing=req_raw)
-    if req_data and not req_raw:
-        rheaders["Content-Length"] = [str(len(req_data))]
+    if req_size and not req_raw:
+        rheaders["Content-Length"] = [str(req_size)]
     resp = entry["response"]
     status = resp.get("status")
     resp_raw = resp.get("content_encoding_error") is not None
     if isinstance(status, int):
-        data = body_bytes(resp.get("body"), header(resp.get("headers") or [], "content-type"), vault)
+        value, size = _body(resp.get("body"), header(resp.get("headers") or [], "content-type"), vault, big)
         headers = _headers(resp.get("headers") or [], keep_framing=resp_raw)
     else:
         status = 502
         data = f"{resp.get('error') or 'no answer'}\n".encode()
+        value, size = _yaml_body(data), len(data)
         headers = {"Content-Type": ["text/plain; charset=utf-8"]}
     if not resp_raw:
-        headers["Content-Length"] = [str(len(data))]
+        headers["Content-Length"] = [str(size)]
     try:
         message = HTTPStatus(status).phrase
     except ValueError:
         message = ""
     return {
-        "request": {"method": method, "uri": url, "body": _yaml_body(req_data) if req_data else None,
-                    "headers": rheaders},
+        "request": {"method": method, "uri": url, "body": req_value if req_size else None, "headers": rheaders},
         "response": {"status": {"code": status, "message": message}, "headers": headers,
-                     "body": {"string": _yaml_body(data)}},
+                     "body": {"string": value}},
         "journal": {"session": entry.get("session"), "seq": entry.get("seq"), "hash": entry.get("hash")},
     }
+
+
+def _body(body: object, content_type: str | None, vault: Vault, big: BigBodies | None) -> tuple[str | bytes, int]:
+    """(the YAML value, the byte count) of a recorded body; a whole-body blob over BIG_BODY is bytes, or its
+    placeholder with `big`."""
+    if body_kind(body, content_type) == "blob" and isinstance(body, dict) and isinstance(body.get("size"), int) \
+            and body["size"] > BIG_BODY:
+        if big is not None:
+            return big.value(body)
+        data = body_bytes(body, content_type, vault)
+        return data, len(data)
+    data = body_bytes(body, content_type, vault)
+    return _yaml_body(data), len(data)
 
 
 def _non_http(entry: dict) -> dict | None:
@@ -181,7 +271,9 @@ def cassette_chunks(vault_root: Vault | str | os.PathLike, session: str) -> Iter
             "connector_broker": {"session": session, "entries": tally.entries, "chain": chain_verdict(report),
                                  "non_http_entries": [non_http]},
         }
-        items = (interaction(e, vault) for e in counted_entries(vault, session, tally, report) if _non_http(e) is None)
+        big = BigBodies(vault)
+        items = (interaction(e, vault, big) for e in counted_entries(vault, session, tally, report)
+                 if _non_http(e) is None)
         sink = _Sink()
         dumper = _DUMPER(sink, encoding="utf-8", **_OPTIONS)
         try:
@@ -191,12 +283,12 @@ def cassette_chunks(vault_root: Vault | str | os.PathLike, session: str) -> Iter
             for n, event in enumerate(events.of(template, {interactions: items, non_http: iter(other)})):
                 dumper.emit(event)
                 if n % 64 == 0 and sink.parts:
-                    yield sink.take()
+                    yield from big.expand(sink.take())
             dumper.emit(yaml.DocumentEndEvent(explicit=False))
             dumper.emit(yaml.StreamEndEvent())
         finally:
             dumper.dispose()
-        yield sink.take()
+        yield from big.expand(sink.take(), final=True)
 
 
 def build_cassette(vault_root: Vault | str | os.PathLike, session: str) -> dict:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import tracemalloc
 
 import httpx
 import pytest
@@ -11,8 +13,21 @@ import vcr
 import yaml
 from vcr.errors import CannotOverwriteExistingCassetteException
 
+from journal.blobstore import BlobStore
+from journal.export import vcr as cassette
+from journal.export.recorded_body import BlobUnavailable
 from journal.export.vcr import build_cassette, cassette_yaml
-from tests.support.export_factories import BIG, GMAIL, PNG, SECRET, SESSION, record_export_session
+from journal.vault import Vault
+from tests.support.export_factories import (
+    BIG,
+    GMAIL,
+    PNG,
+    SECRET,
+    SESSION,
+    chained_session,
+    http_fields,
+    record_export_session,
+)
 
 FIRST_URL = GMAIL + "/messages?q=is%3Aunread&access_token=[never%20captured]"
 
@@ -83,3 +98,65 @@ def test_pytest_recording_none_mode_plays_the_export(vcr, record_mode):
     assert r.json() == {"id": "m1", "labelIds": ["INBOX"]}
     with pytest.raises(CannotOverwriteExistingCassetteException):
         requests.get("https://gmail.googleapis.com/gmail/v1/users/me/labels")
+
+
+def _big_bodies_session(root) -> tuple[bytes, bytes]:
+    """Bodies spilled whole over cassette.BIG_BODY: a UTF-8 text answer (twice: one blob, two bodies), a binary
+    upload, each cut at no line of 57 bytes; and a small spilled body, which stays text."""
+    Vault.create(root)
+    blobs = BlobStore(root)
+    text = ("línea de texto, ünïcödé, " * 200_000).encode()[: (3 << 20) + 5]
+    binary = bytes(range(256)) * 10_000 + b"\xff\x00"
+    ref_text, ref_bin = blobs.put_bytes(text), blobs.put_bytes(binary)
+    ref_small = blobs.put_bytes(b"small text body\n")
+    fields = []
+    for n, (req, resp) in enumerate([(None, ref_text), (ref_bin, ref_text), (None, ref_small)], 1):
+        f = http_fields(n, body=resp)
+        f["response"]["headers"] = [["Content-Type", "text/plain"]]
+        if req is not None:
+            f["request"] |= {"method": "POST", "body": req, "headers": [["Content-Type", "application/octet-stream"]]}
+        fields.append(f)
+    chained_session(root, "bigbodies", fields)
+    return text, binary
+
+
+def test_big_bodies_are_written_a_chunk_at_a_time(tmp_path):
+    """The streamed cassette is the whole one's bytes; the big bodies come back byte for byte (as `!!binary`);
+    memory holds a piece, not the 7 MB of bodies."""
+    text, binary = _big_bodies_session(tmp_path)
+    whole = cassette.cassette_yaml(cassette.build_cassette(tmp_path, "bigbodies"))
+    tracemalloc.start()
+    try:
+        size = 0
+        streamed = hashlib.sha256()
+        for chunk in cassette.cassette_chunks(tmp_path, "bigbodies"):
+            streamed.update(chunk)
+            size += len(chunk)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert streamed.hexdigest() == hashlib.sha256(whole).hexdigest() and size == len(whole)
+    assert peak < 4 << 20, peak  # the bodies' base64 alone is 9.5 MB
+    loaded = yaml.safe_load(whole)
+    one, two, three = loaded["interactions"]
+    assert one["response"]["body"]["string"] == text == two["response"]["body"]["string"]
+    assert two["request"]["body"] == binary
+    assert two["request"]["headers"]["Content-Length"] == [str(len(binary))]
+    assert one["response"]["headers"]["Content-Length"] == [str(len(text))]
+    assert three["response"]["body"]["string"] == "small text body\n"
+    assert whole.count(b"!!binary") == 3
+
+
+def test_a_big_blob_changed_after_it_was_checked_stops_the_cassette(tmp_path):
+    """The blob is read through (hash checked) before anything is written and read again to be written: bytes
+    swapped in between are not handed on as the recorded body."""
+    text, _ = _big_bodies_session(tmp_path)
+    digest = hashlib.sha256(text).hexdigest()
+    path = tmp_path / "blobs" / "sha256" / digest[:2] / digest
+    chunks = cassette.cassette_chunks(tmp_path, "bigbodies")
+    first = next(chunks)  # the head comments: the interactions are made (and their blobs checked) after it
+    assert first.startswith(b"# VCR.py cassette")
+    path.chmod(0o644)
+    path.write_bytes(text[:-1] + b"!")
+    with pytest.raises(BlobUnavailable):
+        b"".join(chunks)
