@@ -395,12 +395,41 @@ _PREFIX_RULES = tuple(_prefix_rule(p, shape.rest) for shape in PREFIX_SHAPES for
 # `export DB_PASSWORD=...`, `password: ...`), a credential name after up to three identifier words
 # (DB_, AWS_, spring.datasource.). The line may sit in a JSON string (\n escaped) or in a URL-encoded
 # form value (%0A, or the value's start); indented by blanks, or by tabs written `\t` inside a JSON
-# string. true, false and null stay.
+# string. true, false and null stay. Inside a JSON string every character may also be written as its
+# `\uXXXX` escape (some encoders write every control character so): the line break `\u000a` (after
+# `\u000d` or `\r`), a blank `\u0009` / `\u0020`, the `=` / `:` `\u003d` / `\u003a`, the value's
+# opening quote `\"`, `\u0022` or `\u0027` (`password: \"hunter2\"` is a YAML line in a JSON string).
 _ID_WORDS = rb"(?:[A-Za-z0-9]{1,32}+[_.\-]){0,3}"
+# A blank as written in text or inside a JSON string (in JSON inside a JSON string, the escape's backslash
+# is escaped too: \\t).
+_BLANK = rb"(?:[ \t]|\\\\?t|\\\\?u00(?:09|20))"
+_ASSIGN_SEP = _BLANK + rb"{0,8}(?:[=:]|\\\\?u003[AaDd])" + _BLANK + rb"{0,8}"
 _ASSIGN_NAME = (
-    rb"(?:[ \t]|\\t){0,16}(?:export[ \t]{1,4})?" + _ID_WORDS
-    + rb"(?:" + _BODY_ALT.encode() + rb")[ \t]{0,8}[=:][ \t]{0,8}"
+    _BLANK + rb"{0,16}(?:export" + _BLANK + rb"{1,4})?" + _ID_WORDS
+    + rb"(?:" + _BODY_ALT.encode() + rb")" + _ASSIGN_SEP
 )
+# A line break as written in text or inside a JSON string (the first alternative: the start of the body).
+_LINE_START = rb"(?:(?<![\s\S])|\r?\n|(?:\\r|\\u000[Dd])?(?:\\n|\\u000[Aa]))"
+# The same lines URL-encoded (a form value, a query parameter): the break `%0A` (`%0a`, after `%0D`),
+# blanks `+`, `%20`, `%09`, the `=` / `:` encoded or as written.
+_PCT_SP = rb"(?:\+|%20|%09)"
+_PCT_ASSIGN_NAME = (
+    _PCT_SP + rb"{0,16}(?:export" + _PCT_SP + rb"{1,4})?" + _ID_WORDS + rb"(?:" + _BODY_ALT.encode() + rb")"
+    + _PCT_SP + rb"{0,8}(?:%3[Dd]|%3[Aa]|[=:])"
+    + _PCT_SP + rb"{0,8}"
+)  # fmt: skip
+
+
+def _pct_assign_rule(value_char: bytes, replacement: str) -> _Rule:
+    """The URL-encoded line assignment, its value made of `value_char`s (wider in a form body, where only
+    '&' ends a value, than in a URL written in text, which a quote or a bracket ends)."""
+    return (
+        rb"(?:%0[Aa]|%0[Dd]%0[Aa])" + _PCT_ASSIGN_NAME + rb"(?:%2[27])?",
+        rb"(?!(?:true|false|null)(?![A-Za-z0-9_])|\[never)(?=" + value_char + rb")",
+        _Elements(value_char + rb"*", 3), replacement,
+    )
+
+
 _VALUE_RULES: tuple[_Rule, ...] = (
     # 'Bearer <token>': the token needs 20+ characters and a digit, so prose ("bearer of") stays.
     (rb"(?i:bearer)(?:[ \t]{1,8}|\+|%20)",
@@ -463,8 +492,10 @@ _VALUE_RULES: tuple[_Rule, ...] = (
     # Bot secrets start AA; the rule starts there, so no trigger at every ':' of a JSON body is needed.
     (rb"(?:(?<=[0-9]{8}:)|(?<=[0-9]{8}%3[Aa]))", rb"AA[0-9A-Za-z_\-]{33}", _T_TOKEN, "text"),
     # Line assignments (see _ASSIGN_NAME).
-    (rb"(?:(?<![\s\S])|\r?\n|\\r\\n|\\n)" + _ASSIGN_NAME + rb"[\"']?(?:(?i:bearer|basic|token)[ \t]{1,8})?+",
+    (_LINE_START + _ASSIGN_NAME + rb"(?:[\"']|\\(?:\\\\)?\"|\\\\?u002[27])?(?:(?i:bearer|basic|token)[ \t]{1,8})?+",
      rb"(?!(?:true|false|null)(?![A-Za-z0-9_])|\[never)(?=[^\s\"'\\])", _Elements(rb"[^\r\n\"'\\]*", 1), "text"),
+    # ... URL-encoded, in a URL or a form sent in any body (a form body has its own, wider, rule first).
+    _pct_assign_rule(rb"(?:[^&\s%\"'<>\\#)}]|%(?!0[AaDd]|2[27])[0-9A-Fa-f]{2})", "url"),
     # The catalogue (journal/secret_shapes.py): tokens known by their prefix, which stays.
     *(rule for rule, _t in _PREFIX_RULES),
 )  # fmt: skip
@@ -487,10 +518,18 @@ def _json_rules(key_alt: str, in_json_key_alt: str) -> tuple[_Rule, ...]:
         (esc_key + rb'\\"', b"", _T_JSON_IN_JSON, "text"),
         (esc_key, rb"(?=[-0-9])", _T_NUMBER, "json-in-json"),
         (esc_key, rb"(?=[\[{])", (_JsonValue, True), "json-in-json"),
+        # A string value one level deeper (JSON in a JSON string held by a JSON string, a tool result that
+        # quotes a payload): quotes there are written \\\", the line breaks between tokens \\n.
+        (rb'\\\\\\"(?:' + _BODY_ALT.encode() + rb')\\\\\\"(?:[ \t]|\\\\[nrt]){0,32}:(?:[ \t]|\\\\[nrt]){0,32}\\\\\\"',
+         b"", _T_JSON_IN_JSON_2, "text"),
     )
 
 
 _T_JSON_IN_JSON = _Elements(rb'[^"\\]*(?:(?:\\[^"\\]|\\\\(?:\\[\s\S]|[^"\\]))[^"\\]*)*', 4)
+# That string two levels down, as the outer JSON writes it: the string ends at \\\" (its quote written at
+# the two levels above); a backslash in its content is 8 backslashes, a quote 7 and ", any other escape
+# (\n, \u0041) 4 and the escape's letter.
+_T_JSON_IN_JSON_2 = _Elements(rb'(?:[^"\\]|\\{8}|\\{7}"|\\{4}(?=[^"\\]))*+', 8)
 # JSON keys as written: plain, or with \uXXXX escapes (inside a JSON string holding JSON the escape's
 # backslash may itself be escaped: \\u0077). The escaped spelling is only needed where a name-character
 # escape occurs (`_NAME_ESCAPE`); its regex is several times larger, so it is compiled only then.
@@ -515,19 +554,9 @@ _MULTIPART_RULE: _Rule = (
     b"", _MULTIPART, "text",
 )  # fmt: skip
 
-_PCT_SP = rb"(?:\+|%20|%09)"
-_PCT_ASSIGN_NAME = (
-    _PCT_SP + rb"{0,16}(?:export" + _PCT_SP + rb"{1,4})?" + _ID_WORDS + rb"(?:" + _BODY_ALT.encode() + rb")"
-    + _PCT_SP + rb"{0,8}(?:%3[Dd]|%3[Aa])"
-    + _PCT_SP + rb"{0,8}"
-)  # fmt: skip
 _PCT_VALUE_CHAR = rb"(?:[^&\s%]|%(?!0[AaDd]|2[27])[0-9A-Fa-f]{2})"
-# Line assignments inside a URL-encoded form value (form bodies only).
-_FORM_ASSIGN_RULE: _Rule = (
-    rb"(?:%0[Aa]|%0[Dd]%0[Aa])" + _PCT_ASSIGN_NAME + rb"(?:%2[27])?",
-     rb"(?!(?:true|false|null)(?![A-Za-z0-9_])|\[never)(?=" + _PCT_VALUE_CHAR + rb")",
-     _Elements(_PCT_VALUE_CHAR + rb"*", 3), "text",
-)  # fmt: skip
+# Line assignments inside a URL-encoded form value (form bodies: the value runs to the next '&').
+_FORM_ASSIGN_RULE: _Rule = _pct_assign_rule(_PCT_VALUE_CHAR, "text")
 # XML elements named like a credential: <SecretAccessKey>...</SecretAccessKey> (AWS IAM answers); text
 # kinds only (a declared binary type holds no XML worth a trigger at every '<').
 _XML_RULE: _Rule = (rb"<(?:" + _BODY_ALT.encode() + rb")>", rb"(?!\[never)(?=[^<])", _Elements(rb"[^<]*", 1), "text")
@@ -637,7 +666,10 @@ def _kind(content_type: str | None) -> tuple[str, bytes]:
 # The indentation is taken possessively: what follows it (`export` or a name character) never starts
 # with a blank, so giving blanks back could not make it match; trying to was most of the trigger scan's
 # time on indented text (pretty-printed JSON: 18 -> 5 us for 80 lines).
-_ASSIGN_LOOK = r"(?:[ \t]|\\t){0,16}+(?:export[ \t]{1,4})?[A-Za-z0-9_.\-]{1,100}+[ \t]{0,8}[=:]"
+_ASSIGN_LOOK = (
+    _BLANK.decode() + r"{0,16}+(?:export" + _BLANK.decode() + r"{1,4})?[A-Za-z0-9_.\-]{1,100}+"
+    + _BLANK.decode() + r"{0,8}(?:[=:]|\\\\?u003[AaDd])"
+)
 _VALUE_TRIGGER_CONDS: dict[str, list[str]] = {
     "e": ["(?=yJ)"], "y": [r"(?=a29\.)"], "1": ["(?=//0|%2[Ff]%2[Ff]0)"],
     "A": ["(?=Iza|ccountKey(?:=|%3[Dd]))", "(?<=:A)", "(?<=%3AA)", "(?<=%3aA)", "(?<=SharedA)"],
@@ -645,7 +677,8 @@ _VALUE_TRIGGER_CONDS: dict[str, list[str]] = {
     "g": ["(?=h[pousr]_|ithub_pat_)"], "h": [r"(?=ooks\.(?:slack|zapier)\.com|ook)"],
     "-": [r"(?=----BEGIN(?:[ \t]|\+|%20)|--- BEGIN SSH2 )", "(?<=Private-)"],
     "B": ["(?=(?i:earer|asic))"], "b": ["(?=(?i:earer|asic))"], "_": ["(?<=:_)"],
-    "\n": [f"(?={_ASSIGN_LOOK})"], "\\": [f"(?=(?:r\\\\)?n{_ASSIGN_LOOK})"],
+    "%": [f"(?=(?:0[Dd]%)?0[Aa]{_PCT_ASSIGN_NAME.decode()})"], "\n": [f"(?={_ASSIGN_LOOK})"],
+    "\\": [f"(?=(?:(?:r|u000[Dd])\\\\)?(?:n|u000[Aa]){_ASSIGN_LOOK})"],
 }  # fmt: skip
 
 
@@ -799,13 +832,11 @@ def _text_trigger_conds(key_alt: str, in_json_key_alt: str, kind: str) -> dict[s
     conds = {k: list(v) for k, v in _value_trigger_conds().items()}
     extra = {
         '"': [f'(?=(?:{key_alt})")'],
-        "\\": [f'(?="(?:{in_json_key_alt})\\\\")', f"u0026(?=(?:{url})=)"],
+        "\\": [f'(?="(?:{in_json_key_alt})\\\\")', f"u0026(?=(?:{url})=)", rf'(?=\\\\"(?:{_BODY_ALT})\\\\\\")'],
         "?": [f"(?=(?:{url})=)"], "&": [f"(?:amp;)?(?=(?:{url})=)"],
     }  # fmt: skip
     if kind != _BINARY:
         extra["<"] = [f"(?=(?:{_BODY_ALT})>)"]
-    if kind == _FORM:
-        extra["%"] = [f"(?=(?:0[Dd]%)?0[Aa]{_PCT_ASSIGN_LOOK})"]
     if kind == _MULTI:
         extra["C"] = ["(?=(?i:ontent-disposition))"]
         extra["c"] = ["(?=(?i:ontent-disposition))"]
@@ -816,8 +847,6 @@ def _text_trigger_conds(key_alt: str, in_json_key_alt: str, kind: str) -> dict[s
     order = ['"', "\\"]
     return {c: conds[c] for c in order} | {c: v for c, v in conds.items() if c not in order}
 
-
-_PCT_ASSIGN_LOOK = _PCT_ASSIGN_NAME.decode()
 
 
 @functools.cache

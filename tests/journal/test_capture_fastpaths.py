@@ -344,6 +344,8 @@ _FRAGMENTS = st.sampled_from([
     b'"pass\\u0077ord":"', b'\\"token\\": \\"', b"\nexport API_KEY=", b"Bearer ", b"basic ", b"-----BEGIN ",
     b"Content-Disposition: form-data; name=\"token\"\r\n\r\n", b"<password>", b"%0Atoken=", b"&amp;",
     b"https://u:p@h/", b"postgres://", b"=", b"&", b"\"", b"\\", b"\n", b" ", b"a", b"Z", b"0", b"_", b"-",
+    b"\\u000a", b"\\u000d\\u000A", b"\\u0009", b"\\u003d", b"\\\"", b"%0A", b"%0d%0a", b"%09", b"API_KEY:",
+    b'\\\\\\"token\\\\\\": \\\\\\"', b"\\\\\\\\",
 ])  # fmt: skip
 _gate_inputs = st.lists(st.one_of(_FRAGMENTS, st.binary(max_size=6)), max_size=14).map(b"".join)
 

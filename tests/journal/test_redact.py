@@ -879,6 +879,11 @@ FRAGMENTS = [t.encode() for t in TOKENS] + [
     b'\\"secret\\": [', b'\\"pass\\\\u0077ord\\": \\"', b"[", b"]", b"{", b"}", b"123", b"\\u0077",
     b"password=", b"discord.com/api/webhooks/", b"1234567890123456789/", b"webhook.office.com/webhookb2/",
     b"outlook.office.com/webhook/", b"hooks.zapier.com/hooks/",
+    # line assignments with their breaks, blanks and quotes written as JSON or URL escapes
+    b"\\u000a", b"\\u000D\\u000A", b"\\u0009", b"\\u0020", b"\\t", b"\\u003d", b"\\u0022", b"API_KEY", b"export ",
+    b"%0A", b"%0d%0a", b"%09", b"+", b"%3D", b"%3a", b"%22",
+    # a credential key two JSON levels down, and the 3, 4, 7, 8 backslash runs of its string
+    b'\\\\\\"password\\\\\\": \\\\\\"', b'\\\\\\"', b"\\\\\\\\", b'\\\\\\\\\\\\\\"', b"\\\\\\\\\\\\\\\\",
     b"A" * 40, b"0123456789" * 3, b"x" * 7,
 ]  # fmt: skip
 
@@ -960,6 +965,98 @@ def test_assignment_indented_with_a_tab_inside_a_json_string_is_redacted(indent)
     for line in ("password: hunter2-secret", "API_KEY=hunter2-secret"):
         body = json.dumps({"note": "config\n" + indent + line}).encode()
         assert b"hunter2" not in redact_body(body, "application/json"), body
+
+
+# A line assignment inside a JSON string whose break, blanks, '=' / ':' or quotes an encoder wrote as
+# `\uXXXX` escapes (or `\t`, `\"`): each was read as a line assignment only in its `\n` spelling.
+_JSON_LINE_FORMS = {
+    "break \\u000a": "cfg\\u000apassword: hunter2-secret",
+    "break \\u000A": "cfg\\u000AAPI_KEY=hunter2-secret",
+    "break \\u000d\\u000a": "cfg\\u000d\\u000aexport TOKEN=hunter2-secret",
+    "break \\r\\u000a": "cfg\\r\\u000aDB_PASSWORD = hunter2-secret",
+    "indent \\u0009": "cfg\\n\\u0009password: hunter2-secret",
+    "indent \\u0020 after \\u000a": "cfg\\u000a\\u0020\\u0020api_key: hunter2-secret",
+    "export \\u0009": "cfg\\nexport\\u0009TOKEN=hunter2-secret",
+    "blank \\t after ':'": "cfg\\npassword:\\thunter2-secret",
+    "blank \\u0009 before '='": "cfg\\nAPI_KEY\\u0009=\\u0009hunter2-secret",
+    "'=' as \\u003d": "cfg\\nAPI_KEY\\u003dhunter2-secret",
+    "':' as \\u003A": "cfg\\npassword\\u003A hunter2-secret",
+    "value quoted \\\"": 'cfg\\npassword: \\"hunter2-secret\\"',
+    "value quoted \\u0022": "cfg\\nAPI_KEY=\\u0022hunter2-secret\\u0022",
+    "value quoted \\u0027": "cfg\\u000aAPI_KEY=\\u0027hunter2-secret\\u0027",
+}
+
+
+@pytest.mark.parametrize("form", list(_JSON_LINE_FORMS))
+@pytest.mark.parametrize("content_type", ["application/json", None, "application/octet-stream"])
+def test_line_assignment_with_json_escaped_break_blank_or_quote_is_redacted(form, content_type):
+    text = _JSON_LINE_FORMS[form]
+    for body in (f'{{"note": "{text}", "n": 1}}'.encode(), json.dumps({"a": f'{{"note": "{text}"}}'}).encode()):
+        out = redact_body(body, content_type)
+        assert b"hunter2" not in out, (form, body, out)
+        assert REDACTED.encode() in out
+        assert json.loads(out).keys() == json.loads(body).keys()  # the JSON around the value stays JSON
+        assert _stream(body, content_type, [], triggers=False) == out
+        assert redact_json_value(json.loads(body)) == json.loads(out)
+
+
+def test_line_assignment_escapes_keep_what_is_no_assignment():
+    for text in ("cfg\\u000apassword_hint: see the wiki", "cfg\\u000aname: hunter", "a\\u0009password",
+                 "cfg\\npassword: true", "cfg\\u000apasswords are long"):
+        body = f'{{"note": "{text}"}}'.encode()
+        assert redact_body(body, "application/json") == body
+
+
+# A line assignment inside a URL-encoded value (a query parameter, a form field) after an encoded break:
+# read as one in a form body only when '=' / ':' were encoded too, and nowhere else (a URL in a JSON or
+# text body, a form sent as text).
+_PCT_LINE_FORMS = {
+    "form, '=' as written": ("x=cfg%0Apassword=hunter2-secret&y=1", "application/x-www-form-urlencoded"),
+    "form, ':' as written": ("x=cfg%0d%0aAPI_KEY:+hunter2-secret&y=1", "application/x-www-form-urlencoded"),
+    "form sent as text": ("x=cfg%0Apassword%3Dhunter2-secret&y=1", "text/plain"),
+    "URL in text": ("see https://h.test/a?x=cfg%0apassword%3Dhunter2-secret&y=1 now", "text/plain"),
+    "URL in JSON": ('{"u": "https://h.test/a?x=cfg%0D%0A%09export+TOKEN%3Dhunter2-secret", "n": 1}',
+                    "application/json"),
+    "URL in JSON, %0A only": ('{"u": "https://h.test/a?x=cfg%0Apassword=hunter2-secret"}', "application/json"),
+    "octet-stream": ("x=cfg%0AAPI_KEY%3A%22hunter2-secret%22&y=1", "application/octet-stream"),
+}
+
+
+@pytest.mark.parametrize("form", list(_PCT_LINE_FORMS))
+def test_line_assignment_after_a_url_encoded_break_is_redacted_in_every_body(form):
+    text, content_type = _PCT_LINE_FORMS[form]
+    body = text.encode()
+    out = redact_body(body, content_type)
+    assert b"hunter2" not in out, (form, out)
+    assert REDACTED_URL.encode() in out
+    assert _stream(body, content_type, [], triggers=False) == out
+    if content_type == "application/json":  # the value ends at the string's end: the JSON stays
+        assert json.loads(out)
+    assert contains_credential(text)  # a header value holding it is dropped too
+    assert redact_headers([("X-Note", text)]) == [["X-Note", REDACTED]]
+
+
+def test_url_encoded_assignment_in_text_keeps_the_url_around_it():
+    body = b'{"u": "https://h.test/a?x=cfg%0Apassword%3Dhunter2-secret&y=1#f", "v": "q=a%0Aname%3Dz"}'
+    assert redact_body(body, "application/json") == (
+        b'{"u": "https://h.test/a?x=cfg%0Apassword%3D[never%20captured]&y=1#f", "v": "q=a%0Aname%3Dz"}')
+
+
+@pytest.mark.parametrize("value", ["hunter2-secret", 'a\\b"c\nd\te\u00e9\u2028', "ends with \\", '"'])
+@pytest.mark.parametrize("indent", [None, 2])
+def test_credential_string_in_json_held_by_a_json_string_held_by_a_json_string_is_redacted(value, indent):
+    """The key rules read JSON in a JSON string (`\"token\": \"...\"`); one level deeper (a tool result
+    quoting a payload that holds JSON) the quotes are \\\" and the value kept its secret. Exactly the
+    value goes: every level still parses, with the other keys as they were."""
+    inner = {"password": value, "after": "kept \\ \" here", "n": [1, {"client_secret": value}]}
+    body = json.dumps({"a": json.dumps({"b": json.dumps(inner, indent=indent)}), "z": 1}).encode()
+    for content_type in ("application/json", None, "application/octet-stream"):
+        out = redact_body(body, content_type)
+        got = json.loads(json.loads(json.loads(out)["a"])["b"])
+        assert got == {**inner, "password": REDACTED, "n": [1, {"client_secret": REDACTED}]}
+        assert _stream(body, content_type, [], triggers=False) == out
+        for cut in range(0, len(body), 5):
+            assert _stream(body, content_type, [cut]) == out
 
 
 _GLUE = re.compile(rb"[A-Za-z0-9+/_\-]{8}")
