@@ -66,6 +66,9 @@ _URL_NAMES = (
     # issue 23: more spellings of the same things (journal/secret_shapes.py lists where they come from)
     *KEYWORD_NAMES,
     "auth", "jwt", "session_id", "private_token",
+    # branch redact30: the API key header's name as a parameter, and the servlet / PHP session ids (a
+    # session id is a bearer capability for the session).
+    "x_api_key", "jsessionid", "phpsessid",
 )  # fmt: skip
 
 # JSON keys and multipart field names. `key`, `code` and `ticket` are left out on purpose: in JSON
@@ -398,14 +401,15 @@ _PREFIX_RULES = tuple(_prefix_rule(p, shape.rest) for shape in PREFIX_SHAPES for
 # string. true, false and null stay. Inside a JSON string every character may also be written as its
 # `\uXXXX` escape (some encoders write every control character so): the line break `\u000a` (after
 # `\u000d` or `\r`), a blank `\u0009` / `\u0020`, the `=` / `:` `\u003d` / `\u003a`, the value's
-# opening quote `\"`, `\u0022` or `\u0027` (`password: \"hunter2\"` is a YAML line in a JSON string).
+# opening quote `\"`, `\u0022` or `\u0027` (`password: \"hunter2\"` is a YAML line in a JSON string). A YAML
+# list item (`- password: ...`, docker-compose's `- DB_PASSWORD=...`) is a line assignment too.
 _ID_WORDS = rb"(?:[A-Za-z0-9]{1,32}+[_.\-]){0,3}"
 # A blank as written in text or inside a JSON string (in JSON inside a JSON string, the escape's backslash
 # is escaped too: \\t).
 _BLANK = rb"(?:[ \t]|\\\\?t|\\\\?u00(?:09|20))"
 _ASSIGN_SEP = _BLANK + rb"{0,8}(?:[=:]|\\\\?u003[AaDd])" + _BLANK + rb"{0,8}"
 _ASSIGN_NAME = (
-    _BLANK + rb"{0,16}(?:export" + _BLANK + rb"{1,4})?" + _ID_WORDS
+    _BLANK + rb"{0,16}(?:-" + _BLANK + rb"{1,4})?(?:export" + _BLANK + rb"{1,4})?" + _ID_WORDS
     + rb"(?:" + _BODY_ALT.encode() + rb")" + _ASSIGN_SEP
 )
 # A line break as written in text or inside a JSON string (the first alternative: the start of the body).
@@ -414,7 +418,8 @@ _LINE_START = rb"(?:(?<![\s\S])|\r?\n|(?:\\r|\\u000[Dd])?(?:\\n|\\u000[Aa]))"
 # blanks `+`, `%20`, `%09`, the `=` / `:` encoded or as written.
 _PCT_SP = rb"(?:\+|%20|%09)"
 _PCT_ASSIGN_NAME = (
-    _PCT_SP + rb"{0,16}(?:export" + _PCT_SP + rb"{1,4})?" + _ID_WORDS + rb"(?:" + _BODY_ALT.encode() + rb")"
+    _PCT_SP + rb"{0,16}(?:-" + _PCT_SP + rb"{1,4})?(?:export" + _PCT_SP + rb"{1,4})?" + _ID_WORDS
+    + rb"(?:" + _BODY_ALT.encode() + rb")"
     + _PCT_SP + rb"{0,8}(?:%3[Dd]|%3[Aa]|[=:])"
     + _PCT_SP + rb"{0,8}"
 )  # fmt: skip
@@ -522,7 +527,17 @@ def _json_rules(key_alt: str, in_json_key_alt: str) -> tuple[_Rule, ...]:
         # quotes a payload): quotes there are written \\\", the line breaks between tokens \\n.
         (rb'\\\\\\"(?:' + _BODY_ALT.encode() + rb')\\\\\\"(?:[ \t]|\\\\[nrt]){0,32}:(?:[ \t]|\\\\[nrt]){0,32}\\\\\\"',
          b"", _T_JSON_IN_JSON_2, "text"),
+        # A name/value pair whose name is a credential name: Kubernetes and ECS `env`
+        # ({"name": "DB_PASSWORD", "value": "..."}), HAR headers ({"name": "Authorization", ...}), SSM.
+        (_NAME_VALUE_HEAD, b"", _T_JSON_STRING, "text"),
     )
+
+
+_JSON_COLON = rb"[ \t\r\n]{0,32}:[ \t\r\n]{0,32}"
+_NAME_VALUE_HEAD = (
+    rb'"(?i:name|key)"' + _JSON_COLON + rb'"' + _ID_WORDS + rb"(?:" + _BODY_ALT.encode() + rb')"[ \t\r\n]{0,32},'
+    + rb'[ \t\r\n]{0,32}"(?i:value)"' + _JSON_COLON + rb'"'
+)
 
 
 _T_JSON_IN_JSON = _Elements(rb'[^"\\]*(?:(?:\\[^"\\]|\\\\(?:\\[\s\S]|[^"\\]))[^"\\]*)*', 4)
@@ -557,6 +572,16 @@ _MULTIPART_RULE: _Rule = (
 _PCT_VALUE_CHAR = rb"(?:[^&\s%]|%(?!0[AaDd]|2[27])[0-9A-Fa-f]{2})"
 # Line assignments inside a URL-encoded form value (form bodies: the value runs to the next '&').
 _FORM_ASSIGN_RULE: _Rule = _pct_assign_rule(_PCT_VALUE_CHAR, "text")
+# A Python dict as printed (`{'password': 'hunter2'}`, a tool's log line, a repr in a JSON string): a
+# credential key in single quotes with a string value in either quote; the string's content goes (a
+# single-quoted one up to a double quote too: in a JSON string that is where the string ends; there an
+# escape's backslash is escaped, \\').
+_PY_KEY = rb"'(?:" + _BODY_ALT.encode() + rb")'[ \t]{0,8}:[ \t]{0,8}"
+_PY_KEY_RULES: tuple[_Rule, ...] = (
+    (_PY_KEY + b"'", b"", _Elements(rb"(?:[^'\"\\\r\n]|\\\\?[^\r\n])*", 3), "text"),
+    (_PY_KEY + b'"', b"", _Elements(rb'(?:[^"\\\r\n]|\\[^\r\n])*', 2), "text"),
+    (_PY_KEY + rb'\\"', b"", _T_JSON_IN_JSON, "text"),  # the repr in a JSON string: its " written \"
+)
 # XML elements named like a credential: <SecretAccessKey>...</SecretAccessKey> (AWS IAM answers); text
 # kinds only (a declared binary type holds no XML worth a trigger at every '<').
 _XML_RULE: _Rule = (rb"<(?:" + _BODY_ALT.encode() + rb")>", rb"(?!\[never)(?=[^<])", _Elements(rb"[^<]*", 1), "text")
@@ -571,7 +596,7 @@ def _kind_rules(kind: str, esc: bool) -> tuple[_Rule, ...]:
     A declared binary type gets the text rules too: octet-stream is often JSON or form text (a Drive
     download of token.json, a form posted with a wrong type), and what is stored as base64 must not hold
     a credential either. In real binary data the key and form heads practically never occur."""
-    common = (*_json_rules_by_esc(esc), _URL_PARAM_RULE)
+    common = (*_json_rules_by_esc(esc), _URL_PARAM_RULE, *_PY_KEY_RULES)
     if kind == _FORM:
         return (_FORM_RULE, *common, _FORM_ASSIGN_RULE, _XML_RULE, *_VALUE_RULES)
     if kind == _MULTI:
@@ -667,7 +692,8 @@ def _kind(content_type: str | None) -> tuple[str, bytes]:
 # with a blank, so giving blanks back could not make it match; trying to was most of the trigger scan's
 # time on indented text (pretty-printed JSON: 18 -> 5 us for 80 lines).
 _ASSIGN_LOOK = (
-    _BLANK.decode() + r"{0,16}+(?:export" + _BLANK.decode() + r"{1,4})?[A-Za-z0-9_.\-]{1,100}+"
+    _BLANK.decode() + r"{0,16}+(?:-" + _BLANK.decode() + r"{1,4}+)?(?:export" + _BLANK.decode() + r"{1,4})?"
+    + r"[A-Za-z0-9_.\-]{1,100}+"
     + _BLANK.decode() + r"{0,8}(?:[=:]|\\\\?u003[AaDd])"
 )
 _VALUE_TRIGGER_CONDS: dict[str, list[str]] = {
@@ -831,9 +857,9 @@ def _text_trigger_conds(key_alt: str, in_json_key_alt: str, kind: str) -> dict[s
     url = _URL_ALT
     conds = {k: list(v) for k, v in _value_trigger_conds().items()}
     extra = {
-        '"': [f'(?=(?:{key_alt})")'],
+        '"': [f'(?=(?:{key_alt})")', f"(?={_NAME_VALUE_HEAD[1:].decode()})"],
         "\\": [f'(?="(?:{in_json_key_alt})\\\\")', f"u0026(?=(?:{url})=)", rf'(?=\\\\"(?:{_BODY_ALT})\\\\\\")'],
-        "?": [f"(?=(?:{url})=)"], "&": [f"(?:amp;)?(?=(?:{url})=)"],
+        "?": [f"(?=(?:{url})=)"], "&": [f"(?:amp;)?(?=(?:{url})=)"], "'": [f"(?=(?:{_BODY_ALT})')"],
     }  # fmt: skip
     if kind != _BINARY:
         extra["<"] = [f"(?=(?:{_BODY_ALT})>)"]
@@ -1228,8 +1254,23 @@ def _webhook_prefix(host: str, path: str) -> str | None:
 
 
 def _has_credential_text(s: str) -> bool:
-    """Value pattern check on a URL component as written and percent-decoded."""
-    return contains_credential(s) or contains_credential(unquote(s)) or contains_credential(unquote_plus(s))
+    """Value pattern check on a URL component as written and percent-decoded; and the text rules of a body
+    on the decoded component (`_decoded_holds_secret`)."""
+    return (
+        contains_credential(s) or contains_credential(unquote(s)) or contains_credential(unquote_plus(s))
+        or _decoded_holds_secret(s)
+    )
+
+
+def _decoded_holds_secret(s: str) -> bool:
+    """True when a percent-encoded URL component, decoded as a form decodes it, is text the body rules
+    would change: a URL in a parameter (`next=https%3A%2F%2Fa%2F%3Faccess_token%3D...`), JSON
+    (`q=%7B%22password%22%3A...`), a form (`state=a%3D1%26token%3D...`). Only the value patterns were
+    read there, so a credential named by its key or parameter stayed."""
+    if "%" not in s:
+        return False
+    raw = unquote_plus(s).encode("utf-8", "surrogatepass")
+    return redact_body(raw, None) != raw
 
 
 def _redact_params(params: str) -> str:
@@ -1299,7 +1340,11 @@ def _plainly_clean(url: str) -> bool:
                 return False
         else:
             texts += _forms(fragment)
-    return not contains_credential("\n".join(texts))
+    if contains_credential("\n".join(texts)):
+        return False
+    # The full path reads every component's decoded text with the body rules too; checking every text
+    # that holds a '%' (decoded forms included) is a superset of that.
+    return not any(_decoded_holds_secret(t) for t in texts if "%" in t)
 
 
 def redact_url(url: str) -> str:
@@ -1374,6 +1419,31 @@ def _redact_text(s: str) -> str:
     return s
 
 
+@functools.cache
+def _assigned_name_re() -> re.Pattern[str]:
+    """A credential name after up to three identifier words (DB_PASSWORD, spring.datasource.password), as
+    line assignments and name/value pairs read it (compiled on first use)."""
+    return re.compile(_ID_WORDS.decode() + "(?:" + _BODY_ALT + ")")
+
+
+def _named_value_key(obj: dict) -> str | None:
+    """The "value" key of a name/value pair naming a credential ({"name": "DB_PASSWORD", "value": ...}, any
+    case, "key" for "name"), else None: parsed JSON's spelling of the body rule `_NAME_VALUE_HEAD`."""
+    if len(obj) > 8 or len(obj) < 2:
+        return None
+    name = value_key = None
+    for k, v in obj.items():
+        if type(k) is str and 3 <= len(k) <= 5:
+            low = k.lower()
+            if low in ("name", "key") and type(v) is str:
+                name = v
+            elif low == "value":
+                value_key = k
+    if name is None or value_key is None or _assigned_name_re().fullmatch(name) is None:
+        return None
+    return value_key
+
+
 def redact_json_value(value: object) -> object:
     """Copy of parsed JSON (e.g. MCP tool-call params) with credentials removed.
 
@@ -1385,8 +1455,11 @@ def redact_json_value(value: object) -> object:
     """
     if isinstance(value, dict):
         out: dict[object, object] = {}
+        secret_key = _named_value_key(value)
         for k, v in value.items():
-            if isinstance(k, str) and _body_name_re().fullmatch(k) and v is not None and not isinstance(v, bool):
+            if isinstance(k, str) and (k == secret_key or _body_name_re().fullmatch(k)) and (
+                v is not None and not isinstance(v, bool)
+            ):
                 out[_redact_text(k)] = REDACTED
             else:
                 out[_redact_text(k) if isinstance(k, str) else k] = redact_json_value(v)

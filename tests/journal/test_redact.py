@@ -10,6 +10,7 @@ import gzip
 import json
 import random
 import re
+from urllib.parse import quote
 
 import orjson
 import pytest
@@ -884,6 +885,7 @@ FRAGMENTS = [t.encode() for t in TOKENS] + [
     b"%0A", b"%0d%0a", b"%09", b"+", b"%3D", b"%3a", b"%22",
     # a credential key two JSON levels down, and the 3, 4, 7, 8 backslash runs of its string
     b'\\\\\\"password\\\\\\": \\\\\\"', b'\\\\\\"', b"\\\\\\\\", b'\\\\\\\\\\\\\\"', b"\\\\\\\\\\\\\\\\",
+    b"'password': '", b"'token':\"", b"'", b"\"name\": \"DB_PASSWORD\", \"value\": \"", b"- ",
     b"A" * 40, b"0123456789" * 3, b"x" * 7,
 ]  # fmt: skip
 
@@ -1057,6 +1059,73 @@ def test_credential_string_in_json_held_by_a_json_string_held_by_a_json_string_i
         assert _stream(body, content_type, [], triggers=False) == out
         for cut in range(0, len(body), 5):
             assert _stream(body, content_type, [cut]) == out
+
+
+@pytest.mark.parametrize("content_type", ["application/json", None])
+def test_name_value_pair_naming_a_credential_loses_its_value(content_type):
+    """Kubernetes / ECS `env`, HAR headers, SSM parameters: the credential's name is a value, its secret the
+    "value" beside it. Other pairs, and a value not given as a string under the name, stay."""
+    doc = {"env": [{"name": "DB_PASSWORD", "value": "hunter2-a"}, {"name": "HOME", "value": "/root"},
+                   {"Name": "spring.datasource.password", "Value": "hunter2-b"},
+                   {"key": "api-key", "value": "hunter2-c"}, {"name": "token", "valueFrom": {"k": "v"}}],
+           "headers": [{"name": "Authorization", "value": "Token hunter2-d"}, {"name": "Accept", "value": "*/*"}]}
+    for indent in (None, 2):
+        body = json.dumps(doc, indent=indent).encode()
+        out = redact_body(body, content_type)
+        assert b"hunter2" not in out
+        got = json.loads(out)
+        assert [e.get("value", e.get("Value")) for e in got["env"]] == [REDACTED, "/root", REDACTED, REDACTED, None]
+        assert got["env"][4] == doc["env"][4] and got["headers"][1] == doc["headers"][1]
+        assert _stream(body, content_type, [], triggers=False) == out
+    # the same parsed (MCP arguments and results)
+    red = redact_json_value(doc)
+    assert "hunter2" not in json.dumps(red)
+    assert red["env"][1] == doc["env"][1] and red["headers"][1] == doc["headers"][1]
+
+
+@pytest.mark.parametrize("text", ["env:\n  - password: hunter2-secret\n",
+                                  "environment:\n  - DB_PASSWORD=hunter2-secret\n",
+                                  "x:\n- api_key: 'hunter2-secret'\n"])
+def test_yaml_list_item_assignment_is_redacted(text):
+    for body, content_type in ((text.encode(), "text/yaml"), (json.dumps({"f": text}).encode(), "application/json"),
+                               (b"f=" + quote(text, safe="").encode(), "application/x-www-form-urlencoded")):
+        out = redact_body(body, content_type)
+        assert b"hunter2" not in out, out
+        assert _stream(body, content_type, [], triggers=False) == out
+    assert redact_body(b"- name: x\n- password_hint: y\n", "text/yaml") == b"- name: x\n- password_hint: y\n"
+
+
+@pytest.mark.parametrize("url", [
+    "https://h.test/login?next=https%3A%2F%2Fa.test%2Fcb%3Faccess_token%3Dhunter2-secret&x=1",
+    "https://h.test/?q=%7B%22password%22%3A%22hunter2-secret%22%7D",
+    "https://h.test/?state=a%3D1%26client_secret%3Dhunter2-secret",
+    "https://h.test/cb#state=x&next=%2Fhome%3Ftoken%3Dhunter2-secret",
+    "https://h.test/a/%7B%22api_key%22%3A%20%22hunter2-secret%22%7D/b",
+    "https://h.test/?x-api-key=hunter2-secret", "https://h.test/?JSESSIONID=hunter2-secret",
+    "https://h.test/?PHPSESSID=hunter2-secret",
+])
+def test_url_component_whose_decoded_text_names_a_credential_is_redacted(url):
+    """A parameter holding a URL, JSON or a form (a redirect, OAuth state): the decoded text was read with
+    the value patterns only, so a credential named by its parameter or key stayed."""
+    out = redact_url(url)
+    assert "hunter2" not in out and REDACTED_URL in out, out
+    assert out == redact._redact_url_full(url)
+    assert redact_url("https://h.test/?next=%2Fhome%3Fpage%3D2&q=hello%20world%21") == (
+        "https://h.test/?next=%2Fhome%3Fpage%3D2&q=hello%20world%21")
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/json", None, "application/octet-stream"])
+def test_python_dict_as_printed_loses_credential_values(content_type):
+    """`print(config)` in a tool's output: single-quoted keys, values in either quote."""
+    text = "{'user': 'a', 'password': 'hun\\'ter2-a', 'api_key': \"it's-hunter2-b\", 'note': \"don't\"}"
+    for body in (text.encode(), json.dumps({"log": text}).encode()):
+        out = redact_body(body, content_type)
+        assert b"hunter2" not in out, out
+        assert b"'user': 'a'" in out and b"don't" in out
+        assert _stream(body, content_type, [], triggers=False) == out
+        if body[:1] == b"{" and body[1:2] == b'"':
+            assert json.loads(out)
+    assert redact_body(b"don't 'token' me: it's fine", "text/plain") == b"don't 'token' me: it's fine"
 
 
 _GLUE = re.compile(rb"[A-Za-z0-9+/_\-]{8}")
