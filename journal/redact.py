@@ -406,7 +406,7 @@ _PREFIX_RULES = tuple(_prefix_rule(p, shape.rest) for shape in PREFIX_SHAPES for
 _ID_WORDS = rb"(?:[A-Za-z0-9]{1,32}+[_.\-]){0,3}"
 # A blank as written in text or inside a JSON string (in JSON inside a JSON string, the escape's backslash
 # is escaped too: \\t).
-_BLANK = rb"(?:[ \t]|\\\\?t|\\\\?u00(?:09|20))"
+_BLANK = rb"(?:[ \t]|\\\\?(?:t|u00(?:09|20)))"
 _ASSIGN_SEP = _BLANK + rb"{0,8}(?:[=:]|\\\\?u003[AaDd])" + _BLANK + rb"{0,8}"
 _ASSIGN_NAME = (
     _BLANK + rb"{0,16}(?:-" + _BLANK + rb"{1,4})?(?:export" + _BLANK + rb"{1,4})?" + _ID_WORDS
@@ -499,8 +499,6 @@ _VALUE_RULES: tuple[_Rule, ...] = (
     # Line assignments (see _ASSIGN_NAME).
     (_LINE_START + _ASSIGN_NAME + rb"(?:[\"']|\\(?:\\\\)?\"|\\\\?u002[27])?(?:(?i:bearer|basic|token)[ \t]{1,8})?+",
      rb"(?!(?:true|false|null)(?![A-Za-z0-9_])|\[never)(?=[^\s\"'\\])", _Elements(rb"[^\r\n\"'\\]*", 1), "text"),
-    # ... URL-encoded, in a URL or a form sent in any body (a form body has its own, wider, rule first).
-    _pct_assign_rule(rb"(?:[^&\s%\"'<>\\#)}]|%(?!0[AaDd]|2[27])[0-9A-Fa-f]{2})", "url"),
     # The catalogue (journal/secret_shapes.py): tokens known by their prefix, which stays.
     *(rule for rule, _t in _PREFIX_RULES),
 )  # fmt: skip
@@ -561,6 +559,21 @@ _URL_PARAM_RULE: _Rule = (
     rb"(?:(?<=[?&])|(?<![\s\S])|(?<=\\u0026)|(?<=&amp;))(?:" + _URL_ALT.encode() + rb")=",
     b"", _T_URL_VALUE, "url",
 )  # fmt: skip
+# A URL-encoded line assignment in a parameter's value (a URL in a JSON or text body, a form sent as
+# text): the rule starts at the parameter, as the one above, and keeps what comes before the line. Started
+# there, not at every '%' (a trigger character costs every body's scan some 8%: bench.redact_bench).
+_PCT_PARAM_VALUE_CHAR = rb"(?:[^&\s%\"'<>\\#)}]|%(?!0[AaDd]|2[27])[0-9A-Fa-f]{2})"
+# The value up to the line: runs of plain characters (one fast repeat each) and escapes, at most 96 of them
+# (3 KiB: a rule's head stays within what the streaming redactor holds back).
+_PCT_LINE_BEFORE = (
+    rb"[^=&\s\"'<>\\#]{1,64}+=(?:[^&\s%\"'<>\\#)}]{1,32}+|%(?!0[Aa])[0-9A-Fa-f]{2}|%0[Aa](?!"
+    + _PCT_ASSIGN_NAME + rb")){0,96}+%0[Aa]"
+)
+_URL_PARAM_LINE_RULE: _Rule = (
+    rb"(?:(?<=[?&])|(?<![\s\S])|(?<=\\u0026)|(?<=&amp;))" + _PCT_LINE_BEFORE + _PCT_ASSIGN_NAME + rb"(?:%2[27])?",
+    rb"(?!(?:true|false|null)(?![A-Za-z0-9_])|\[never)(?=" + _PCT_PARAM_VALUE_CHAR + rb")",
+    _Elements(_PCT_PARAM_VALUE_CHAR + rb"*", 3), "url",
+)  # fmt: skip
 _FORM_RULE: _Rule = (rb"(?<![^&])(?:" + _URL_ALT.encode() + rb")=", b"", _T_FORM_VALUE, "url")
 _MULTIPART_RULE: _Rule = (
     rb"(?i:content-disposition)[ \t]{0,8}:[^\r\n]{0,256}?(?<=[;\s])(?i:name)[ \t]{0,8}=[ \t]{0,8}\"?(?:"
@@ -572,16 +585,6 @@ _MULTIPART_RULE: _Rule = (
 _PCT_VALUE_CHAR = rb"(?:[^&\s%]|%(?!0[AaDd]|2[27])[0-9A-Fa-f]{2})"
 # Line assignments inside a URL-encoded form value (form bodies: the value runs to the next '&').
 _FORM_ASSIGN_RULE: _Rule = _pct_assign_rule(_PCT_VALUE_CHAR, "text")
-# A Python dict as printed (`{'password': 'hunter2'}`, a tool's log line, a repr in a JSON string): a
-# credential key in single quotes with a string value in either quote; the string's content goes (a
-# single-quoted one up to a double quote too: in a JSON string that is where the string ends; there an
-# escape's backslash is escaped, \\').
-_PY_KEY = rb"'(?:" + _BODY_ALT.encode() + rb")'[ \t]{0,8}:[ \t]{0,8}"
-_PY_KEY_RULES: tuple[_Rule, ...] = (
-    (_PY_KEY + b"'", b"", _Elements(rb"(?:[^'\"\\\r\n]|\\\\?[^\r\n])*", 3), "text"),
-    (_PY_KEY + b'"', b"", _Elements(rb'(?:[^"\\\r\n]|\\[^\r\n])*', 2), "text"),
-    (_PY_KEY + rb'\\"', b"", _T_JSON_IN_JSON, "text"),  # the repr in a JSON string: its " written \"
-)
 # XML elements named like a credential: <SecretAccessKey>...</SecretAccessKey> (AWS IAM answers); text
 # kinds only (a declared binary type holds no XML worth a trigger at every '<').
 _XML_RULE: _Rule = (rb"<(?:" + _BODY_ALT.encode() + rb")>", rb"(?!\[never)(?=[^<])", _Elements(rb"[^<]*", 1), "text")
@@ -596,14 +599,14 @@ def _kind_rules(kind: str, esc: bool) -> tuple[_Rule, ...]:
     A declared binary type gets the text rules too: octet-stream is often JSON or form text (a Drive
     download of token.json, a form posted with a wrong type), and what is stored as base64 must not hold
     a credential either. In real binary data the key and form heads practically never occur."""
-    common = (*_json_rules_by_esc(esc), _URL_PARAM_RULE, *_PY_KEY_RULES)
-    if kind == _FORM:
+    common = (*_json_rules_by_esc(esc), _URL_PARAM_RULE)
+    if kind == _FORM:  # a form's own line rule reads a field's value as a form does (to the next '&')
         return (_FORM_RULE, *common, _FORM_ASSIGN_RULE, _XML_RULE, *_VALUE_RULES)
     if kind == _MULTI:
-        return (_MULTIPART_RULE, *common, _XML_RULE, *_VALUE_RULES)
+        return (_MULTIPART_RULE, *common, _URL_PARAM_LINE_RULE, _XML_RULE, *_VALUE_RULES)
     if kind == _TEXT:
-        return (*common, _XML_RULE, *_VALUE_RULES)
-    return (*common, *_VALUE_RULES)
+        return (*common, _URL_PARAM_LINE_RULE, _XML_RULE, *_VALUE_RULES)
+    return (*common, _URL_PARAM_LINE_RULE, *_VALUE_RULES)
 
 
 _RULES_BY_KIND: dict[str, tuple[_Rule, ...]] = {
@@ -691,10 +694,18 @@ def _kind(content_type: str | None) -> tuple[str, bytes]:
 # The indentation is taken possessively: what follows it (`export` or a name character) never starts
 # with a blank, so giving blanks back could not make it match; trying to was most of the trigger scan's
 # time on indented text (pretty-printed JSON: 18 -> 5 us for 80 lines).
+# Blanks as the trigger reads them: a run of raw ones first (one fast repeat: the common case), then any
+# escaped ones (\t, \u0009, \u0020 in a JSON string), each followed by raw ones; more than `_BLANK{0,n}`
+# allows, which only widens the trigger.
+
+
+def _look_blanks(n: int) -> str:
+    return rf"[ \t]{{0,{n}}}+(?:\\\\?(?:t|u00(?:09|20))[ \t]{{0,{n}}}+){{0,{n}}}+"
+
+
 _ASSIGN_LOOK = (
-    _BLANK.decode() + r"{0,16}+(?:-" + _BLANK.decode() + r"{1,4}+)?(?:export" + _BLANK.decode() + r"{1,4})?"
-    + r"[A-Za-z0-9_.\-]{1,100}+"
-    + _BLANK.decode() + r"{0,8}(?:[=:]|\\\\?u003[AaDd])"
+    _look_blanks(16) + r"(?:-" + _BLANK.decode() + r"{1,4}+)?(?:export" + _BLANK.decode() + r"{1,4})?"
+    + r"[A-Za-z0-9_.\-]{1,100}+" + _look_blanks(8) + r"(?:[=:]|\\\\?u003[AaDd])"
 )
 _VALUE_TRIGGER_CONDS: dict[str, list[str]] = {
     "e": ["(?=yJ)"], "y": [r"(?=a29\.)"], "1": ["(?=//0|%2[Ff]%2[Ff]0)"],
@@ -703,7 +714,7 @@ _VALUE_TRIGGER_CONDS: dict[str, list[str]] = {
     "g": ["(?=h[pousr]_|ithub_pat_)"], "h": [r"(?=ooks\.(?:slack|zapier)\.com|ook)"],
     "-": [r"(?=----BEGIN(?:[ \t]|\+|%20)|--- BEGIN SSH2 )", "(?<=Private-)"],
     "B": ["(?=(?i:earer|asic))"], "b": ["(?=(?i:earer|asic))"], "_": ["(?<=:_)"],
-    "%": [f"(?=(?:0[Dd]%)?0[Aa]{_PCT_ASSIGN_NAME.decode()})"], "\n": [f"(?={_ASSIGN_LOOK})"],
+    "\n": [f"(?={_ASSIGN_LOOK})"],
     "\\": [f"(?=(?:(?:r|u000[Dd])\\\\)?(?:n|u000[Aa]){_ASSIGN_LOOK})"],
 }  # fmt: skip
 
@@ -855,14 +866,18 @@ def _chars_before(char: str, conds: list[str]) -> str:
 
 def _text_trigger_conds(key_alt: str, in_json_key_alt: str, kind: str) -> dict[str, list[str]]:
     url = _URL_ALT
+    # a URL-encoded line in a parameter's value (`_URL_PARAM_LINE_RULE`; a form body has its own rule)
+    line = "|" + (_PCT_LINE_BEFORE + _PCT_ASSIGN_NAME).decode() if kind != _FORM else ""
     conds = {k: list(v) for k, v in _value_trigger_conds().items()}
     extra = {
         '"': [f'(?=(?:{key_alt})")', f"(?={_NAME_VALUE_HEAD[1:].decode()})"],
-        "\\": [f'(?="(?:{in_json_key_alt})\\\\")', f"u0026(?=(?:{url})=)", rf'(?=\\\\"(?:{_BODY_ALT})\\\\\\")'],
-        "?": [f"(?=(?:{url})=)"], "&": [f"(?:amp;)?(?=(?:{url})=)"], "'": [f"(?=(?:{_BODY_ALT})')"],
+        "\\": [f'(?="(?:{in_json_key_alt})\\\\")', f"u0026(?=(?:{url})={line})", rf'(?=\\\\"(?:{_BODY_ALT})\\\\\\")'],
+        "?": [f"(?=(?:{url})={line})"], "&": [f"(?:amp;)?(?=(?:{url})={line})"],
     }  # fmt: skip
     if kind != _BINARY:
         extra["<"] = [f"(?=(?:{_BODY_ALT})>)"]
+    if kind == _FORM:
+        extra["%"] = [f"(?=(?:0[Dd]%)?0[Aa]{_PCT_ASSIGN_NAME.decode()})"]
     if kind == _MULTI:
         extra["C"] = ["(?=(?i:ontent-disposition))"]
         extra["c"] = ["(?=(?i:ontent-disposition))"]
@@ -1262,12 +1277,18 @@ def _has_credential_text(s: str) -> bool:
     )
 
 
+_DECODED_MARK = re.compile(r'[="<]|%3[DdCc]|%22')
+
+
 def _decoded_holds_secret(s: str) -> bool:
     """True when a percent-encoded URL component, decoded as a form decodes it, is text the body rules
     would change: a URL in a parameter (`next=https%3A%2F%2Fa%2F%3Faccess_token%3D...`), JSON
     (`q=%7B%22password%22%3A...`), a form (`state=a%3D1%26token%3D...`). Only the value patterns were
     read there, so a credential named by its key or parameter stayed."""
-    if "%" not in s:
+    # Only the rules that are no value pattern (contains_credential read the decoded text already) can
+    # change it, and each needs one of these once decoded: a JSON key '"', a parameter '=', an XML
+    # element '<' (decoding, 2 us, is saved for the many components without one).
+    if "%" not in s or _DECODED_MARK.search(s) is None:
         return False
     raw = unquote_plus(s).encode("utf-8", "surrogatepass")
     return redact_body(raw, None) != raw
@@ -1419,29 +1440,30 @@ def _redact_text(s: str) -> str:
     return s
 
 
+@functools.lru_cache(maxsize=4096)  # names of settings and headers, compared again in every message
+def _is_assigned_name(name: str) -> bool:
+    """A credential name after up to three identifier words (DB_PASSWORD, spring.datasource.password), as
+    line assignments and name/value pairs read it."""
+    return _assigned_name_re().fullmatch(name) is not None
+
+
 @functools.cache
 def _assigned_name_re() -> re.Pattern[str]:
-    """A credential name after up to three identifier words (DB_PASSWORD, spring.datasource.password), as
-    line assignments and name/value pairs read it (compiled on first use)."""
+    """`_is_assigned_name`'s regex, compiled on first use."""
     return re.compile(_ID_WORDS.decode() + "(?:" + _BODY_ALT + ")")
 
 
 def _named_value_key(obj: dict) -> str | None:
-    """The "value" key of a name/value pair naming a credential ({"name": "DB_PASSWORD", "value": ...}, any
-    case, "key" for "name"), else None: parsed JSON's spelling of the body rule `_NAME_VALUE_HEAD`."""
-    if len(obj) > 8 or len(obj) < 2:
+    """The "value" key of a name/value pair naming a credential ({"name": "DB_PASSWORD", "value": ...}; name,
+    Name or NAME, or key for name), else None: parsed JSON's spelling of the body rule `_NAME_VALUE_HEAD`."""
+    value_key = "value" if "value" in obj else "Value" if "Value" in obj else "VALUE" if "VALUE" in obj else None
+    if value_key is None:  # the usual case, in three dict lookups
         return None
-    name = value_key = None
-    for k, v in obj.items():
-        if type(k) is str and 3 <= len(k) <= 5:
-            low = k.lower()
-            if low in ("name", "key") and type(v) is str:
-                name = v
-            elif low == "value":
-                value_key = k
-    if name is None or value_key is None or _assigned_name_re().fullmatch(name) is None:
-        return None
-    return value_key
+    for name_key in ("name", "Name", "NAME", "key", "Key", "KEY"):
+        name = obj.get(name_key)
+        if type(name) is str:
+            return value_key if _is_assigned_name(name) else None
+    return None
 
 
 def redact_json_value(value: object) -> object:

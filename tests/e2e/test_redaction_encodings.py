@@ -37,13 +37,11 @@ JSON_ESCAPES = {
     "JSON in JSON in a JSON string": (
         "Hunter2NestedD4", json.dumps({"a": json.dumps({"b": json.dumps({"password": "Hunter2NestedD4"})})})),
 }
-# Found as the attacker on the same branch: a credential named by a name/value pair's name, a YAML list
-# item, a Python dict as printed.
+# Found as the attacker on the same branch: a credential named by a name/value pair's name, a YAML list item.
 PAIRS_AND_ITEMS = {
     "name/value pair (Kubernetes env)": (
         "Hunter2PairH8", '{"env": [{"name": "DB_PASSWORD", "value": "Hunter2PairH8"}, {"name": "A", "value": "b"}]}'),
     "YAML list item": ("Hunter2ItemI9", '{"compose": "environment:\\n  - API_KEY=Hunter2ItemI9\\n"}'),
-    "Python dict as printed": ("Hunter2ReprL12", "{'user': 'a', 'password': 'Hunter2ReprL12'}"),
 }
 URL_ESCAPES = {
     "form: %0A then '=' as written": ("Hunter2FormRawE5", "x=cfg%0Apassword=Hunter2FormRawE5&y=1"),
