@@ -563,10 +563,11 @@ _URL_PARAM_RULE: _Rule = (
 # text): the rule starts at the parameter, as the one above, and keeps what comes before the line. Started
 # there, not at every '%' (a trigger character costs every body's scan some 8%: bench.redact_bench).
 _PCT_PARAM_VALUE_CHAR = rb"(?:[^&\s%\"'<>\\#)}]|%(?!0[AaDd]|2[27])[0-9A-Fa-f]{2})"
-# The value up to the line: runs of plain characters (one fast repeat each) and escapes, at most 96 of them
+# The parameter's name (a positive class: the trigger's gate can read it, and random bytes fail it fast), then
+# its value up to the line: runs of plain characters (one fast repeat each) and escapes, at most 96 of them
 # (3 KiB: a rule's head stays within what the streaming redactor holds back).
 _PCT_LINE_BEFORE = (
-    rb"[^=&\s\"'<>\\#]{1,64}+=(?:[^&\s%\"'<>\\#)}]{1,32}+|%(?!0[Aa])[0-9A-Fa-f]{2}|%0[Aa](?!"
+    rb"[A-Za-z0-9_.~+%$:@!*,;|\[\]\-]{1,64}+=(?:[^&\s%\"'<>\\#)}]{1,32}+|%(?!0[Aa])[0-9A-Fa-f]{2}|%0[Aa](?!"
     + _PCT_ASSIGN_NAME + rb")){0,96}+%0[Aa]"
 )
 _URL_PARAM_LINE_RULE: _Rule = (
