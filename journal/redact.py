@@ -937,7 +937,10 @@ _RUN_TAIL = 2112
 _RUN_LITERALS = (b"GOCSPX-", b"xapp-", b"github_pat_")
 # Bytes a trigger's lookahead reads past its start at most (the longest: a key of the body name list
 # written with \\uXXXX escapes, about 250): a window of the trigger scan may end inside a run this
-# far early without losing a trigger.
+# far early without losing a trigger. One reads further: the URL-encoded line after '?' or '&'
+# (`_PCT_LINE_BEFORE`, up to 3 KiB of the parameter's value); it needs the whole value before its `%0A`,
+# and a window ends only inside a run of over 4 KiB, which that value cannot cross (96 runs of 32), so
+# cutting it there loses nothing either.
 _TRIGGER_REACH = 1024
 
 
