@@ -66,6 +66,9 @@ _URL_NAMES = (
     # issue 23: more spellings of the same things (journal/secret_shapes.py lists where they come from)
     *KEYWORD_NAMES,
     "auth", "jwt", "session_id", "private_token",
+    # branch redact30: the API key header's name as a parameter, and the servlet / PHP session ids (a
+    # session id is a bearer capability for the session).
+    "x_api_key", "jsessionid", "phpsessid",
 )  # fmt: skip
 
 # JSON keys and multipart field names. `key`, `code` and `ticket` are left out on purpose: in JSON
@@ -395,12 +398,43 @@ _PREFIX_RULES = tuple(_prefix_rule(p, shape.rest) for shape in PREFIX_SHAPES for
 # `export DB_PASSWORD=...`, `password: ...`), a credential name after up to three identifier words
 # (DB_, AWS_, spring.datasource.). The line may sit in a JSON string (\n escaped) or in a URL-encoded
 # form value (%0A, or the value's start); indented by blanks, or by tabs written `\t` inside a JSON
-# string. true, false and null stay.
+# string. true, false and null stay. Inside a JSON string every character may also be written as its
+# `\uXXXX` escape (some encoders write every control character so): the line break `\u000a` (after
+# `\u000d` or `\r`), a blank `\u0009` / `\u0020`, the `=` / `:` `\u003d` / `\u003a`, the value's
+# opening quote `\"`, `\u0022` or `\u0027` (`password: \"hunter2\"` is a YAML line in a JSON string). A YAML
+# list item (`- password: ...`, docker-compose's `- DB_PASSWORD=...`) is a line assignment too.
 _ID_WORDS = rb"(?:[A-Za-z0-9]{1,32}+[_.\-]){0,3}"
+# A blank as written in text or inside a JSON string (in JSON inside a JSON string, the escape's backslash
+# is escaped too: \\t).
+_BLANK = rb"(?:[ \t]|\\\\?(?:t|u00(?:09|20)))"
+_ASSIGN_SEP = _BLANK + rb"{0,8}(?:[=:]|\\\\?u003[AaDd])" + _BLANK + rb"{0,8}"
 _ASSIGN_NAME = (
-    rb"(?:[ \t]|\\t){0,16}(?:export[ \t]{1,4})?" + _ID_WORDS
-    + rb"(?:" + _BODY_ALT.encode() + rb")[ \t]{0,8}[=:][ \t]{0,8}"
+    _BLANK + rb"{0,16}(?:-" + _BLANK + rb"{1,4})?(?:export" + _BLANK + rb"{1,4})?" + _ID_WORDS
+    + rb"(?:" + _BODY_ALT.encode() + rb")" + _ASSIGN_SEP
 )
+# A line break as written in text or inside a JSON string (the first alternative: the start of the body).
+_LINE_START = rb"(?:(?<![\s\S])|\r?\n|(?:\\r|\\u000[Dd])?(?:\\n|\\u000[Aa]))"
+# The same lines URL-encoded (a form value, a query parameter): the break `%0A` (`%0a`, after `%0D`),
+# blanks `+`, `%20`, `%09`, the `=` / `:` encoded or as written.
+_PCT_SP = rb"(?:\+|%20|%09)"
+_PCT_ASSIGN_NAME = (
+    _PCT_SP + rb"{0,16}(?:-" + _PCT_SP + rb"{1,4})?(?:export" + _PCT_SP + rb"{1,4})?" + _ID_WORDS
+    + rb"(?:" + _BODY_ALT.encode() + rb")"
+    + _PCT_SP + rb"{0,8}(?:%3[Dd]|%3[Aa]|[=:])"
+    + _PCT_SP + rb"{0,8}"
+)  # fmt: skip
+
+
+def _pct_assign_rule(value_char: bytes, replacement: str) -> _Rule:
+    """The URL-encoded line assignment, its value made of `value_char`s (wider in a form body, where only
+    '&' ends a value, than in a URL written in text, which a quote or a bracket ends)."""
+    return (
+        rb"(?:%0[Aa]|%0[Dd]%0[Aa])" + _PCT_ASSIGN_NAME + rb"(?:%2[27])?",
+        rb"(?!(?:true|false|null)(?![A-Za-z0-9_])|\[never)(?=" + value_char + rb")",
+        _Elements(value_char + rb"*", 3), replacement,
+    )
+
+
 _VALUE_RULES: tuple[_Rule, ...] = (
     # 'Bearer <token>': the token needs 20+ characters and a digit, so prose ("bearer of") stays.
     (rb"(?i:bearer)(?:[ \t]{1,8}|\+|%20)",
@@ -463,7 +497,7 @@ _VALUE_RULES: tuple[_Rule, ...] = (
     # Bot secrets start AA; the rule starts there, so no trigger at every ':' of a JSON body is needed.
     (rb"(?:(?<=[0-9]{8}:)|(?<=[0-9]{8}%3[Aa]))", rb"AA[0-9A-Za-z_\-]{33}", _T_TOKEN, "text"),
     # Line assignments (see _ASSIGN_NAME).
-    (rb"(?:(?<![\s\S])|\r?\n|\\r\\n|\\n)" + _ASSIGN_NAME + rb"[\"']?(?:(?i:bearer|basic|token)[ \t]{1,8})?+",
+    (_LINE_START + _ASSIGN_NAME + rb"(?:[\"']|\\(?:\\\\)?\"|\\\\?u002[27])?(?:(?i:bearer|basic|token)[ \t]{1,8})?+",
      rb"(?!(?:true|false|null)(?![A-Za-z0-9_])|\[never)(?=[^\s\"'\\])", _Elements(rb"[^\r\n\"'\\]*", 1), "text"),
     # The catalogue (journal/secret_shapes.py): tokens known by their prefix, which stays.
     *(rule for rule, _t in _PREFIX_RULES),
@@ -487,10 +521,28 @@ def _json_rules(key_alt: str, in_json_key_alt: str) -> tuple[_Rule, ...]:
         (esc_key + rb'\\"', b"", _T_JSON_IN_JSON, "text"),
         (esc_key, rb"(?=[-0-9])", _T_NUMBER, "json-in-json"),
         (esc_key, rb"(?=[\[{])", (_JsonValue, True), "json-in-json"),
+        # A string value one level deeper (JSON in a JSON string held by a JSON string, a tool result that
+        # quotes a payload): quotes there are written \\\", the line breaks between tokens \\n.
+        (rb'\\\\\\"(?:' + _BODY_ALT.encode() + rb')\\\\\\"(?:[ \t]|\\\\[nrt]){0,32}:(?:[ \t]|\\\\[nrt]){0,32}\\\\\\"',
+         b"", _T_JSON_IN_JSON_2, "text"),
+        # A name/value pair whose name is a credential name: Kubernetes and ECS `env`
+        # ({"name": "DB_PASSWORD", "value": "..."}), HAR headers ({"name": "Authorization", ...}), SSM.
+        (_NAME_VALUE_HEAD, b"", _T_JSON_STRING, "text"),
     )
 
 
+_JSON_COLON = rb"[ \t\r\n]{0,32}:[ \t\r\n]{0,32}"
+_NAME_VALUE_HEAD = (
+    rb'"(?i:name|key)"' + _JSON_COLON + rb'"' + _ID_WORDS + rb"(?:" + _BODY_ALT.encode() + rb')"[ \t\r\n]{0,32},'
+    + rb'[ \t\r\n]{0,32}"(?i:value)"' + _JSON_COLON + rb'"'
+)
+
+
 _T_JSON_IN_JSON = _Elements(rb'[^"\\]*(?:(?:\\[^"\\]|\\\\(?:\\[\s\S]|[^"\\]))[^"\\]*)*', 4)
+# That string two levels down, as the outer JSON writes it: the string ends at \\\" (its quote written at
+# the two levels above); a backslash in its content is 8 backslashes, a quote 7 and ", any other escape
+# (\n, \u0041) 4 and the escape's letter.
+_T_JSON_IN_JSON_2 = _Elements(rb'(?:[^"\\]|\\{8}|\\{7}"|\\{4}(?=[^"\\]))*+', 8)
 # JSON keys as written: plain, or with \uXXXX escapes (inside a JSON string holding JSON the escape's
 # backslash may itself be escaped: \\u0077). The escaped spelling is only needed where a name-character
 # escape occurs (`_NAME_ESCAPE`); its regex is several times larger, so it is compiled only then.
@@ -507,6 +559,22 @@ _URL_PARAM_RULE: _Rule = (
     rb"(?:(?<=[?&])|(?<![\s\S])|(?<=\\u0026)|(?<=&amp;))(?:" + _URL_ALT.encode() + rb")=",
     b"", _T_URL_VALUE, "url",
 )  # fmt: skip
+# A URL-encoded line assignment in a parameter's value (a URL in a JSON or text body, a form sent as
+# text): the rule starts at the parameter, as the one above, and keeps what comes before the line. Started
+# there, not at every '%' (a trigger character costs every body's scan some 8%: bench.redact_bench).
+_PCT_PARAM_VALUE_CHAR = rb"(?:[^&\s%\"'<>\\#)}]|%(?!0[AaDd]|2[27])[0-9A-Fa-f]{2})"
+# The parameter's name (a positive class: the trigger's gate can read it, and random bytes fail it fast), then
+# its value up to the line: runs of plain characters (one fast repeat each) and escapes, at most 96 of them
+# (3 KiB: a rule's head stays within what the streaming redactor holds back).
+_PCT_LINE_BEFORE = (
+    rb"[A-Za-z0-9_.~+%$:@!*,;|\[\]\-]{1,64}+=(?:[^&\s%\"'<>\\#)}]{1,32}+|%(?!0[Aa])[0-9A-Fa-f]{2}|%0[Aa](?!"
+    + _PCT_ASSIGN_NAME + rb")){0,96}+%0[Aa]"
+)
+_URL_PARAM_LINE_RULE: _Rule = (
+    rb"(?:(?<=[?&])|(?<![\s\S])|(?<=\\u0026)|(?<=&amp;))" + _PCT_LINE_BEFORE + _PCT_ASSIGN_NAME + rb"(?:%2[27])?",
+    rb"(?!(?:true|false|null)(?![A-Za-z0-9_])|\[never)(?=" + _PCT_PARAM_VALUE_CHAR + rb")",
+    _Elements(_PCT_PARAM_VALUE_CHAR + rb"*", 3), "url",
+)  # fmt: skip
 _FORM_RULE: _Rule = (rb"(?<![^&])(?:" + _URL_ALT.encode() + rb")=", b"", _T_FORM_VALUE, "url")
 _MULTIPART_RULE: _Rule = (
     rb"(?i:content-disposition)[ \t]{0,8}:[^\r\n]{0,256}?(?<=[;\s])(?i:name)[ \t]{0,8}=[ \t]{0,8}\"?(?:"
@@ -515,19 +583,9 @@ _MULTIPART_RULE: _Rule = (
     b"", _MULTIPART, "text",
 )  # fmt: skip
 
-_PCT_SP = rb"(?:\+|%20|%09)"
-_PCT_ASSIGN_NAME = (
-    _PCT_SP + rb"{0,16}(?:export" + _PCT_SP + rb"{1,4})?" + _ID_WORDS + rb"(?:" + _BODY_ALT.encode() + rb")"
-    + _PCT_SP + rb"{0,8}(?:%3[Dd]|%3[Aa])"
-    + _PCT_SP + rb"{0,8}"
-)  # fmt: skip
 _PCT_VALUE_CHAR = rb"(?:[^&\s%]|%(?!0[AaDd]|2[27])[0-9A-Fa-f]{2})"
-# Line assignments inside a URL-encoded form value (form bodies only).
-_FORM_ASSIGN_RULE: _Rule = (
-    rb"(?:%0[Aa]|%0[Dd]%0[Aa])" + _PCT_ASSIGN_NAME + rb"(?:%2[27])?",
-     rb"(?!(?:true|false|null)(?![A-Za-z0-9_])|\[never)(?=" + _PCT_VALUE_CHAR + rb")",
-     _Elements(_PCT_VALUE_CHAR + rb"*", 3), "text",
-)  # fmt: skip
+# Line assignments inside a URL-encoded form value (form bodies: the value runs to the next '&').
+_FORM_ASSIGN_RULE: _Rule = _pct_assign_rule(_PCT_VALUE_CHAR, "text")
 # XML elements named like a credential: <SecretAccessKey>...</SecretAccessKey> (AWS IAM answers); text
 # kinds only (a declared binary type holds no XML worth a trigger at every '<').
 _XML_RULE: _Rule = (rb"<(?:" + _BODY_ALT.encode() + rb")>", rb"(?!\[never)(?=[^<])", _Elements(rb"[^<]*", 1), "text")
@@ -543,13 +601,13 @@ def _kind_rules(kind: str, esc: bool) -> tuple[_Rule, ...]:
     download of token.json, a form posted with a wrong type), and what is stored as base64 must not hold
     a credential either. In real binary data the key and form heads practically never occur."""
     common = (*_json_rules_by_esc(esc), _URL_PARAM_RULE)
-    if kind == _FORM:
+    if kind == _FORM:  # a form's own line rule reads a field's value as a form does (to the next '&')
         return (_FORM_RULE, *common, _FORM_ASSIGN_RULE, _XML_RULE, *_VALUE_RULES)
     if kind == _MULTI:
-        return (_MULTIPART_RULE, *common, _XML_RULE, *_VALUE_RULES)
+        return (_MULTIPART_RULE, *common, _URL_PARAM_LINE_RULE, _XML_RULE, *_VALUE_RULES)
     if kind == _TEXT:
-        return (*common, _XML_RULE, *_VALUE_RULES)
-    return (*common, *_VALUE_RULES)
+        return (*common, _URL_PARAM_LINE_RULE, _XML_RULE, *_VALUE_RULES)
+    return (*common, _URL_PARAM_LINE_RULE, *_VALUE_RULES)
 
 
 _RULES_BY_KIND: dict[str, tuple[_Rule, ...]] = {
@@ -637,7 +695,19 @@ def _kind(content_type: str | None) -> tuple[str, bytes]:
 # The indentation is taken possessively: what follows it (`export` or a name character) never starts
 # with a blank, so giving blanks back could not make it match; trying to was most of the trigger scan's
 # time on indented text (pretty-printed JSON: 18 -> 5 us for 80 lines).
-_ASSIGN_LOOK = r"(?:[ \t]|\\t){0,16}+(?:export[ \t]{1,4})?[A-Za-z0-9_.\-]{1,100}+[ \t]{0,8}[=:]"
+# Blanks as the trigger reads them: a run of raw ones first (one fast repeat: the common case), then any
+# escaped ones (\t, \u0009, \u0020 in a JSON string), each followed by raw ones; more than `_BLANK{0,n}`
+# allows, which only widens the trigger.
+
+
+def _look_blanks(n: int) -> str:
+    return rf"[ \t]{{0,{n}}}+(?:\\\\?(?:t|u00(?:09|20))[ \t]{{0,{n}}}+){{0,{n}}}+"
+
+
+_ASSIGN_LOOK = (
+    _look_blanks(16) + r"(?:-" + _BLANK.decode() + r"{1,4}+)?(?:export" + _BLANK.decode() + r"{1,4})?"
+    + r"[A-Za-z0-9_.\-]{1,100}+" + _look_blanks(8) + r"(?:[=:]|\\\\?u003[AaDd])"
+)
 _VALUE_TRIGGER_CONDS: dict[str, list[str]] = {
     "e": ["(?=yJ)"], "y": [r"(?=a29\.)"], "1": ["(?=//0|%2[Ff]%2[Ff]0)"],
     "A": ["(?=Iza|ccountKey(?:=|%3[Dd]))", "(?<=:A)", "(?<=%3AA)", "(?<=%3aA)", "(?<=SharedA)"],
@@ -645,7 +715,8 @@ _VALUE_TRIGGER_CONDS: dict[str, list[str]] = {
     "g": ["(?=h[pousr]_|ithub_pat_)"], "h": [r"(?=ooks\.(?:slack|zapier)\.com|ook)"],
     "-": [r"(?=----BEGIN(?:[ \t]|\+|%20)|--- BEGIN SSH2 )", "(?<=Private-)"],
     "B": ["(?=(?i:earer|asic))"], "b": ["(?=(?i:earer|asic))"], "_": ["(?<=:_)"],
-    "\n": [f"(?={_ASSIGN_LOOK})"], "\\": [f"(?=(?:r\\\\)?n{_ASSIGN_LOOK})"],
+    "\n": [f"(?={_ASSIGN_LOOK})"],
+    "\\": [f"(?=(?:(?:r|u000[Dd])\\\\)?(?:n|u000[Aa]){_ASSIGN_LOOK})"],
 }  # fmt: skip
 
 
@@ -796,16 +867,18 @@ def _chars_before(char: str, conds: list[str]) -> str:
 
 def _text_trigger_conds(key_alt: str, in_json_key_alt: str, kind: str) -> dict[str, list[str]]:
     url = _URL_ALT
+    # a URL-encoded line in a parameter's value (`_URL_PARAM_LINE_RULE`; a form body has its own rule)
+    line = "|" + (_PCT_LINE_BEFORE + _PCT_ASSIGN_NAME).decode() if kind != _FORM else ""
     conds = {k: list(v) for k, v in _value_trigger_conds().items()}
     extra = {
-        '"': [f'(?=(?:{key_alt})")'],
-        "\\": [f'(?="(?:{in_json_key_alt})\\\\")', f"u0026(?=(?:{url})=)"],
-        "?": [f"(?=(?:{url})=)"], "&": [f"(?:amp;)?(?=(?:{url})=)"],
+        '"': [f'(?=(?:{key_alt})")', f"(?={_NAME_VALUE_HEAD[1:].decode()})"],
+        "\\": [f'(?="(?:{in_json_key_alt})\\\\")', f"u0026(?=(?:{url})={line})", rf'(?=\\\\"(?:{_BODY_ALT})\\\\\\")'],
+        "?": [f"(?=(?:{url})={line})"], "&": [f"(?:amp;)?(?=(?:{url})={line})"],
     }  # fmt: skip
     if kind != _BINARY:
         extra["<"] = [f"(?=(?:{_BODY_ALT})>)"]
     if kind == _FORM:
-        extra["%"] = [f"(?=(?:0[Dd]%)?0[Aa]{_PCT_ASSIGN_LOOK})"]
+        extra["%"] = [f"(?=(?:0[Dd]%)?0[Aa]{_PCT_ASSIGN_NAME.decode()})"]
     if kind == _MULTI:
         extra["C"] = ["(?=(?i:ontent-disposition))"]
         extra["c"] = ["(?=(?i:ontent-disposition))"]
@@ -816,8 +889,6 @@ def _text_trigger_conds(key_alt: str, in_json_key_alt: str, kind: str) -> dict[s
     order = ['"', "\\"]
     return {c: conds[c] for c in order} | {c: v for c, v in conds.items() if c not in order}
 
-
-_PCT_ASSIGN_LOOK = _PCT_ASSIGN_NAME.decode()
 
 
 @functools.cache
@@ -866,7 +937,10 @@ _RUN_TAIL = 2112
 _RUN_LITERALS = (b"GOCSPX-", b"xapp-", b"github_pat_")
 # Bytes a trigger's lookahead reads past its start at most (the longest: a key of the body name list
 # written with \\uXXXX escapes, about 250): a window of the trigger scan may end inside a run this
-# far early without losing a trigger.
+# far early without losing a trigger. One reads further: the URL-encoded line after '?' or '&'
+# (`_PCT_LINE_BEFORE`, up to 3 KiB of the parameter's value); it needs the whole value before its `%0A`,
+# and a window ends only inside a run of over 4 KiB, which that value cannot cross (96 runs of 32), so
+# cutting it there loses nothing either.
 _TRIGGER_REACH = 1024
 
 
@@ -1199,8 +1273,29 @@ def _webhook_prefix(host: str, path: str) -> str | None:
 
 
 def _has_credential_text(s: str) -> bool:
-    """Value pattern check on a URL component as written and percent-decoded."""
-    return contains_credential(s) or contains_credential(unquote(s)) or contains_credential(unquote_plus(s))
+    """Value pattern check on a URL component as written and percent-decoded; and the text rules of a body
+    on the decoded component (`_decoded_holds_secret`)."""
+    return (
+        contains_credential(s) or contains_credential(unquote(s)) or contains_credential(unquote_plus(s))
+        or _decoded_holds_secret(s)
+    )
+
+
+_DECODED_MARK = re.compile(r'[="<]|%3[DdCc]|%22')
+
+
+def _decoded_holds_secret(s: str) -> bool:
+    """True when a percent-encoded URL component, decoded as a form decodes it, is text the body rules
+    would change: a URL in a parameter (`next=https%3A%2F%2Fa%2F%3Faccess_token%3D...`), JSON
+    (`q=%7B%22password%22%3A...`), a form (`state=a%3D1%26token%3D...`). Only the value patterns were
+    read there, so a credential named by its key or parameter stayed."""
+    # Only the rules that are no value pattern (contains_credential read the decoded text already) can
+    # change it, and each needs one of these once decoded: a JSON key '"', a parameter '=', an XML
+    # element '<' (decoding, 2 us, is saved for the many components without one).
+    if "%" not in s or _DECODED_MARK.search(s) is None:
+        return False
+    raw = unquote_plus(s).encode("utf-8", "surrogatepass")
+    return redact_body(raw, None) != raw
 
 
 def _redact_params(params: str) -> str:
@@ -1270,7 +1365,11 @@ def _plainly_clean(url: str) -> bool:
                 return False
         else:
             texts += _forms(fragment)
-    return not contains_credential("\n".join(texts))
+    if contains_credential("\n".join(texts)):
+        return False
+    # The full path reads every component's decoded text with the body rules too; checking every text
+    # that holds a '%' (decoded forms included) is a superset of that.
+    return not any(_decoded_holds_secret(t) for t in texts if "%" in t)
 
 
 def redact_url(url: str) -> str:
@@ -1345,6 +1444,32 @@ def _redact_text(s: str) -> str:
     return s
 
 
+@functools.lru_cache(maxsize=4096)  # names of settings and headers, compared again in every message
+def _is_assigned_name(name: str) -> bool:
+    """A credential name after up to three identifier words (DB_PASSWORD, spring.datasource.password), as
+    line assignments and name/value pairs read it."""
+    return _assigned_name_re().fullmatch(name) is not None
+
+
+@functools.cache
+def _assigned_name_re() -> re.Pattern[str]:
+    """`_is_assigned_name`'s regex, compiled on first use."""
+    return re.compile(_ID_WORDS.decode() + "(?:" + _BODY_ALT + ")")
+
+
+def _named_value_key(obj: dict) -> str | None:
+    """The "value" key of a name/value pair naming a credential ({"name": "DB_PASSWORD", "value": ...}; name,
+    Name or NAME, or key for name), else None: parsed JSON's spelling of the body rule `_NAME_VALUE_HEAD`."""
+    value_key = "value" if "value" in obj else "Value" if "Value" in obj else "VALUE" if "VALUE" in obj else None
+    if value_key is None:  # the usual case, in three dict lookups
+        return None
+    for name_key in ("name", "Name", "NAME", "key", "Key", "KEY"):
+        name = obj.get(name_key)
+        if type(name) is str:
+            return value_key if _is_assigned_name(name) else None
+    return None
+
+
 def redact_json_value(value: object) -> object:
     """Copy of parsed JSON (e.g. MCP tool-call params) with credentials removed.
 
@@ -1356,8 +1481,11 @@ def redact_json_value(value: object) -> object:
     """
     if isinstance(value, dict):
         out: dict[object, object] = {}
+        secret_key = _named_value_key(value)
         for k, v in value.items():
-            if isinstance(k, str) and _body_name_re().fullmatch(k) and v is not None and not isinstance(v, bool):
+            if isinstance(k, str) and (k == secret_key or _body_name_re().fullmatch(k)) and (
+                v is not None and not isinstance(v, bool)
+            ):
                 out[_redact_text(k)] = REDACTED
             else:
                 out[_redact_text(k) if isinstance(k, str) else k] = redact_json_value(v)

@@ -10,6 +10,7 @@ import gzip
 import json
 import random
 import re
+from urllib.parse import quote
 
 import orjson
 import pytest
@@ -879,6 +880,12 @@ FRAGMENTS = [t.encode() for t in TOKENS] + [
     b'\\"secret\\": [', b'\\"pass\\\\u0077ord\\": \\"', b"[", b"]", b"{", b"}", b"123", b"\\u0077",
     b"password=", b"discord.com/api/webhooks/", b"1234567890123456789/", b"webhook.office.com/webhookb2/",
     b"outlook.office.com/webhook/", b"hooks.zapier.com/hooks/",
+    # line assignments with their breaks, blanks and quotes written as JSON or URL escapes
+    b"\\u000a", b"\\u000D\\u000A", b"\\u0009", b"\\u0020", b"\\t", b"\\u003d", b"\\u0022", b"API_KEY", b"export ",
+    b"%0A", b"%0d%0a", b"%09", b"+", b"%3D", b"%3a", b"%22",
+    # a credential key two JSON levels down, and the 3, 4, 7, 8 backslash runs of its string
+    b'\\\\\\"password\\\\\\": \\\\\\"', b'\\\\\\"', b"\\\\\\\\", b'\\\\\\\\\\\\\\"', b"\\\\\\\\\\\\\\\\",
+    b"'password': '", b"'token':\"", b"'", b"\"name\": \"DB_PASSWORD\", \"value\": \"", b"- ",
     b"A" * 40, b"0123456789" * 3, b"x" * 7,
 ]  # fmt: skip
 
@@ -960,6 +967,182 @@ def test_assignment_indented_with_a_tab_inside_a_json_string_is_redacted(indent)
     for line in ("password: hunter2-secret", "API_KEY=hunter2-secret"):
         body = json.dumps({"note": "config\n" + indent + line}).encode()
         assert b"hunter2" not in redact_body(body, "application/json"), body
+
+
+# A line assignment inside a JSON string whose break, blanks, '=' / ':' or quotes an encoder wrote as
+# `\uXXXX` escapes (or `\t`, `\"`): each was read as a line assignment only in its `\n` spelling.
+_JSON_LINE_FORMS = {
+    "break \\u000a": "cfg\\u000apassword: hunter2-secret",
+    "break \\u000A": "cfg\\u000AAPI_KEY=hunter2-secret",
+    "break \\u000d\\u000a": "cfg\\u000d\\u000aexport TOKEN=hunter2-secret",
+    "break \\r\\u000a": "cfg\\r\\u000aDB_PASSWORD = hunter2-secret",
+    "indent \\u0009": "cfg\\n\\u0009password: hunter2-secret",
+    "indent \\u0020 after \\u000a": "cfg\\u000a\\u0020\\u0020api_key: hunter2-secret",
+    "export \\u0009": "cfg\\nexport\\u0009TOKEN=hunter2-secret",
+    "blank \\t after ':'": "cfg\\npassword:\\thunter2-secret",
+    "blank \\u0009 before '='": "cfg\\nAPI_KEY\\u0009=\\u0009hunter2-secret",
+    "'=' as \\u003d": "cfg\\nAPI_KEY\\u003dhunter2-secret",
+    "':' as \\u003A": "cfg\\npassword\\u003A hunter2-secret",
+    "value quoted \\\"": 'cfg\\npassword: \\"hunter2-secret\\"',
+    "value quoted \\u0022": "cfg\\nAPI_KEY=\\u0022hunter2-secret\\u0022",
+    "value quoted \\u0027": "cfg\\u000aAPI_KEY=\\u0027hunter2-secret\\u0027",
+}
+
+
+@pytest.mark.parametrize("form", list(_JSON_LINE_FORMS))
+@pytest.mark.parametrize("content_type", ["application/json", None, "application/octet-stream"])
+def test_line_assignment_with_json_escaped_break_blank_or_quote_is_redacted(form, content_type):
+    text = _JSON_LINE_FORMS[form]
+    for body in (f'{{"note": "{text}", "n": 1}}'.encode(), json.dumps({"a": f'{{"note": "{text}"}}'}).encode()):
+        out = redact_body(body, content_type)
+        assert b"hunter2" not in out, (form, body, out)
+        assert REDACTED.encode() in out
+        assert json.loads(out).keys() == json.loads(body).keys()  # the JSON around the value stays JSON
+        assert _stream(body, content_type, [], triggers=False) == out
+        assert redact_json_value(json.loads(body)) == json.loads(out)
+
+
+def test_line_assignment_escapes_keep_what_is_no_assignment():
+    for text in ("cfg\\u000apassword_hint: see the wiki", "cfg\\u000aname: hunter", "a\\u0009password",
+                 "cfg\\npassword: true", "cfg\\u000apasswords are long"):
+        body = f'{{"note": "{text}"}}'.encode()
+        assert redact_body(body, "application/json") == body
+
+
+# A line assignment inside a URL-encoded value (a query parameter, a form field) after an encoded break:
+# read as one in a form body only when '=' / ':' were encoded too, and nowhere else (a URL in a JSON or
+# text body, a form sent as text). Outside a parameter (after '?', '&', at the body's start) it is not
+# looked for: a trigger at every '%' cost every body's scan some 8%.
+_PCT_LINE_FORMS = {
+    "form, '=' as written": ("x=cfg%0Apassword=hunter2-secret&y=1", "application/x-www-form-urlencoded"),
+    "form, ':' as written": ("x=cfg%0d%0aAPI_KEY:+hunter2-secret&y=1", "application/x-www-form-urlencoded"),
+    "form sent as text": ("x=cfg%0Apassword%3Dhunter2-secret&y=1", "text/plain"),
+    "URL in text": ("see https://h.test/a?x=cfg%0apassword%3Dhunter2-secret&y=1 now", "text/plain"),
+    "URL in JSON": ('{"u": "https://h.test/a?x=cfg%0D%0A%09export+TOKEN%3Dhunter2-secret", "n": 1}',
+                    "application/json"),
+    "URL in JSON, %0A only": ('{"u": "https://h.test/a?x=cfg%0Apassword=hunter2-secret"}', "application/json"),
+    "octet-stream": ("x=cfg%0AAPI_KEY%3A%22hunter2-secret%22&y=1", "application/octet-stream"),
+}
+
+
+@pytest.mark.parametrize("form", list(_PCT_LINE_FORMS))
+def test_line_assignment_after_a_url_encoded_break_is_redacted_in_every_body(form):
+    text, content_type = _PCT_LINE_FORMS[form]
+    body = text.encode()
+    out = redact_body(body, content_type)
+    assert b"hunter2" not in out, (form, out)
+    assert REDACTED_URL.encode() in out
+    assert _stream(body, content_type, [], triggers=False) == out
+    if content_type == "application/json":  # the value ends at the string's end: the JSON stays
+        assert json.loads(out)
+
+
+def test_url_encoded_assignment_in_text_keeps_the_url_around_it():
+    body = b'{"u": "https://h.test/a?x=cfg%0Apassword%3Dhunter2-secret&y=1#f", "v": "q=a%0Aname%3Dz"}'
+    assert redact_body(body, "application/json") == (
+        b'{"u": "https://h.test/a?x=cfg%0Apassword%3D[never%20captured]&y=1#f", "v": "q=a%0Aname%3Dz"}')
+
+
+@pytest.mark.parametrize("value", ["hunter2-secret", 'a\\b"c\nd\te\u00e9\u2028', "ends with \\", '"'])
+@pytest.mark.parametrize("indent", [None, 2])
+def test_credential_string_in_json_held_by_a_json_string_held_by_a_json_string_is_redacted(value, indent):
+    """The key rules read JSON in a JSON string (`\"token\": \"...\"`); one level deeper (a tool result
+    quoting a payload that holds JSON) the quotes are \\\" and the value kept its secret. Exactly the
+    value goes: every level still parses, with the other keys as they were."""
+    inner = {"password": value, "after": "kept \\ \" here", "n": [1, {"client_secret": value}]}
+    body = json.dumps({"a": json.dumps({"b": json.dumps(inner, indent=indent)}), "z": 1}).encode()
+    for content_type in ("application/json", None, "application/octet-stream"):
+        out = redact_body(body, content_type)
+        got = json.loads(json.loads(json.loads(out)["a"])["b"])
+        assert got == {**inner, "password": REDACTED, "n": [1, {"client_secret": REDACTED}]}
+        assert _stream(body, content_type, [], triggers=False) == out
+        for cut in range(0, len(body), 5):
+            assert _stream(body, content_type, [cut]) == out
+
+
+@pytest.mark.parametrize("content_type", ["application/json", None])
+def test_name_value_pair_naming_a_credential_loses_its_value(content_type):
+    """Kubernetes / ECS `env`, HAR headers, SSM parameters: the credential's name is a value, its secret the
+    "value" beside it. Other pairs, and a value not given as a string under the name, stay."""
+    doc = {"env": [{"name": "DB_PASSWORD", "value": "hunter2-a"}, {"name": "HOME", "value": "/root"},
+                   {"Name": "spring.datasource.password", "Value": "hunter2-b"},
+                   {"key": "api-key", "value": "hunter2-c"}, {"name": "token", "valueFrom": {"k": "v"}}],
+           "headers": [{"name": "Authorization", "value": "Token hunter2-d"}, {"name": "Accept", "value": "*/*"}]}
+    for indent in (None, 2):
+        body = json.dumps(doc, indent=indent).encode()
+        out = redact_body(body, content_type)
+        assert b"hunter2" not in out
+        got = json.loads(out)
+        assert [e.get("value", e.get("Value")) for e in got["env"]] == [REDACTED, "/root", REDACTED, REDACTED, None]
+        assert got["env"][4] == doc["env"][4] and got["headers"][1] == doc["headers"][1]
+        assert _stream(body, content_type, [], triggers=False) == out
+    # the same parsed (MCP arguments and results)
+    red = redact_json_value(doc)
+    assert "hunter2" not in json.dumps(red)
+    assert red["env"][1] == doc["env"][1] and red["headers"][1] == doc["headers"][1]
+
+
+@pytest.mark.parametrize("text", ["env:\n  - password: hunter2-secret\n",
+                                  "environment:\n  - DB_PASSWORD=hunter2-secret\n",
+                                  "x:\n- api_key: 'hunter2-secret'\n"])
+def test_yaml_list_item_assignment_is_redacted(text):
+    for body, content_type in ((text.encode(), "text/yaml"), (json.dumps({"f": text}).encode(), "application/json"),
+                               (b"f=" + quote(text, safe="").encode(), "application/x-www-form-urlencoded")):
+        out = redact_body(body, content_type)
+        assert b"hunter2" not in out, out
+        assert _stream(body, content_type, [], triggers=False) == out
+    assert redact_body(b"- name: x\n- password_hint: y\n", "text/yaml") == b"- name: x\n- password_hint: y\n"
+
+
+@pytest.mark.parametrize("url", [
+    "https://h.test/login?next=https%3A%2F%2Fa.test%2Fcb%3Faccess_token%3Dhunter2-secret&x=1",
+    "https://h.test/?q=%7B%22password%22%3A%22hunter2-secret%22%7D",
+    "https://h.test/?state=a%3D1%26client_secret%3Dhunter2-secret",
+    "https://h.test/cb#state=x&next=%2Fhome%3Ftoken%3Dhunter2-secret",
+    "https://h.test/a/%7B%22api_key%22%3A%20%22hunter2-secret%22%7D/b",
+    "https://h.test/?x-api-key=hunter2-secret", "https://h.test/?JSESSIONID=hunter2-secret",
+    "https://h.test/?PHPSESSID=hunter2-secret",
+])
+def test_url_component_whose_decoded_text_names_a_credential_is_redacted(url):
+    """A parameter holding a URL, JSON or a form (a redirect, OAuth state): the decoded text was read with
+    the value patterns only, so a credential named by its parameter or key stayed."""
+    out = redact_url(url)
+    assert "hunter2" not in out and REDACTED_URL in out, out
+    assert out == redact._redact_url_full(url)
+    assert redact_url("https://h.test/?next=%2Fhome%3Fpage%3D2&q=hello%20world%21") == (
+        "https://h.test/?next=%2Fhome%3Fpage%3D2&q=hello%20world%21")
+
+
+# Spellings tried as the attacker on branch redact30 that the rules already covered: pinned here.
+_COVERED_BODIES = [
+    ('{"pass\\u0077ord": "hunter2-secret"}', "application/json"),
+    ('{"PASSWORD": "hunter2-secret", "Access-Token": "hunter2-secret"}', "application/json"),
+    ('{"u": "https:\\/\\/user:hunter2-secret@h.test\\/"}', "application/json"),
+    ("u=https%3A%2F%2Fuser%3Ahunter2-secret%40h.test%2F", "application/x-www-form-urlencoded"),
+    ('{"u": "https://h.test/cb?a=1\\u0026access_token=hunter2-secret"}', "application/json"),
+    ("see https://h.test/cb#state=1&access_token=hunter2-secret ok", "text/plain"),
+    ('{"headers": {"Cookie": "sid=hunter2-secret", "set-cookie": "a=hunter2-secret"}}', "application/json"),
+    ("Set-Cookie: sid=hunter2-secret; Path=/\nCookie: a=hunter2-secret\n", "text/plain"),
+    ("--b\r\nContent-Disposition: form-data; NAME=Password\r\n\r\nhunter2-secret\r\n--b--\r\n",
+     "multipart/form-data; boundary=b"),
+    (json.dumps({"a": json.dumps({"n": "cfg\npassword: hunter2-secret"})}), "application/json"),
+]
+
+
+@pytest.mark.parametrize(("body", "content_type"), _COVERED_BODIES)
+def test_attacker_spellings_already_covered_in_bodies(body, content_type):
+    assert b"hunter2" not in redact_body(body.encode(), content_type)
+
+
+def test_attacker_spellings_already_covered_in_urls_and_headers():
+    for url in ("https://user:hunter2-secret@h.test/", "https://h.test/?ACCESS_TOKEN=hunter2-secret",
+                "https://h.test/?access%5Ftoken=hunter2-secret", "https://h.test/#access_token=hunter2-secret&x=1",
+                "https://h.test/?x=Basic%20dXNlcjpodW50ZXIyLXNlY3JldA%3D%3D",
+                "https://h.test/?x=cfg%0D%0Apassword%3Dhunter2-secret"):
+        assert "hunter2" not in redact_url(url) and "dXNlcjpodW50" not in redact_url(url), url
+    for name in ("AUTHORIZATION ", "authorization", "Proxy-Authorization", "X-Forwarded-Authorization",
+                 "Authorization-Token", "Cookie2", "X-Session"):
+        assert redact_headers([(name, "hunter2-secret")]) == [[name, REDACTED]]
 
 
 _GLUE = re.compile(rb"[A-Za-z0-9+/_\-]{8}")
