@@ -30,6 +30,8 @@ from urllib.parse import parse_qs, urlsplit
 import trustme
 
 HOST = "h1only.upstream.example"
+READ_TIMEOUT = 300.0
+"""Longer than any test waits: without `idle_close` the server never frees a connection the proxy keeps."""
 
 
 class H1Upstream:
@@ -121,7 +123,7 @@ class H1Upstream:
         sock = raw
         try:
             assert self._ctx is not None
-            raw.settimeout(30)
+            raw.settimeout(READ_TIMEOUT)
             tls = sock = self._ctx.wrap_socket(raw, server_side=True)  # raw is detached: sock is the one to close
             with self._lock:
                 self._conns.discard(raw)
@@ -145,7 +147,7 @@ class H1Upstream:
                     with self._lock:
                         self.idle_closed += 1
                     return
-                tls.settimeout(30)
+                tls.settimeout(READ_TIMEOUT)
                 head, buf = buf.split(b"\r\n\r\n", 1)
                 lines = head.decode("latin-1").split("\r\n")
                 method, target, _ = lines[0].split(" ", 2)
