@@ -39,6 +39,7 @@ from typing import Any
 from mitmproxy import version
 from mitmproxy.connection import Connection, ConnectionState, Server
 from mitmproxy.net.http import http1
+from mitmproxy.net.http.http1.read import get_header_tokens
 from mitmproxy.proxy import commands, events, layer
 from mitmproxy.proxy.layers.http import GetHttpConnection, GetHttpConnectionCompleted, HttpLayer
 from mitmproxy.proxy.layers.http._http1 import Http1Client, Http1Connection, should_make_pipe
@@ -123,13 +124,18 @@ def applied() -> bool:
 
 
 def closes_after(request: Any, response: Any) -> bool:
-    """HTTP/1's rule: the connection ends with this exchange (a body read until EOF, or `Connection: close`)."""
+    """HTTP/1's rule: the connection ends with this exchange (a body read until EOF, or `Connection: close`).
+
+    mitmproxy's `connection_close` plus the `close` option in any case (RFC 9110 7.6.1: connection options are
+    case-insensitive; mitmproxy 12 compares `close` case-sensitively and lets `keep-alive` win over `Close`)."""
     try:
         until_eof = http1.expected_http_body_size(request, response) == -1
     except ValueError:  # invalid headers an addon set: no reuse
         return True
     return (until_eof or http1.connection_close(request.http_version, request.headers)
-            or http1.connection_close(response.http_version, response.headers))
+            or http1.connection_close(response.http_version, response.headers)
+            or any("close" in (t.lower() for t in get_header_tokens(m.headers, "connection"))
+                   for m in (request, response)))
 
 
 def _http_layer(client: Http1Client) -> HttpLayer | None:

@@ -154,8 +154,8 @@ def _curl(b: BrokerProcess, paths: list[str], *flags: str) -> dict[str, bytes]:
     out = b.tmp / "bodies"
     out.mkdir(exist_ok=True)
     args = [a for i, p in enumerate(paths) for a in ("-o", str(out / str(i)), f"https://{H1_HOST}{p}")]
-    done = subprocess.run(["curl", "-sS", "--http2", "--max-time", "60", "--proxy", f"http://127.0.0.1:{b.port}", "--cacert", b.ca,
-                           "-w", "%{http_version} %{http_code}\\n", *flags, *args],
+    done = subprocess.run(["curl", "-sS", "--http2", "--max-time", "60", "--proxy", f"http://127.0.0.1:{b.port}",
+                           "--cacert", b.ca, "-w", "%{http_version} %{http_code}\\n", *flags, *args],
                           capture_output=True, timeout=120, check=True)
     assert done.stdout.decode().split() == ["2", "200"] * len(paths), done
     return {p: (out / str(i)).read_bytes() for i, p in enumerate(paths)}
