@@ -27,7 +27,7 @@ from journal.verify import verify_session
 from tests.support.broker_harness import BrokerProcess
 from tests.support.counting_relay import CountingRelay, RelayedUpstream
 from tests.support.h1_upstream import HOST as H1_HOST
-from tests.support.h1_upstream import H1Upstream
+from tests.support.h1_upstream import H1Upstream, answer_body
 from tests.support.upstreams import Upstream
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")]
@@ -100,15 +100,20 @@ def _curl(b: BrokerProcess, paths: list[str], *flags: str) -> dict[str, bytes]:
     return {p: (out / str(i)).read_bytes() for i, p in enumerate(paths)}
 
 
-def _assert_answered_and_recorded(b: BrokerProcess, up: H1Upstream, bodies: dict[str, bytes]) -> None:
-    """Every call got its own response (the body is its path), reached the upstream once and has an entry whose
-    response is its own; the session's chain is intact."""
-    assert {p: body.decode() for p, body in bodies.items()} == {p: p for p in bodies}
+def _assert_answered_and_recorded(b: BrokerProcess, up: H1Upstream, bodies: dict[str, bytes],
+                                  expected: dict[str, bytes] | None = None) -> None:
+    """Every call got its own response (the body is its path, or `expected[path]`), reached the upstream once and has
+    an entry whose response is its own (compared where the answer is short text); the session's chain is intact."""
+    expected = expected or {p: p.encode() for p in bodies}
+    assert bodies == expected
     assert sorted(path for _, path in up.exchanges) == sorted(bodies)
     assert up.errors == []
     got = b.entries(SESSION, len(bodies))
     assert len(got) == len(bodies)
-    assert {urlsplit(e["request"]["url"]).path: e["response"]["body"] for e in got} == {p: p for p in bodies}
+    recorded = {urlsplit(e["request"]["url"]).path: e["response"]["body"] for e in got}
+    assert recorded.keys() == expected.keys()
+    assert {p: recorded[p] for p, v in expected.items() if len(v) < 200} == \
+        {p: v.decode() for p, v in expected.items() if len(v) < 200}
     assert {e["response"]["status"] for e in got} == {200}
     r = verify_session(Vault(b.vault), SESSION)
     assert r.intact and r.entries == len(bodies), r
@@ -211,3 +216,47 @@ def test_a_connection_the_upstream_dropped_while_idle_is_not_reused(tmp_path):
     assert up.idle_closed >= 1
     numbers = [n for n, _ in up.exchanges]
     assert numbers[2] > numbers[1] and up.accepted <= 3, numbers
+
+
+def test_bodies_both_ways_chunked_and_large_on_kept_connections(tmp_path):
+    """Sequential calls of one HTTP/2 client with request bodies (small, 2 MiB), chunked answers and a 3 MB answer,
+    each answer the right one, on kept connections. The 3 MB answer ends its connection: the broker streams it and
+    drops its Content-Length for the client (broker/proxy/streaming.py, `hold_back_the_end`), and mitmproxy's
+    `mark_done` judges from those headers that the upstream body was read until EOF (no reuse: the safe side)."""
+    upload = bytes(range(256)) * 8192
+    calls = [("GET", "/keep/s1?chunked=1", b""), ("GET", "/keep/big?size=3000000", b""), ("POST", "/keep/up", upload),
+             ("GET", "/keep/s2?size=100000&chunked=1", b""), ("POST", "/keep/small", b"hello")]
+    with H1Upstream() as up, BrokerProcess(tmp_path, up, "--session", SESSION) as b:
+        with httpx.Client(http2=True, proxy=f"http://127.0.0.1:{b.port}", verify=_h2_context(b.ca),
+                          timeout=60) as client:
+            bodies = {}
+            for method, target, body in calls:
+                r = client.request(method, f"https://{H1_HOST}{target}", content=body or None)
+                assert (r.http_version, r.status_code) == ("HTTP/2", 200)
+                bodies[target.split("?")[0]] = r.content
+        expected = {target.split("?")[0]: answer_body(target.split("?")[0], body, int(target.partition("size=")[2]
+                    .split("&")[0] or 0)) for _, target, body in calls}
+        _assert_answered_and_recorded(b, up, bodies, expected)
+    assert [n for n, _ in up.exchanges] == [1, 1, 2, 2, 2], up.exchanges
+
+
+def test_a_stream_cancelled_mid_answer_leaves_nothing_for_the_next_call(tmp_path):
+    """The client resets a stream while a 4 MB answer trickles in: the rest of that answer must never be read as
+    the next call's answer (a connection in the middle of a response is not idle)."""
+    with H1Upstream() as up, BrokerProcess(tmp_path, up, "--session", SESSION) as b:
+
+        async def calls() -> list[bytes]:
+            async with httpx.AsyncClient(http2=True, proxy=f"http://127.0.0.1:{b.port}", verify=_h2_context(b.ca),
+                                         timeout=30) as client:
+                assert (await client.get(f"https://{H1_HOST}/keep/first")).content == b"/keep/first"
+                async with client.stream("GET", f"https://{H1_HOST}/keep/cut?size=4000000&trickle=1") as r:
+                    async for _ in r.aiter_bytes():
+                        break  # leaving the block resets the stream
+                return [(await client.get(f"https://{H1_HOST}/keep/after{i}")).content for i in range(3)]
+
+        assert asyncio.run(asyncio.wait_for(calls(), 60)) == [f"/keep/after{i}".encode() for i in range(3)]
+        got = b.entries(SESSION, 5)
+        after = {urlsplit(e["request"]["url"]).path: e["response"]["body"]
+                 for e in got if "after" in e["request"]["url"]}
+        assert after == {f"/keep/after{i}": f"/keep/after{i}" for i in range(3)}
+    assert [p for _, p in up.exchanges] == ["/keep/first", "/keep/cut", "/keep/after0", "/keep/after1", "/keep/after2"]

@@ -3,9 +3,12 @@ upstream connection reuse (broker/proxy/h2_upstream_reuse.py).
 
 Why not the fake SaaS upstreams: those always send a length and keep every connection; these tests need an
 upstream that ends bodies by closing, says `Connection: close`, or drops idle connections. Every answer's body
-is the request's path, so a test can tell that each response went to the request it answers. The path decides:
+starts with the request's path (then the sha256 and length of the request's body, if it has one: `answer_body`),
+so a test can tell that each response went to the request it answers. The query adds: `?ms=N` waits N ms before
+answering, `?size=N` appends N bytes, `?chunked=1` sends the body chunked, `?trickle=1` sends it in 64 KiB pieces
+10 ms apart. The path decides the connection handling:
 
-- `/keep/...`: `Content-Length`, the connection stays open; `?ms=N` waits N ms before answering;
+- `/keep/...`: `Content-Length` (or chunked), the connection stays open;
 - `/eof/...`: no length, the body ends when the server closes the connection (HTTP/1's read-until-EOF);
 - `/close/...`: `Content-Length` and `Connection: close`, but the server keeps the connection open and would
   answer another request on it: only the proxy's own rule can keep it from reusing that connection.
@@ -18,6 +21,7 @@ closed before it has the answer), `idle_closed` counts connections the server cl
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import socket
@@ -148,31 +152,35 @@ class H1Upstream:
                         self.idle_closed += 1
                     return
                 tls.settimeout(READ_TIMEOUT)
-                head, buf = buf.split(b"\r\n\r\n", 1)
-                lines = head.decode("latin-1").split("\r\n")
-                method, target, _ = lines[0].split(" ", 2)
-                length = next((int(v) for k, _, v in (x.partition(":") for x in lines[1:])
-                               if k.strip().lower() == "content-length"), 0)
-                while len(buf) < length:
-                    buf += tls.recv(65536)
-                buf = buf[length:]
-                path = urlsplit(target).path
+                target, request_body, buf = _read_request(tls, buf)
+                path, query = urlsplit(target).path, parse_qs(urlsplit(target).query)
                 with self._lock:
                     self.exchanges.append((number, path))
                     self._in_flight += 1
                     self.most_in_flight = max(self.most_in_flight, self._in_flight)
-                delay = parse_qs(urlsplit(target).query).get("ms")
-                if delay:
-                    time.sleep(int(delay[0]) / 1000)
+                if "ms" in query:
+                    time.sleep(int(query["ms"][0]) / 1000)
                 with self._lock:
                     self._in_flight -= 1
-                body = path.encode()
+                body = answer_body(path, request_body, int(query.get("size", ["0"])[0]))
                 if path.startswith("/eof/"):
                     tls.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n" + body)
                     return
                 extra = b"Connection: close\r\n" if path.startswith("/close/") else b""
-                tls.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n%s\r\n%s"
-                            % (len(body), extra, body))
+                if "chunked" in query:
+                    tls.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n"
+                                + extra + b"\r\n")
+                    step = max(1, len(body) // 3 + 1)
+                    for i in range(0, len(body), step):
+                        tls.sendall(b"%x\r\n%s\r\n" % (len(body[i:i + step]), body[i:i + step]))
+                    tls.sendall(b"0\r\n\r\n")
+                else:
+                    tls.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n%s\r\n"
+                                % (len(body), extra))
+                    for i in range(0, len(body), 65536):  # with ?trickle, a piece every 10 ms
+                        tls.sendall(body[i:i + 65536])
+                        if "trickle" in query:
+                            time.sleep(0.01)
                 answered = True
         except (OSError, ValueError) as exc:
             if not self._stopping:
@@ -185,3 +193,43 @@ class H1Upstream:
             except OSError:
                 pass
             sock.close()
+
+
+def answer_body(path: str, request_body: bytes, size: int) -> bytes:
+    """What the server answers: the path; with a request body, its sha256 and length; with ?size=N, a newline and N
+    bytes more."""
+    out = path.encode()
+    if request_body:
+        out += b" %s %d" % (hashlib.sha256(request_body).hexdigest().encode(), len(request_body))
+    return out + (b"\n" + bytes(range(256)) * (size // 256) + b"z" * (size % 256) if size else b"")
+
+
+def _read_request(tls: socket.socket, buf: bytes) -> tuple[str, bytes, bytes]:
+    """The request target and body (Content-Length or chunked) from buf (which holds the head) and tls; what is left."""
+    head, buf = buf.split(b"\r\n\r\n", 1)
+    lines = head.decode("latin-1").split("\r\n")
+    target = lines[0].split(" ", 2)[1]
+    headers = {k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:])}
+
+    def more() -> bytes:
+        data = tls.recv(65536)
+        if not data:
+            raise ValueError("the request body was cut off")
+        return data
+
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        body = b""
+        while True:
+            while b"\r\n" not in buf:
+                buf += more()
+            size_line, buf = buf.split(b"\r\n", 1)
+            size = int(size_line.split(b";")[0], 16)
+            while len(buf) < size + 2:
+                buf += more()
+            body, buf = body + buf[:size], buf[size + 2:]
+            if size == 0:
+                return target, body, buf  # (no trailers from the proxy)
+    length = int(headers.get("content-length", "0"))
+    while len(buf) < length:
+        buf += more()
+    return target, buf[:length], buf[length:]
