@@ -8,10 +8,11 @@ so this module changes two methods of mitmproxy's HTTP layer, in `broker run`'s 
 
 - `Http1Client.mark_done` (stock: the inherited `Http1Connection.mark_done`): after the exchange of an HTTP/2
   request, the upstream connection is closed only when HTTP/1 says so (the response was read until EOF, either
-  side said `Connection: close`) or it becomes a tunnel (101, CONNECT: unchanged), instead of always. One more
-  case closes it: a stream of the same client connection waits for a new upstream connection while this client
-  connection already has `MAX_CONNS` upstream connections (mitmproxy's per-destination limit: a kept connection
-  would hold the slot the waiting stream needs; this is the throttling stock mitmproxy relies on).
+  side said `Connection: close`, in any letter case) or it becomes a tunnel (101, CONNECT: unchanged), instead
+  of always. One more case closes it: a stream of the same client connection waits for a new upstream
+  connection while this client connection already has `MAX_CONNS` upstream connections (mitmproxy's
+  per-destination limit: a kept connection would hold the slot the waiting stream needs; this is the
+  throttling stock mitmproxy relies on).
 - `HttpLayer.get_connection`: for an HTTP/2 client, a stream may take an upstream HTTP/1 connection of the same
   client connection (mitmproxy's `HttpLayer` is per client connection: two clients never share one) and the same
   destination whose `Http1Client` is idle: no exchange in flight, nothing buffered, open in both directions, not
@@ -23,9 +24,12 @@ mitmproxy stays stock) unless mitmproxy is 12.x and every method this module rep
 source it was written against (`SHAPES`, sha256 of `inspect.getsource`).
 
 Left as in stock mitmproxy with HTTP/1.1 clients: an upstream that closes an idle connection just as the next
-request is sent on it fails that request (502); one whose close has arrived is not reused. A client connection's
-idle connections to other destinations are not closed to make room for a new one: in `broker run` a tunnel's
-requests all go to its own host (others are answered 421 by the addon, h2c is refused), so one destination.
+request is sent on it fails that request (502); one whose close has arrived is not reused. Whether a body was
+read until EOF is judged from the response's headers, as mitmproxy does, after the addons: a response the broker
+streams loses its Content-Length for the client (`streaming.hold_back_the_end`), so its connection is closed
+(the safe side). A client connection's idle connections to other destinations are not closed to make room for
+a new one: in `broker run` a tunnel's requests all go to its own host (others are answered 421 by the addon,
+h2c is refused), so one destination.
 """
 
 from __future__ import annotations

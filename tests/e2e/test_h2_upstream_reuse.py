@@ -260,3 +260,15 @@ def test_a_stream_cancelled_mid_answer_leaves_nothing_for_the_next_call(tmp_path
                  for e in got if "after" in e["request"]["url"]}
         assert after == {f"/keep/after{i}": f"/keep/after{i}" for i in range(3)}
     assert [p for _, p in up.exchanges] == ["/keep/first", "/keep/cut", "/keep/after0", "/keep/after1", "/keep/after2"]
+
+
+def test_answers_with_trailers_keep_the_connection_and_each_entry_its_own_trailers(h1, tmp_path):
+    """Chunked answers with a trailer field (read by the broker's HTTP/1 trailer support, broker/proxy/trailers.py,
+    which wraps the same layer): the connection is reused and each entry holds its own answer's trailer."""
+    paths = [f"/keep/t{i}" for i in range(4)]
+    with BrokerProcess(tmp_path, h1, "--session", SESSION) as b:
+        got = _curl(b, [f"{p}?chunked=1&trailer=1" for p in paths])
+        _assert_answered_and_recorded(b, h1, {p.split("?")[0]: v for p, v in got.items()})
+        trailers = {urlsplit(e["request"]["url"]).path: e["response"]["trailers"] for e in b.entries(SESSION, 4)}
+    assert trailers == {p: [["x-checksum", p]] for p in paths}
+    assert h1.accepted == 1

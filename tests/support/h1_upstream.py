@@ -5,8 +5,8 @@ Why not the fake SaaS upstreams: those always send a length and keep every conne
 upstream that ends bodies by closing, says `Connection: close`, or drops idle connections. Every answer's body
 starts with the request's path (then the sha256 and length of the request's body, if it has one: `answer_body`),
 so a test can tell that each response went to the request it answers. The query adds: `?ms=N` waits N ms before
-answering, `?size=N` appends N bytes, `?chunked=1` sends the body chunked, `?trickle=1` sends it in 64 KiB pieces
-10 ms apart. The path decides the connection handling:
+answering, `?size=N` appends N bytes, `?chunked=1` sends the body chunked (`&trailer=1`: with the trailer field
+`x-checksum: PATH`), `?trickle=1` sends it in 64 KiB pieces 10 ms apart. The path decides the connection handling:
 
 - `/keep/...`: `Content-Length` (or chunked), the connection stays open;
 - `/eof/...`: no length, the body ends when the server closes the connection (HTTP/1's read-until-EOF);
@@ -173,7 +173,8 @@ class H1Upstream:
                     step = max(1, len(body) // 3 + 1)
                     for i in range(0, len(body), step):
                         tls.sendall(b"%x\r\n%s\r\n" % (len(body[i:i + step]), body[i:i + step]))
-                    tls.sendall(b"0\r\n\r\n")
+                    trailer = b"x-checksum: %s\r\n" % path.encode() if "trailer" in query else b""
+                    tls.sendall(b"0\r\n" + trailer + b"\r\n")
                 else:
                     tls.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n%s\r\n"
                                 % (len(body), extra))

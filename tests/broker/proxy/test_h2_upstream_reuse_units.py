@@ -12,6 +12,7 @@ from mitmproxy.proxy.layers.http import HttpLayer
 from mitmproxy.proxy.layers.http._http1 import Http1Client, Http1Connection
 
 from broker.proxy import h2_upstream_reuse as reuse
+from broker.proxy.trailers import install as install_trailers
 from tests.test_import_graph import import_graph
 
 STOCK_GET_CONNECTION = HttpLayer.get_connection
@@ -27,6 +28,13 @@ def stock_afterwards():
 
 
 def test_the_installed_mitmproxy_is_the_one_it_was_written_against():
+    assert reuse.refusal(version.VERSION, reuse.installed_sources()) is None
+
+
+def test_the_brokers_own_http1_trailer_patch_does_not_hide_the_stock_methods():
+    """broker.proxy.trailers wraps Http1Client.send when mitmproxy loads the addon, which may come first."""
+    install_trailers()
+    assert Http1Client.send.__name__ == "send" and hasattr(Http1Client.send, "__wrapped__")
     assert reuse.refusal(version.VERSION, reuse.installed_sources()) is None
 
 
