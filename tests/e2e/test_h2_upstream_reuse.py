@@ -272,3 +272,19 @@ def test_answers_with_trailers_keep_the_connection_and_each_entry_its_own_traile
         trailers = {urlsplit(e["request"]["url"]).path: e["response"]["trailers"] for e in b.entries(SESSION, 4)}
     assert trailers == {p: [["x-checksum", p]] for p in paths}
     assert h1.accepted == 1
+
+
+def test_two_clients_never_share_an_upstream_connection(h1, tmp_path):
+    """Two HTTP/2 client connections calling in turn: while one's upstream connection is idle the other calls, and
+    gets its own (the reuse is per client connection, as mitmproxy's HTTP layer is)."""
+    with BrokerProcess(tmp_path, h1, "--session", SESSION) as b:
+        proxy, ctx = f"http://127.0.0.1:{b.port}", _h2_context(b.ca)
+        with httpx.Client(http2=True, proxy=proxy, verify=ctx, timeout=30) as one, \
+                httpx.Client(http2=True, proxy=proxy, verify=ctx, timeout=30) as two:
+            bodies = {}
+            for i in range(6):
+                r = (one, two)[i % 2].get(f"https://{H1_HOST}/keep/turn{i}")
+                assert (r.http_version, r.status_code) == ("HTTP/2", 200)
+                bodies[f"/keep/turn{i}"] = r.content
+        _assert_answered_and_recorded(b, h1, bodies)
+    assert [n for n, _ in h1.exchanges] == [1, 2, 1, 2, 1, 2]
