@@ -131,7 +131,11 @@ def closes_after(request: Any, response: Any) -> bool:
     """HTTP/1's rule: the connection ends with this exchange (a body read until EOF, or `Connection: close`).
 
     mitmproxy's `connection_close` plus the `close` option in any case (RFC 9110 7.6.1: connection options are
-    case-insensitive; mitmproxy 12 compares `close` case-sensitively and lets `keep-alive` win over `Close`)."""
+    case-insensitive; mitmproxy 12 compares `close` case-sensitively and lets `keep-alive` win over `Close`). And
+    an interim answer (1xx; 101 never gets here) ends it: mitmproxy 12 takes one for the final answer, and the real
+    one that follows on the connection must never be read as the next stream's."""
+    if 100 <= response.status_code < 200:
+        return True
     try:
         until_eof = http1.expected_http_body_size(request, response) == -1
     except ValueError:  # invalid headers an addon set: no reuse

@@ -111,6 +111,14 @@ def test_the_http1_rule_for_ending_a_connection(headers, method, response_versio
     assert reuse.closes_after(*_exchange(headers, method=method, response_version=response_version)) is closes
 
 
+@pytest.mark.parametrize("status", [100, 102, 103])
+def test_an_interim_answer_ends_it(status):
+    """mitmproxy 12 takes a 1xx for the final answer; the real one follows on the connection, for this request."""
+    request, response = _exchange({"Content-Length": "0"})
+    response.status_code = status
+    assert reuse.closes_after(request, response) is True
+
+
 def test_a_request_that_says_connection_close_ends_it_too():
     request, response = _exchange({"Content-Length": "4"})
     request.headers["Connection"] = "close"
