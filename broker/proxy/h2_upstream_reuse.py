@@ -94,7 +94,7 @@ def refusal(mitmproxy_version: str, sources: dict[str, str | None]) -> str | Non
         if source is None:
             return f"the source of mitmproxy's {name} cannot be read"
         if hashlib.sha256(source.encode()).hexdigest() != digest:
-            return f"mitmproxy {mitmproxy_version}'s {name} is not the one of 12.3.1"
+            return f"mitmproxy {mitmproxy_version}'s {name} differs from 12.3.1's"
     return None
 
 

@@ -59,8 +59,8 @@ def test_apply_refuses_in_one_line_and_leaves_mitmproxy_stock(stock_afterwards, 
     with caplog.at_level(logging.WARNING, logger="broker"):
         assert reuse.apply() is False
     assert [r.getMessage() for r in caplog.records] == [
-        "HTTP/2 upstream connection reuse not applied: mitmproxy 12.3.1's HttpLayer.register_connection is not the "
-        "one of 12.3.1; each HTTP/2 call to an HTTP/1.1 upstream gets its own upstream connection, as in stock "
+        "HTTP/2 upstream connection reuse not applied: mitmproxy 12.3.1's HttpLayer.register_connection differs "
+        "from 12.3.1's; each HTTP/2 call to an HTTP/1.1 upstream gets its own upstream connection, as in stock "
         "mitmproxy"]
     assert not reuse.applied()
     assert "mark_done" not in Http1Client.__dict__ and HttpLayer.get_connection is STOCK_GET_CONNECTION
