@@ -290,6 +290,9 @@ class EmbeddedProxy:
 
 async def serve_forever(config: ProxyConfig, announce) -> bool:
     """Run until SIGINT or SIGTERM, then stop; whether every accepted call has its entry on disk."""
+    from broker.proxy import h2_upstream_reuse
+
+    h2_upstream_reuse.apply()  # this process is the broker's own proxy (see the module)
     proxy = EmbeddedProxy(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

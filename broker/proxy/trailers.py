@@ -26,6 +26,7 @@ What the entry holds: the trailers, redacted like headers, in `request.trailers`
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Generator
 from typing import Any
@@ -72,6 +73,7 @@ class _TrailerKeepingReader:
 
 
 def _reader_keeping_trailers(make: Any) -> Any:
+    @functools.wraps(make)
     def make_body_reader(expected_size: int | None) -> Any:
         return _TrailerKeepingReader(make(expected_size))
 
@@ -79,6 +81,7 @@ def _reader_keeping_trailers(make: Any) -> Any:
 
 
 def _read_body_with_trailers(read_body: Any) -> Any:
+    @functools.wraps(read_body)  # (inspect.getsource shows the stock one: broker.proxy.h2_upstream_reuse checks it)
     def patched(self: Any, event: Any) -> Generator[Any, Any, None]:
         inner = read_body(self, event)
         reply = None
@@ -104,6 +107,7 @@ def _trailer_block(trailers: http.Headers) -> bytes:
 
 
 def _send_with_trailers(send: Any, trailers_type: Any, end_type: type, request_side: bool) -> Any:
+    @functools.wraps(send)  # (inspect.getsource shows the stock one: broker.proxy.h2_upstream_reuse checks it)
     def patched(self: Any, event: Any) -> Generator[Any, Any, None]:
         if request_side and isinstance(event, RequestHeaders) and event.request.trailers:
             # trailers known before the head goes (a buffered request, e.g. from an HTTP/2 client): frame it
