@@ -29,7 +29,14 @@ from typing import TYPE_CHECKING
 import orjson
 
 from journal.blobstore import BlobError, is_ref_object
-from journal.canonical import MAX_SAFE_INTEGER, CanonicalError, canonical_bytes, check_reads_back, float_reads_back
+from journal.canonical import (
+    MAX_SAFE_INTEGER,
+    CanonicalError,
+    canonical_bytes,
+    check_reads_back,
+    float_reads_back,
+    may_hold_float,
+)
 from journal.redact import StreamingRedactor, redact_body
 
 if TYPE_CHECKING:
@@ -273,7 +280,8 @@ def _orjson_written(data: bytes) -> object:
         written = orjson.dumps(value, option=orjson.OPT_STRICT_INTEGER)
         if written != text and (len(written) >= len(text) or orjson.dumps(value, option=_INDENTED) != text):
             return _NOT_ORJSON_WRITTEN
-        check_reads_back(value)
+        if may_hold_float(text):  # (walking the value for floats costs several times the scan)
+            check_reads_back(value)
     except (orjson.JSONDecodeError, orjson.JSONEncodeError, CanonicalError, RecursionError):
         return _NOT_ORJSON_WRITTEN
     return value

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from journal import bodies
 from journal.bodies import _NOT_ORJSON_WRITTEN, _orjson_written, _strict, parse_json_strict
+from journal.canonical import may_hold_float
 
 BIG = 2**53
 
@@ -102,3 +103,23 @@ def test_any_value_written_any_way(value: object, how: str, after: bytes) -> Non
 @given(st.binary(max_size=40), st.sampled_from([b"", b'{"a":', b"[", b'["']))
 def test_any_bytes(data: bytes, prefix: bytes) -> None:
     _same(prefix + data)
+
+
+def _has_float(value: object) -> bool:
+    if isinstance(value, dict):
+        return any(_has_float(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_float(v) for v in value)
+    return type(value) is float
+
+
+@settings(max_examples=600, deadline=None)
+@given(json_values, st.sampled_from([None, orjson.OPT_INDENT_2]))
+def test_the_float_scan_of_the_fast_path_misses_no_float(value: object, option: int | None) -> None:
+    """`_orjson_written` checks that floats read back only when `may_hold_float` finds one in the text."""
+    try:
+        data = orjson.dumps(value, option=option)
+    except orjson.JSONEncodeError:
+        return
+    if _has_float(orjson.loads(data)):
+        assert may_hold_float(data)
