@@ -209,6 +209,13 @@ def _may_differ_from_orjson(data: bytes) -> bool:
     return _FLOAT_TOKEN.search(b"D" + data.translate(_FLOAT_SHAPES) + b"y") is not None
 
 
+def may_hold_float(data: bytes) -> bool:
+    """True when the JSON text `data`, with any whitespace between its tokens, may hold a float literal
+    (false alarms inside strings, as above); False only when it holds none, so a value read from it needs
+    no `check_reads_back`."""
+    return _FLOAT_TOKEN.search(b"D" + data.translate(_FLOAT_SHAPES, b" \t\r\n") + b"y") is not None
+
+
 def keys_may_sort_differently(data: bytes) -> bool:
     """True when `data` holds both a character outside the BMP and one in U+E000..U+FFFF, the only
     mix whose code-point order (orjson's) differs from UTF-16 order (JCS's). A False for a whole

@@ -213,6 +213,11 @@ class RequestHalf:
     fields: dict
     request_extra: dict
 
+    @classmethod
+    def of(cls, fields: dict, call: Call) -> RequestHalf:
+        """The half of `call` whose request fields are `fields`; its further request keys are the call's."""
+        return cls(fields, dict(call.request.extra or {}))
+
 
 class Recorder:
     """One per process and vault; thread-safe (the writer does the locking)."""
@@ -351,7 +356,7 @@ class Recorder:
             "principal": who.principal or principal_fingerprint(req_headers, url), "connector": connector,
             "capture": call.capture, "prompt_ref": call.prompt_ref, "effect": effect, "request": request,
         }
-        return RequestHalf(fields, dict(req.extra or {}))
+        return RequestHalf.of(fields, call)
 
     def prepare_response(self, half: RequestHalf, call: Call) -> dict:
         """The entry fields from a request half and the call's response part (with its `ts` and

@@ -68,7 +68,7 @@ from journal.models import MODES as PROMPT_MODES
 from journal.models import route_call
 from journal.models.capture import StreamHold
 from journal.models.linking import links_for
-from journal.record import Recorder, text_pairs
+from journal.record import Recorder, RequestHalf, text_pairs
 from journal.redact import is_token_exchange, redact_url
 from journal.store.url import store_target
 from journal.vault import SessionIdError, session_filename
@@ -103,7 +103,7 @@ class _Tracked:
     __slots__ = (
         "session", "agent", "principal", "connector", "url", "req_fields", "req_cap", "resp_cap", "call",
         "sent", "inline", "resp_fields", "prompts", "model_api", "refused", "write_ahead", "effect",
-        "effect_ahead",
+        "effect_ahead", "prepared",
     )
 
     def __init__(
@@ -128,6 +128,9 @@ class _Tracked:
         # which then classifies it no second time. None: not classified here.
         self.effect: tuple[str, str, str] | None = None
         self.effect_ahead: tuple[str, str, str] | None = None  # the same for a streamed request, without its body
+        # The request half's entry fields as `Recorder.prepare_request` made them for the write-ahead record
+        # (the whole body held): handed to the recorder with the call, which then prepares them no second time.
+        self.prepared: dict | None = None
 
 
 def _autoseal(opts) -> AutosealConfig | None:
@@ -466,13 +469,15 @@ class ConnectorJournal:
             assert wal is not None and self.recorder is not None
             recorder = self.recorder
 
-            def record() -> str | None:
+            def record() -> tuple[str | None, RequestHalf | None]:
                 half = recorder.prepare_request(built)
                 if half is None or half.fields["effect"] != "write":
-                    return None  # a token exchange, or a read after all
-                return wal.write(half, body_pending=body_pending, ts=time.time())
+                    return None, half  # a token exchange, or a read after all
+                return wal.write(half, body_pending=body_pending, ts=time.time()), half
 
-            call.write_ahead = await asyncio.to_thread(record)
+            call.write_ahead, half = await asyncio.to_thread(record)
+            if half is not None and not body_pending:  # the entry's request part, but for the record's id
+                call.prepared = half.fields
             if then is not None:
                 then(flow, call)
         except Exception as exc:  # noqa: BLE001 - whatever kept the record out, the write must not go unrecorded
@@ -606,7 +611,7 @@ class ConnectorJournal:
             # The request half goes to the recording service now: it is redacted and classified there
             # while the call is upstream, so only the response half is left when the response arrives.
             call.call = self._request_call(call, flow)
-            call.sent = self.link.send_request(call.call)
+            call.sent = self.link.send_request(call.call, call.prepared)
 
     def _restart_service(self) -> None:
         link = self.link
@@ -800,7 +805,7 @@ class ConnectorJournal:
             call.call, response=response, ts=ts,
             mcp=self.attribute(flow, call.session) if self.attribute is not None else None,
         )
-        recorded = await self._deliver(whole, call.sent, call.inline)
+        recorded = await self._deliver(whole, call.sent, call.inline, call.prepared)
         if call.write_ahead is not None and self.wal is not None:
             self.wal.settle(call.write_ahead)  # its entry (carrying the record's id) is durable
         if recorded:
@@ -811,25 +816,26 @@ class ConnectorJournal:
         return recorded
 
     async def _deliver(self, whole: Call, sent: tuple[int, int] | None = None, inline: bool = False,
-                       ) -> Recorded | bool:
+                       prepared: dict | None = None) -> Recorded | bool:
         """Record a whole call and wait until its entry is durable: through the recording service
-        (its request half already there when `sent`), or in this process when there is none."""
+        (its request half already there when `sent`), or in this process when there is none.
+        `prepared`: its request half's entry fields, made here already (`_Tracked.prepared`)."""
         if self.link is None or inline:
-            return await self._record_here(whole, dedupe=False)
+            return await self._record_here(whole, dedupe=False, prepared=prepared)
         try:
             return await self.link.finish(sent, whole)  # sends it whole unless sent ahead
         except ServiceUnavailable:
-            return await self._record_here(whole, dedupe=False)
+            return await self._record_here(whole, dedupe=False, prepared=prepared)
         except ServiceLost:  # the dead service may have written it before it could say so
-            return await self._record_here(whole, dedupe=True)
+            return await self._record_here(whole, dedupe=True, prepared=prepared)
 
-    async def _record_here(self, whole: Call, dedupe: bool) -> Recorded | bool:
+    async def _record_here(self, whole: Call, dedupe: bool, prepared: dict | None = None) -> Recorded | bool:
         """Record one call in this process (broker_recorder=inline, or no live recording service):
         as the service would, including the entry that says a call could not be recorded.
         `Recorded`, or False for a token exchange."""
         assert self.recorder is not None
         try:
-            fields = call_fields(self.recorder, whole)
+            fields = call_fields(self.recorder, whole, prepared)
         except Exception as exc:  # noqa: BLE001 - as in the service: this call fails alone
             why = f"{type(exc).__name__}: {exc}"
             noted = self.recorder.prepare_unrecorded(whole, why)

@@ -31,7 +31,17 @@ from typing import NamedTuple
 
 import msgspec
 
-from broker.proxy.wire import Ack, Completion, Coverage, Forget, RequestAhead, WholeCall, frame, split_to_proxy
+from broker.proxy.wire import (
+    Ack,
+    Completion,
+    Coverage,
+    Forget,
+    PreparedAhead,
+    RequestAhead,
+    WholeCall,
+    frame,
+    split_to_proxy,
+)
 from journal.call import Call
 from journal.store.url import is_database_url
 from journal.writer import JournalError, JournalStopped
@@ -65,7 +75,7 @@ class CallNoted(JournalError):
     """The call could not be recorded, and the service wrote an entry saying so (the message says why)."""
 
 
-def _encoded(message: WholeCall | RequestAhead | Completion) -> bytearray:
+def _encoded(message: WholeCall | RequestAhead | PreparedAhead | Completion) -> bytearray:
     """The frame of a call's message; ServiceUnavailable when the call holds something the wire cannot
     carry (nothing of it is handed over: the proxy records it itself, where any value can be read)."""
     try:
@@ -123,15 +133,25 @@ class RecorderLink:
         self._next_id += 1
         return await self._answer(transport, WholeCall(self._next_id, call), call.identity.session)
 
-    def send_request(self, call: Call) -> tuple[int, int] | None:
+    def send_request(self, call: Call, prepared: dict | None = None) -> tuple[int, int] | None:
         """Hand over a call's request half (a Call without its response part) while the call goes
         upstream, so the service prepares it meanwhile; the handle for `finish`, or None when the
-        service is not connected (then `finish` sends the whole call)."""
+        service is not connected (then `finish` sends the whole call). `prepared`: the half's fields,
+        made in this process already (a write's, for its write-ahead record): they go instead of the
+        request body, and the service takes them (`broker.proxy.wire`)."""
         transport = self._transport
         if transport is None or transport.is_closing():
             return None
+        data = None
+        if prepared is not None:
+            bodiless = msgspec.structs.replace(call, request=msgspec.structs.replace(call.request, body=None))
+            try:
+                data = _encoded(PreparedAhead(self._next_id + 1, bodiless, prepared))
+            except ServiceUnavailable:
+                pass  # fields the wire cannot carry: the call goes as it came, for the service to prepare
         try:
-            data = _encoded(RequestAhead(self._next_id + 1, call))
+            if data is None:
+                data = _encoded(RequestAhead(self._next_id + 1, call))
         except ServiceUnavailable:
             return None  # `finish` then fails the same way and the proxy records the call itself
         self._next_id += 1

@@ -37,6 +37,7 @@ from broker.proxy.wire import (
     Completion,
     Coverage,
     Forget,
+    PreparedAhead,
     RequestAhead,
     ToService,
     Unreadable,
@@ -59,14 +60,22 @@ log = logging.getLogger("broker.proxy.service")
 RECV_SIZE = 1 << 20
 
 
-def request_half(recorder: Recorder, call: Call, linked: bool = False) -> tuple[RequestHalf, Call] | None:
+def request_half(recorder: Recorder, call: Call, linked: bool = False, prepared: dict | None = None,
+                 ) -> tuple[RequestHalf, Call] | None:
     """The request's half of a call's entry, and the call as prompt capture completed it (its
     response part is completed from that), or None for a token exchange. `linked`: its prompt_ref
-    was already linked as it arrived (`Service.handle`)."""
+    was already linked as it arrived (`Service.handle`). `prepared`: the half's fields as the proxy
+    made them for the write's write-ahead record (`Recorder.prepare_request` of this call, but for the
+    record's id among its further request keys and the prompt_ref linked here), taken as they are
+    (`broker.proxy.wire` says why the proxy is trusted for them)."""
     if call.prompts:  # prompt capture on (docs/prompts.md): prompt_ref, and a model call's references
         if not linked:
             links_for(recorder).on_request(call)
+        if prepared is not None and call.model_api:
+            raise ValueError("a model call's request is prepared by the recording service (its texts referenced)")
         call = complete_prompt_capture(recorder, call, request=True)
+    if prepared is not None:
+        return RequestHalf.of({**prepared, "prompt_ref": call.prompt_ref}, call), call
     # decoded once: prepare_request takes them as they are
     call = msgspec.structs.replace(
         call, request=msgspec.structs.replace(call.request, headers=decode_headers(call.request.headers)))
@@ -81,11 +90,12 @@ def response_fields(recorder: Recorder, half: RequestHalf, call: Call) -> dict:
     return recorder.prepare_response(half, call)
 
 
-def call_fields(recorder: Recorder, call: Call) -> dict | None:
+def call_fields(recorder: Recorder, call: Call, prepared: dict | None = None) -> dict | None:
     """Entry fields for one whole call (`journal.call.Call`), or None for a token exchange. A missing
-    principal is the credential's fingerprint; a missing effect comes from the connector rules."""
-    prepared = request_half(recorder, call)
-    return None if prepared is None else response_fields(recorder, prepared[0], prepared[1])
+    principal is the credential's fingerprint; a missing effect comes from the connector rules.
+    `prepared`: its request half's fields made already (`request_half`)."""
+    half = request_half(recorder, call, prepared=prepared)
+    return None if half is None else response_fields(recorder, half[0], half[1])
 
 
 def _failure(exc: BaseException) -> str:
@@ -107,8 +117,9 @@ class Service:
     """The service's state: request halves received ahead of their responses.
 
     Messages (`broker.proxy.wire`): `WholeCall` records a whole call; `RequestAhead` is the request
-    half of a call still upstream, prepared once the pending acknowledgements are sent, and
-    `Completion` completes it; `Forget` drops a request half whose call will not be recorded.
+    half of a call still upstream, prepared once the pending acknowledgements are sent (`PreparedAhead`:
+    one the proxy prepared already, taken as it is), and `Completion` completes it; `Forget` drops a
+    request half whose call will not be recorded.
     Whole calls and completions are acknowledged, in the order received.
 
     Whatever one call holds, it fails that call alone: its acknowledgement says why, and an entry
@@ -120,7 +131,8 @@ class Service:
 
     def __init__(self, recorder: Recorder) -> None:
         self.recorder = recorder
-        self.raw: dict[int, Call] = {}  # request halves not prepared yet
+        self.raw: dict[int, tuple[Call, dict | None]] = {}  # request halves not prepared yet (and their
+        # fields when the proxy prepared them)
         self.halves: OrderedDict[int, _Half] = OrderedDict()
 
     def handle(self, messages: list[ToService | Unreadable]) -> list[Ack]:
@@ -128,7 +140,7 @@ class Service:
         appended: list[tuple[int, str | None]] = []  # (position in `acks`, failure reason or None)
         batch: list[dict] = []
         for message in messages:
-            if isinstance(message, WholeCall | RequestAhead) and message.call.prompts:
+            if isinstance(message, WholeCall | RequestAhead | PreparedAhead) and message.call.prompts:
                 try:
                     links_for(self.recorder).on_request(message.call)  # prompt_ref as of its arrival
                 except Exception as exc:  # noqa: BLE001 - the call is recorded all the same, without it
@@ -145,7 +157,10 @@ class Service:
                     log.error("a coverage message could not be noted: %s", _failure(exc))
                 continue
             if isinstance(message, RequestAhead):
-                self.raw[message.id] = message.call
+                self.raw[message.id] = (message.call, None)
+                continue
+            if isinstance(message, PreparedAhead):
+                self.raw[message.id] = (message.call, message.fields)
                 continue
             if isinstance(message, Unreadable) and message.id is None:
                 continue  # logged where it was read; no call waits on an id nobody can read
@@ -207,22 +222,22 @@ class Service:
         """Prepare the request halves received so far (their calls are still upstream)."""
         while self.raw:
             call_id = next(iter(self.raw))
-            self.halves[call_id] = self._prepare(self.raw.pop(call_id))
+            self.halves[call_id] = self._prepare(*self.raw.pop(call_id))
             while len(self.halves) > self.MAX_HALVES:
                 dropped, _ = self.halves.popitem(last=False)
                 log.warning("more than %d calls upstream at once: dropped the request of call %d",
                             self.MAX_HALVES, dropped)
 
-    def _prepare(self, call: Call) -> _Half:
+    def _prepare(self, call: Call, prepared: dict | None) -> _Half:
         try:
-            return request_half(self.recorder, call, linked=True)
+            return request_half(self.recorder, call, linked=True, prepared=prepared)
         except Exception as exc:  # noqa: BLE001 - reported when the response comes
             return _Unprepared(_failure(exc), call)
 
     def _take(self, call_id: int) -> _Half:
         """The request half of a call whose response has come, removed from the service's state."""
         if call_id in self.raw:  # request and response arrived in one batch
-            return self._prepare(self.raw.pop(call_id))
+            return self._prepare(*self.raw.pop(call_id))
         return self.halves.pop(
             call_id, _Unprepared("the request half of this call is not here (never sent, or dropped)", None)
         )

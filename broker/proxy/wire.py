@@ -10,7 +10,12 @@ proxy -> service, one message per frame, each an array whose first item names it
   `JsonValue` body is a map tagged `"type": "prepared"`/`"json"`; a method or URL that is not valid
   UTF-8 goes as its raw bytes, `sendable`);
 - `["request", id, Call]`: the request half of a call still upstream (no response part), sent when
-  the call goes upstream so the service prepares it meanwhile; then
+  the call goes upstream so the service prepares it meanwhile; or, for a call whose request half the
+  proxy has prepared already (a write, for its write-ahead record: journal/write_ahead.py),
+- `["prepared_request", id, Call, fields]`: that half's entry fields as `journal.record.Recorder.prepare_request`
+  made them in the proxy, which the service takes instead of preparing them again, and the Call
+  without its request body (what the service still reads: identity, further request keys, prompt
+  capture, and the header fields for an entry saying the call could not be recorded); then
 - `["response", id, Response, ts, mcp]`: the rest of that call (`journal.call.Response`, epoch
   seconds, the MCP request that caused it or nil);
 - `["forget", id]`: drop a request half whose call ends unrecorded;
@@ -29,8 +34,17 @@ A frame the service cannot decode as one of these is logged and skipped; when it
 read and something may wait on it (any kind but "request", "forget", "coverage") it is acknowledged
 with an error, and for a "call" whose identity can be read an entry says it could not be recorded.
 
-The Call carries credentials (redaction happens in the service). They travel only over the socket;
-what reaches the disk is the redacted entry and its blobs, as for every other capture point.
+The Call carries credentials (redaction happens in the service, or in the proxy for a "prepared_request").
+They travel only over the socket; what reaches the disk is the redacted entry and its blobs, as for every
+other capture point.
+
+Why the service may take a "prepared_request" from the proxy: the two processes are split for CPU (the
+proxy's one event-loop thread), not for trust. The proxy already redacts and writes entries itself
+(`broker run --recorder inline`, and whenever the service is gone), its write-ahead records, made by
+the same `prepare_request` in the proxy, become entries as they are when a write's outcome is lost
+(`journal.write_ahead.recover`), it streams large bodies to blobs and hands them over `Prepared`, and
+it runs as the same user with the vault open. What the service checks of every entry it appends is
+unchanged: the contract's field check and the canonical form, in the writer (`append_many`).
 """
 
 from __future__ import annotations
@@ -56,6 +70,12 @@ class WholeCall(msgspec.Struct, array_like=True, tag="call"):
 class RequestAhead(msgspec.Struct, array_like=True, tag="request"):
     id: int
     call: Call
+
+
+class PreparedAhead(msgspec.Struct, array_like=True, tag="prepared_request"):
+    id: int
+    call: Call
+    fields: dict
 
 
 class Completion(msgspec.Struct, array_like=True, tag="response"):
@@ -91,7 +111,7 @@ class Ack(msgspec.Struct, array_like=True):
     hash: str | None = None
 
 
-ToService = WholeCall | RequestAhead | Completion | Forget | Coverage
+ToService = WholeCall | RequestAhead | PreparedAhead | Completion | Forget | Coverage
 
 _encoder = msgspec.msgpack.Encoder()
 _to_service = msgspec.msgpack.Decoder(ToService)
@@ -171,7 +191,7 @@ def _unreadable(payload: memoryview, why: str) -> Unreadable:
             and isinstance(raw[1], int) and not isinstance(raw[1], bool)):
         log.error("a frame that is not a message was skipped: %s", why)
         return Unreadable(None, why)
-    if raw[0] in ("request", "forget", "coverage"):  # nothing waits on these: a missing half is told later
+    if raw[0] in ("request", "prepared_request", "forget", "coverage"):  # nothing waits: a missing half is told later
         log.error("an unreadable %s message was skipped: %s", raw[0], why)
         return Unreadable(None, why)
     return Unreadable(raw[1], why, _salvage(raw[2]) if raw[0] == "call" and len(raw) > 2 else None)

@@ -161,7 +161,7 @@ def test_fast_paths_record_the_same_bytes(tmp_path: Path, monkeypatch: pytest.Mo
     redact._CLEAN_TEXTS.clear()
     fast, fast_out = _record(tmp_path / "fast")
     with monkeypatch.context() as m:
-        m.setattr(bodies, "_compact", lambda data: bodies._NOT_COMPACT)
+        m.setattr(bodies, "_orjson_written", lambda data: bodies._NOT_ORJSON_WRITTEN)
         m.setattr(redact, "_CLEAN_TEXTS", _Never())
         for module in (messages, relay, recording):
             if hasattr(module, "id_key"):
