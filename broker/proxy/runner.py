@@ -23,6 +23,7 @@ from broker.listen_failure import listen_error
 from broker.proxy.addon import ConnectorJournal
 from broker.proxy.link import ACK_DEADLINE
 from broker.proxy.upstream_resolve import UpstreamResolve
+from journal.redact import compile_for_capture
 
 CA_BASENAME = "mitmproxy"
 
@@ -300,6 +301,7 @@ async def serve_forever(config: ProxyConfig, announce) -> bool:
         loop.add_signal_handler(sig, stop.set)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})  # see broker.proxy.workers
     await proxy.start()
+    compile_for_capture()  # before the first call, not on its event loop (journal.redact)
     freeze_startup_objects()  # (broker.gc_freeze)
     announce(proxy)
     await stop.wait()

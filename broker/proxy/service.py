@@ -52,6 +52,7 @@ from journal.connectors import Registry
 from journal.models.capture import complete as complete_prompt_capture
 from journal.models.linking import links_for
 from journal.record import Recorder, RequestHalf, decode_headers
+from journal.redact import compile_for_capture
 from journal.vault import VaultError
 from journal.writer import JournalError, JournalStopped
 
@@ -297,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         # exit code at once (an interpreter's orderly shutdown after the close can take longer than
         # the moment it waits for the code, and it would then report a hang-up without the code).
         os._exit(2)
+    compile_for_capture()  # before the first call (journal.redact)
     freeze_startup_objects()  # (broker.gc_freeze)
     try:
         sock.sendall(frame([]))  # ready: an empty batch of acknowledgements (the proxy's deadline starts now)

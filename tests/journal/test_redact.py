@@ -1533,3 +1533,22 @@ def test_trigger_gates_are_a_superset_of_what_each_condition_can_start_with():
     assert _next_chars("(?=[^x])") is None  # a negated class is not read
     assert _next_chars("(?=a*)") is None  # may match empty
     assert _next_chars("(?=[ \\t]{0,4}[=:])") == set(b" \t=:")
+
+
+def test_compile_for_capture_leaves_a_json_call_nothing_to_compile():
+    """What a capture point compiles before it is ready is what a JSON call, its URL and headers and a binary
+    body use: their first redaction compiles no rule set (no cache of a compiled set misses)."""
+    import journal.redact as r
+
+    caches = [r._kind_regex, r._kind_gate, r._kind_triggers, r._value_re, r._value_gate, r._value_trigger_re,
+              r._url_name_re, r._body_name_re]
+    for c in caches:  # as in a fresh process (they compile again when next used)
+        c.cache_clear()
+    r.compile_for_capture()
+    misses = [c.cache_info().misses for c in caches]
+    r.redact_url("https://gmail.googleapis.com/gmail/v1/users/me/messages?q=is%3Aunread&access_token=ya29.abc")
+    r.redact_headers([("Authorization", "Bearer abcdefabcdefabcdefabcdef1"), ("X-Api-Key", "k")])
+    r.redact_body(b'{"messages":[{"id":"1"}],"note":"line\\npassword: hunter2"}', "application/json")
+    r.redact_body(b"\x89PNG\r\n\x1a\n....", "image/png")
+    r.redact_body(b"plain text, token=abc", None)
+    assert [c.cache_info().misses for c in caches] == misses
