@@ -18,6 +18,7 @@ from journal.vault import Vault
 from journal.verify import verify_session
 from journal.writer import JournalCorrupt, JournalError, JournalStopped, JournalWriter
 from tests.support.journal_factories import fields
+from tests.support.syncs import PATHS, around_syncs, choose_path, fail_syncs, fail_writes
 
 
 def read_lines(path: Path) -> list[bytes]:
@@ -77,10 +78,11 @@ def test_many_threads_give_one_contiguous_chain(tmp_path):
     assert total == per_thread * threads
 
 
-def test_group_commit_shares_fsyncs(tmp_path, monkeypatch):
+@PATHS
+def test_group_commit_shares_fsyncs(tmp_path, monkeypatch, dsync):
+    choose_path(monkeypatch, dsync)
     calls = []
-    real = os.fdatasync
-    monkeypatch.setattr(os, "fdatasync", lambda fd: (calls.append(fd), real(fd)))
+    around_syncs(monkeypatch, lambda fd, sync: (calls.append(fd), sync()))
     w = JournalWriter(tmp_path)
     barrier = threading.Barrier(32)
 
@@ -162,16 +164,18 @@ def test_corrupt_last_line_stops_the_writer(tmp_path):
     assert read_lines(path)[-1] == b"not json at all\n"
 
 
-def test_fsync_failure_stops_the_session_without_retry(tmp_path, monkeypatch):
+@PATHS
+def test_fsync_failure_stops_the_session_without_retry(tmp_path, monkeypatch, dsync):
+    choose_path(monkeypatch, dsync)
     w = JournalWriter(tmp_path)
     w.append(fields(n=1))
     calls = []
 
-    def failing(fd):
+    def failing(fd, sync):
         calls.append(fd)
         raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr(os, "fdatasync", failing)
+    around_syncs(monkeypatch, failing)
     with pytest.raises(JournalStopped, match="fsync"):
         w.append(fields(n=2))
     monkeypatch.undo()
@@ -220,10 +224,12 @@ def test_idle_session_files_are_closed_beyond_max_open(tmp_path):
         assert r.intact and r.entries == 3
 
 
-def test_a_stopped_session_stays_stopped_after_its_file_is_closed(tmp_path, monkeypatch):
+@PATHS
+def test_a_stopped_session_stays_stopped_after_its_file_is_closed(tmp_path, monkeypatch, dsync):
+    choose_path(monkeypatch, dsync)
     w = JournalWriter(tmp_path, max_open=1)
     w.append(fields(session="bad"))
-    monkeypatch.setattr(os, "fdatasync", lambda fd: (_ for _ in ()).throw(OSError(errno.EIO, "EIO")))
+    fail_syncs(monkeypatch, OSError(errno.EIO, "EIO"))
     with pytest.raises(JournalStopped):
         w.append(fields(session="bad"))
     monkeypatch.undo()
@@ -233,20 +239,16 @@ def test_a_stopped_session_stays_stopped_after_its_file_is_closed(tmp_path, monk
     w.close()
 
 
-def test_failed_write_is_rolled_back_and_the_session_resumes(tmp_path, monkeypatch):
+@PATHS
+def test_failed_write_is_rolled_back_and_the_session_resumes(tmp_path, monkeypatch, dsync):
     """A write that fails half way (a full disk) leaves no partial line behind, fails only its own
     entries (not JournalStopped), and the next append goes through once the disk takes it again."""
+    choose_path(monkeypatch, dsync)
     w = JournalWriter(tmp_path)
     w.append(fields(n=1))
     path = Vault(tmp_path).session_path("s1")
     size = path.stat().st_size
-    real_write = os.write
-
-    def half_then_enospc(fd, data):
-        real_write(fd, bytes(data[: len(data) // 2]))
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    monkeypatch.setattr(os, "write", half_then_enospc)
+    fail_writes(monkeypatch, OSError(errno.ENOSPC, "No space left on device"), half=True)
     with pytest.raises(JournalError, match="No space left") as caught:
         w.append(fields(n=2))
     assert not isinstance(caught.value, JournalStopped)
@@ -257,18 +259,17 @@ def test_failed_write_is_rolled_back_and_the_session_resumes(tmp_path, monkeypat
     assert verify_session(Vault(tmp_path), "s1").intact
 
 
-def test_failed_cut_after_a_failed_write_stops_the_session(tmp_path, monkeypatch):
+@PATHS
+def test_failed_cut_after_a_failed_write_stops_the_session(tmp_path, monkeypatch, dsync):
     """When the partial write cannot be cut off again, the file may hold a torn line: stop."""
+    choose_path(monkeypatch, dsync)
     w = JournalWriter(tmp_path)
     w.append(fields(n=1))
-
-    def enospc(fd, data):
-        raise OSError(errno.ENOSPC, "No space left on device")
 
     def eio(fd, size):
         raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr(os, "write", enospc)
+    fail_writes(monkeypatch, OSError(errno.ENOSPC, "No space left on device"))
     monkeypatch.setattr(os, "ftruncate", eio)
     with pytest.raises(JournalStopped, match="cutting off"):
         w.append(fields(n=2))
@@ -286,10 +287,11 @@ def test_vault_path_that_is_a_file_is_a_clear_error(tmp_path):
         JournalWriter(tmp_path / "file")
 
 
-def test_append_many_writes_each_session_once_and_reports_per_item(tmp_path, monkeypatch):
+@PATHS
+def test_append_many_writes_each_session_once_and_reports_per_item(tmp_path, monkeypatch, dsync):
+    choose_path(monkeypatch, dsync)
     syncs = []
-    real = os.fdatasync
-    monkeypatch.setattr(os, "fdatasync", lambda fd: (syncs.append(fd), real(fd)))
+    around_syncs(monkeypatch, lambda fd, sync: (syncs.append(fd), sync()))
     batch = [fields(session="s1", n=1), fields(session="s2", n=2), {**fields(n=3), "seq": 9},
              fields(session="s1", n=4), fields(session="s2", n=5), fields(effect="delete")]
     with JournalWriter(tmp_path) as w:
@@ -304,18 +306,12 @@ def test_append_many_writes_each_session_once_and_reports_per_item(tmp_path, mon
         assert r.intact and r.entries == 2
 
 
-def test_append_many_on_a_stopped_session_fails_only_that_session(tmp_path, monkeypatch):
-    real = os.fdatasync
+@PATHS
+def test_append_many_on_a_stopped_session_fails_only_that_session(tmp_path, monkeypatch, dsync):
+    choose_path(monkeypatch, dsync)
     w = JournalWriter(tmp_path)
     w.append(fields(session="bad"))
-    target = w._logs["bad"].fd
-
-    def failing(fd):
-        if fd == target:
-            raise OSError(errno.EIO, "I/O error")
-        real(fd)
-
-    monkeypatch.setattr(os, "fdatasync", failing)
+    fail_syncs(monkeypatch, OSError(errno.EIO, "I/O error"), only_fd=w._logs["bad"].fd)
     out = w.append_many([fields(session="bad", n=1), fields(session="good", n=2)])
     assert isinstance(out[0], JournalStopped) and isinstance(out[1], dict)
     out = w.append_many([fields(session="bad", n=3)])

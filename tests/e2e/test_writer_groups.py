@@ -17,6 +17,7 @@ from journal.vault import Vault
 from journal.verify import verify_session
 from journal.writer import JournalStopped, JournalWriter
 from tests.support.journal_factories import fields
+from tests.support.syncs import PATHS, around_syncs, choose_path, fail_syncs
 
 
 def _last_seq(fd: int) -> int:
@@ -25,16 +26,17 @@ def _last_seq(fd: int) -> int:
     return orjson.loads(data.rstrip(b"\n").rsplit(b"\n", 1)[-1])["seq"] if size else 0
 
 
-def test_no_append_returns_before_its_line_is_synced(tmp_path, monkeypatch):
-    synced = [0]  # highest seq covered by a finished fdatasync
-    real = os.fdatasync
+@PATHS
+def test_no_append_returns_before_its_line_is_synced(tmp_path, monkeypatch, dsync):
+    choose_path(monkeypatch, dsync)
+    synced = [0]  # highest seq covered by a finished sync
 
-    def recording(fd: int) -> None:
+    def recording(fd: int, sync) -> None:
         written = _last_seq(fd)  # the leader has written its group and holds the flock
-        real(fd)
+        sync()
         synced[0] = max(synced[0], written)
 
-    monkeypatch.setattr(os, "fdatasync", recording)
+    around_syncs(monkeypatch, recording)
     w = JournalWriter(tmp_path)
     early: list[tuple[int, int]] = []
     barrier = threading.Barrier(24)
@@ -57,17 +59,19 @@ def test_no_append_returns_before_its_line_is_synced(tmp_path, monkeypatch):
     assert r.intact and r.entries == 24 * 15
 
 
-def test_a_failed_fsync_fails_every_entry_of_its_group_and_nobody_hangs(tmp_path, monkeypatch):
+@PATHS
+def test_a_failed_fsync_fails_every_entry_of_its_group_and_nobody_hangs(tmp_path, monkeypatch, dsync):
+    choose_path(monkeypatch, dsync)
     w = JournalWriter(tmp_path)
     w.append(fields(n=0))
     entered, release = threading.Event(), threading.Event()
 
-    def failing(fd: int) -> None:
+    def failing(fd: int, sync) -> None:
         entered.set()
         release.wait(30)
         raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr(os, "fdatasync", failing)
+    around_syncs(monkeypatch, failing)
     results: dict[int, object] = {}
 
     def worker(t: int) -> None:
@@ -93,23 +97,24 @@ def test_a_failed_fsync_fails_every_entry_of_its_group_and_nobody_hangs(tmp_path
     w.close()
 
 
-def test_an_interrupted_follower_returns_only_once_durable_and_wakes_the_rest(tmp_path, monkeypatch):
+@PATHS
+def test_an_interrupted_follower_returns_only_once_durable_and_wakes_the_rest(tmp_path, monkeypatch, dsync):
     """KeyboardInterrupt reaches the main thread while it waits for its group: it is raised once the
     group is synced (the entry is in the file), and the followers after it are still woken."""
+    choose_path(monkeypatch, dsync)
     w = JournalWriter(tmp_path)
     w.append(fields(n=0))
-    real = os.fdatasync
     entered, release = threading.Event(), threading.Event()
     syncs = []
 
-    def gated(fd: int) -> None:
+    def gated(fd: int, sync) -> None:
         if not syncs:
             entered.set()
             release.wait(30)
         syncs.append(fd)
-        real(fd)
+        sync()
 
-    monkeypatch.setattr(os, "fdatasync", gated)
+    around_syncs(monkeypatch, gated)
     results: dict[str, object] = {}
 
     def worker(name: str, n: int) -> None:
@@ -211,18 +216,19 @@ def test_processes_with_many_threads_each_keep_one_chain(tmp_path):
     assert r.entries == 3 * 6 * 20
 
 
-def test_no_submitted_entry_is_settled_before_its_line_is_synced(tmp_path, monkeypatch):
-    """`submit` (the producer does not wait): each callback comes after an fdatasync that covered the
+@PATHS
+def test_no_submitted_entry_is_settled_before_its_line_is_synced(tmp_path, monkeypatch, dsync):
+    """`submit` (the producer does not wait): each callback comes after a sync that covered the
     entry, while blocking appends from other threads share the same groups; the chain stays whole."""
+    choose_path(monkeypatch, dsync)
     synced = [0]
-    real = os.fdatasync
 
-    def recording(fd: int) -> None:
+    def recording(fd: int, sync) -> None:
         written = _last_seq(fd)
-        real(fd)
+        sync()
         synced[0] = max(synced[0], written)
 
-    monkeypatch.setattr(os, "fdatasync", recording)
+    around_syncs(monkeypatch, recording)
     w = JournalWriter(tmp_path)
     early: list[tuple[int, int]] = []
     settled: list[dict] = []
@@ -257,14 +263,12 @@ def test_no_submitted_entry_is_settled_before_its_line_is_synced(tmp_path, monke
     assert r.intact and r.entries == 240
 
 
-def test_a_failed_fsync_settles_every_submitted_entry_with_the_error(tmp_path, monkeypatch):
+@PATHS
+def test_a_failed_fsync_settles_every_submitted_entry_with_the_error(tmp_path, monkeypatch, dsync):
+    choose_path(monkeypatch, dsync)
     w = JournalWriter(tmp_path)
     w.append(fields(n=0))
-
-    def failing(fd: int) -> None:
-        raise OSError(errno.EIO, "Input/output error")
-
-    monkeypatch.setattr(os, "fdatasync", failing)
+    fail_syncs(monkeypatch, OSError(errno.EIO, "Input/output error"))
     outcomes: list[object] = []
     done = threading.Event()
 
