@@ -42,8 +42,8 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
-from typing import cast
 
 import orjson
 
@@ -73,6 +73,7 @@ _RWF_DSYNC: int | None = getattr(os, "RWF_DSYNC", None)
 the written range and the metadata needed to read it back (the size, the extents) are on the device
 when the call returns, exactly what fdatasync gives for them. None where Python or the C library lacks it."""
 _DSYNC_REFUSED = frozenset({errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL})
+_DEDUPE = attrgetter("dedupe")
 __all__ = ["DEDUPE_BYTES", "DEDUPE_LINES", "JournalCorrupt", "JournalError", "JournalStopped", "JournalWriter",
            "Recovery"]
 
@@ -218,9 +219,8 @@ class JournalWriter(AppendPipeline):
             return slog
 
     def _release(self, lane: Lane) -> None:
-        slog = cast(_SessionLog, lane)  # every lane of this writer comes from _acquire
         with self._lock:
-            slog.users -= 1
+            lane.users -= 1  # type: ignore[attr-defined]  # every lane of this writer is a _SessionLog
 
     def _evict_idle(self) -> None:
         """Under self._lock: close least recently used files nobody is using, down to max_open."""
@@ -246,7 +246,7 @@ class JournalWriter(AppendPipeline):
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             self._sync_tail(slog)
-            recent = self._recent_fields(slog) if any(p.dedupe for p in batch) else None
+            recent = self._recent_fields(slog) if any(map(_DEDUPE, batch)) else None
             parts, chained, seq, prev = chain_group(batch, slog.seq, slog.prev, self.line_limit, recent)
             if not parts:
                 return
@@ -281,7 +281,8 @@ class JournalWriter(AppendPipeline):
         off again, as always: the next group tries again)."""
         fd, done = slog.fd, 0
         try:
-            while done < len(data):
+            done = os.pwritev(fd, [data], -1, _RWF_DSYNC)  # type: ignore[arg-type]
+            while done < len(data):  # a short write (a full disk): its part is durable, try the rest
                 done += os.pwritev(fd, [memoryview(data)[done:]], -1, _RWF_DSYNC)  # type: ignore[arg-type]
             return done
         except OSError as exc:
