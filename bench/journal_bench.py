@@ -111,32 +111,25 @@ def _pct(sorted_ns: list[int], q: float) -> float:
 
 
 class _FsyncCounter:
-    """Counts the writer's syncs while active, os.fdatasync calls and os.pwritev calls with RWF_DSYNC (how
-    many entries each group commit carried)."""
+    """Counts os.fdatasync calls while active (how many entries each group commit carried)."""
 
     def __init__(self) -> None:
         self.calls = 0
-        self._orig = os.fdatasync, os.pwritev
+        self._orig = os.fdatasync
         self._count = itertools.count()
 
     def __enter__(self) -> _FsyncCounter:
-        (fdatasync, pwritev), counter = self._orig, self._count
-        dsync = getattr(os, "RWF_DSYNC", 0)
+        orig, counter = self._orig, self._count
 
         def counting(fd: int) -> None:
             next(counter)  # atomic under the GIL
-            fdatasync(fd)
+            orig(fd)
 
-        def counting_pwritev(fd: int, buffers: list, offset: int, flags: int = 0) -> int:
-            if flags & dsync:
-                next(counter)
-            return pwritev(fd, buffers, offset, flags)
-
-        os.fdatasync, os.pwritev = counting, counting_pwritev
+        os.fdatasync = counting
         return self
 
     def __exit__(self, *exc: object) -> None:
-        os.fdatasync, os.pwritev = self._orig
+        os.fdatasync = self._orig
         self.calls = next(self._count)
 
 
@@ -406,22 +399,19 @@ def bench_one_writer_interleaved(root: Path, n: int, pad: str) -> list[dict]:
     """One writer that waits for each entry, against the plain write+fdatasync loop and its variants,
     interleaved operation by operation (each on its own file, the order reversed every round), so a slow
     phase of the shared disk hits every path alike; the broker's writer also once with its space
-    reservation switched off, and once with `write` + `fdatasync` in place of its one RWF_DSYNC write. Per
-    path: p50 and mean latency, CPU per entry, and `ratio` = the plain loop's mean time per line / this
-    path's (> 1: faster than the loop), `p50 ratio` likewise at p50."""
+    reservation switched off. Per path: p50 and mean latency, CPU per entry, and `ratio` = the plain
+    loop's mean time per line / this path's (> 1: faster than the loop), `p50 ratio` likewise at p50."""
     line = prebuilt_line(pad)
     work = [_padded_fields(SESSION, k, pad) for k in range(n + 20)]
-    dirs = [Path(tempfile.mkdtemp(prefix="one-", dir=root)) for _ in range(3)]
+    dirs = [Path(tempfile.mkdtemp(prefix="one-", dir=root)) for _ in range(2)]
     writers = [JournalWriter(d) for d in dirs]
     for w in writers:
         w.head(SESSION)
     writers[1]._logs[SESSION].reserve.works = False  # the same writer without journal/preallocation.py
-    writers[2]._logs[SESSION].dsync = False  # ... and with write + fdatasync in place of one RWF_DSYNC write
-    it = [iter(work), iter(work), iter(work)]
+    it = [iter(work), iter(work)]
     paths: list[tuple[str, Callable[[], object]]] = [
         ("broker, 1 writer (append)", lambda: writers[0].append(next(it[0]))),
         ("broker, 1 writer, no reservation", lambda: writers[1].append(next(it[1]))),
-        ("broker, 1 writer, write+fdatasync", lambda: writers[2].append(next(it[2]))),
     ]
     variants = _fdatasync_variants(root, line)
     paths += [(name, functools.partial(fn, fd)) for name, fd, fn in variants]

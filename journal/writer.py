@@ -14,10 +14,6 @@
 - Several processes may append to the same session: every batch is written under an exclusive
   `flock` on the file, and if the file grew since this writer last wrote, it re-reads the last
   line and continues the chain from there.
-- The write and its sync are one system call where the kernel has it (`pwritev2` with `RWF_DSYNC`,
-  Linux >= 4.7: the same guarantee as `write` + `fdatasync` for the bytes written), used only when
-  every byte before them is known durable (see `_SessionLog.synced`); otherwise, and where the flag is
-  refused, `write` + `fdatasync` of the whole file.
 - A torn last line (bytes after the last newline, from a crash mid-write) is moved into
   `<session>.jsonl.torn-<ns>` beside the file (fsynced, never deleted), the file is truncated to
   the last complete line, and the recovery is reported (log warning and `recoveries`).
@@ -33,7 +29,6 @@
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import logging
 import os
@@ -68,12 +63,7 @@ from journal.vault import Vault, fsync_dir
 
 log = logging.getLogger(__name__)
 _TAIL_BLOCK = 1 << 16
-_RWF_DSYNC: int | None = getattr(os, "RWF_DSYNC", None)
-"""pwritev2's flag that makes the write synchronized I/O data integrity (as O_DSYNC, for this write only):
-the written range and the metadata needed to read it back (the size, the extents) are on the device
-when the call returns, exactly what fdatasync gives for them. None where Python or the C library lacks it."""
-_DSYNC_REFUSED = frozenset({errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL})
-_DEDUPE = attrgetter("dedupe")
+_DEDUPE = attrgetter("dedupe")  # any(map(_DEDUPE, batch)): no generator frame per group
 __all__ = ["DEDUPE_BYTES", "DEDUPE_LINES", "JournalCorrupt", "JournalError", "JournalStopped", "JournalWriter",
            "Recovery"]
 
@@ -103,11 +93,6 @@ class _SessionLog(Lane):
         self.seq = -1  # -1: tail not read yet
         self.prev = GENESIS
         self.end = -1
-        # Bytes [0, synced) are durable as far as this writer knows: its own last durable group ended there.
-        # Only then may a group's sync cover its own bytes alone (RWF_DSYNC); when the file grew otherwise
-        # (another process appended, and may have died before its sync), fdatasync covers the whole file.
-        self.synced = -1
-        self.dsync = _RWF_DSYNC is not None  # the kernel takes RWF_DSYNC on this file (until it refuses it)
         self.users = 0  # threads between _acquire and _release; only idle files are closed
         self.reserve = Reservation()  # disk space reserved past the end (journal/preallocation.py)
 
@@ -252,16 +237,20 @@ class JournalWriter(AppendPipeline):
                 return
             data = b"".join(parts)
             if self.durable:
-                slog.reserve.cover(fd, slog.end, len(data))  # the sync then commits no block allocation
-                if slog.dsync and slog.synced == slog.end:
-                    written = self._write_dsync(slog, chained, data)
-                else:
-                    written = 0
-                if written < 0 or (written == 0 and not self._write_then_sync(slog, chained, data)):
-                    return
-                slog.synced = slog.end + len(data)
-            elif not self._write_all(slog, chained, memoryview(data)):
+                slog.reserve.cover(fd, slog.end, len(data))  # the fdatasync then commits no block allocation
+            try:
+                n = os.write(fd, data)
+                while n < len(data):  # a short write (a disk filling up): the rest, until it fails
+                    n += os.write(fd, memoryview(data)[n:])
+            except OSError as exc:
+                self._write_failed(slog, chained, f"write to {slog.path} failed: {exc.strerror}")
                 return
+            if self.durable:
+                try:
+                    os.fdatasync(fd)
+                except OSError as exc:
+                    self._fail(slog, chained, f"fsync of {slog.path} failed: {exc.strerror}")
+                    return
             note_group(slog.path, slog.end, slog.seq + 1, len(chained), data)  # readers' seq index, under the flock
             self._tail.wrote(slog.session, slog.end, data)  # read back by a follower without the file
             slog.seq, slog.prev, slog.end = seq, prev, slog.end + len(data)
@@ -269,59 +258,6 @@ class JournalWriter(AppendPipeline):
             fcntl.flock(fd, fcntl.LOCK_UN)
         if not slog.failed:
             self._durable(slog.session, chained)
-
-    def _write_dsync(self, slog: _SessionLog, chained: list[Pending], data: bytes) -> int:
-        """Write `data` at the end with RWF_DSYNC (write and sync in one system call). Returns len(data) once
-        durable, -1 when it failed (the entries' outcome set as for a failed write or a failed fdatasync), 0
-        when the kernel refused the flag before writing anything (then `write` + `fdatasync` do it).
-
-        A failed call is told apart by the file's size: the kernel syncs only after it wrote something, and
-        then returns the sync's error for those bytes; so a size past what the earlier calls wrote means a
-        failed sync (the session stops, as after a failed fdatasync), an unchanged size a failed write (cut
-        off again, as always: the next group tries again)."""
-        fd, done = slog.fd, 0
-        try:
-            done = os.pwritev(fd, [data], -1, _RWF_DSYNC)  # type: ignore[arg-type]
-            while done < len(data):  # a short write (a full disk): its part is durable, try the rest
-                done += os.pwritev(fd, [memoryview(data)[done:]], -1, _RWF_DSYNC)  # type: ignore[arg-type]
-            return done
-        except OSError as exc:
-            why = exc.strerror
-            errno_ = exc.errno
-        try:
-            size = os.lseek(fd, 0, os.SEEK_END)
-        except OSError:
-            size = -1  # cannot tell: as a failed sync
-        if size == slog.end + done:
-            if done == 0 and errno_ in _DSYNC_REFUSED:
-                slog.dsync = False  # this kernel or file system does not take the flag: write + fdatasync
-                return 0
-            self._write_failed(slog, chained, f"write to {slog.path} failed: {why}")
-        else:
-            self._fail(slog, chained, f"fsync of {slog.path} failed: {why}")
-        return -1
-
-    def _write_then_sync(self, slog: _SessionLog, chained: list[Pending], data: bytes) -> bool:
-        """`write` + `fdatasync` of the whole file (every byte in it, whoever wrote it); False when it failed."""
-        if not self._write_all(slog, chained, memoryview(data)):
-            return False
-        try:
-            os.fdatasync(slog.fd)
-        except OSError as exc:
-            self._fail(slog, chained, f"fsync of {slog.path} failed: {exc.strerror}")
-            return False
-        return True
-
-    def _write_all(self, slog: _SessionLog, chained: list[Pending], view: memoryview) -> bool:
-        """Append every byte of `view` (a failed write is cut off again: `_write_failed`); False when it failed."""
-        try:
-            while view:
-                n = os.write(slog.fd, view)
-                view = view[n:]
-        except OSError as exc:
-            self._write_failed(slog, chained, f"write to {slog.path} failed: {exc.strerror}")
-            return False
-        return True
 
     def _write_failed(self, slog: _SessionLog, chained: list[Pending], why: str) -> None:
         """A write that failed before any fsync (a full disk, a quota): the partial bytes are cut off
@@ -359,7 +295,7 @@ class JournalWriter(AppendPipeline):
 
     def _sync_tail(self, slog: _SessionLog) -> None:
         """Under the flock: make (seq, prev, end) match the file, recovering a torn tail."""
-        size = os.lseek(slog.fd, 0, os.SEEK_END)  # the size, as fstat says it, without building a stat result
+        size = os.lseek(slog.fd, 0, os.SEEK_END)  # the size fstat gives, without building a stat result
         if size == slog.end:
             return
         if size == 0:

@@ -18,7 +18,6 @@ from journal.vault import Vault
 from journal.verify import verify_session
 from journal.writer import JournalCorrupt, JournalError, JournalStopped, JournalWriter
 from tests.support.journal_factories import fields
-from tests.support.syncs import PATHS, around_syncs, choose_path, fail_syncs, fail_writes
 
 
 def read_lines(path: Path) -> list[bytes]:
@@ -78,11 +77,10 @@ def test_many_threads_give_one_contiguous_chain(tmp_path):
     assert total == per_thread * threads
 
 
-@PATHS
-def test_group_commit_shares_fsyncs(tmp_path, monkeypatch, dsync):
-    choose_path(monkeypatch, dsync)
+def test_group_commit_shares_fsyncs(tmp_path, monkeypatch):
     calls = []
-    around_syncs(monkeypatch, lambda fd, sync: (calls.append(fd), sync()))
+    real = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (calls.append(fd), real(fd)))
     w = JournalWriter(tmp_path)
     barrier = threading.Barrier(32)
 
@@ -133,8 +131,8 @@ def test_no_acknowledged_entry_is_lost_when_two_appending_processes_are_killed(t
     """Two processes append to one session (each from the other's last line, under the flock) and are
     killed with SIGKILL while appending: every entry either acknowledged is in the file, in one intact chain,
     and a new writer continues it (a line cut by the kill is moved aside, not chained after). What a power cut
-    would take is the sync's part: that no `append` returns before its bytes are synced is checked on both
-    sync paths in test_writer_groups.py."""
+    would take is the sync's part: that no `append` returns before its bytes are synced is
+    test_writer_groups.py's test_no_append_returns_before_its_line_is_synced."""
     import signal
 
     ctx = multiprocessing.get_context("spawn")
@@ -213,18 +211,16 @@ def test_corrupt_last_line_stops_the_writer(tmp_path):
     assert read_lines(path)[-1] == b"not json at all\n"
 
 
-@PATHS
-def test_fsync_failure_stops_the_session_without_retry(tmp_path, monkeypatch, dsync):
-    choose_path(monkeypatch, dsync)
+def test_fsync_failure_stops_the_session_without_retry(tmp_path, monkeypatch):
     w = JournalWriter(tmp_path)
     w.append(fields(n=1))
     calls = []
 
-    def failing(fd, sync):
+    def failing(fd):
         calls.append(fd)
         raise OSError(errno.EIO, "Input/output error")
 
-    around_syncs(monkeypatch, failing)
+    monkeypatch.setattr(os, "fdatasync", failing)
     with pytest.raises(JournalStopped, match="fsync"):
         w.append(fields(n=2))
     monkeypatch.undo()
@@ -273,12 +269,10 @@ def test_idle_session_files_are_closed_beyond_max_open(tmp_path):
         assert r.intact and r.entries == 3
 
 
-@PATHS
-def test_a_stopped_session_stays_stopped_after_its_file_is_closed(tmp_path, monkeypatch, dsync):
-    choose_path(monkeypatch, dsync)
+def test_a_stopped_session_stays_stopped_after_its_file_is_closed(tmp_path, monkeypatch):
     w = JournalWriter(tmp_path, max_open=1)
     w.append(fields(session="bad"))
-    fail_syncs(monkeypatch, OSError(errno.EIO, "EIO"))
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (_ for _ in ()).throw(OSError(errno.EIO, "EIO")))
     with pytest.raises(JournalStopped):
         w.append(fields(session="bad"))
     monkeypatch.undo()
@@ -288,16 +282,20 @@ def test_a_stopped_session_stays_stopped_after_its_file_is_closed(tmp_path, monk
     w.close()
 
 
-@PATHS
-def test_failed_write_is_rolled_back_and_the_session_resumes(tmp_path, monkeypatch, dsync):
+def test_failed_write_is_rolled_back_and_the_session_resumes(tmp_path, monkeypatch):
     """A write that fails half way (a full disk) leaves no partial line behind, fails only its own
     entries (not JournalStopped), and the next append goes through once the disk takes it again."""
-    choose_path(monkeypatch, dsync)
     w = JournalWriter(tmp_path)
     w.append(fields(n=1))
     path = Vault(tmp_path).session_path("s1")
     size = path.stat().st_size
-    fail_writes(monkeypatch, OSError(errno.ENOSPC, "No space left on device"), half=True)
+    real_write = os.write
+
+    def half_then_enospc(fd, data):
+        real_write(fd, bytes(data[: len(data) // 2]))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", half_then_enospc)
     with pytest.raises(JournalError, match="No space left") as caught:
         w.append(fields(n=2))
     assert not isinstance(caught.value, JournalStopped)
@@ -308,17 +306,39 @@ def test_failed_write_is_rolled_back_and_the_session_resumes(tmp_path, monkeypat
     assert verify_session(Vault(tmp_path), "s1").intact
 
 
-@PATHS
-def test_failed_cut_after_a_failed_write_stops_the_session(tmp_path, monkeypatch, dsync):
+def test_short_writes_are_continued_until_the_whole_group_is_in(tmp_path, monkeypatch):
+    """os.write may take fewer bytes than asked (a disk filling up, a signal): the rest is written after
+    them, so each line is whole and the chain intact."""
+    real_write = os.write
+    sizes = []
+
+    def short(fd, data):
+        sizes.append(len(data))
+        return real_write(fd, bytes(data[:700]))
+
+    monkeypatch.setattr(os, "write", short)
+    with JournalWriter(tmp_path) as w:
+        got = [w.append(fields(n=n)) for n in range(1, 4)]
+        got += w.append_many([fields(n=n) for n in range(4, 8)])
+    monkeypatch.undo()
+    assert max(sizes) > 700 and len(sizes) > 7  # each group took several writes
+    path = Vault(tmp_path).session_path("s1")
+    assert read_lines(path) == [canonical_bytes(e) + b"\n" for e in got]
+    assert verify_session(Vault(tmp_path), "s1").intact
+
+
+def test_failed_cut_after_a_failed_write_stops_the_session(tmp_path, monkeypatch):
     """When the partial write cannot be cut off again, the file may hold a torn line: stop."""
-    choose_path(monkeypatch, dsync)
     w = JournalWriter(tmp_path)
     w.append(fields(n=1))
+
+    def enospc(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
 
     def eio(fd, size):
         raise OSError(errno.EIO, "Input/output error")
 
-    fail_writes(monkeypatch, OSError(errno.ENOSPC, "No space left on device"))
+    monkeypatch.setattr(os, "write", enospc)
     monkeypatch.setattr(os, "ftruncate", eio)
     with pytest.raises(JournalStopped, match="cutting off"):
         w.append(fields(n=2))
@@ -336,11 +356,10 @@ def test_vault_path_that_is_a_file_is_a_clear_error(tmp_path):
         JournalWriter(tmp_path / "file")
 
 
-@PATHS
-def test_append_many_writes_each_session_once_and_reports_per_item(tmp_path, monkeypatch, dsync):
-    choose_path(monkeypatch, dsync)
+def test_append_many_writes_each_session_once_and_reports_per_item(tmp_path, monkeypatch):
     syncs = []
-    around_syncs(monkeypatch, lambda fd, sync: (syncs.append(fd), sync()))
+    real = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (syncs.append(fd), real(fd)))
     batch = [fields(session="s1", n=1), fields(session="s2", n=2), {**fields(n=3), "seq": 9},
              fields(session="s1", n=4), fields(session="s2", n=5), fields(effect="delete")]
     with JournalWriter(tmp_path) as w:
@@ -355,12 +374,18 @@ def test_append_many_writes_each_session_once_and_reports_per_item(tmp_path, mon
         assert r.intact and r.entries == 2
 
 
-@PATHS
-def test_append_many_on_a_stopped_session_fails_only_that_session(tmp_path, monkeypatch, dsync):
-    choose_path(monkeypatch, dsync)
+def test_append_many_on_a_stopped_session_fails_only_that_session(tmp_path, monkeypatch):
+    real = os.fdatasync
     w = JournalWriter(tmp_path)
     w.append(fields(session="bad"))
-    fail_syncs(monkeypatch, OSError(errno.EIO, "I/O error"), only_fd=w._logs["bad"].fd)
+    target = w._logs["bad"].fd
+
+    def failing(fd):
+        if fd == target:
+            raise OSError(errno.EIO, "I/O error")
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", failing)
     out = w.append_many([fields(session="bad", n=1), fields(session="good", n=2)])
     assert isinstance(out[0], JournalStopped) and isinstance(out[1], dict)
     out = w.append_many([fields(session="bad", n=3)])

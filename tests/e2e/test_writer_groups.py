@@ -17,7 +17,6 @@ from journal.vault import Vault
 from journal.verify import verify_session
 from journal.writer import JournalStopped, JournalWriter
 from tests.support.journal_factories import fields
-from tests.support.syncs import PATHS, around_syncs, choose_path, fail_syncs
 
 
 def _last_seq(fd: int) -> int:
@@ -26,17 +25,16 @@ def _last_seq(fd: int) -> int:
     return orjson.loads(data.rstrip(b"\n").rsplit(b"\n", 1)[-1])["seq"] if size else 0
 
 
-@PATHS
-def test_no_append_returns_before_its_line_is_synced(tmp_path, monkeypatch, dsync):
-    choose_path(monkeypatch, dsync)
-    synced = [0]  # highest seq covered by a finished sync
+def test_no_append_returns_before_its_line_is_synced(tmp_path, monkeypatch):
+    synced = [0]  # highest seq covered by a finished fdatasync
+    real = os.fdatasync
 
-    def recording(fd: int, sync) -> None:
+    def recording(fd: int) -> None:
         written = _last_seq(fd)  # the leader has written its group and holds the flock
-        sync()
+        real(fd)
         synced[0] = max(synced[0], written)
 
-    around_syncs(monkeypatch, recording)
+    monkeypatch.setattr(os, "fdatasync", recording)
     w = JournalWriter(tmp_path)
     early: list[tuple[int, int]] = []
     barrier = threading.Barrier(24)
@@ -59,19 +57,17 @@ def test_no_append_returns_before_its_line_is_synced(tmp_path, monkeypatch, dsyn
     assert r.intact and r.entries == 24 * 15
 
 
-@PATHS
-def test_a_failed_fsync_fails_every_entry_of_its_group_and_nobody_hangs(tmp_path, monkeypatch, dsync):
-    choose_path(monkeypatch, dsync)
+def test_a_failed_fsync_fails_every_entry_of_its_group_and_nobody_hangs(tmp_path, monkeypatch):
     w = JournalWriter(tmp_path)
     w.append(fields(n=0))
     entered, release = threading.Event(), threading.Event()
 
-    def failing(fd: int, sync) -> None:
+    def failing(fd: int) -> None:
         entered.set()
         release.wait(30)
         raise OSError(errno.EIO, "Input/output error")
 
-    around_syncs(monkeypatch, failing)
+    monkeypatch.setattr(os, "fdatasync", failing)
     results: dict[int, object] = {}
 
     def worker(t: int) -> None:
@@ -97,24 +93,23 @@ def test_a_failed_fsync_fails_every_entry_of_its_group_and_nobody_hangs(tmp_path
     w.close()
 
 
-@PATHS
-def test_an_interrupted_follower_returns_only_once_durable_and_wakes_the_rest(tmp_path, monkeypatch, dsync):
+def test_an_interrupted_follower_returns_only_once_durable_and_wakes_the_rest(tmp_path, monkeypatch):
     """KeyboardInterrupt reaches the main thread while it waits for its group: it is raised once the
     group is synced (the entry is in the file), and the followers after it are still woken."""
-    choose_path(monkeypatch, dsync)
     w = JournalWriter(tmp_path)
     w.append(fields(n=0))
+    real = os.fdatasync
     entered, release = threading.Event(), threading.Event()
     syncs = []
 
-    def gated(fd: int, sync) -> None:
+    def gated(fd: int) -> None:
         if not syncs:
             entered.set()
             release.wait(30)
         syncs.append(fd)
-        sync()
+        real(fd)
 
-    around_syncs(monkeypatch, gated)
+    monkeypatch.setattr(os, "fdatasync", gated)
     results: dict[str, object] = {}
 
     def worker(name: str, n: int) -> None:
@@ -216,19 +211,18 @@ def test_processes_with_many_threads_each_keep_one_chain(tmp_path):
     assert r.entries == 3 * 6 * 20
 
 
-@PATHS
-def test_no_submitted_entry_is_settled_before_its_line_is_synced(tmp_path, monkeypatch, dsync):
-    """`submit` (the producer does not wait): each callback comes after a sync that covered the
+def test_no_submitted_entry_is_settled_before_its_line_is_synced(tmp_path, monkeypatch):
+    """`submit` (the producer does not wait): each callback comes after an fdatasync that covered the
     entry, while blocking appends from other threads share the same groups; the chain stays whole."""
-    choose_path(monkeypatch, dsync)
     synced = [0]
+    real = os.fdatasync
 
-    def recording(fd: int, sync) -> None:
+    def recording(fd: int) -> None:
         written = _last_seq(fd)
-        sync()
+        real(fd)
         synced[0] = max(synced[0], written)
 
-    around_syncs(monkeypatch, recording)
+    monkeypatch.setattr(os, "fdatasync", recording)
     w = JournalWriter(tmp_path)
     early: list[tuple[int, int]] = []
     settled: list[dict] = []
@@ -263,12 +257,14 @@ def test_no_submitted_entry_is_settled_before_its_line_is_synced(tmp_path, monke
     assert r.intact and r.entries == 240
 
 
-@PATHS
-def test_a_failed_fsync_settles_every_submitted_entry_with_the_error(tmp_path, monkeypatch, dsync):
-    choose_path(monkeypatch, dsync)
+def test_a_failed_fsync_settles_every_submitted_entry_with_the_error(tmp_path, monkeypatch):
     w = JournalWriter(tmp_path)
     w.append(fields(n=0))
-    fail_syncs(monkeypatch, OSError(errno.EIO, "Input/output error"))
+
+    def failing(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", failing)
     outcomes: list[object] = []
     done = threading.Event()
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,7 +26,6 @@ from journal.record import Recorder
 from journal.vault import Vault
 from journal.verify import verify_session
 from journal.writer import JournalError
-from tests.support.syncs import around_syncs
 
 TS = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 REQUESTS = [
@@ -110,28 +110,29 @@ async def _finish_together(journal: CallJournal, pairs: list[tuple[bytes, bytes]
 
 
 class GatedSync:
-    """The writer's sync (tests/support/syncs.py: fdatasync or the RWF_DSYNC write) with its first call held
-    until the test lets it go (so the rest queue up); it notes which threads synced."""
+    """os.fdatasync with its first call held until the test lets it go (so the rest queue up); it
+    notes which threads synced."""
 
-    def __init__(self) -> None:
+    def __init__(self, real) -> None:
+        self.real = real
         self.entered = threading.Event()
         self.release = threading.Event()
         self.calls = 0
         self.threads: set[str] = set()
 
-    def __call__(self, fd: int, sync) -> None:
+    def __call__(self, fd: int) -> None:
         self.calls += 1
         self.threads.add(threading.current_thread().name)
         if not self.entered.is_set():
             self.entered.set()
             self.release.wait(30)
-        sync()
+        self.real(fd)
 
 
 def test_entries_queued_together_are_written_together(tmp_path: Path, monkeypatch) -> None:
     journal = _journal(tmp_path)
-    gate = GatedSync()
-    around_syncs(monkeypatch, gate)
+    gate = GatedSync(os.fdatasync)
+    monkeypatch.setattr(os, "fdatasync", gate)
     pairs = [_lines(i, p) for i, p in enumerate(REQUESTS, start=1)]
     deep = (b'{"jsonrpc":"2.0","id":99,"method":"tools/call","params":{"name":"deep","arguments":{"x":'
             + b"[" * 900 + b"]" * 900 + b"}}}\n")  # deeper than the writer's encoder: only text can hold it
@@ -193,9 +194,9 @@ def test_a_journal_that_cannot_write_fails_every_waiting_call(tmp_path: Path) ->
 
 def test_one_call_at_a_time_is_never_synced_on_the_event_loop(tmp_path: Path, monkeypatch) -> None:
     journal = _journal(tmp_path)
-    gate = GatedSync()
+    gate = GatedSync(os.fdatasync)
     gate.entered.set()  # no hold: only note the threads
-    around_syncs(monkeypatch, gate)
+    monkeypatch.setattr(os, "fdatasync", gate)
     pairs = [_lines(i, REQUESTS[0]) for i in range(1, 5)]
 
     async def run() -> list:
