@@ -7,7 +7,7 @@ import errno
 import itertools
 import os
 import threading
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -255,8 +255,7 @@ class SessionTail:
         self._marks: OrderedDict[str, tuple[int, int]] = OrderedDict()  # session -> (lines read, byte offset)
         self._paths: dict[str, str] = {}  # session -> its file (made once: an MCP shim asks on every call)
         # session -> the runs of whole lines this process appended last, (byte offset, bytes), in file order
-        # (a deque: the oldest run is let go at every append once the bound is reached, in O(1))
-        self._written: OrderedDict[str, deque[tuple[int, bytes]]] = OrderedDict()
+        self._written: OrderedDict[str, list[tuple[int, bytes]]] = OrderedDict()
         self._written_size = 0
         self._lock = threading.Lock()
 
@@ -266,24 +265,20 @@ class SessionTail:
         the file being append-only), so a follower of a session this process writes (the MCP shim's
         prompt links, before every call) does not open and read the file for its own lines."""
         with self._lock:
-            runs = self._written.get(session)
-            if runs is None:
-                runs = self._written[session] = deque()
-            else:
-                self._written.move_to_end(session)  # the most recently written session is let go last
-                if runs and runs[-1][0] + len(runs[-1][1]) != offset:  # others appended between: start again
-                    self._written_size -= sum(len(d) for _, d in runs)
-                    runs.clear()
+            runs = self._written.pop(session, [])
+            if runs and runs[-1][0] + len(runs[-1][1]) != offset:  # others appended between: start again
+                self._written_size -= sum(len(d) for _, d in runs)
+                runs = []
             if data.endswith(b"\n") and len(data) <= self.WRITTEN_BYTES // 4:
                 runs.append((offset, data))
                 self._written_size += len(data)
-            if not runs:
-                del self._written[session]
+            if runs:
+                self._written[session] = runs
             while self._written_size > self.WRITTEN_BYTES and self._written:
                 oldest = next(iter(self._written))
-                kept = self._written[oldest]
-                self._written_size -= len(kept.popleft()[1])
-                if not kept:
+                dropped = self._written[oldest].pop(0)
+                self._written_size -= len(dropped[1])
+                if not self._written[oldest]:
                     del self._written[oldest]
 
     def _runs_from(self, session: str, at: int) -> list[tuple[int, bytes]]:
@@ -293,7 +288,7 @@ class SessionTail:
             if not runs:
                 return []
             while runs and runs[0][0] + len(runs[0][1]) <= at:
-                self._written_size -= len(runs.popleft()[1])
+                self._written_size -= len(runs.pop(0)[1])
             if not runs:
                 del self._written[session]
                 return []
