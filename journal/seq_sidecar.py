@@ -84,10 +84,10 @@ def _not_kept(session_path: Path, exc: BaseException) -> None:
 def _group_records(start: int, first_seq: int, count: int, data: bytes) -> list[bytes] | None:
     """The records of the group's seqs that start a stride; None when `data` holds fewer lines than `count`
     says (nothing rather than a wrong record)."""
-    if count <= 0:
-        return None
     target = first_seq + (-(first_seq - 1)) % STRIDE  # the first seq >= first_seq that starts a stride
     last = first_seq + count - 1
+    if count <= 0 or target > last:
+        return None  # (most groups of a lone writer: one line that starts no stride)
     records = []
     line, pos = 0, 0
     try:

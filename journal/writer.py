@@ -37,8 +37,8 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
-from typing import cast
 
 import orjson
 
@@ -63,6 +63,7 @@ from journal.vault import Vault, fsync_dir
 
 log = logging.getLogger(__name__)
 _TAIL_BLOCK = 1 << 16
+_DEDUPE = attrgetter("dedupe")  # any(map(_DEDUPE, batch)): no generator frame per group
 __all__ = ["DEDUPE_BYTES", "DEDUPE_LINES", "JournalCorrupt", "JournalError", "JournalStopped", "JournalWriter",
            "Recovery"]
 
@@ -203,9 +204,8 @@ class JournalWriter(AppendPipeline):
             return slog
 
     def _release(self, lane: Lane) -> None:
-        slog = cast(_SessionLog, lane)  # every lane of this writer comes from _acquire
         with self._lock:
-            slog.users -= 1
+            lane.users -= 1  # type: ignore[attr-defined]  # every lane of this writer is a _SessionLog
 
     def _evict_idle(self) -> None:
         """Under self._lock: close least recently used files nobody is using, down to max_open."""
@@ -231,7 +231,7 @@ class JournalWriter(AppendPipeline):
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             self._sync_tail(slog)
-            recent = self._recent_fields(slog) if any(p.dedupe for p in batch) else None
+            recent = self._recent_fields(slog) if any(map(_DEDUPE, batch)) else None
             parts, chained, seq, prev = chain_group(batch, slog.seq, slog.prev, self.line_limit, recent)
             if not parts:
                 return
@@ -239,10 +239,9 @@ class JournalWriter(AppendPipeline):
             if self.durable:
                 slog.reserve.cover(fd, slog.end, len(data))  # the fdatasync then commits no block allocation
             try:
-                view = memoryview(data)
-                while view:
-                    n = os.write(fd, view)
-                    view = view[n:]
+                n = os.write(fd, data)
+                while n < len(data):  # a short write (a disk filling up): the rest, until it fails
+                    n += os.write(fd, memoryview(data)[n:])
             except OSError as exc:
                 self._write_failed(slog, chained, f"write to {slog.path} failed: {exc.strerror}")
                 return
@@ -296,7 +295,7 @@ class JournalWriter(AppendPipeline):
 
     def _sync_tail(self, slog: _SessionLog) -> None:
         """Under the flock: make (seq, prev, end) match the file, recovering a torn tail."""
-        size = os.fstat(slog.fd).st_size
+        size = os.lseek(slog.fd, 0, os.SEEK_END)  # the size fstat gives, without building a stat result
         if size == slog.end:
             return
         if size == 0:

@@ -119,6 +119,55 @@ def test_several_processes_continue_each_others_chain(tmp_path):
     assert r.entries == 240
 
 
+def _acknowledging_appender(root: str, conn, tag: int) -> None:
+    """Append for ever, telling the parent each entry's (seq, hash) as soon as `append` returns."""
+    w = JournalWriter(root)
+    for i in range(1_000_000):
+        e = w.append(fields(n=tag * 1_000_000 + i))
+        conn.send((e["seq"], e["hash"]))
+
+
+def test_no_acknowledged_entry_is_lost_when_two_appending_processes_are_killed(tmp_path):
+    """Two processes append to one session (each from the other's last line, under the flock) and are
+    killed with SIGKILL while appending: every entry either acknowledged is in the file, in one intact chain,
+    and a new writer continues it (a line cut by the kill is moved aside, not chained after). What a power cut
+    would take is the sync's part: that no `append` returns before its bytes are synced is
+    test_writer_groups.py's test_no_append_returns_before_its_line_is_synced."""
+    import signal
+
+    ctx = multiprocessing.get_context("spawn")
+    pipes = [ctx.Pipe(duplex=False) for _ in range(2)]
+    procs = [ctx.Process(target=_acknowledging_appender, args=(str(tmp_path), send, t))
+             for t, (_, send) in enumerate(pipes)]
+    acked: dict[int, str] = {}
+    try:
+        for p in procs:
+            p.start()
+        for _ in range(60):
+            for recv, _ in pipes:
+                assert recv.poll(60)
+                seq, digest = recv.recv()
+                assert acked.setdefault(seq, digest) == digest  # no seq given out twice
+    finally:
+        for p in procs:
+            if p.pid is not None:
+                os.kill(p.pid, signal.SIGKILL)
+                p.join(30)
+    assert all(p.exitcode == -signal.SIGKILL for p in procs)
+    for recv, _ in pipes:  # acknowledgements sent before the kill
+        while recv.poll(0.1):
+            seq, digest = recv.recv()
+            assert acked.setdefault(seq, digest) == digest
+    with JournalWriter(tmp_path) as w:
+        after = w.append(fields(n=7))
+    got = {orjson.loads(line)["seq"]: orjson.loads(line)["hash"]
+           for line in read_lines(Vault(tmp_path).session_path("s1"))}
+    assert {seq: got.get(seq) for seq in acked} == acked
+    assert after["seq"] == max(got) and after["seq"] > max(acked)
+    r = verify_session(Vault(tmp_path), "s1")
+    assert r.intact and r.entries == after["seq"]
+
+
 def test_writer_notices_an_append_by_another_writer(tmp_path):
     a, b = JournalWriter(tmp_path), JournalWriter(tmp_path)
     a.append(fields(n=1))
@@ -254,6 +303,27 @@ def test_failed_write_is_rolled_back_and_the_session_resumes(tmp_path, monkeypat
     assert path.stat().st_size == size
     assert w.append(fields(n=3))["seq"] == 2
     w.close()
+    assert verify_session(Vault(tmp_path), "s1").intact
+
+
+def test_short_writes_are_continued_until_the_whole_group_is_in(tmp_path, monkeypatch):
+    """os.write may take fewer bytes than asked (a disk filling up, a signal): the rest is written after
+    them, so each line is whole and the chain intact."""
+    real_write = os.write
+    sizes = []
+
+    def short(fd, data):
+        sizes.append(len(data))
+        return real_write(fd, bytes(data[:700]))
+
+    monkeypatch.setattr(os, "write", short)
+    with JournalWriter(tmp_path) as w:
+        got = [w.append(fields(n=n)) for n in range(1, 4)]
+        got += w.append_many([fields(n=n) for n in range(4, 8)])
+    monkeypatch.undo()
+    assert max(sizes) > 700 and len(sizes) > 7  # each group took several writes
+    path = Vault(tmp_path).session_path("s1")
+    assert read_lines(path) == [canonical_bytes(e) + b"\n" for e in got]
     assert verify_session(Vault(tmp_path), "s1").intact
 
 

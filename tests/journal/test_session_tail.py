@@ -103,3 +103,23 @@ def test_what_is_kept_stays_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert tail._written_size == sum(len(d) for runs in tail._written.values() for _, d in runs)
     tail.wrote("big", 0, b"x" * 100 + b"\n")  # over a quarter of the bound: not kept
     assert "big" not in tail._written
+
+
+def test_the_runs_let_go_first_are_those_of_the_session_written_longest_ago(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tail, _ = _tail(tmp_path)
+    monkeypatch.setattr(SessionTail, "WRITTEN_BYTES", 40)
+    tail.wrote("a", 0, b"a0 line\n")
+    tail.wrote("b", 0, b"b0 line\n")
+    tail.wrote("a", 8, b"a1 line\n")  # "a" is now the session written last
+    tail.wrote("c", 0, b"c0 line\n")
+    tail.wrote("c", 8, b"c1 line\n")
+    tail.wrote("c", 16, b"c2 line\n")  # 48 bytes: over the bound by one run
+    assert "b" not in tail._written
+    assert [o for o, _ in tail._written["a"]] == [0, 8]
+    tail.wrote("c", 24, b"c3 line\n")  # the oldest run of "a", the session written longest ago now
+    assert [o for o, _ in tail._written["a"]] == [8]
+    assert tail._written_size == sum(len(d) for runs in tail._written.values() for _, d in runs) <= 40
+    tail.wrote("a", 99, b"a9 line\n")  # not after a1: its runs start again from this one
+    assert [o for o, _ in tail._written["a"]] == [99]
