@@ -17,13 +17,12 @@ depend on whether a fork happened.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
 
 from journal.forked_call import ForkedCall
 from journal.forked_call import can_fork as _fork_is_safe
 
-from .store import Store
+from .store import Store, connect
 
 ENABLED = True
 """Tests switch this off to compare the forked and the serial output byte for byte."""
@@ -47,7 +46,7 @@ def start(work: Callable[[], object], store: Store | None = None) -> ForkedCall 
         if store is not None:
             # The inherited connection belongs to the parent: set aside, never used or closed here.
             store.inherited = store.db
-            store.db = sqlite3.connect(store.path, isolation_level=None, check_same_thread=False)
+            store.db = connect(store.path)
         return work()
 
     try:
