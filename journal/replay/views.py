@@ -218,21 +218,25 @@ class Views:
         if res.state:
             out += ["Merged field by field from the platform's answers; each field names the entry it last came "
                     "from.", "", "| field | value | from |", "|---|---|---|"]
-            for field in sorted(res.state):
-                src = res.sources.get(field)
-                mark = "" if src is None or src < (rp.untrusted_from or src + 1) else " **untrusted**"
-                origin = f"{seq_link(src)} {code(rp.grade(src))}{mark}" if src is not None else "—"
-                out.append(f"| {code(field)} | {cell(res.state[field])} | {origin} |")
+            state, sources = res.state, res.sources
+            origins: dict[int | None, str] = {None: "—"}  # the fields of one answer share their origin
+            for field in sorted(state):
+                src = sources.get(field)
+                origin = origins.get(src)
+                if origin is None:
+                    mark = "" if src < (rp.untrusted_from or src + 1) else " **untrusted**"  # type: ignore[operator]
+                    origin = origins[src] = f"{seq_link(src)} {code(rp.grade(src))}{mark}"  # type: ignore[arg-type]
+                out.append(f"| {code(field)} | {cell(state[field])} | {origin} |")
         else:
             out.append("_No answer showed this resource's fields (only its id, or only writes without a body)._")
         if res.lifecycle:
             out += ["", "Lifecycle: " + "; ".join(f"{esc(what)} ({seq_link(p)})" for p, what in res.lifecycle)]
         out += ["", "## Entries", "", "| seq | time | role | call | capture | result |", "|---|---|---|---|---|---|"]
-        for t in res.touches:
-            result = "ok" if t.ok else f"failed: {esc(t.failure or '?')}"
-            trust = "" if t.trusted else " **untrusted**"
-            out.append(f"| {seq_link(t.pos)} | {code(_clock(t.ts))} | {t.role} | {code(t.op)} | {code(t.capture)}"
-                       f"{trust} | {result} |")
+        for pos, role, op, ok, capture, ts, failure, trusted in res.touches:
+            result = "ok" if ok else f"failed: {esc(failure or '?')}"
+            trust = "" if trusted else " **untrusted**"
+            out.append(f"| {seq_link(pos)} | {code(_clock(ts))} | {role} | {code(op)} | {code(capture)}{trust} | "
+                       f"{result} |")
         if res.writes:
             out += ["", "## Writes", ""]
             for w in res.writes:
