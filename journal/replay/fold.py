@@ -641,6 +641,7 @@ class Folder:
         self._grades = bytearray(1)  # pos -> index into _grade_names
         self._grade_names: list[str] = []
         self._grade_index: dict[str, int] = {}
+        self._saved = False  # save_resources ran: the fold is over
 
     def unreadable(self, pos: int, why: str) -> None:
         self.counts.unreadable += 1
@@ -857,8 +858,7 @@ class Folder:
         """The Replay; with `partner`, after absorbing its share of the fold (a resource both folded raises
         sqlite3.IntegrityError)."""
         if self.views:
-            self._save_resources()
-        self._live, self._cold = OrderedDict(), {}
+            self.save_resources()
         if partner is not None:
             self.store.absorb(partner.db)
             self.counts.add(cast(Counts, partner.counts))
@@ -868,13 +868,21 @@ class Folder:
 
     def hand_over(self) -> Path:
         """A partner's end of the fold (split.py): its resources saved, its store left for the parent to absorb."""
-        self._save_resources()
-        self._live, self._cold = OrderedDict(), {}
+        self.save_resources()
         self.store.hand_over()
         return self.store.path
 
-    def _save_resources(self) -> None:
-        """Every resource's row, once, in sort-key order (so the store's key index is built by appends)."""
+    def save_resources(self) -> None:
+        """Every resource's row, once, in sort-key order (so the store's key index is built by appends). The fold
+        is over: nothing may be fed after it. Called early by a fold whose partner is still folding (its share
+        is smaller: see `_fold_beside_verifier`); a second call does nothing."""
+        if self._saved:
+            return
+        self._saved = True
+        self._write_resources()
+        self._live, self._cold = OrderedDict(), {}
+
+    def _write_resources(self) -> None:
         ordered = sorted([(sort_key(key), key) for key in self._live] + [(sort_key(key), key) for key in self._cold])
         for i in range(0, len(ordered), _BATCH):
             rows = []
@@ -1005,6 +1013,8 @@ def _fold_beside_verifier(vault: Vault, session: str, progress: Callable[[int], 
             if failed:  # the serial fold comes next: the partner's share is not wanted
                 partner.close()
             else:
+                # This share is the smaller (split.Partition): its rows are written while the partner still folds.
+                folder.save_resources()
                 share = partner.result()
         report = child.result()
     except BaseException:
