@@ -17,12 +17,13 @@ depend on whether a fork happened.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable
 
 from journal.forked_call import ForkedCall
 from journal.forked_call import can_fork as _fork_is_safe
 
-from .store import Store, connect
+from .store import Store
 
 ENABLED = True
 """Tests switch this off to compare the forked and the serial output byte for byte."""
@@ -46,7 +47,7 @@ def start(work: Callable[[], object], store: Store | None = None) -> ForkedCall 
         if store is not None:
             # The inherited connection belongs to the parent: set aside, never used or closed here.
             store.inherited = store.db
-            store.db = connect(store.path)
+            store.db = sqlite3.connect(store.path, isolation_level=None, check_same_thread=False)
         return work()
 
     try:

@@ -62,16 +62,6 @@ COMMIT;
 """Steps of two shares carry ids from two ranges; the plan numbers them in seq order (the serial fold's
 creation order: seq, then the order one entry made them), 1 to n."""
 _BATCH = 1000
-_MMAP = 1 << 30
-"""Reading the views back is random access by resource over a file of ~150 MB at 10^5 entries: mapped, a page
-is a memory read instead of a pread64 (about a fifth of reading every resource back, bench.replay_bench)."""
-
-
-def connect(path: Path) -> sqlite3.Connection:
-    """A connection to a store's database for reading it (a forked views writer's, forked.py): pages mapped."""
-    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    db.execute(f"PRAGMA mmap_size={_MMAP}")
-    return db
 
 
 def sort_key(key: tuple) -> bytes:
@@ -136,7 +126,6 @@ class Store:
         self.flush()
         if not self.finished:
             self.db.executescript(_INDEXES)
-            self.db.execute(f"PRAGMA mmap_size={_MMAP}")  # from here on the store is read back (see _MMAP)
             self.finished = True
 
     def hand_over(self) -> None:
@@ -231,4 +220,4 @@ def _remove(db: sqlite3.Connection, folder: Path) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-__all__ = ["Store", "connect", "dumps", "sort_key"]
+__all__ = ["Store", "dumps", "sort_key"]
