@@ -46,7 +46,7 @@ from journal.reader import RowSource, iter_lines, session_lines
 from journal.vault import Vault
 from journal.verify import SessionReport, verify_session
 
-from . import connectors, forked, split
+from . import collector, connectors, forked, split
 from .connectors import generic
 from .labels import PAGE, describe, link, note_name, resource_id, step_flags
 from .model import (
@@ -697,6 +697,8 @@ class Folder:
         if not views:
             if len(self._step_rows) >= _BATCH:
                 self.store.flush()
+            if not c.entries % _BATCH:
+                collector.young()
             return
         record = {
             "seq": pos, "claimed_seq": call.seq if call.seq != pos else None, "ts": call.ts,
@@ -708,6 +710,7 @@ class Folder:
                                    dumps(keys) if keys else None))
         if len(self._entry_rows) >= _BATCH:
             self.store.flush()
+            collector.young()  # the batch's rows are in the store: what is left young is mostly new resources
 
     def pass_over(self, entry: dict, pos: int) -> None:
         """An entry a partner folds (split.py): only its capture grade is kept here (the plan and the notes
@@ -987,17 +990,18 @@ def _fold_beside_verifier(vault: Vault, session: str, progress: Callable[[int], 
     part = split.Partition() if partner is not None else None
     lines = size = 0
     try:
-        for line in iter_lines(path):
-            index, data = line.index, line.data
-            size += len(data)
-            if progress is not None:
-                progress(len(data))
-            lines = index + 1
-            entry = orjson.loads(data)
-            if part is None or part.here(entry):
-                folder.feed(entry, lines, True)
-            else:
-                folder.pass_over(entry, lines)
+        with collector.paused():  # the verifier and the partner were forked with it on
+            for line in iter_lines(path):
+                index, data = line.index, line.data
+                size += len(data)
+                if progress is not None:
+                    progress(len(data))
+                lines = index + 1
+                entry = orjson.loads(data)
+                if part is None or part.here(entry):
+                    folder.feed(entry, lines, True)
+                else:
+                    folder.pass_over(entry, lines)
         failed = False
     except Exception:  # noqa: BLE001 - a line the verifier will reject: the serial fold says what it is
         failed = True
@@ -1014,7 +1018,8 @@ def _fold_beside_verifier(vault: Vault, session: str, progress: Callable[[int], 
                 partner.close()
             else:
                 # This share is the smaller (split.Partition): its rows are written while the partner still folds.
-                folder.save_resources()
+                with collector.paused():
+                    folder.save_resources()
                 share = partner.result()
         report = child.result()
     except BaseException:

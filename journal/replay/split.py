@@ -33,7 +33,7 @@ import orjson
 from journal.forked_call import ForkedCall
 from journal.reader import iter_lines
 
-from . import forked
+from . import collector, forked
 
 PARTNER_IDS = 1 << 40
 """The partner's resource and step ids start above this (this process's stay below it)."""
@@ -90,13 +90,14 @@ def start(path: Path, make_folder: Callable[[], ShareFolder]) -> ForkedCall | No
 def _fold_share(path: Path, folder: ShareFolder) -> Share:
     part = Partition()
     lines = size = 0
-    for line in iter_lines(path):
-        size += len(line.data)
-        lines = line.index + 1
-        entry = orjson.loads(line.data)
-        if not part.here(entry):
-            folder.feed(entry, lines, True)
-    return Share(folder.counts, lines, size, folder.hand_over())
+    with collector.paused():
+        for line in iter_lines(path):
+            size += len(line.data)
+            lines = line.index + 1
+            entry = orjson.loads(line.data)
+            if not part.here(entry):
+                folder.feed(entry, lines, True)
+        return Share(folder.counts, lines, size, folder.hand_over())
 
 
 __all__ = ["PARTNER_IDS", "Partition", "Share", "ShareFolder", "start"]

@@ -16,19 +16,17 @@ folder, gives the same bytes. Files of an earlier replay that are no longer prod
 
 from __future__ import annotations
 
-import gc
 import os
 import re
 import stat
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import orjson
 
 from journal.vault import SESSION_SUFFIX, Vault, session_filename
 
-from . import forked
+from . import collector, forked
 from .fold import GRADES, PlanStep, Replay, Resource, Touched, WriteRecord, resource_from_row, weakest, write_from_row
 from .labels import PAGE, TITLES, note_name, resource_id, step_flags, title, unknown_link
 from .markdown import blob_link, body_block, callout, cell, code, dumps, esc, fence
@@ -610,7 +608,7 @@ def write_views(vault: Vault, rp: Replay) -> tuple[Path, list[str]]:
         store.add("previous", (name,))
     with os.scandir(out) as listing:
         fresh = next(listing, None) is None
-    with _no_gc():
+    with collector.paused():
         Views(rp, fresh).write_all(out)
     for (stale,) in store.rows("SELECT name FROM previous WHERE name NOT IN (SELECT name FROM files) ORDER BY name"):
         if _OWN_NAME.match(stale):
@@ -707,19 +705,6 @@ def _same_file(a: Path, b: Path) -> bool:
                     return True
     except OSError:
         return False
-
-
-@contextmanager
-def _no_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector (replay builds many objects and no cycles; the collector's
-    repeated scans of a large heap cost about a fifth of the time); restore it afterwards."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 __all__ = ["FORMAT", "PAGE", "Views", "blob_link", "body_block", "note_name", "views_dir", "write_views"]
