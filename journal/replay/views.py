@@ -469,10 +469,11 @@ class Views:
 
     # -- all files ----------------------------------------------------------------------------------
 
-    CHILD_SHARE = 0.34
+    CHILD_SHARE = 0.30
     """The share of the resource notes' work (the last notes in key order, weighed by their touches) a forked
     child writes besides the timeline, the index and the plan, while this process writes the other notes and
-    then views.json: about half the work each (measured on the replay benchmark)."""
+    then views.json: about half the work each (measured on the replay benchmark: 0.34 until the notes got
+    cheaper to render, branch `replay30b`, when the child became the longer side by about 0.6 s of CPU)."""
 
     def write_all(self, folder: Path) -> None:
         """Write every file into `folder`, naming each in the store's `files` table. When a fork is possible
