@@ -16,9 +16,9 @@ Nothing here opens a blob: spilled values stay as references (the verifier strea
 once to check its hash).
 
 One streaming pass, state bounded by what the session touched, not by its length: every resource is
-folded in memory (its state as last seen, where each field came from, counters): the 4,096 touched most
-recently as objects, updated in place; the others serialized (about 400 bytes each, a fifth of the
-object), thawed when touched again. Memory grows with the distinct resources only, and a touch costs a
+folded in memory (its state as last seen, where each field came from, counters): the 65,536 touched most
+recently as objects, updated in place; past that many the others serialized (about 400 bytes each, a fifth
+of the object), thawed when touched again. Memory grows with the distinct resources only, and a touch costs a
 dict lookup (at worst one orjson round trip), never a query, whatever the session's length. What the views list
 per entry (the entry's views.json line, each touch, each write with its bodies, lifecycle marks) is
 appended to the spill store (store.py) as it is folded and read back in key order when the views are
@@ -48,7 +48,7 @@ from journal.reader import RowSource, iter_lines, session_lines
 from journal.vault import Vault
 from journal.verify import SessionReport, verify_session
 
-from . import connectors, forked, split
+from . import collector, connectors, forked, split
 from .connectors import generic
 from .labels import PAGE, describe, link, note_name, resource_id, step_flags
 from .model import (
@@ -617,7 +617,11 @@ class Folder:
     others serialized in memory; entries, touches, writes and steps go to the spill store as they are
     folded (with `views` false, only the steps)."""
 
-    CACHE = 4096
+    CACHE = 1 << 16
+    """Resources kept as objects. Serializing the others (`freeze` / `thaw`, an orjson round trip and an object
+    built per touch) cost about a tenth of the fold at 10^5 entries, where 36,603 resources are touched at random
+    (bench.replay_bench); 65,536 objects of about 1 KB more than their frozen form bound what not freezing costs,
+    and a session touching more resources still folds in bounded memory."""
 
     def __init__(self, session: str, near: Path | None = None, *, views: bool = True,
                  cache: int | None = None, id_base: int = 0) -> None:
@@ -639,6 +643,7 @@ class Folder:
         self._grades = bytearray(1)  # pos -> index into _grade_names
         self._grade_names: list[str] = []
         self._grade_index: dict[str, int] = {}
+        self._saved = False  # save_resources ran: the fold is over
 
     def unreadable(self, pos: int, why: str) -> None:
         self.counts.unreadable += 1
@@ -694,6 +699,8 @@ class Folder:
         if not views:
             if len(self._step_rows) >= _BATCH:
                 self.store.flush()
+            if not c.entries % _BATCH:
+                collector.young()
             return
         record = {
             "seq": pos, "claimed_seq": call.seq if call.seq != pos else None, "ts": call.ts,
@@ -705,6 +712,7 @@ class Folder:
                                    dumps(keys) if keys else None))
         if len(self._entry_rows) >= _BATCH:
             self.store.flush()
+            collector.young()  # the batch's rows are in the store: what is left young is mostly new resources
 
     def pass_over(self, entry: dict, pos: int) -> None:
         """An entry a partner folds (split.py): only its capture grade is kept here (the plan and the notes
@@ -855,8 +863,7 @@ class Folder:
         """The Replay; with `partner`, after absorbing its share of the fold (a resource both folded raises
         sqlite3.IntegrityError)."""
         if self.views:
-            self._save_resources()
-        self._live, self._cold = OrderedDict(), {}
+            self.save_resources()
         if partner is not None:
             self.store.absorb(partner.db)
             self.counts.add(cast(Counts, partner.counts))
@@ -866,13 +873,21 @@ class Folder:
 
     def hand_over(self) -> Path:
         """A partner's end of the fold (split.py): its resources saved, its store left for the parent to absorb."""
-        self._save_resources()
-        self._live, self._cold = OrderedDict(), {}
+        self.save_resources()
         self.store.hand_over()
         return self.store.path
 
-    def _save_resources(self) -> None:
-        """Every resource's row, once, in sort-key order (so the store's key index is built by appends)."""
+    def save_resources(self) -> None:
+        """Every resource's row, once, in sort-key order (so the store's key index is built by appends). The fold
+        is over: nothing may be fed after it. Called early by a fold whose partner is still folding (its share
+        is smaller: see `_fold_beside_verifier`); a second call does nothing."""
+        if self._saved:
+            return
+        self._saved = True
+        self._write_resources()
+        self._live, self._cold = OrderedDict(), {}
+
+    def _write_resources(self) -> None:
         ordered = sorted([(sort_key(key), key) for key in self._live] + [(sort_key(key), key) for key in self._cold])
         for i in range(0, len(ordered), _BATCH):
             rows = []
@@ -978,21 +993,22 @@ def _fold_beside_verifier(vault: Vault, session: str, progress: Callable[[int], 
     lines = size = 0
     head = GENESIS  # the chain as read here (chain.next_head): it must end at the head the verifier reports
     try:
-        for line in iter_lines(path):
-            index, data = line.index, line.data
-            size += len(data)
-            if progress is not None:
-                progress(len(data))
-            lines = index + 1
-            entry = orjson.loads(data)
-            linked = next_head(entry, data, head)
-            if linked is None:  # not the chain the verifier checks: the serial fold says what it is
-                raise ValueError(f"line {lines} does not link")
-            head = linked
-            if part is None or part.here(entry):
-                folder.feed(entry, lines, True)
-            else:
-                folder.pass_over(entry, lines)
+        with collector.paused():  # the verifier and the partner were forked with it on
+            for line in iter_lines(path):
+                index, data = line.index, line.data
+                size += len(data)
+                if progress is not None:
+                    progress(len(data))
+                lines = index + 1
+                entry = orjson.loads(data)
+                linked = next_head(entry, data, head)
+                if linked is None:  # not the chain the verifier checks: the serial fold says what it is
+                    raise ValueError(f"line {lines} does not link")
+                head = linked
+                if part is None or part.here(entry):
+                    folder.feed(entry, lines, True)
+                else:
+                    folder.pass_over(entry, lines)
         failed = False
     except Exception:  # noqa: BLE001 - a line the verifier will reject: the serial fold says what it is
         failed = True
@@ -1008,6 +1024,9 @@ def _fold_beside_verifier(vault: Vault, session: str, progress: Callable[[int], 
             if failed:  # the serial fold comes next: the partner's share is not wanted
                 partner.close()
             else:
+                # This share is the smaller (split.Partition): its rows are written while the partner still folds.
+                with collector.paused():
+                    folder.save_resources()
                 share = partner.result()
         report = child.result()
     except BaseException:

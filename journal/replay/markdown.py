@@ -40,18 +40,19 @@ def esc(text: object, limit: int = 200) -> str:
 
 def code(text: str, in_table: bool = True) -> str:
     """An inline code span that holds any text (backtick runs, pipes in tables, newlines)."""
-    if len(text) <= 48:
-        key = (text, in_table)
-        out = _CODE_CACHE.get(key)
-        if out is None:
-            out = _CODE_CACHE[key] = _code(text, in_table)
-            if len(_CODE_CACHE) > 8192:
-                _CODE_CACHE.clear()
-        return out
-    return _code(text, in_table)
+    cache = _CODE_IN_TABLE if in_table else _CODE_IN_TEXT  # one dict per mode: no key tuple built per call
+    out = cache.get(text)
+    if out is None:
+        out = _code(text, in_table)
+        if len(text) <= 48:
+            if len(cache) >= 8192:
+                cache.clear()
+            cache[text] = out
+    return out
 
 
-_CODE_CACHE: dict[tuple[str, bool], str] = {}
+_CODE_IN_TABLE: dict[str, str] = {}
+_CODE_IN_TEXT: dict[str, str] = {}
 
 
 def _code(text: str, in_table: bool) -> str:

@@ -34,7 +34,7 @@ from journal.chain import GENESIS, next_head
 from journal.forked_call import ForkedCall
 from journal.reader import iter_lines
 
-from . import forked
+from . import collector, forked
 
 PARTNER_IDS = 1 << 40
 """The partner's resource and step ids start above this (this process's stay below it)."""
@@ -93,17 +93,18 @@ def _fold_share(path: Path, folder: ShareFolder) -> Share:
     part = Partition()
     lines = size = 0
     head = GENESIS
-    for line in iter_lines(path):
-        size += len(line.data)
-        lines = line.index + 1
-        entry = orjson.loads(line.data)
-        linked = next_head(entry, line.data, head)
-        if linked is None:  # not the chain the verifier checks: the parent folds serially
-            raise ValueError(f"line {lines} does not link")
-        head = linked
-        if not part.here(entry):
-            folder.feed(entry, lines, True)
-    return Share(folder.counts, lines, size, head, folder.hand_over())
+    with collector.paused():
+        for line in iter_lines(path):
+            size += len(line.data)
+            lines = line.index + 1
+            entry = orjson.loads(line.data)
+            linked = next_head(entry, line.data, head)
+            if linked is None:  # not the chain the verifier checks: the parent folds serially
+                raise ValueError(f"line {lines} does not link")
+            head = linked
+            if not part.here(entry):
+                folder.feed(entry, lines, True)
+        return Share(folder.counts, lines, size, head, folder.hand_over())
 
 
 __all__ = ["PARTNER_IDS", "Partition", "Share", "ShareFolder", "start"]

@@ -16,19 +16,17 @@ folder, gives the same bytes. Files of an earlier replay that are no longer prod
 
 from __future__ import annotations
 
-import gc
 import os
 import re
 import stat
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import orjson
 
 from journal.vault import SESSION_SUFFIX, Vault, session_filename
 
-from . import forked
+from . import collector, forked
 from .fold import GRADES, PlanStep, Replay, Resource, Touched, WriteRecord, resource_from_row, weakest, write_from_row
 from .labels import PAGE, TITLES, note_name, resource_id, step_flags, title, unknown_link
 from .markdown import blob_link, body_block, callout, cell, code, dumps, esc, fence
@@ -218,21 +216,25 @@ class Views:
         if res.state:
             out += ["Merged field by field from the platform's answers; each field names the entry it last came "
                     "from.", "", "| field | value | from |", "|---|---|---|"]
-            for field in sorted(res.state):
-                src = res.sources.get(field)
-                mark = "" if src is None or src < (rp.untrusted_from or src + 1) else " **untrusted**"
-                origin = f"{seq_link(src)} {code(rp.grade(src))}{mark}" if src is not None else "—"
-                out.append(f"| {code(field)} | {cell(res.state[field])} | {origin} |")
+            state, sources = res.state, res.sources
+            origins: dict[int | None, str] = {None: "—"}  # the fields of one answer share their origin
+            for field in sorted(state):
+                src = sources.get(field)
+                origin = origins.get(src)
+                if origin is None:
+                    mark = "" if src < (rp.untrusted_from or src + 1) else " **untrusted**"  # type: ignore[operator]
+                    origin = origins[src] = f"{seq_link(src)} {code(rp.grade(src))}{mark}"  # type: ignore[arg-type]
+                out.append(f"| {code(field)} | {cell(state[field])} | {origin} |")
         else:
             out.append("_No answer showed this resource's fields (only its id, or only writes without a body)._")
         if res.lifecycle:
             out += ["", "Lifecycle: " + "; ".join(f"{esc(what)} ({seq_link(p)})" for p, what in res.lifecycle)]
         out += ["", "## Entries", "", "| seq | time | role | call | capture | result |", "|---|---|---|---|---|---|"]
-        for t in res.touches:
-            result = "ok" if t.ok else f"failed: {esc(t.failure or '?')}"
-            trust = "" if t.trusted else " **untrusted**"
-            out.append(f"| {seq_link(t.pos)} | {code(_clock(t.ts))} | {t.role} | {code(t.op)} | {code(t.capture)}"
-                       f"{trust} | {result} |")
+        for pos, role, op, ok, capture, ts, failure, trusted in res.touches:
+            result = "ok" if ok else f"failed: {esc(failure or '?')}"
+            trust = "" if trusted else " **untrusted**"
+            out.append(f"| {seq_link(pos)} | {code(_clock(ts))} | {role} | {code(op)} | {code(capture)}{trust} | "
+                       f"{result} |")
         if res.writes:
             out += ["", "## Writes", ""]
             for w in res.writes:
@@ -467,10 +469,11 @@ class Views:
 
     # -- all files ----------------------------------------------------------------------------------
 
-    CHILD_SHARE = 0.34
+    CHILD_SHARE = 0.30
     """The share of the resource notes' work (the last notes in key order, weighed by their touches) a forked
     child writes besides the timeline, the index and the plan, while this process writes the other notes and
-    then views.json: about half the work each (measured on the replay benchmark)."""
+    then views.json: about half the work each (measured on the replay benchmark: 0.34 until the notes got
+    cheaper to render, branch `replay30b`, when the child became the longer side by about 0.6 s of CPU)."""
 
     def write_all(self, folder: Path) -> None:
         """Write every file into `folder`, naming each in the store's `files` table. When a fork is possible
@@ -606,7 +609,7 @@ def write_views(vault: Vault, rp: Replay) -> tuple[Path, list[str]]:
         store.add("previous", (name,))
     with os.scandir(out) as listing:
         fresh = next(listing, None) is None
-    with _no_gc():
+    with collector.paused():
         Views(rp, fresh).write_all(out)
     for (stale,) in store.rows("SELECT name FROM previous WHERE name NOT IN (SELECT name FROM files) ORDER BY name"):
         if _OWN_NAME.match(stale):
@@ -703,19 +706,6 @@ def _same_file(a: Path, b: Path) -> bool:
                     return True
     except OSError:
         return False
-
-
-@contextmanager
-def _no_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector (replay builds many objects and no cycles; the collector's
-    repeated scans of a large heap cost about a fifth of the time); restore it afterwards."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 __all__ = ["FORMAT", "PAGE", "Views", "blob_link", "body_block", "note_name", "views_dir", "write_views"]

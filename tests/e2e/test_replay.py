@@ -639,3 +639,28 @@ def test_the_spill_store_lives_beside_the_views_and_is_removed(tmp_path):
     gc.collect()
     assert not scratch.exists()
     assert [p.name for p in vault.views_dir.iterdir()] == [views_dir(vault, SESSION).name]
+
+
+@pytest.mark.usefixtures("only_main_thread")
+def test_the_split_fold_is_kept_and_the_smaller_share_saves_before_the_partner_is_done(tmp_path, monkeypatch):
+    """The fold split between two processes (split.py) is kept, not refused for a resource saved twice and folded
+    again serially (which would give the same bytes, only slower): the parent's share writes its resource rows
+    once, before it takes the partner's share, and `finish` absorbs the partner."""
+    from bench.replay_bench import SESSION as BENCH
+    from bench.replay_bench import build_session
+    from journal.forked_call import ForkedCall
+    from journal.replay import fold
+
+    build_session(tmp_path / "v", 1500, 100)
+    events: list[str] = []
+    real_save, real_finish, real_result = fold.Folder._write_resources, fold.Folder.finish, ForkedCall.result
+    monkeypatch.setattr(fold.Folder, "_write_resources", lambda self: events.append("save") or real_save(self))
+    monkeypatch.setattr(fold.Folder, "finish", lambda self, report, partner=None:
+                        events.append(f"finish partner={partner is not None}") or real_finish(self, report, partner))
+    monkeypatch.setattr(ForkedCall, "result", lambda self: events.append("result") or real_result(self))
+    rp = replay_session(Vault.open_existing(tmp_path / "v"), BENCH)
+    try:
+        assert rp.intact and rp.counts.entries == 1500
+        assert events == ["save", "result", "result", "finish partner=True"]  # the partner's, then the verifier's
+    finally:
+        rp.close()
