@@ -97,6 +97,7 @@ def mcp(
     from broker.mcp.recording import CallJournal, Identity, connector_name, fallback_connector, stdio_url
     from journal.bodies import SPILL_THRESHOLD
     from journal.record import Recorder
+    from journal.redact import compile_for_capture
     from journal.vault import session_filename
 
     use_log_format(log_format)
@@ -152,6 +153,7 @@ def mcp(
             fallback=connector_name(urlsplit(upstream).hostname or "") or "mcp", connector=connector or None,
             rules=rules,
         )
+        compile_for_capture()  # before the first call, not on its event loop (journal.redact)
         freeze_startup_objects()  # (broker.gc_freeze)
         try:
             if sock is not None:

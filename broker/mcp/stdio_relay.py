@@ -31,6 +31,7 @@ from collections.abc import Callable
 
 from broker.mcp.recording import CallJournal
 from broker.mcp.relay import MAX_LINE, ClientWriter, LineRelay, iter_lines, restore_blocking, say
+from journal.redact import compile_for_capture
 
 SHUTDOWN_GRACE = 1.0
 """After the client went away, how long the server may still answer before it is stopped."""
@@ -297,6 +298,7 @@ def _install_signals(callback: Callable[[], None]) -> Callable[[], None]:
 async def run_stdio_shim(journal: CallJournal, argv: list[str], **kwargs) -> int:
     relay = StdioRelay(journal, argv, **kwargs)
     await relay.start_child()
+    compile_for_capture()  # while the server starts, not on the first call (journal.redact)
     reader, writer = await open_stdio(relay.max_line)
     try:
         return await relay.run(reader, writer)
