@@ -25,19 +25,12 @@ from journal.reader import iter_entries
 from journal.record import Recorder
 from journal.vault import Vault
 from journal.write_ahead import ID_KEY, WRITE_AHEAD_DIR
-from tests.broker.proxy.test_recorded_entries import EXPECTED, KEY, SECRETS, calls
+from tests.broker.proxy.test_recorded_entries import EXPECTED, SECRETS, calls
+from tests.broker.proxy.test_recorded_entries import fixed_key as fixed_key  # the fixture, shared
 from tests.broker.proxy.test_write_ahead_hooks import CANARY, LABELS, SEND, _flow
 from tests.support.prompt_calls import anthropic_call, call_with_prompts
 
 WRITE_ID = "0123456789abcdef0123456789abcdef"
-
-
-@pytest.fixture
-def fixed_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    key = tmp_path / "fp.key"
-    key.write_text(KEY + "\n")
-    key.chmod(0o600)
-    monkeypatch.setenv("BROKER_FINGERPRINT_KEY_FILE", str(key))
 
 
 class _Transport(asyncio.Transport):
