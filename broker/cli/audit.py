@@ -204,7 +204,7 @@ def verify_checkpoints(vault: Vault, sessions: tuple[str, ...], as_json: bool, n
 def print_reports(reports: list[SessionReport], as_json: bool) -> None:
     for r in reports:
         if as_json:
-            d = {k: getattr(r, k) for k in ("session", "entries", "intact", "broken_at_seq", "kind", "detail")}
+            d = {k: getattr(r, k) for k in ("session", "entries", "intact", "broken_at_seq", "kind", "detail", "head")}
             d["notes"] = r.notes
             click.echo(orjson.dumps(d).decode())
         elif r.intact:
