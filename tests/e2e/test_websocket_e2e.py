@@ -12,6 +12,7 @@ import base64
 import json
 import ssl
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -245,7 +246,15 @@ def test_slack_sdk_socket_mode_client(tmp_path, upstream):
         try:
             client.connect()
             assert done.wait(20), broker.output.decode(errors="replace")[-2000:]
-            entries = broker.entries("sdk1", count=7)  # (the SDK's ping and its pong are entries too)
+            # (the SDK's ping and its pong are entries too, in an order the SDK's threads decide: wait for the
+            # ack's own entry, not for a count the ping and pong can reach first)
+            deadline = time.monotonic() + 20
+            while True:
+                entries = broker.entries("sdk1", count=7)
+                acked = any(e["request"].get("body") == {"envelope_id": "env-1"} for e in entries)
+                if acked or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
         finally:
             client.close()
     assert got == ["<@U0BOT> hello"]
