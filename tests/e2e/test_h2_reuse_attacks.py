@@ -1,0 +1,111 @@
+"""The review of 2026-12-02, as the attacker, of `broker run`'s reuse of upstream HTTP/1 connections for HTTP/2
+clients (broker/proxy/h2_upstream_reuse.py): can the recorded agent get a request upstream unrecorded, or get one
+call's answer delivered to (and recorded for) another, and does a misbehaving upstream do so?
+
+The agent speaks raw HTTP/2 (tests/support/h2_client.py: what curl and httpx never send); the upstream is the
+scripted HTTP/1.1-only one of tests/support/h1_upstream.py, whose answers name the request they answer (path, and
+the sha256 of the request body).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from urllib.parse import urlsplit
+
+import pytest
+
+from tests.support.broker_harness import BrokerProcess
+from tests.support.h1_upstream import HOST, H1Upstream, answer_body
+from tests.support.h2_client import H2Tunnel
+
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")]
+SESSION = "h2attack"
+SMUGGLED = f"GET /keep/smuggled?ms=300 HTTP/1.1\r\nHost: {HOST}\r\n\r\n".encode()
+"""A whole HTTP/1.1 request as a body; slow to answer, so that its answer would come after the next call's head."""
+
+
+def _by_path(b: BrokerProcess, count: int) -> dict[str, dict]:
+    return {urlsplit(e["request"]["url"]).path: e for e in b.entries(SESSION, count)}
+
+
+@pytest.mark.parametrize(("flavour", "headers"), [
+    ("broker", []),  # held whole by the broker, then sent
+    ("broker", [("content-type", "text/event-stream")]),  # streamed upstream as it arrives
+    ("mitmdump", []),  # stock connection handling: the smuggled call still reached the platform unrecorded
+], ids=["held-whole", "streamed", "mitmdump"])
+def test_a_body_without_a_length_is_never_read_upstream_as_a_request_of_its_own(tmp_path, flavour, headers):
+    """HTTP/2 lets a request carry a body without content-length. Before broker.proxy.h1_request_framing, mitmproxy
+    sent its head to the HTTP/1 upstream without a length and the body raw: the upstream answered the smuggled GET
+    (no entry of its own), and on the kept connection its answer went to the next call, whose entry recorded it."""
+    extra = ("--session", SESSION) if flavour == "broker" else ()
+    with H1Upstream() as up, BrokerProcess(tmp_path, up, *extra, flavour=flavour) as b, \
+            H2Tunnel(b.port, b.ca, HOST) as agent:
+        first = agent.call("POST", "/keep/a", SMUGGLED, headers)
+        second = agent.call("GET", "/keep/b")
+        time.sleep(0.6)  # a smuggled request would have been answered by now
+        assert [p for _, p in up.exchanges] == ["/keep/a", "/keep/b"]
+        assert first == (200, answer_body("/keep/a", SMUGGLED, 0), "ended")  # the platform got the body as a body
+        assert second == (200, b"/keep/b", "ended")
+        if flavour == "broker":
+            got = _by_path(b, 2)
+            assert got["/keep/b"]["response"]["body"] == "/keep/b"
+            assert got["/keep/a"]["request"]["body"] == SMUGGLED.decode()
+
+
+def test_a_content_length_that_lies_ends_the_connection_before_the_rest_goes_upstream(tmp_path):
+    """A content-length shorter than the DATA sent (HTTP/2's own smuggling): the h2 layer refuses it."""
+    with H1Upstream() as up, BrokerProcess(tmp_path, up, "--session", SESSION) as b:
+        with H2Tunnel(b.port, b.ca, HOST) as agent:
+            status, _, how = agent.call("POST", "/keep/a", SMUGGLED, [("content-length", "3")])
+        assert how in ("closed", "reset") and status is None
+        with H2Tunnel(b.port, b.ca, HOST) as agent:
+            assert agent.call("GET", "/keep/b") == (200, b"/keep/b", "ended")
+        time.sleep(0.6)
+        assert "/keep/smuggled" not in [p for _, p in up.exchanges]
+
+
+_FAKE = b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n/evil/fake"
+"""A whole answer an upstream should never send: if it were read as the next call's, that call would show it."""
+
+SCRIPTS: dict[str, list[bytes | float]] = {
+    # Content-Length and Transfer-Encoding both: refused (mitmproxy's validate_inbound_headers), connection closed
+    "both": [b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + _FAKE],
+    # an answer to HEAD: its Content-Length is not read as a body
+    "head": [b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\nContent-Type: text/plain\r\n\r\n"],
+    # a 204 and a 304 followed by bytes (a body they cannot have): left in the buffer, the connection is closed
+    "nocontent": [b"HTTP/1.1 204 No Content\r\nContent-Length: 10\r\n\r\n" + _FAKE],
+    "notmodified": [b"HTTP/1.1 304 Not Modified\r\nContent-Length: 10\r\n\r\n" + _FAKE],
+    # an interim answer, then the real one (mitmproxy 12 takes the 1xx for the final answer)
+    "interim": [b"HTTP/1.1 103 Early Hints\r\nLink: </x.css>; rel=preload\r\n\r\n", 0.05,
+                b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n/raw/real1"],
+    # a complete answer with more bytes right after it
+    "extra": [b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n/raw/xtra" + _FAKE],
+}
+
+
+@pytest.mark.parametrize(("name", "method"), [("both", "GET"), ("head", "HEAD"), ("nocontent", "GET"),
+                                              ("notmodified", "GET"), ("interim", "GET"), ("extra", "GET")])
+def test_an_upstream_answer_with_odd_framing_never_reaches_the_next_call(tmp_path, name, method):
+    """Each odd answer, then an ordinary call on the same client connection: that call gets, and its entry records,
+    its own answer, never the odd answer's leftovers."""
+    with H1Upstream(scripts=SCRIPTS) as up, BrokerProcess(tmp_path, up, "--session", SESSION) as b, \
+            H2Tunnel(b.port, b.ca, HOST) as agent:
+        if name == "interim":  # its stream hangs in mitmproxy 12, stock too (docs/benchmarks.md, h2reuse30)
+            agent.sock.settimeout(2)
+            with pytest.raises(TimeoutError):
+                agent.call(method, f"/raw/{name}")
+            agent.sock.settimeout(30)
+            odd = (None, b"", "hung")
+        else:
+            odd = agent.call(method, f"/raw/{name}")
+        time.sleep(0.2)  # what the upstream sent is in
+        after = [agent.call("GET", f"/keep/after{i}") for i in range(2)]
+        assert after == [(200, f"/keep/after{i}".encode(), "ended") for i in range(2)], (odd, after)
+        got = _by_path(b, 3)
+        assert [got[f"/keep/after{i}"]["response"]["body"] for i in range(2)] == ["/keep/after0", "/keep/after1"]
+        assert b"/evil/fake" not in odd[1]
+        if name == "head":
+            assert odd == (200, b"", "ended") and up.accepted == 1  # a well-framed answer keeps its connection
+        if name in ("both", "nocontent", "notmodified", "interim", "extra"):
+            assert up.accepted == 2, up.exchanges  # the connection with leftovers is never used again
