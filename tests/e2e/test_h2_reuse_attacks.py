@@ -109,3 +109,29 @@ def test_an_upstream_answer_with_odd_framing_never_reaches_the_next_call(tmp_pat
             assert odd == (200, b"", "ended") and up.accepted == 1  # a well-framed answer keeps its connection
         if name in ("both", "nocontent", "notmodified", "interim", "extra"):
             assert up.accepted == 2, up.exchanges  # the connection with leftovers is never used again
+
+
+def test_a_request_the_client_resets_mid_body_leaves_no_connection_for_the_next_call(tmp_path):
+    """A streamed upload (a length over the spill threshold) reset after its first bytes: its head and part of its
+    body are upstream; the connection must never carry the next call (the upstream would read that call's head as
+    the rest of the body)."""
+    with H1Upstream() as up, BrokerProcess(tmp_path, up, "--session", SESSION) as b, \
+            H2Tunnel(b.port, b.ca, HOST) as agent:
+        assert agent.call("GET", "/keep/first") == (200, b"/keep/first", "ended")
+        sid = agent.conn.get_next_available_stream_id()
+        agent.conn.send_headers(sid, [(":method", "POST"), (":scheme", "https"), (":authority", HOST),
+                                      (":path", "/keep/cut"), ("content-length", str(8 << 20))])
+        agent.conn.send_data(sid, b"x" * 60000)
+        agent.sock.sendall(agent.conn.data_to_send())
+        time.sleep(0.5)  # head and first bytes upstream, on the kept connection (the upstream waits for the rest)
+        agent.conn.reset_stream(sid)
+        agent.sock.sendall(agent.conn.data_to_send())
+        time.sleep(0.3)
+        after = [agent.call("GET", f"/keep/after{i}") for i in range(2)]
+        assert after == [(200, f"/keep/after{i}".encode(), "ended") for i in range(2)]
+        got = _by_path(b, 3)
+        assert [got[f"/keep/after{i}"]["response"]["body"] for i in range(2)] == ["/keep/after0", "/keep/after1"]
+    (one, first), (two, after0), (three, after1) = up.exchanges  # /keep/cut never completed upstream
+    assert (first, after0, after1) == ("/keep/first", "/keep/after0", "/keep/after1")
+    assert one == 1 and two == three == 2
+    assert up.errors == ["connection 1: ValueError('the request body was cut off')"]  # the upload's connection
