@@ -526,15 +526,19 @@ def _json_rules(key_alt: str, in_json_key_alt: str) -> tuple[_Rule, ...]:
         (rb'\\\\\\"(?:' + _BODY_ALT.encode() + rb')\\\\\\"(?:[ \t]|\\\\[nrt]){0,32}:(?:[ \t]|\\\\[nrt]){0,32}\\\\\\"',
          b"", _T_JSON_IN_JSON_2, "text"),
         # A name/value pair whose name is a credential name: Kubernetes and ECS `env`
-        # ({"name": "DB_PASSWORD", "value": "..."}), HAR headers ({"name": "Authorization", ...}), SSM.
-        (_NAME_VALUE_HEAD, b"", _T_JSON_STRING, "text"),
+        # ({"name": "DB_PASSWORD", "value": "..."}), HAR headers ({"name": "Authorization", ...}), SSM. Its
+        # value as a credential key's: a string's content goes, any other value but true, false and null
+        # becomes a JSON string (as `redact_json_value` reads the pair).
+        (_NAME_VALUE_HEAD + b'"', b"", _T_JSON_STRING, "text"),
+        (_NAME_VALUE_HEAD, rb"(?=[-0-9])", _T_NUMBER, "json"),
+        (_NAME_VALUE_HEAD, rb"(?=[\[{])", _JsonValue, "json"),
     )
 
 
 _JSON_COLON = rb"[ \t\r\n]{0,32}:[ \t\r\n]{0,32}"
 _NAME_VALUE_HEAD = (
     rb'"(?i:name|key)"' + _JSON_COLON + rb'"' + _ID_WORDS + rb"(?:" + _BODY_ALT.encode() + rb')"[ \t\r\n]{0,32},'
-    + rb'[ \t\r\n]{0,32}"(?i:value)"' + _JSON_COLON + rb'"'
+    + rb'[ \t\r\n]{0,32}"(?i:value)"' + _JSON_COLON
 )
 
 

@@ -43,6 +43,7 @@ from broker.proxy import websocket_relay
 from broker.proxy.call_log import recorded_call_line
 from broker.proxy.coverage import CoverageCount
 from broker.proxy.destination import MISDIRECTED, misdirected
+from broker.proxy.h1_request_framing import install as install_request_framing
 from broker.proxy.identity import (
     NO_CLAIMS,
     BadProxyCredentials,
@@ -171,6 +172,7 @@ class ConnectorJournal:
 
     def load(self, loader) -> None:
         install_trailers()  # HTTP/1.1 trailers: relayed and recorded instead of a crash (broker.proxy.trailers)
+        install_request_framing()  # an HTTP/2 request's body never read upstream as a request of its own
         websocket_relay.install()  # WebSocket messages held until durable, in runs; ping/pong seen
         loader.add_option("vault", str, "./vault", "Vault directory (or postgresql:// store) the journal goes to.")
         loader.add_option("broker_session", str, "default", "Session for calls that name none.")

@@ -91,6 +91,8 @@ BROKER_OWNED_OPTIONS: dict[str, str] = {
     "websocket": "turning it off would relay WebSocket messages unrecorded",
     "stream_large_bodies": "the broker streams bodies itself and records them whole",
     "store_streamed_bodies": "the broker streams bodies itself and records them whole",
+    "validate_inbound_headers": "without it a request framed two ways (Content-Length and Transfer-Encoding) "
+                                "could carry a call upstream that has no entry of its own",
 }
 """mitmproxy options `broker run --set` refuses (and every `broker_*` option): the broker sets them from its
 own options, or they would let calls around the recording. What to use instead."""

@@ -108,6 +108,7 @@ def test_a_port_in_use_reads_the_same_from_every_command(tmp_path):
     ("broker_session=x", "broker run --help"),
     ("vault=/tmp/elsewhere", "--vault"),
     ("stream_large_bodies=1", "records them whole"),
+    ("validate_inbound_headers=false", "no entry of its own"),
     ("body_size_limit", "KEY=VALUE"),
     ("no_such_option=1", "no_such_option"),
     ("body_size_limit=lots", "body_size_limit"),

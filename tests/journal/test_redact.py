@@ -1082,6 +1082,24 @@ def test_name_value_pair_naming_a_credential_loses_its_value(content_type):
     assert red["env"][1] == doc["env"][1] and red["headers"][1] == doc["headers"][1]
 
 
+@pytest.mark.parametrize("value", [123456, -1.5e3, ["hunter2-a", 5], {"pin": "hunter2-b"}, None, True])
+@pytest.mark.parametrize("content_type", ["application/json", None])
+def test_a_name_value_pairs_value_that_is_no_string_goes_as_the_parsed_path_drops_it(value, content_type):
+    """(found by the review of 2026-12-02) The body rule read only a string beside a credential's name, so a
+    number, list or object stayed in an HTTP body ({"name": "password", "value": 123456}) while the parsed
+    MCP path and the key rule ({"password": 123456}) drop it: the body now does as they do (true, false and
+    null stay)."""
+    doc = [{"name": "DB_PASSWORD", "value": value, "after": 1}, {"name": "HOME", "value": value}]
+    for indent in (None, 2):
+        body = json.dumps(doc, indent=indent).encode()
+        out = redact_body(body, content_type)
+        assert json.loads(out) == redact_json_value(doc)
+        assert _stream(body, content_type, [], triggers=False) == out
+        for cut in range(0, len(body), 7):
+            assert _stream(body, content_type, [cut]) == out
+    assert redact_json_value(doc)[0]["value"] == (value if value is None or value is True else REDACTED)
+
+
 @pytest.mark.parametrize("text", ["env:\n  - password: hunter2-secret\n",
                                   "environment:\n  - DB_PASSWORD=hunter2-secret\n",
                                   "x:\n- api_key: 'hunter2-secret'\n"])

@@ -11,7 +11,11 @@ answering, `?size=N` appends N bytes, `?chunked=1` sends the body chunked (`&tra
 - `/keep/...`: `Content-Length` (or chunked), the connection stays open;
 - `/eof/...`: no length, the body ends when the server closes the connection (HTTP/1's read-until-EOF);
 - `/close/...`: `Content-Length` and `Connection: close`, but the server keeps the connection open and would
-  answer another request on it: only the proxy's own rule can keep it from reusing that connection.
+  answer another request on it: only the proxy's own rule can keep it from reusing that connection;
+- `/raw/NAME`: the bytes of `scripts[NAME]` as they are (a float in the list: a pause of that many seconds; `...`:
+  until the next request's head has come), for
+  answers an upstream should not give (a body after a HEAD answer or a 204, two answers to one request); the
+  connection stays open.
 
 `idle_close` (seconds): a connection with no new request that long after an answer is closed by the server.
 `accepted` counts TCP connections, `exchanges` lists (connection number, path), `most_in_flight` is the highest
@@ -41,8 +45,9 @@ READ_TIMEOUT = 300.0
 class H1Upstream:
     """start()/stop() or a context manager; `port`, `ca_pem`, `hosts`, `resolve_args()` for BrokerProcess."""
 
-    def __init__(self, idle_close: float | None = None) -> None:
+    def __init__(self, idle_close: float | None = None, scripts: dict[str, list] | None = None) -> None:
         self.idle_close = idle_close
+        self.scripts = scripts or {}
         self.hosts = [HOST]
         self.port = 0
         self.ca_pem = ""
@@ -162,6 +167,20 @@ class H1Upstream:
                     time.sleep(int(query["ms"][0]) / 1000)
                 with self._lock:
                     self._in_flight -= 1
+                if path.startswith("/raw/"):
+                    for piece in self.scripts[path.removeprefix("/raw/")]:
+                        if piece is ...:  # the head of the next request is in (not consumed)
+                            while b"\r\n\r\n" not in buf:
+                                data = tls.recv(65536)
+                                if not data:
+                                    return
+                                buf += data
+                        elif isinstance(piece, float):
+                            time.sleep(piece)
+                        else:
+                            tls.sendall(piece)
+                    answered = True
+                    continue
                 body = answer_body(path, request_body, int(query.get("size", ["0"])[0]))
                 if path.startswith("/eof/"):
                     tls.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n" + body)
