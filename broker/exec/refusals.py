@@ -169,6 +169,8 @@ class RefusalLog:
         """Read what the kernel still holds (it hands each packet over at once), then stop. Idempotent."""
         self._stopping = True
         if self._thread is not None:
-            self._thread.join(2)
+            # The reader stops at its first empty read after this (0.2 s); a loaded machine can keep it from
+            # running for longer than that, and closing the socket under it loses what it had not read yet.
+            self._thread.join(10)
         if self._sock is not None:
             self._sock.close()
