@@ -246,7 +246,8 @@ def otlp_headers(given: Iterable[str], environ: Mapping[str, str]) -> dict[str, 
     OTEL_EXPORTER_OTLP_HEADERS, then OTEL_EXPORTER_OTLP_TRACES_HEADERS (`name=value,name=value`, values
     percent-decoded, as the OpenTelemetry specification has exporters read them), then each `--otlp-header
     NAME=VALUE`; a later one replaces an earlier one of the same name. An entry that is no `NAME=VALUE`, a
-    name that is no HTTP token or one the exporter sets, or a value holding a line break is refused, naming
+    name that is no HTTP token or one the exporter sets, or a value holding a line break, another control
+    character or a character outside ASCII is refused, naming
     where it came from and never its value (it is often a credential)."""
     out: dict[str, tuple[str, str]] = {}  # lower-case name -> (name, value)
 
@@ -256,8 +257,9 @@ def otlp_headers(given: Iterable[str], environ: Mapping[str, str]) -> dict[str, 
             raise InputError(f"{where}: {name!r} is no HTTP header name (NAME=VALUE)")
         if name.lower() in _OURS:
             raise InputError(f"{where}: {name} is set by the exporter itself")
-        if any(c in value for c in "\r\n\0"):
-            raise InputError(f"{where}: the value of {name} holds a line break or NUL")
+        if not all(" " <= c <= "~" or c == "\t" for c in value):  # what an HTTP/1.1 client can send as it is
+            raise InputError(f"{where}: the value of {name} holds a line break, a control character or a "
+                             "character outside ASCII")
         out[name.lower()] = (name, value)
 
     for var in _HEADER_ENV:

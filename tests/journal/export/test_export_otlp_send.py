@@ -395,6 +395,9 @@ def test_headers_and_gzip_as_an_otel_exporter_takes_them(vault, monkeypatch, cap
     ({}, ["--otlp-header", "X-Key=secret-value\r\nX-Injected: 1"], "holds a line break"),
     ({"OTEL_EXPORTER_OTLP_TRACES_HEADERS": "x-key=secret-value,broken"}, [], "entry 2 is no name=value pair"),
     ({"OTEL_EXPORTER_OTLP_TRACES_HEADERS": "x-key=secret%0d%0aX-Injected: 1"}, [], "holds a line break"),
+    ({}, ["--otlp-header", "X-Key=secret-café"], "outside ASCII"),  # httpx could not encode it: a traceback
+    ({"OTEL_EXPORTER_OTLP_HEADERS": "x-key=secret%C3%A9"}, [], "outside ASCII"),
+    ({}, ["--otlp-header", "X-Key=secret\x7f"], "a control character"),
     ({"OTEL_EXPORTER_OTLP_COMPRESSION": "zstd"}, [], "'zstd' is no OTLP compression"),
 ])
 def test_bad_headers_and_compressions_are_refused_before_anything_is_sent(vault, monkeypatch, capsys, env, args,
