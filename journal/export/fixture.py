@@ -28,7 +28,7 @@ import hashlib
 import itertools
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import orjson
 
@@ -88,10 +88,20 @@ class EntryTally:
     head: object = None  # the last entry's hash
     first_ts: object = None
     last_ts: object = None
+    marks: list[tuple[int, str]] = field(default_factory=list)
+    """(lines read, chain head there) every `MARK_EVERY` lines or `MARK_BYTES` bytes of the verified chain,
+    taken by a pass that followed it to the verifier's head: what a later pass checks as it goes."""
+
+
+MARK_EVERY = 256
+MARK_BYTES = 4 << 20
+"""How far apart the marks of a verified pass are (see `EntryTally.marks`): a later pass holds back at
+most this many entries (or about this many bytes of lines) before it can show they are the verified ones."""
 
 
 def iter_session_entries(vault: Vault, session: str, unparsed: Callable[[int], object] | None = None,
-                         tally: EntryTally | None = None, verified: dict | None = None) -> Iterator[dict]:
+                         tally: EntryTally | None = None, verified: dict | None = None,
+                         marks: list[tuple[int, str]] | None = None) -> Iterator[dict]:
     """The parsed entries of a session in file (seq) order, one at a time, from whichever store holds it;
     the 1-based number of each line that is not a JSON object goes to `unparsed`, and `tally` counts what
     passed. Nothing is held: an export of any size draws its entries from here (issue 26).
@@ -99,31 +109,62 @@ def iter_session_entries(vault: Vault, session: str, unparsed: Callable[[int], o
     `verified`: the verifier's report (as_dict) the export states. When it says intact, the lines read here
     must be the chain it checked: followed as they are read (chain.next_head), its first `entries` lines must
     end at its `head` (lines appended since may follow). Else SessionChanged: the file was changed between
-    the verifier's read and this one, and an export stating "intact" over other entries is refused."""
+    the verifier's read and this one, and an export stating "intact" over other entries is refused. The
+    heads met on the way go into `tally.marks`.
+
+    `marks` (with `verified`): those of an earlier pass that was checked to the verifier's head. Each
+    verified entry is then held back until the chain followed here reaches the next mark (or the head) with
+    the same hash, so it leaves only once it is shown to be a verified one: a consumer that sends as it
+    goes (`broker export --otlp`) sends nothing of a file rewritten between the passes. At most the
+    entries between two marks are held (`MARK_EVERY`, `MARK_BYTES`)."""
     target = _verified_head(verified)
     head: str | None = GENESIS
+    taking = tally.marks if tally is not None and target is not None else None
+    since = 0  # bytes since the last mark taken
+    held: list[dict] | None = [] if marks is not None and target is not None else None
+    upcoming = iter(marks or ())
+    mark = next(upcoming, None)
     for line in session_lines(vault, session):
         try:
             value = orjson.loads(line.data)
         except orjson.JSONDecodeError:
             value = None
+        checked = False  # this line ends a stretch shown to be the verified chain
         if target is not None and line.index < target[0]:
             head = next_head(value, line.data, head) if isinstance(value, dict) and head is not None else None
             if line.index + 1 == target[0]:
                 if head != target[1]:
                     raise SessionChanged(session)
-                target = None
+                target, checked = None, True
+            else:
+                if mark is not None and line.index + 1 == mark[0]:
+                    if head != mark[1]:
+                        raise SessionChanged(session)
+                    mark, checked = next(upcoming, None), True
+                if taking is not None and head is not None:
+                    since += len(line.data)
+                    if (line.index + 1) % MARK_EVERY == 0 or since >= MARK_BYTES:
+                        taking.append((line.index + 1, head))
+                        since = 0
         if not isinstance(value, dict):
             if unparsed is not None:
                 unparsed(line.index + 1)
-            continue
-        if tally is not None:
-            tally.entries += 1
-            tally.head = value.get("hash")
-            if tally.entries == 1:
-                tally.first_ts = value.get("ts")
-            tally.last_ts = value.get("ts")
-        yield value
+        else:
+            if tally is not None:
+                tally.entries += 1
+                tally.head = value.get("hash")
+                if tally.entries == 1:
+                    tally.first_ts = value.get("ts")
+                tally.last_ts = value.get("ts")
+            if held is None:
+                yield value
+            else:
+                held.append(value)
+        if held is not None and (checked or target is None):
+            yield from held
+            held.clear()
+            if target is None:
+                held = None  # past the verified head: lines appended since, as without marks
     if target is not None:  # fewer lines than the verifier checked
         raise SessionChanged(session)
 
@@ -146,8 +187,10 @@ def counted_entries(vault: Vault, session: str, tally: EntryTally, verified: dic
     """The entries an earlier pass counted into `tally`, read again: no more, so an export whose passes
     state counts (a head, a number of entries) stays consistent with itself while the session grows.
     The count is read when the first entry is asked for, so a tally still being filled may be passed.
-    `verified`: as for `iter_session_entries` (this pass reads the file again)."""
-    return itertools.islice(iter_session_entries(vault, session, verified=verified), tally.entries)
+    `verified`: as for `iter_session_entries` (this pass reads the file again), each entry held back until
+    it is shown to be a verified one at the next of the marks the earlier pass took (`tally.marks`)."""
+    return itertools.islice(iter_session_entries(vault, session, verified=verified, marks=tally.marks),
+                            tally.entries)
 
 
 def _source(vault: Vault, session: str, tally: EntryTally, unparsed: object) -> dict:

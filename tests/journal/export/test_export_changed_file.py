@@ -115,11 +115,6 @@ def test_the_cli_writes_no_file_and_says_why(vault, monkeypatch, tmp_path, capsy
     assert not out.exists() and not list(tmp_path.glob(".s.har.*"))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "review of 2026-12-02, left: `--otlp` sends each batch as its spans are made, and the third pass (the spans) "
-    "can only tell that the file is not the verified chain at the verifier's last entry: batches made before that "
-    "are delivered, under a session span saying 'intact'. Closing it means sending from one read whose chain was "
-    "checked to the head first (a private copy or spool of the session), a change to every streaming export."))
 def test_otlp_send_delivers_no_span_of_a_file_changed_between_its_passes(tmp_path, monkeypatch):
     """(the attacker, as whoever can write the vault) The session is rewritten with recomputed hashes after the
     pass that checks it against the verifier's head and before the pass that makes the spans sent as it goes."""
@@ -139,3 +134,60 @@ def test_otlp_send_delivers_no_span_of_a_file_changed_between_its_passes(tmp_pat
             send_otlp(collector.url, otlp_batches(tmp_path, "big"))
     assert not any(b"someone-else" in body for _, _, body in collector.requests), \
         f"{len(collector.requests)} batches of the rewritten chain were delivered as 'intact'"
+
+
+def test_a_later_pass_holds_back_no_more_than_the_entries_between_two_marks(tmp_path, monkeypatch):
+    """The pass after a verified one lets each entry go once the chain reaches the next mark, not at the end:
+    memory and the first batch's wait stay bounded whatever the session's size."""
+    generated_session(tmp_path, 700)
+    vault = Vault(tmp_path)
+    report = fixture.verify_session(vault, "big").as_dict()
+    tally = fixture.EntryTally()
+    assert sum(1 for _ in fixture.iter_session_entries(vault, "big", tally=tally, verified=report)) == 700
+    assert [n for n, _ in tally.marks] == [fixture.MARK_EVERY, 2 * fixture.MARK_EVERY]
+    read = 0
+    real_lines = fixture.session_lines
+
+    def counted_lines(*args, **kwargs):
+        nonlocal read
+        for line in real_lines(*args, **kwargs):
+            read += 1
+            yield line
+
+    monkeypatch.setattr(fixture, "session_lines", counted_lines)
+    seen = []
+    for k, entry in enumerate(fixture.counted_entries(vault, "big", tally, report), 1):
+        assert entry["seq"] == k
+        seen.append(read - k)  # lines read ahead of the entry handed out
+    assert len(seen) == 700
+    assert max(seen) < fixture.MARK_EVERY
+    assert seen[0] == fixture.MARK_EVERY - 1  # the first entry waits for the first mark
+
+
+def test_otlp_send_delivers_the_verified_batches_and_nothing_after_a_rewrite_past_them(tmp_path, monkeypatch):
+    """Rewritten from entry 700 on, after the count pass: the batches of entries shown to be verified (up to the
+    last mark before 700) may go; not one span of the rewritten part does."""
+    from journal.export.otlp_send import otlp_batches, send_otlp
+    from tests.support.otlp_collector import otlp_collector
+
+    generated_session(tmp_path, 1200)
+    real = otel.iter_session_entries
+
+    def counted_then_changed(*args, **kwargs):
+        yield from real(*args, **kwargs)
+        path = _path(tmp_path)
+        lines = path.read_bytes().splitlines(keepends=True)
+        prev = orjson.loads(lines[698])["hash"]
+        for i in range(699, len(lines)):
+            entry = orjson.loads(lines[i])
+            fields = {k: v for k, v in entry.items() if k not in ("seq", "prev", "hash")} | {"agent": "someone-else"}
+            entry, lines[i] = chain_entry(fields, entry["seq"], prev)
+            prev = entry["hash"]
+        path.write_bytes(b"".join(lines))
+
+    monkeypatch.setattr(otel, "iter_session_entries", counted_then_changed)
+    with otlp_collector() as collector:
+        with pytest.raises(SessionChanged):
+            send_otlp(collector.url, otlp_batches(tmp_path, "big", max_spans=100))
+    assert collector.requests, "the batches of verified entries before the change were held back too"
+    assert not any(b"someone-else" in body for _, _, body in collector.requests)
