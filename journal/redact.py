@@ -471,8 +471,13 @@ _CRED_NAME = _ID_WORDS + rb"(?:" + _BODY_ALT.encode() + rb")="  # DB_PASSWORD=, 
 # A header line written in text: the credential after the scheme word (Token, Digest, Bot,
 # AWS4-HMAC-SHA256, ...; none for a bare key), or the whole cookie list, up to the line's end, a quote (the
 # end of a JSON string or of a quoted command) or a backslash (an escaped line break). Inside a JSON string
-# an escaped quote (Digest's `username=\"...\"`) does not end it.
-_T_HEADER_LINE = _Elements(rb'(?:[^\r\n"\'\\]|\\")*', 2)
+# an escaped quote (Digest's `username=\"...\"`) does not end it; as written, a quoted parameter
+# (Digest's, OAuth 1.0's `name="..."`) followed by another, a quote or the line's end does not either.
+_QUOTED_PARAM = rb'[A-Za-z_]{1,32}="[^"\r\n\\]{0,256}"(?=[ \t]{0,4}(?:,[ \t]{0,4}[A-Za-z_]|[\'\\]|(?![^\r\n])))'
+# A line assignment's value: up to the line's end, a quote or a backslash; a header line's quoted parameters
+# (`Authorization: Digest username="bob", response="..."`) do not end it.
+_T_LINE_VALUE = _Elements(rb"(?:" + _QUOTED_PARAM + rb'|[^\r\n"\'\\])*', 302)
+_T_HEADER_LINE = _Elements(rb"(?:" + _QUOTED_PARAM + rb'|[^\r\n"\'\\]|\\")*', 302)
 _HEADER_VALUE = rb"(?![$<{]|\[never)(?=[^\s\"'\\])"
 _INLINE_RULES: tuple[_Rule, ...] = (
     # `--password=...`, `--token ...`, `--api-key=...`, `--client-secret ...`: a flag named like a credential
@@ -563,7 +568,7 @@ _VALUE_RULES: tuple[_Rule, ...] = (
     (rb"(?:(?<=[0-9]{8}:)|(?<=[0-9]{8}%3[Aa]))", rb"AA[0-9A-Za-z_\-]{33}", _T_TOKEN, "text"),
     # Line assignments (see _ASSIGN_NAME).
     (_LINE_START + _ASSIGN_NAME + rb"(?:[\"']|\\(?:\\\\)?\"|\\\\?u002[27])?(?:(?i:bearer|basic|token)[ \t]{1,8})?+",
-     rb"(?!(?:true|false|null)(?![A-Za-z0-9_])|\[never)(?=[^\s\"'\\])", _Elements(rb"[^\r\n\"'\\]*", 1), "text"),
+     rb"(?!(?:true|false|null)(?![A-Za-z0-9_])|\[never)(?=[^\s\"'\\])", _T_LINE_VALUE, "text"),
     # Flags, env assignments and header lines written in a body (see _INLINE_RULES).
     *_INLINE_RULES,
     # The catalogue (journal/secret_shapes.py): tokens known by their prefix, which stays.

@@ -887,6 +887,10 @@ FRAGMENTS = [t.encode() for t in TOKENS] + [
     b'\\\\\\"password\\\\\\": \\\\\\"', b'\\\\\\"', b"\\\\\\\\", b'\\\\\\\\\\\\\\"', b"\\\\\\\\\\\\\\\\",
     b"'password': '", b"'token':\"", b"'", b"\"name\": \"DB_PASSWORD\", \"value\": \"", b"- ",
     b"A" * 40, b"0123456789" * 3, b"x" * 7,
+    # branch redact31: flags, env assignments, header lines, inline passwords, any scheme's userinfo, lone CR
+    b"--password ", b"--api-key=", b"-e ", b"--set ", b"-Dx.", b"env ", b"DB_PASSWORD=", b" password=", b";Pwd=",
+    b"dbPassword=", b"Authorization: ", b"Token ", b"Cookie:", b"redis://", b"amqp:\\/\\/", b"ftp%3A%2F%2F",
+    b"u:pw@", b"u%3Apw%40", b"\r", b"%0D", b"\\r", b"$TOKEN",
 ]  # fmt: skip
 
 _content_types = st.sampled_from(CONTENT_TYPES)
