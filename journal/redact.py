@@ -666,6 +666,17 @@ _FORM_ASSIGN_RULE: _Rule = _pct_assign_rule(_PCT_VALUE_CHAR, "text")
 # kinds only (a declared binary type holds no XML worth a trigger at every '<').
 _XML_RULE: _Rule = (rb"<(?:" + _BODY_ALT.encode() + rb")>", rb"(?!\[never)(?=[^<])", _Elements(rb"[^<]*", 1), "text")
 
+# A Python dict as printed (`{'password': '...'}`, a tool's log line, a repr in an error): a credential key in
+# single quotes, its string value (either quote) loses its content. Its trigger, `'`, is one of
+# `_RARE_TRIGGERS` (a branch of the main trigger alternation cost every body's scan about 8%).
+_T_SQ_STRING = _Elements(rb"[^'\\]*(?:\\[\s\S][^'\\]*)*", 2)
+_SQ_KEY = rb"'(?:" + _BODY_ALT.encode() + rb")'[ \t]{0,32}:[ \t]{0,32}"
+_REPR_RULES: tuple[_Rule, ...] = (
+    (_SQ_KEY + rb"'", b"", _T_SQ_STRING, "text"),
+    (_SQ_KEY + rb'"', b"", _T_JSON_STRING, "text"),
+    (_SQ_KEY + rb'\\"', b"", _T_JSON_IN_JSON, "text"),  # the repr in a JSON string: its " escaped
+)
+
 _BINARY, _TEXT, _FORM, _MULTI = "binary", "text", "form", "multipart"
 
 
@@ -680,10 +691,10 @@ def _kind_rules(kind: str, esc: bool) -> tuple[_Rule, ...]:
     if kind == _FORM:  # a form's own line rule reads a field's value as a form does (to the next '&')
         return (_FORM_RULE, *common, _FORM_ASSIGN_RULE, _XML_RULE, *_VALUE_RULES)
     if kind == _MULTI:
-        return (_MULTIPART_RULE, *common, _URL_PARAM_LINE_RULE, _XML_RULE, *_EQ_RULES, *_VALUE_RULES)
+        return (_MULTIPART_RULE, *common, _URL_PARAM_LINE_RULE, _XML_RULE, *_EQ_RULES, *_REPR_RULES, *_VALUE_RULES)
     if kind == _TEXT:
-        return (*common, _URL_PARAM_LINE_RULE, _XML_RULE, *_EQ_RULES, *_VALUE_RULES)
-    return (*common, _URL_PARAM_LINE_RULE, *_EQ_RULES, *_VALUE_RULES)
+        return (*common, _URL_PARAM_LINE_RULE, _XML_RULE, *_EQ_RULES, *_REPR_RULES, *_VALUE_RULES)
+    return (*common, _URL_PARAM_LINE_RULE, *_EQ_RULES, *_REPR_RULES, *_VALUE_RULES)
 
 
 _RULES_BY_KIND: dict[str, tuple[_Rule, ...]] = {
@@ -963,6 +974,7 @@ def _text_trigger_conds(key_alt: str, in_json_key_alt: str, kind: str) -> dict[s
         extra["<"] = [f"(?=(?:{_BODY_ALT})>)"]
     if kind != _FORM:  # `_EQ_RULES`: every name of `_EQ_NAMES` ends in d
         extra["="] = ["(?<=[Dd]=)"]
+        extra["'"] = [f"(?=(?:{_BODY_ALT})'[ \t]{{0,32}}:)"]  # `_REPR_RULES`
     if kind == _FORM:
         extra["%"] = [f"(?=(?:0[Dd](?:%0[Aa])?|0[Aa]){_PCT_ASSIGN_NAME.decode()})"]
     if kind == _MULTI:
@@ -993,7 +1005,7 @@ _NAME_ESCAPE = re.compile(rb"\\u00(?:[2-7][0-9a-fA-F])")
 # at every byte that can start a trigger the engine tries the alternation's branches one by one, so each
 # branch costs every trigger byte of a body (a character no body holds added 3-5% to the JSON scan, three
 # of them 20%); a second scan for these costs about 2 ns a byte, less than their branches did.
-_RARE_TRIGGERS = "/=\r?&<%"
+_RARE_TRIGGERS = "/=\r?&<%'"
 
 
 @functools.cache

@@ -57,6 +57,9 @@ LEAKS = {
     "Proxy-Authorization": f"Proxy-Authorization: Negotiate {SECRET}",
     "Cookie:": f"GET / HTTP/1.1 Cookie: sid={SECRET}; theme=dark",
     "Set-Cookie:": f'curl -H "Set-Cookie: session={SECRET}; Path=/"',
+    # 6. a Python dict as printed
+    "Python dict repr": f"params={{'password': '{SECRET}', 'user': 'bob'}}",
+    "repr, double-quoted value": f"""{{'id': 7, 'api_key': "{SECRET}"}}""",
     # 5. a lone carriage return before a line assignment
     "lone CR": f"cfg\rapi_key={SECRET}",
 }
@@ -162,6 +165,8 @@ KEPT = [
     "cookies: none. Authorization header missing",
     "x-e API_KEY=1",
     "line one\rline two\r",
+    "it's the user's 'password' field, don't log it",
+    "{'user': 'bob', 'id': 7, 'scopes': ['read']}",
 ]
 
 
