@@ -366,8 +366,8 @@ def _prefix_rule(prefix: str, rest: str) -> tuple[_Rule, tuple[str, str]]:
 
 
 # Schemes whose URLs often carry a password (databases, git, web), each with a character the value
-# rules' triggers already have (so no new trigger character): redis, amqp, ftp, smtp, ldap have none and
-# are not covered in bodies (redact_url covers every scheme).
+# rules' triggers already have (so no new trigger character); every other scheme is read from its `://`
+# (`_ANY_SCHEME_USERINFO_RULES`), which these rules keep in step with.
 _USERINFO_SCHEMES = ("http", "https", "postgres", "postgresql", "mysql", "mongodb", "mongodb+srv", "mariadb",
                      "git", "git+ssh", "jdbc:mysql", "jdbc:postgresql", "jdbc:mariadb")  # fmt: skip
 
@@ -1268,7 +1268,9 @@ def compile_for_capture() -> None:
     which compile on first use otherwise: 0.2-0.5 s, paid by the first call's latency on a capture point's
     event loop. A long-running capture point calls this before it says it is ready; a reader never does
     (it compiles only what it uses). The variants for escaped key names, forms and multipart bodies
-    (0.3-1.4 s each) still compile when first met."""
+    still compile when first met: all of them here would add 3-4 s (load 4 on 2 cores; branch redact31,
+    docs/benchmarks.md) to every start of `broker run` and of the shim, the escaped-key text variant alone
+    1.1-1.8 s."""
     for kind in (_TEXT, _BINARY):
         _kind_regex(kind, False)
         _kind_gate(kind, False)

@@ -1562,8 +1562,8 @@ def test_compile_for_capture_leaves_a_json_call_nothing_to_compile():
     body use: their first redaction compiles no rule set (no cache of a compiled set misses)."""
     import journal.redact as r
 
-    caches = [r._kind_regex, r._kind_gate, r._kind_triggers, r._value_re, r._value_gate, r._value_trigger_re,
-              r._url_name_re, r._body_name_re]
+    caches = [r._kind_regex, r._kind_gate, r._kind_triggers, r._kind_rare_triggers, r._value_re, r._value_gate,
+              r._value_trigger_re, r._url_name_re, r._body_name_re]
     for c in caches:  # as in a fresh process (they compile again when next used)
         c.cache_clear()
     r.compile_for_capture()
