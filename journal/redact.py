@@ -458,12 +458,27 @@ _T_ARG = _Elements(rb"[^\s\"'\\;&|<>`]*", 1)
 _NOT_VAR = rb"(?!\[never|\$[A-Za-z_{(])"
 
 
-def _value_rules(head: bytes, bare_rest: bytes = b"") -> tuple[_Rule, _Rule]:
-    """A head followed by a value, quoted or bare: the rule pair (quoted first, so the quote stays)."""
-    return (
-        (head + _QUOTE, _NOT_VAR + rb"(?=[^\"'\\\r\n])", _T_QUOTED, "text"),
-        (head, bare_rest + _NOT_VAR + rb"(?=[^\s\"'\\;&|<>`])", _T_ARG, "text"),
-    )
+class _ArgValue:
+    """Tail of a value after a flag or an assignment (`_value_rule`): quoted when its head ended with the
+    quote (`"`, `'`, `\\"`, `\\u0022`, `\\u0027`), else bare; decided at its first step from the byte before
+    it. One rule for both spellings rather than two: the key names in each head are most of what a rule
+    costs to compile, and every capture point compiles these before it is ready."""
+
+    __slots__ = ("_tail",)
+
+    def __init__(self) -> None:
+        self._tail: _Elements | None = None
+
+    def step(self, buf: bytes, pos: int, final: bool) -> tuple[int, bool]:
+        if self._tail is None:
+            self._tail = _T_QUOTED if pos and buf[pos - 1] in b"\"'27" else _T_ARG
+        return self._tail.step(buf, pos, final)
+
+
+def _value_rule(head: bytes) -> _Rule:
+    """A head followed by a value, quoted (the quote stays) or bare."""
+    value = rb"(?:" + _QUOTE + rb"(?=[^\"'\\\r\n])|(?=[^\s\"'\\;&|<>`]))"
+    return (head + value, _NOT_VAR, _ArgValue, "text")
 
 
 _ARG_START = rb"(?:(?<![A-Za-z0-9_\-])|(?<=\\[nrt]))"  # a word's start, also after a JSON-escaped blank
@@ -482,13 +497,12 @@ _HEADER_VALUE = rb"(?![$<{]|\[never)(?=[^\s\"'\\])"
 _INLINE_RULES: tuple[_Rule, ...] = (
     # `--password=...`, `--token ...`, `--api-key=...`, `--client-secret ...`: a flag named like a credential
     # (the body name list); after a blank, a value that is no other flag.
-    *_value_rules(_ARG_START + rb"--(?:" + _BODY_ALT.encode() + rb")(?:=|[ \t]{1,8}(?!-))"),
-    # `docker run -e DB_PASSWORD=...`, `--env`, `--build-arg`, helm `--set db.password=...`, `-Dspring...=`.
-    *_value_rules(_ARG_START + rb"(?:(?:-e|--env|--build-arg|--set(?:-string)?)(?:=|[ \t]{1,8})|-D)"
-                  + _QUOTE + rb"?" + _CRED_NAME),
-    # `env API_KEY=... cmd`, `cd x; export TOKEN=...`: after up to four other assignments.
-    *_value_rules(_ARG_START + rb"(?:export|env)[ \t]{1,8}(?:-[A-Za-z]{1,8}[ \t]{1,8}){0,2}"
-                  rb"(?:[A-Za-z_][A-Za-z0-9_]{0,64}=[^\s\"'\\;&|]{0,128}[ \t]{1,8}){0,4}" + _CRED_NAME),
+    _value_rule(_ARG_START + rb"--(?:" + _BODY_ALT.encode() + rb")(?:=|[ \t]{1,8}(?!-))"),
+    # `docker run -e DB_PASSWORD=...`, `--env`, `--build-arg`, helm `--set db.password=...`, `-Dspring...=`;
+    # `env API_KEY=... cmd`, `cd x; export TOKEN=...` (after up to four other assignments).
+    _value_rule(_ARG_START + rb"(?:(?:(?:-e|--env|--build-arg|--set(?:-string)?)(?:=|[ \t]{1,8})|-D)"
+                + _QUOTE + rb"?|(?:export|env)[ \t]{1,8}(?:-[A-Za-z]{1,8}[ \t]{1,8}){0,2}"
+                rb"(?:[A-Za-z_][A-Za-z0-9_]{0,64}=[^\s\"'\\;&|]{0,128}[ \t]{1,8}){0,4})" + _CRED_NAME),
     # `Authorization: Token ...` (any scheme), `Proxy-Authorization:`, `Cookie: ...`, `Set-Cookie: ...`.
     (rb"(?<=[Aa]ut)horization:[ \t]{0,8}(?:[A-Za-z][A-Za-z0-9._\-]{0,32}[ \t]{1,8})?+", _HEADER_VALUE,
      _T_HEADER_LINE, "text"),
@@ -501,7 +515,7 @@ _EQ_HEAD = (
     rb"(?:" + b"|".join(rb"(?<=(?i:%s))(?<![A-Za-z0-9](?i:%s))|(?<=[a-z0-9]%s)" % (n, n, n.capitalize())
                         for n in (x.encode() for x in _EQ_NAMES)) + rb")="
 )
-_EQ_RULES: tuple[_Rule, ...] = _value_rules(_EQ_HEAD)
+_EQ_RULES: tuple[_Rule, ...] = (_value_rule(_EQ_HEAD),)
 
 
 _VALUE_RULES: tuple[_Rule, ...] = (
