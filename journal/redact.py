@@ -20,7 +20,6 @@ the two for any chunking).
 from __future__ import annotations
 
 import functools
-import heapq
 import importlib
 import re
 from collections.abc import Iterable
@@ -206,14 +205,20 @@ class _Elements:
 
     Why: tails (the token's remaining characters, a JSON string up to its closing quote) have no length
     limit, so they are consumed as they stream instead of being held.
+
+    What it reads before the end of the bytes received so far is kept, so an element must fail, not match,
+    where it lacks the bytes it looks at; `at_end`, when given, is the pattern used once the body's end is
+    known (an element that may end the body: a lookahead allowing the end of the text).
     """
 
-    __slots__ = ("pattern", "width", "_regex")
+    __slots__ = ("pattern", "width", "_regex", "at_end", "_end_regex")
 
-    def __init__(self, pattern: bytes, width: int) -> None:
+    def __init__(self, pattern: bytes, width: int, at_end: bytes | None = None) -> None:
         self.pattern = pattern
         self.width = width
+        self.at_end = at_end
         self._regex: re.Pattern[bytes] | None = None  # compiled at the first match, not at import
+        self._end_regex: re.Pattern[bytes] | None = None
 
     @property
     def regex(self) -> re.Pattern[bytes]:
@@ -223,7 +228,12 @@ class _Elements:
 
     def step(self, buf: bytes, pos: int, final: bool) -> tuple[int, bool]:
         """Consume what surely belongs to the tail; done once the byte that ends it is known."""
-        m = (self._regex or self.regex).match(buf, pos)
+        if final and self.at_end is not None:
+            if self._end_regex is None:
+                self._end_regex = re.compile(self.at_end)
+            m = self._end_regex.match(buf, pos)
+        else:
+            m = (self._regex or self.regex).match(buf, pos)
         end = m.end() if m else pos
         return end, final or end + self.width <= len(buf)
 
@@ -488,11 +498,23 @@ _CRED_NAME = _ID_WORDS + rb"(?:" + _BODY_ALT.encode() + rb")="  # DB_PASSWORD=, 
 # end of a JSON string or of a quoted command) or a backslash (an escaped line break). Inside a JSON string
 # an escaped quote (Digest's `username=\"...\"`) does not end it; as written, a quoted parameter
 # (Digest's, OAuth 1.0's `name="..."`) followed by another, a quote or the line's end does not either.
-_QUOTED_PARAM = rb'[A-Za-z_]{1,32}="[^"\r\n\\]{0,256}"(?=[ \t]{0,4}(?:,[ \t]{0,4}[A-Za-z_]|[\'\\]|(?![^\r\n])))'
+# The tails read a quoted parameter whole from its `="` (its name is read as plain characters), and never
+# take a `=` followed by a quote alone: cut by a chunk's end, the parameter is read again from its `=` once
+# the rest has come (a tail keeps what it has read).
+_QUOTED_PARAM = rb'="[^"\r\n\\]{0,256}"(?=[ \t]{0,4}(?:,[ \t]{0,4}[A-Za-z_]|[\'\\\r\n]%s))'
+
+
+def _line_tail(more: bytes) -> _Elements:
+    """A value to the line's end, a quote or a backslash (`more`: other elements), reading quoted parameters
+    whole; a parameter that ends the body is only known to once its end is."""
+    elements = rb'(?:[^\r\n"\'\\=]++|%s|=(?=[^"])' + more + rb")*"
+    return _Elements(elements % (_QUOTED_PARAM % b""), 302, elements % (_QUOTED_PARAM % rb"|(?![\s\S])"))
+
+
 # A line assignment's value: up to the line's end, a quote or a backslash; a header line's quoted parameters
 # (`Authorization: Digest username="bob", response="..."`) do not end it.
-_T_LINE_VALUE = _Elements(rb"(?:" + _QUOTED_PARAM + rb'|[^\r\n"\'\\])*', 302)
-_T_HEADER_LINE = _Elements(rb"(?:" + _QUOTED_PARAM + rb'|[^\r\n"\'\\]|\\")*', 302)
+_T_LINE_VALUE = _line_tail(b"")
+_T_HEADER_LINE = _line_tail(rb'|\\"')
 _HEADER_VALUE = rb"(?![$<{]|\[never)(?=[^\s\"'\\])"
 _INLINE_RULES: tuple[_Rule, ...] = (
     # `--password=...`, `--token ...`, `--api-key=...`, `--client-secret ...`: a flag named like a credential
@@ -819,8 +841,8 @@ _VALUE_TRIGGER_CONDS: dict[str, list[str]] = {
     "G": ["(?=OCSPX-)"], "x": ["(?=ox|app-)"],
     "g": ["(?=h[pousr]_|ithub_pat_)"],
     "h": [r"(?=ooks\.(?:slack|zapier)\.com|ook|orization:(?<=[Aa]uthorization:))"],
-    "-": [rf"(?=----BEGIN(?:[ \t]|\+|%20)|--- BEGIN SSH2 |-(?:{_BODY_ALT})(?:=|[ \t])|e(?:=|[ \t])|-env|-build-arg"
-          r"|-set|D)", "(?<=Private-)"],
+    "-": [rf"(?=----BEGIN(?:[ \t]|\+|%20)|--- BEGIN SSH2 |-(?:{_BODY_ALT})(?:=|[ \t])"
+          r"""|e(?:=|[ \t]{1,8}+)[A-Za-z0-9"'\\]|-env|-build-arg|-set|D)""", "(?<=Private-)"],
     "B": ["(?=(?i:earer|asic))"], "b": ["(?=(?i:earer|asic))"], "_": ["(?<=:_)"],
     "\n": [f"(?={_ASSIGN_LOOK})"],
     "\r": [f"(?={_ASSIGN_LOOK})"],
@@ -986,8 +1008,8 @@ def _text_trigger_conds(key_alt: str, in_json_key_alt: str, kind: str) -> dict[s
     }  # fmt: skip
     if kind != _BINARY:
         extra["<"] = [f"(?=(?:{_BODY_ALT})>)"]
-    if kind != _FORM:  # `_EQ_RULES`: every name of `_EQ_NAMES` ends in d
-        extra["="] = ["(?<=[Dd]=)"]
+    if kind != _FORM:  # `_EQ_RULES`: the names of `_EQ_NAMES` end in ord, swd, pwd
+        extra["="] = ["(?<=[OoSsPp][RrWw][Dd]=)"]
         extra["'"] = [f"(?=(?:{_BODY_ALT})'[ \t]{{0,32}}:)"]  # `_REPR_RULES`
     if kind == _FORM:
         extra["%"] = [f"(?=(?:0[Dd](?:%0[Aa])?|0[Aa]){_PCT_ASSIGN_NAME.decode()})"]
@@ -1036,8 +1058,34 @@ def _kind_rare_triggers(kind: str) -> re.Pattern[bytes]:
     return re.compile(_triggers({c: v for c, v in conds.items() if c in _RARE_TRIGGERS}))
 
 
-def _start(m: re.Match[bytes]) -> int:
-    return m.start()
+class _TriggerScan:
+    """The trigger matches of one buffer, of the main trigger regex and of `_kind_rare_triggers` merged in
+    order of start as one regex's `finditer` would give them (the two hold disjoint first characters).
+
+    Each regex's next match is remembered across the searches of the buffer (`_search` is called once per
+    rule match): a regex is never asked again for what it already scanned. Two iterators started afresh at
+    every rule match would each scan to their next match, a sparse one to the end of the buffer: quadratic
+    in the matches of a body dense in one kind of trigger (`'password': ` repeated)."""
+
+    __slots__ = ("_buf", "_found", "_regexes")
+
+    def __init__(self, regexes: tuple[re.Pattern[bytes], ...], buf: bytes) -> None:
+        self._regexes = regexes
+        self._buf = buf
+        # per regex: (searched from, up to, the first match there or None)
+        self._found: list[tuple[int, int, re.Match[bytes] | None]] = [(-1, -1, None)] * len(regexes)
+
+    def first(self, pos: int, end: int) -> re.Match[bytes] | None:
+        """The leftmost trigger match starting in [pos, end), reading no further than `end`."""
+        best = None
+        for i, regex in enumerate(self._regexes):
+            since, until, m = self._found[i]
+            if not (until == end and 0 <= since <= pos and (m is None or m.start() >= pos)):
+                m = regex.search(self._buf, pos, end)
+                self._found[i] = (pos, end, m)
+            if m is not None and (best is None or m.start() < best.start()):
+                best = m
+        return best
 
 
 _TRIGGER_BACK = 6  # longest trigger ('\\u0026'): a trigger may start this far before the scan position
@@ -1113,21 +1161,21 @@ def _run_interiors(buf: bytes, start: int) -> list[tuple[int, int]]:
 
 
 def _search(
-    regex: re.Pattern[bytes], triggers: re.Pattern[bytes] | None, buf: bytes, pos: int, safe: int,
+    regex: re.Pattern[bytes], triggers: re.Pattern[bytes] | _TriggerScan | None, buf: bytes, pos: int, safe: int,
     skips: list[tuple[int, int]] | tuple = (), gate: re.Pattern[bytes] | None = None,
-    rare: re.Pattern[bytes] | None = None,
 ) -> re.Match[bytes] | None:
     """Leftmost match of `regex` starting in [pos, safe], or None; same result as a plain search.
 
     With `triggers`, only positions where some rule can start are tried, and none inside `skips`
     (from `_run_interiors` of the same buffer); with `gate` (`_gate` of the same rules), `regex` is
-    tried only where the gate matches (the same positions, found faster where there is none); `rare`, the
-    triggers of `_RARE_TRIGGERS`, is scanned beside `triggers`, their matches taken in order.
+    tried only where the gate matches (the same positions, found faster where there is none). `triggers`
+    is a regex, or a `_TriggerScan` of `buf` (the main and the rare triggers, kept across calls).
     """
     if triggers is None:
         m = regex.search(buf, pos)
         return m if m is not None and m.start() <= safe else None
     match = regex.match if gate is None else functools.partial(_gated_match, regex, gate)
+    scan = triggers if isinstance(triggers, _TriggerScan) else _TriggerScan((triggers,), buf)
     if pos == 0:  # start of the body: a form field needs no '&' before it
         m = match(buf, 0)
         if m is not None:
@@ -1136,11 +1184,9 @@ def _search(
     for w_start, w_end in _windows(lo, skips, len(buf)):
         if w_start > safe:
             return None
-        end = min(len(buf), w_end + _TRIGGER_REACH)
-        found: Iterable[re.Match[bytes]] = triggers.finditer(buf, w_start, end)
-        if rare is not None:
-            found = heapq.merge(found, rare.finditer(buf, w_start, end), key=_start)
-        for t in found:
+        end, at = min(len(buf), w_end + _TRIGGER_REACH), w_start
+        while (t := scan.first(at, end)) is not None:
+            at = max(t.end(), t.start() + 1)  # as finditer goes on
             if t.start() >= w_end:
                 break
             first = buf[t.start()]
@@ -1237,8 +1283,10 @@ class StreamingRedactor:
         use_triggers = self._use_triggers
         # Without triggers (the tests' reference scan) every rule in its widest spelling.
         regex = _kind_regex(self._kind, esc or not use_triggers)
-        triggers = _kind_triggers(self._kind, esc) if use_triggers else None
-        rare = _kind_rare_triggers(self._kind) if use_triggers else None
+        triggers = (
+            _TriggerScan((_kind_triggers(self._kind, esc), _kind_rare_triggers(self._kind)), buf)
+            if use_triggers else None
+        )
         gate = _kind_gate(self._kind, esc) if use_triggers else None
         skips: list[tuple[int, int]] | None = None
         out: list[bytes] = []
@@ -1252,7 +1300,7 @@ class StreamingRedactor:
                 break
             if skips is None:  # once per buffer, when a scan reaches this far
                 skips = _run_interiors(buf, pos) if use_triggers else []
-            m = _search(regex, triggers, buf, pos, safe, skips, gate, rare)
+            m = _search(regex, triggers, buf, pos, safe, skips, gate)
             if m is None:
                 end = max(pos, min(n, safe + (0 if final else 1)))
                 out.append(buf[pos:end])

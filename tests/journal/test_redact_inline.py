@@ -176,3 +176,25 @@ def test_evidence_is_left_alone(text: str, content_type: str | None) -> None:
     body = _as_body(text, content_type)
     assert _all_ways(body, content_type) == [body] * 3
     assert not contains_credential(text)
+
+
+@pytest.mark.parametrize(
+    ("head", "params"),
+    [
+        (b"Authorization: Digest ", b'username="bob", response="Hunter2Inline9", qop=auth\n'),
+        (b"curl -H 'Authorization: Digest ", b'realm="x", response="Hunter2Inline9"\' https://a.test/\n'),
+        (b"x Authorization: OAuth ", b'oauth_consumer_key="ck", oauth_signature="Hunter2Inline9"'),
+    ],
+)
+def test_quoted_header_parameters_cut_by_a_chunk_end_are_read_whole(head: bytes, params: bytes) -> None:
+    """A tail keeps what it has read: a `name="..."` parameter cut by the end of the bytes received so far
+    must not be taken for a lone `=` (the value after it would then end the tail and stay). The header's
+    value is long, so its rule starts before the parameters have arrived; the last case ends the body."""
+    body = b"a\n" + head + b"a " * 3000 + params
+    whole = redact_body(body, "text/plain")
+    assert SECRET.encode() not in whole
+    at = body.index(SECRET.encode())
+    for cut in range(at - 24, at + 2):
+        r = StreamingRedactor("text/plain")
+        out = r.feed(body[:cut]) + b"".join(r.feed(body[i : i + 4200]) for i in range(cut, len(body), 4200))
+        assert out + r.close() == whole, cut
