@@ -1330,9 +1330,9 @@ def compile_for_capture() -> None:
     which compile on first use otherwise: 0.2-0.5 s, paid by the first call's latency on a capture point's
     event loop. A long-running capture point calls this before it says it is ready; a reader never does
     (it compiles only what it uses). The variants for escaped key names, forms and multipart bodies
-    still compile when first met: all of them here would add 3-4 s (load 4 on 2 cores; branch redact31,
-    docs/benchmarks.md) to every start of `broker run` and of the shim, the escaped-key text variant alone
-    1.1-1.8 s."""
+    still compile when first met: all of them here would add about 2 s (3-4 s on a loaded machine; branch
+    redact31, docs/benchmarks.md) to every start of `broker run` and of the shim, the escaped-key text
+    variant alone 0.8 s."""
     for kind in (_TEXT, _BINARY):
         _kind_regex(kind, False)
         _kind_gate(kind, False)
