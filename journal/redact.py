@@ -535,7 +535,7 @@ _INLINE_RULES: tuple[_Rule, ...] = (
 _EQ_NAMES = ("password", "passwd", "pwd")
 _EQ_HEAD = (
     rb"(?:" + b"|".join(rb"(?<=(?i:%s))(?<![A-Za-z0-9](?i:%s))|(?<=[a-z0-9]%s)" % (n, n, n.capitalize())
-                        for n in (x.encode() for x in _EQ_NAMES)) + rb")="
+                        for n in (x.encode() for x in _EQ_NAMES)) + rb")=(?!=)"  # base64 padding: `.../pwd==`
 )
 _EQ_RULES: tuple[_Rule, ...] = (_value_rule(_EQ_HEAD),)
 

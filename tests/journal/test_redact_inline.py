@@ -167,6 +167,8 @@ KEPT = [
     "line one\rline two\r",
     "it's the user's 'password' field, don't log it",
     "{'user': 'bob', 'id': 7, 'scopes': ['read']}",
+    "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAAB+Pwd==",
+    "digest c2lnbmF0dXJlIGJ5dGVz/passwd= and +PWD==",
 ]
 
 
