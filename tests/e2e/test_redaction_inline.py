@@ -1,11 +1,13 @@
 """The spellings closed on branch redact31 (tests/journal/test_redact_inline.py), sent through the real
-`broker run` (an httpx client through the proxy): userinfo after any scheme, flags and environment
-assignments in a command, libpq and connection-string passwords, header lines quoted in text, a lone carriage
-return, in a JSON string, a text body and a request URL. Every file the run wrote and everything it printed
-is scanned for each secret (raw, URL-encoded, JSON-escaped, base64 at three alignments)."""
+capture points: `broker run` (an httpx client through the proxy) and the MCP shim (`broker mcp` on stdio, the
+MCP SDK client). Userinfo after any scheme, flags and environment assignments in a command, libpq and
+connection-string passwords, header lines quoted in text, a lone carriage return, in a JSON string, a text
+body and a request URL. Every file the run wrote and everything it printed is scanned for each secret (raw,
+URL-encoded, JSON-escaped, base64 at three alignments)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import ssl
 from pathlib import Path
@@ -13,9 +15,12 @@ from urllib.parse import quote
 
 import httpx
 import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
 
 from journal.fingerprint_key import KEY_FILE_ENV
 from tests.support.broker_harness import BrokerProcess
+from tests.support.mcp_servers.harness import NOTES_SERVER, REPO, WAIT, assert_intact, entries, shim_argv
 from tests.support.secret_samples import written_forms
 from tests.support.upstreams import Upstream
 
@@ -68,3 +73,30 @@ def test_broker_run_records_no_inline_credential(tmp_path: Path, monkeypatch: py
     haystack = b"\n".join([*files, output])
     assert _leaks(haystack, {**TEXTS, **RAW_JSON, **URL}) == []
     assert haystack.count(b"[never captured]") + haystack.count(b"[never%20captured]") >= count
+
+
+def test_shim_records_no_inline_credential(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """MCP arguments and results are parsed JSON: each text reaches the rules as a plain string, raw quotes and
+    carriage returns included (a Digest header line, a lone CR)."""
+    monkeypatch.setenv(KEY_FILE_ENV, str(tmp_path / "fingerprint.key"))
+    vault = tmp_path / "vault"
+    argv = shim_argv(vault)
+    params = StdioServerParameters(command=argv[0], args=[*argv[1:], "--", *NOTES_SERVER], cwd=str(REPO))
+    line = 'Authorization: Digest username="bob", response="Hunter2DigestO15"'
+    digest = {"Digest header line": ("Hunter2DigestO15", line)}
+    texts = [t for _s, t in (*TEXTS.values(), *digest.values())]
+
+    async def scenario() -> None:
+        with (tmp_path / "shim.log").open("w") as errlog:
+            async with Client(stdio_client(params, errlog=errlog), read_timeout_seconds=WAIT) as c:
+                for i, text in enumerate(texts):
+                    assert (await c.call_tool("add_note", {"note_id": f"i{i}", "text": text})).content[0].text == "ok"
+                    assert (await c.call_tool("get_note", {"note_id": f"i{i}"})).content[0].text == text
+
+    asyncio.run(scenario())
+    assert_intact(vault)
+    assert len(entries(vault)) == 2 * len(texts)
+    files = [p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and p.name != "fingerprint.key"]
+    haystack = b"\n".join(files)
+    assert _leaks(haystack, {**TEXTS, **digest}) == []
+    assert haystack.count(b"[never captured]") >= 2 * len(texts)
