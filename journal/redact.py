@@ -205,14 +205,20 @@ class _Elements:
 
     Why: tails (the token's remaining characters, a JSON string up to its closing quote) have no length
     limit, so they are consumed as they stream instead of being held.
+
+    What it reads before the end of the bytes received so far is kept, so an element must fail, not match,
+    where it lacks the bytes it looks at; `at_end`, when given, is the pattern used once the body's end is
+    known (an element that may end the body: a lookahead allowing the end of the text).
     """
 
-    __slots__ = ("pattern", "width", "_regex")
+    __slots__ = ("pattern", "width", "_regex", "at_end", "_end_regex")
 
-    def __init__(self, pattern: bytes, width: int) -> None:
+    def __init__(self, pattern: bytes, width: int, at_end: bytes | None = None) -> None:
         self.pattern = pattern
         self.width = width
+        self.at_end = at_end
         self._regex: re.Pattern[bytes] | None = None  # compiled at the first match, not at import
+        self._end_regex: re.Pattern[bytes] | None = None
 
     @property
     def regex(self) -> re.Pattern[bytes]:
@@ -222,7 +228,12 @@ class _Elements:
 
     def step(self, buf: bytes, pos: int, final: bool) -> tuple[int, bool]:
         """Consume what surely belongs to the tail; done once the byte that ends it is known."""
-        m = (self._regex or self.regex).match(buf, pos)
+        if final and self.at_end is not None:
+            if self._end_regex is None:
+                self._end_regex = re.compile(self.at_end)
+            m = self._end_regex.match(buf, pos)
+        else:
+            m = (self._regex or self.regex).match(buf, pos)
         end = m.end() if m else pos
         return end, final or end + self.width <= len(buf)
 
@@ -365,8 +376,8 @@ def _prefix_rule(prefix: str, rest: str) -> tuple[_Rule, tuple[str, str]]:
 
 
 # Schemes whose URLs often carry a password (databases, git, web), each with a character the value
-# rules' triggers already have (so no new trigger character): redis, amqp, ftp, smtp, ldap have none and
-# are not covered in bodies (redact_url covers every scheme).
+# rules' triggers already have (so no new trigger character); every other scheme is read from its `://`
+# (`_ANY_SCHEME_USERINFO_RULES`), which these rules keep in step with.
 _USERINFO_SCHEMES = ("http", "https", "postgres", "postgresql", "mysql", "mongodb", "mongodb+srv", "mariadb",
                      "git", "git+ssh", "jdbc:mysql", "jdbc:postgresql", "jdbc:mariadb")  # fmt: skip
 
@@ -392,6 +403,15 @@ def _userinfo_rules() -> list[tuple[_Rule, tuple[str, str]]]:
 
 
 _USERINFO_RULES = _userinfo_rules()
+# Every other scheme (redis, rediss, amqp(s), ftp, smtp(s), ldap, ...: `[a-z][a-z0-9+.-]*://`), started at
+# the first '/' of `://` (or of `:\/\/`), or at the A of an upper-case `%3A%2F%2F`: the scheme's last
+# character is all the lookbehind reads (a trigger at every ':' would cost every JSON body's scan).
+_UI_RAW_LOOK = rb"(?=" + _UI_CHAR + rb"{0,128}+:(?:" + _UI_CHAR + rb"|:){1,128}+@)"
+_UI_PCT_LOOK = rb"(?=" + _PCT_CHAR + rb"{0,256}%3[Aa](?:" + _PCT_CHAR + rb"|%3[Aa]){1,256}%40)"
+_ANY_SCHEME_USERINFO_RULES: tuple[_Rule, ...] = (
+    (rb"(?:(?<=[A-Za-z0-9+.\-]:)|(?<=[A-Za-z0-9+.\-]:\\))/\\?/", _UI_RAW_LOOK, _T_USERINFO, "text"),
+    (rb"(?<=[A-Za-z0-9+.\-]%3)A%2[Ff]%2[Ff]", _UI_PCT_LOOK, _T_PCT_USERINFO, "text"),
+)
 _PREFIX_RULES = tuple(_prefix_rule(p, shape.rest) for shape in PREFIX_SHAPES for p in shape.prefixes)
 
 # Assignments at the start of a line: INI, .env, YAML, properties (`aws_secret_access_key = ...`,
@@ -413,7 +433,7 @@ _ASSIGN_NAME = (
     + rb"(?:" + _BODY_ALT.encode() + rb")" + _ASSIGN_SEP
 )
 # A line break as written in text or inside a JSON string (the first alternative: the start of the body).
-_LINE_START = rb"(?:(?<![\s\S])|\r?\n|(?:\\r|\\u000[Dd])?(?:\\n|\\u000[Aa]))"
+_LINE_START = rb"(?:(?<![\s\S])|\r?\n|\r|(?:\\r|\\u000[Dd])(?:\\n|\\u000[Aa])?|\\n|\\u000[Aa])"
 # The same lines URL-encoded (a form value, a query parameter): the break `%0A` (`%0a`, after `%0D`),
 # blanks `+`, `%20`, `%09`, the `=` / `:` encoded or as written.
 _PCT_SP = rb"(?:\+|%20|%09)"
@@ -429,10 +449,95 @@ def _pct_assign_rule(value_char: bytes, replacement: str) -> _Rule:
     """The URL-encoded line assignment, its value made of `value_char`s (wider in a form body, where only
     '&' ends a value, than in a URL written in text, which a quote or a bracket ends)."""
     return (
-        rb"(?:%0[Aa]|%0[Dd]%0[Aa])" + _PCT_ASSIGN_NAME + rb"(?:%2[27])?",
+        rb"(?:%0[Aa]|%0[Dd](?:%0[Aa])?)" + _PCT_ASSIGN_NAME + rb"(?:%2[27])?",
         rb"(?!(?:true|false|null)(?![A-Za-z0-9_])|\[never)(?=" + value_char + rb")",
         _Elements(value_char + rb"*", 3), replacement,
     )
+
+
+# Credentials that do not start a line (branch redact31): a command written in a body (a tool's shell
+# argument, a JSON string holding a script), a header line quoted in text, a connection string in prose.
+# Each starts at a character the rules above already trigger on ('-', 'e', 'h', 'A', '/'), or at '=' for
+# the rules of `_EQ_RULES`, which a form body (whose fields have their own rule) does not try.
+# A value as written after `=` or a blank: quoted (what follows, up to a quote, a backslash or the line's
+# end, goes), or bare (up to a blank or a shell operator). A shell variable (`$TOKEN`, `${TOKEN}`), a
+# placeholder (`<token>`) and a value already redacted stay.
+_QUOTE = rb"(?:[\"']|\\(?:\\\\)?\"|\\\\?u002[27])"
+_T_QUOTED = _Elements(rb"[^\"'\\\r\n]*", 1)
+_T_ARG = _Elements(rb"[^\s\"'\\;&|<>`]*", 1)
+_NOT_VAR = rb"(?!\[never|\$[A-Za-z_{(])"
+
+
+class _ArgValue:
+    """Tail of a value after a flag or an assignment (`_value_rule`): quoted when its head ended with the
+    quote (`"`, `'`, `\\"`, `\\u0022`, `\\u0027`), else bare; decided at its first step from the byte before
+    it. One rule for both spellings rather than two: the key names in each head are most of what a rule
+    costs to compile, and every capture point compiles these before it is ready."""
+
+    __slots__ = ("_tail",)
+
+    def __init__(self) -> None:
+        self._tail: _Elements | None = None
+
+    def step(self, buf: bytes, pos: int, final: bool) -> tuple[int, bool]:
+        if self._tail is None:
+            self._tail = _T_QUOTED if pos and buf[pos - 1] in b"\"'27" else _T_ARG
+        return self._tail.step(buf, pos, final)
+
+
+def _value_rule(head: bytes) -> _Rule:
+    """A head followed by a value, quoted (the quote stays) or bare."""
+    value = rb"(?:" + _QUOTE + rb"(?=[^\"'\\\r\n])|(?=[^\s\"'\\;&|<>`]))"
+    return (head + value, _NOT_VAR, _ArgValue, "text")
+
+
+_ARG_START = rb"(?:(?<![A-Za-z0-9_\-])|(?<=\\[nrt]))"  # a word's start, also after a JSON-escaped blank
+_CRED_NAME = _ID_WORDS + rb"(?:" + _BODY_ALT.encode() + rb")="  # DB_PASSWORD=, spring.datasource.password=
+# A header line written in text: the credential after the scheme word (Token, Digest, Bot,
+# AWS4-HMAC-SHA256, ...; none for a bare key), or the whole cookie list, up to the line's end, a quote (the
+# end of a JSON string or of a quoted command) or a backslash (an escaped line break). Inside a JSON string
+# an escaped quote (Digest's `username=\"...\"`) does not end it; as written, a quoted parameter
+# (Digest's, OAuth 1.0's `name="..."`) followed by another, a quote or the line's end does not either.
+# The tails read a quoted parameter whole from its `="` (its name is read as plain characters), and never
+# take a `=` followed by a quote alone: cut by a chunk's end, the parameter is read again from its `=` once
+# the rest has come (a tail keeps what it has read).
+_QUOTED_PARAM = rb'="[^"\r\n\\]{0,256}"(?=[ \t]{0,4}(?:,[ \t]{0,4}[A-Za-z_]|[\'\\\r\n]%s))'
+
+
+def _line_tail(more: bytes) -> _Elements:
+    """A value to the line's end, a quote or a backslash (`more`: other elements), reading quoted parameters
+    whole; a parameter that ends the body is only known to once its end is."""
+    elements = rb'(?:[^\r\n"\'\\=]++|%s|=(?=[^"])' + more + rb")*"
+    return _Elements(elements % (_QUOTED_PARAM % b""), 302, elements % (_QUOTED_PARAM % rb"|(?![\s\S])"))
+
+
+# A line assignment's value: up to the line's end, a quote or a backslash; a header line's quoted parameters
+# (`Authorization: Digest username="bob", response="..."`) do not end it.
+_T_LINE_VALUE = _line_tail(b"")
+_T_HEADER_LINE = _line_tail(rb'|\\"')
+_HEADER_VALUE = rb"(?![$<{]|\[never)(?=[^\s\"'\\])"
+_INLINE_RULES: tuple[_Rule, ...] = (
+    # `--password=...`, `--token ...`, `--api-key=...`, `--client-secret ...`: a flag named like a credential
+    # (the body name list); after a blank, a value that is no other flag.
+    _value_rule(_ARG_START + rb"--(?:" + _BODY_ALT.encode() + rb")(?:=|[ \t]{1,8}(?!-))"),
+    # `docker run -e DB_PASSWORD=...`, `--env`, `--build-arg`, helm `--set db.password=...`, `-Dspring...=`;
+    # `env API_KEY=... cmd`, `cd x; export TOKEN=...` (after up to four other assignments).
+    _value_rule(_ARG_START + rb"(?:(?:(?:-e|--env|--build-arg|--set(?:-string)?)(?:=|[ \t]{1,8})|-D)"
+                + _QUOTE + rb"?|(?:export|env)[ \t]{1,8}(?:-[A-Za-z]{1,8}[ \t]{1,8}){0,2}"
+                rb"(?:[A-Za-z_][A-Za-z0-9_]{0,64}=[^\s\"'\\;&|]{0,128}[ \t]{1,8}){0,4})" + _CRED_NAME),
+    # `Authorization: Token ...` (any scheme), `Proxy-Authorization:`, `Cookie: ...`, `Set-Cookie: ...`.
+    (rb"(?<=[Aa]ut)horization:[ \t]{0,8}(?:[A-Za-z][A-Za-z0-9._\-]{0,32}[ \t]{1,8})?+", _HEADER_VALUE,
+     _T_HEADER_LINE, "text"),
+    (rb"(?<=[Cc]ooki)e:[ \t]{0,8}", _HEADER_VALUE, _T_HEADER_LINE, "text"),
+)  # fmt: skip
+# `password=` after a word's start or a camelCase word (libpq `host=db password=...`, `;Password=...`,
+# `Pwd=`, `dbPassword=`), started at the '=' (each name ends in d).
+_EQ_NAMES = ("password", "passwd", "pwd")
+_EQ_HEAD = (
+    rb"(?:" + b"|".join(rb"(?<=(?i:%s))(?<![A-Za-z0-9](?i:%s))|(?<=[a-z0-9]%s)" % (n, n, n.capitalize())
+                        for n in (x.encode() for x in _EQ_NAMES)) + rb")=(?!=)"  # base64 padding: `.../pwd==`
+)
+_EQ_RULES: tuple[_Rule, ...] = (_value_rule(_EQ_HEAD),)
 
 
 _VALUE_RULES: tuple[_Rule, ...] = (
@@ -488,6 +593,7 @@ _VALUE_RULES: tuple[_Rule, ...] = (
     # user:password@ in a URL written in a body (as written, JSON-escaped slashes, URL-encoded), for the
     # schemes of `_USERINFO_SCHEMES`.
     *(rule for rule, _t in _USERINFO_RULES),
+    *_ANY_SCHEME_USERINFO_RULES,
     # Connection strings: Azure AccountKey= / SharedAccessKey= / SharedAccessSignature=.
     (rb"(?:AccountKey|(?<=Shared)Access(?:Key|Signature))(?:=|%3[Dd])",
      rb"(?!\[never)(?=[^;\"'\s&<>\\%])", _T_CONN, "text"),
@@ -498,7 +604,9 @@ _VALUE_RULES: tuple[_Rule, ...] = (
     (rb"(?:(?<=[0-9]{8}:)|(?<=[0-9]{8}%3[Aa]))", rb"AA[0-9A-Za-z_\-]{33}", _T_TOKEN, "text"),
     # Line assignments (see _ASSIGN_NAME).
     (_LINE_START + _ASSIGN_NAME + rb"(?:[\"']|\\(?:\\\\)?\"|\\\\?u002[27])?(?:(?i:bearer|basic|token)[ \t]{1,8})?+",
-     rb"(?!(?:true|false|null)(?![A-Za-z0-9_])|\[never)(?=[^\s\"'\\])", _Elements(rb"[^\r\n\"'\\]*", 1), "text"),
+     rb"(?!(?:true|false|null)(?![A-Za-z0-9_])|\[never)(?=[^\s\"'\\])", _T_LINE_VALUE, "text"),
+    # Flags, env assignments and header lines written in a body (see _INLINE_RULES).
+    *_INLINE_RULES,
     # The catalogue (journal/secret_shapes.py): tokens known by their prefix, which stays.
     *(rule for rule, _t in _PREFIX_RULES),
 )  # fmt: skip
@@ -571,8 +679,8 @@ _PCT_PARAM_VALUE_CHAR = rb"(?:[^&\s%\"'<>\\#)}]|%(?!0[AaDd]|2[27])[0-9A-Fa-f]{2}
 # its value up to the line: runs of plain characters (one fast repeat each) and escapes, at most 96 of them
 # (3 KiB: a rule's head stays within what the streaming redactor holds back).
 _PCT_LINE_BEFORE = (
-    rb"[A-Za-z0-9_.~+%$:@!*,;|\[\]\-]{1,64}+=(?:[^&\s%\"'<>\\#)}]{1,32}+|%(?!0[Aa])[0-9A-Fa-f]{2}|%0[Aa](?!"
-    + _PCT_ASSIGN_NAME + rb")){0,96}+%0[Aa]"
+    rb"[A-Za-z0-9_.~+%$:@!*,;|\[\]\-]{1,64}+=(?:[^&\s%\"'<>\\#)}]{1,32}+|%(?!0[AaDd])[0-9A-Fa-f]{2}|%0[AaDd](?!"
+    + _PCT_ASSIGN_NAME + rb")){0,96}+%0[AaDd]"
 )
 _URL_PARAM_LINE_RULE: _Rule = (
     rb"(?:(?<=[?&])|(?<![\s\S])|(?<=\\u0026)|(?<=&amp;))" + _PCT_LINE_BEFORE + _PCT_ASSIGN_NAME + rb"(?:%2[27])?",
@@ -594,6 +702,17 @@ _FORM_ASSIGN_RULE: _Rule = _pct_assign_rule(_PCT_VALUE_CHAR, "text")
 # kinds only (a declared binary type holds no XML worth a trigger at every '<').
 _XML_RULE: _Rule = (rb"<(?:" + _BODY_ALT.encode() + rb")>", rb"(?!\[never)(?=[^<])", _Elements(rb"[^<]*", 1), "text")
 
+# A Python dict as printed (`{'password': '...'}`, a tool's log line, a repr in an error): a credential key in
+# single quotes, its string value (either quote) loses its content. Its trigger, `'`, is one of
+# `_RARE_TRIGGERS` (a branch of the main trigger alternation cost every body's scan about 8%).
+_T_SQ_STRING = _Elements(rb"[^'\\]*(?:\\[\s\S][^'\\]*)*", 2)
+_SQ_KEY = rb"'(?:" + _BODY_ALT.encode() + rb")'[ \t]{0,32}:[ \t]{0,32}"
+_REPR_RULES: tuple[_Rule, ...] = (
+    (_SQ_KEY + rb"'", b"", _T_SQ_STRING, "text"),
+    (_SQ_KEY + rb'"', b"", _T_JSON_STRING, "text"),
+    (_SQ_KEY + rb'\\"', b"", _T_JSON_IN_JSON, "text"),  # the repr in a JSON string: its " escaped
+)
+
 _BINARY, _TEXT, _FORM, _MULTI = "binary", "text", "form", "multipart"
 
 
@@ -608,10 +727,10 @@ def _kind_rules(kind: str, esc: bool) -> tuple[_Rule, ...]:
     if kind == _FORM:  # a form's own line rule reads a field's value as a form does (to the next '&')
         return (_FORM_RULE, *common, _FORM_ASSIGN_RULE, _XML_RULE, *_VALUE_RULES)
     if kind == _MULTI:
-        return (_MULTIPART_RULE, *common, _URL_PARAM_LINE_RULE, _XML_RULE, *_VALUE_RULES)
+        return (_MULTIPART_RULE, *common, _URL_PARAM_LINE_RULE, _XML_RULE, *_EQ_RULES, *_REPR_RULES, *_VALUE_RULES)
     if kind == _TEXT:
-        return (*common, _URL_PARAM_LINE_RULE, _XML_RULE, *_VALUE_RULES)
-    return (*common, _URL_PARAM_LINE_RULE, *_VALUE_RULES)
+        return (*common, _URL_PARAM_LINE_RULE, _XML_RULE, *_EQ_RULES, *_REPR_RULES, *_VALUE_RULES)
+    return (*common, _URL_PARAM_LINE_RULE, *_EQ_RULES, *_REPR_RULES, *_VALUE_RULES)
 
 
 _RULES_BY_KIND: dict[str, tuple[_Rule, ...]] = {
@@ -713,14 +832,22 @@ _ASSIGN_LOOK = (
     + r"[A-Za-z0-9_.\-]{1,100}+" + _look_blanks(8) + r"(?:[=:]|\\\\?u003[AaDd])"
 )
 _VALUE_TRIGGER_CONDS: dict[str, list[str]] = {
-    "e": ["(?=yJ)"], "y": [r"(?=a29\.)"], "1": ["(?=//0|%2[Ff]%2[Ff]0)"],
-    "A": ["(?=Iza|ccountKey(?:=|%3[Dd]))", "(?<=:A)", "(?<=%3AA)", "(?<=%3aA)", "(?<=SharedA)"],
+    # branch redact31 (_INLINE_RULES, _ANY_SCHEME_USERINFO_RULES): `export` / `env` and `Cookie:` at 'e',
+    # `Authorization:` at 'h', flags at '-', `%3A%2F%2F` at 'A', `://` at '/'. A character's conditions are
+    # one lookahead where they can be (a lookbehind inside it): a second alternative cost prose 10%.
+    "e": ["(?=yJ|xport[ \t]|nv[ \t]|:(?<=[Cc]ookie:))"], "y": [r"(?=a29\.)"], "1": ["(?=//0|%2[Ff]%2[Ff]0)"],
+    "A": [f"(?=Iza|ccountKey(?:=|%3[Dd])|(?<=%3A)%2[Ff]%2[Ff]{_UI_PCT_LOOK.decode()})", "(?<=:A)", "(?<=%3AA)",
+          "(?<=%3aA)", "(?<=SharedA)"],
     "G": ["(?=OCSPX-)"], "x": ["(?=ox|app-)"],
-    "g": ["(?=h[pousr]_|ithub_pat_)"], "h": [r"(?=ooks\.(?:slack|zapier)\.com|ook)"],
-    "-": [r"(?=----BEGIN(?:[ \t]|\+|%20)|--- BEGIN SSH2 )", "(?<=Private-)"],
+    "g": ["(?=h[pousr]_|ithub_pat_)"],
+    "h": [r"(?=ooks\.(?:slack|zapier)\.com|ook|orization:(?<=[Aa]uthorization:))"],
+    "-": [rf"(?=----BEGIN(?:[ \t]|\+|%20)|--- BEGIN SSH2 |-(?:{_BODY_ALT})(?:=|[ \t])"
+          r"""|e(?:=|[ \t]{1,8}+)[A-Za-z0-9"'\\]|-env|-build-arg|-set|D)""", "(?<=Private-)"],
     "B": ["(?=(?i:earer|asic))"], "b": ["(?=(?i:earer|asic))"], "_": ["(?<=:_)"],
     "\n": [f"(?={_ASSIGN_LOOK})"],
-    "\\": [f"(?=(?:(?:r|u000[Dd])\\\\)?(?:n|u000[Aa]){_ASSIGN_LOOK})"],
+    "\r": [f"(?={_ASSIGN_LOOK})"],
+    "\\": [f"(?=(?:(?:r|u000[Dd])(?:\\\\(?:n|u000[Aa]))?|n|u000[Aa]){_ASSIGN_LOOK})"],
+    "/": [f"(?=\\\\?/{_UI_RAW_LOOK.decode()})(?:(?<=:/)|(?<=:\\\\/))"],
 }  # fmt: skip
 
 
@@ -881,8 +1008,11 @@ def _text_trigger_conds(key_alt: str, in_json_key_alt: str, kind: str) -> dict[s
     }  # fmt: skip
     if kind != _BINARY:
         extra["<"] = [f"(?=(?:{_BODY_ALT})>)"]
+    if kind != _FORM:  # `_EQ_RULES`: the names of `_EQ_NAMES` end in ord, swd, pwd
+        extra["="] = ["(?<=[OoSsPp][RrWw][Dd]=)"]
+        extra["'"] = [f"(?=(?:{_BODY_ALT})'[ \t]{{0,32}}:)"]  # `_REPR_RULES`
     if kind == _FORM:
-        extra["%"] = [f"(?=(?:0[Dd]%)?0[Aa]{_PCT_ASSIGN_NAME.decode()})"]
+        extra["%"] = [f"(?=(?:0[Dd](?:%0[Aa])?|0[Aa]){_PCT_ASSIGN_NAME.decode()})"]
     if kind == _MULTI:
         extra["C"] = ["(?=(?i:ontent-disposition))"]
         extra["c"] = ["(?=(?i:ontent-disposition))"]
@@ -907,12 +1037,55 @@ def _value_trigger_re() -> re.Pattern[bytes]:
 _NAME_ESCAPE = re.compile(rb"\\u00(?:[2-7][0-9a-fA-F])")
 
 
+# Trigger characters rare in JSON and prose, scanned for by a regex of their own (`_kind_rare_triggers`):
+# at every byte that can start a trigger the engine tries the alternation's branches one by one, so each
+# branch costs every trigger byte of a body (a character no body holds added 3-5% to the JSON scan, three
+# of them 20%); a second scan for these costs about 2 ns a byte, less than their branches did.
+_RARE_TRIGGERS = "/=\r?&<%'"
+
+
 @functools.cache
 def _kind_triggers(kind: str, esc: bool) -> re.Pattern[bytes]:
-    """Trigger regex of a kind for one spelling of JSON keys, compiled on first use."""
-    if esc:
-        return re.compile(_triggers(_text_trigger_conds(*_escaped_key_alts(), kind)))
-    return re.compile(_triggers(_text_trigger_conds(_BODY_ALT, _BODY_ALT, kind)))
+    """Trigger regex of a kind for one spelling of JSON keys, less `_RARE_TRIGGERS`; compiled on first use."""
+    conds = _text_trigger_conds(*_escaped_key_alts(), kind) if esc else _text_trigger_conds(_BODY_ALT, _BODY_ALT, kind)
+    return re.compile(_triggers({c: v for c, v in conds.items() if c not in _RARE_TRIGGERS}))
+
+
+@functools.cache
+def _kind_rare_triggers(kind: str) -> re.Pattern[bytes]:
+    """The triggers of `_RARE_TRIGGERS` for a kind (no JSON key in them: one set for both spellings)."""
+    conds = _text_trigger_conds(_BODY_ALT, _BODY_ALT, kind)
+    return re.compile(_triggers({c: v for c, v in conds.items() if c in _RARE_TRIGGERS}))
+
+
+class _TriggerScan:
+    """The trigger matches of one buffer, of the main trigger regex and of `_kind_rare_triggers` merged in
+    order of start as one regex's `finditer` would give them (the two hold disjoint first characters).
+
+    Each regex's next match is remembered across the searches of the buffer (`_search` is called once per
+    rule match): a regex is never asked again for what it already scanned. Two iterators started afresh at
+    every rule match would each scan to their next match, a sparse one to the end of the buffer: quadratic
+    in the matches of a body dense in one kind of trigger (`'password': ` repeated)."""
+
+    __slots__ = ("_buf", "_found", "_regexes")
+
+    def __init__(self, regexes: tuple[re.Pattern[bytes], ...], buf: bytes) -> None:
+        self._regexes = regexes
+        self._buf = buf
+        # per regex: (searched from, up to, the first match there or None)
+        self._found: list[tuple[int, int, re.Match[bytes] | None]] = [(-1, -1, None)] * len(regexes)
+
+    def first(self, pos: int, end: int) -> re.Match[bytes] | None:
+        """The leftmost trigger match starting in [pos, end), reading no further than `end`."""
+        best = None
+        for i, regex in enumerate(self._regexes):
+            since, until, m = self._found[i]
+            if not (until == end and 0 <= since <= pos and (m is None or m.start() >= pos)):
+                m = regex.search(self._buf, pos, end)
+                self._found[i] = (pos, end, m)
+            if m is not None and (best is None or m.start() < best.start()):
+                best = m
+        return best
 
 
 _TRIGGER_BACK = 6  # longest trigger ('\\u0026'): a trigger may start this far before the scan position
@@ -988,19 +1161,21 @@ def _run_interiors(buf: bytes, start: int) -> list[tuple[int, int]]:
 
 
 def _search(
-    regex: re.Pattern[bytes], triggers: re.Pattern[bytes] | None, buf: bytes, pos: int, safe: int,
+    regex: re.Pattern[bytes], triggers: re.Pattern[bytes] | _TriggerScan | None, buf: bytes, pos: int, safe: int,
     skips: list[tuple[int, int]] | tuple = (), gate: re.Pattern[bytes] | None = None,
 ) -> re.Match[bytes] | None:
     """Leftmost match of `regex` starting in [pos, safe], or None; same result as a plain search.
 
     With `triggers`, only positions where some rule can start are tried, and none inside `skips`
     (from `_run_interiors` of the same buffer); with `gate` (`_gate` of the same rules), `regex` is
-    tried only where the gate matches (the same positions, found faster where there is none).
+    tried only where the gate matches (the same positions, found faster where there is none). `triggers`
+    is a regex, or a `_TriggerScan` of `buf` (the main and the rare triggers, kept across calls).
     """
     if triggers is None:
         m = regex.search(buf, pos)
         return m if m is not None and m.start() <= safe else None
     match = regex.match if gate is None else functools.partial(_gated_match, regex, gate)
+    scan = triggers if isinstance(triggers, _TriggerScan) else _TriggerScan((triggers,), buf)
     if pos == 0:  # start of the body: a form field needs no '&' before it
         m = match(buf, 0)
         if m is not None:
@@ -1009,7 +1184,9 @@ def _search(
     for w_start, w_end in _windows(lo, skips, len(buf)):
         if w_start > safe:
             return None
-        for t in triggers.finditer(buf, w_start, min(len(buf), w_end + _TRIGGER_REACH)):
+        end, at = min(len(buf), w_end + _TRIGGER_REACH), w_start
+        while (t := scan.first(at, end)) is not None:
+            at = max(t.end(), t.start() + 1)  # as finditer goes on
             if t.start() >= w_end:
                 break
             first = buf[t.start()]
@@ -1106,7 +1283,10 @@ class StreamingRedactor:
         use_triggers = self._use_triggers
         # Without triggers (the tests' reference scan) every rule in its widest spelling.
         regex = _kind_regex(self._kind, esc or not use_triggers)
-        triggers = _kind_triggers(self._kind, esc) if use_triggers else None
+        triggers = (
+            _TriggerScan((_kind_triggers(self._kind, esc), _kind_rare_triggers(self._kind)), buf)
+            if use_triggers else None
+        )
         gate = _kind_gate(self._kind, esc) if use_triggers else None
         skips: list[tuple[int, int]] | None = None
         out: list[bytes] = []
@@ -1150,11 +1330,14 @@ def compile_for_capture() -> None:
     which compile on first use otherwise: 0.2-0.5 s, paid by the first call's latency on a capture point's
     event loop. A long-running capture point calls this before it says it is ready; a reader never does
     (it compiles only what it uses). The variants for escaped key names, forms and multipart bodies
-    (0.3-1.4 s each) still compile when first met."""
+    still compile when first met: all of them here would add about 2 s (3-4 s on a loaded machine; branch
+    redact31, docs/benchmarks.md) to every start of `broker run` and of the shim, the escaped-key text
+    variant alone 0.8 s."""
     for kind in (_TEXT, _BINARY):
         _kind_regex(kind, False)
         _kind_gate(kind, False)
         _kind_triggers(kind, False)
+        _kind_rare_triggers(kind)
     _value_re()
     _value_gate()
     _value_trigger_re()
@@ -1192,7 +1375,10 @@ def _body_plainly_clean(body: bytes, kind: str) -> bool:
     StreamingRedactor for the many short clean bodies and strings (headers' JSON, MCP params). The
     match at the start is the gate's (`_kind_gate`: the same positions as the rules' alternation)."""
     esc = _NAME_ESCAPE.search(body) is not None
-    return _kind_triggers(kind, esc).search(body) is None and _kind_gate(kind, esc).match(body, 0) is None
+    return (
+        _kind_triggers(kind, esc).search(body) is None and _kind_rare_triggers(kind).search(body) is None
+        and _kind_gate(kind, esc).match(body, 0) is None
+    )
 
 
 def contains_credential(data: bytes | str) -> bool:

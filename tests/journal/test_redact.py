@@ -887,6 +887,10 @@ FRAGMENTS = [t.encode() for t in TOKENS] + [
     b'\\\\\\"password\\\\\\": \\\\\\"', b'\\\\\\"', b"\\\\\\\\", b'\\\\\\\\\\\\\\"', b"\\\\\\\\\\\\\\\\",
     b"'password': '", b"'token':\"", b"'", b"\"name\": \"DB_PASSWORD\", \"value\": \"", b"- ",
     b"A" * 40, b"0123456789" * 3, b"x" * 7,
+    # branch redact31: flags, env assignments, header lines, inline passwords, any scheme's userinfo, lone CR
+    b"--password ", b"--api-key=", b"-e ", b"--set ", b"-Dx.", b"env ", b"DB_PASSWORD=", b" password=", b";Pwd=",
+    b"dbPassword=", b"Authorization: ", b"Token ", b"Cookie:", b"redis://", b"amqp:\\/\\/", b"ftp%3A%2F%2F",
+    b"u:pw@", b"u%3Apw%40", b"\r", b"%0D", b"\\r", b"$TOKEN",
 ]  # fmt: skip
 
 _content_types = st.sampled_from(CONTENT_TYPES)
@@ -1558,8 +1562,8 @@ def test_compile_for_capture_leaves_a_json_call_nothing_to_compile():
     body use: their first redaction compiles no rule set (no cache of a compiled set misses)."""
     import journal.redact as r
 
-    caches = [r._kind_regex, r._kind_gate, r._kind_triggers, r._value_re, r._value_gate, r._value_trigger_re,
-              r._url_name_re, r._body_name_re]
+    caches = [r._kind_regex, r._kind_gate, r._kind_triggers, r._kind_rare_triggers, r._value_re, r._value_gate,
+              r._value_trigger_re, r._url_name_re, r._body_name_re]
     for c in caches:  # as in a fresh process (they compile again when next used)
         c.cache_clear()
     r.compile_for_capture()
