@@ -19,6 +19,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from broker.inspector import create_app
+from journal import verify as verify_module
 from journal.confine import NotConfined, open_blob, open_inside
 from journal.export.recorded_body import BlobUnavailable, read_blob
 from journal.store.file_store import FileStore
@@ -160,6 +161,29 @@ def test_a_journal_directory_symlinked_outside_is_not_followed(tmp_path):
     assert (report.intact, report.kind) == (False, "contract_violation")
     with pytest.raises(NotConfined):
         open_inside(vault.root, ("journal", "leak.jsonl"))
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_journal_directory_swapped_for_a_symlink_after_the_check_is_not_read(tmp_path, monkeypatch, workers):
+    """The race behind the case above: verify_session checks the session file (a confined open), then reads it.
+    Whoever swaps `journal/` for a symlink to a well-formed foreign journal in between must not get that file
+    verified in the vault's name (it was: the reads went by path, following the new directory link). What is
+    read is the file that was checked, in one process and when forked workers share it."""
+    vault = Vault.create(tmp_path / "v")
+    _intact(vault, "s", n=3)
+    foreign = Vault.create(tmp_path / "foreign")
+    _intact(foreign, "s", n=5)
+    read_seal = verify_module.read_seal
+
+    def swap_then_read_seal(v: Vault, session: str):  # called after the check, before the lines are read
+        vault.journal_dir.rename(vault.root / "journal-moved")
+        vault.journal_dir.symlink_to(foreign.journal_dir, target_is_directory=True)
+        return read_seal(v, session)
+
+    monkeypatch.setattr(verify_module, "read_seal", swap_then_read_seal)
+    report = verify_session(vault, "s", workers=workers)
+    checked = vault.root / "journal-moved" / "s.jsonl"
+    assert (report.intact, report.entries, report.bytes) == (True, 3, checked.stat().st_size)
 
 
 @pytest.mark.parametrize("parts", [("..", "x"), ("journal", "../x"), ("journal", "."), ("",)])
