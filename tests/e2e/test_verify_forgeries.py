@@ -5,7 +5,9 @@ the hash recomputed so that the chain holds: non-canonical bytes with the hash o
 the bytes as written, escapes JCS does not write, floats, duplicate keys, a key too many or too few, a seq jump
 with the right prev, NUL bytes, CRLF, a BOM, invalid and overlong UTF-8, no final newline, an empty line.
 One vault holds a session per forgery; `broker verify --json` must name each at its seq with its kind, and give
-the very same report with the C accelerator of the canonical form and without it (BROKER_NO_SPEEDUPS=1).
+the very same report with the C accelerator of the canonical form and without it (BROKER_NO_SPEEDUPS=1). The
+text output must keep one line per finding whatever the forged bytes hold (a line break or a carriage return in
+them would let the vault's writer print "intact" lines).
 tests/journal/test_verify.py holds the unit tests of the same checks; this is what an auditor runs.
 """
 
@@ -24,6 +26,7 @@ import pytest
 
 from journal.canonical import canonical_bytes
 from journal.chain import GENESIS, chain_entry
+from journal.erasure import write_tombstone
 from journal.vault import Vault
 from tests.support.journal_factories import fields
 
@@ -185,3 +188,40 @@ def test_each_forgery_is_named_at_its_seq_with_its_kind(reports, name):
 def test_the_reports_are_the_same_without_the_c_accelerator(forged, reports):
     """The C proof of the canonical form (journal/_canonical_speedups.c) changes the speed, never a verdict."""
     assert _reports(forged, BROKER_NO_SPEEDUPS="1") == reports
+
+
+def test_the_text_output_keeps_one_line_per_finding(tmp_path):
+    """What the vault's writer controls and verify prints (an entry's `seq` before its type is checked, an unsigned
+    tombstone's fields, the name of a quarantined torn tail) is printed with its line breaks and control
+    characters escaped: a forged `\\n<session>: intact` or `\\r` overwriting the BROKEN line is not shown as one."""
+    vault = Vault.create(tmp_path / "v")
+    lie = "\ns2: intact (4 entries)\r\x1b[2Ks1: intact (4 entries)\u2028\x85"
+    lines = _chain("s1")  # a seq that is a string holding the lie, hash left stale: `edited`, naming the seq
+    lines[3] = lines[3].replace(b'"seq":4', b'"seq":' + orjson.dumps("4" + lie), 1)
+    vault.session_path("s1").write_bytes(b"".join(lines))
+    (vault.journal_dir / f"s1.jsonl.torn-{lie.replace(chr(0x1b), '')}").write_bytes(b"x")
+    digest = hashlib.sha256(b"erased").hexdigest()  # s2 names a missing blob; an unsigned tombstone "explains" it
+    lines = _chain("s2")
+    ref = {"sha256": digest, "size": 6, "ref": f"blobs/sha256/{digest[:2]}/{digest}"}
+    lines[1] = _rebuilt(lines[1], response={"status": 200, "headers": [], "body": ref}, prev=_hash_of(lines[0]))
+    lines[2:] = _relinked(lines[1:], "s2")[1:]
+    vault.session_path("s2").write_bytes(b"".join(lines))
+    write_tombstone(vault.root, {"sha256": digest, "erased_at": lie, "erased_by": lie, "reason": lie})
+    r = _broker("verify", "--vault", str(vault.root))
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    out = r.stdout.splitlines()
+    assert [line.split(":")[0] for line in out if not line.startswith("  ")] == ["s1", "s2"], r.stdout
+    assert out[0].startswith("s1: BROKEN at seq 4: edited") and "intact" not in out[0].split("edited")[0]
+    assert not any(line.startswith(("s1: intact", "s2: intact")) for line in out), r.stdout
+    assert not re.search("[\r\x1b\x85\u2028]", r.stdout), repr(r.stdout)
+    s2 = next(line for line in out if line.startswith("s2:"))
+    assert "BROKEN at seq 2: blob_missing" in s2 and "not honoured" in s2 and "\\n" in s2
+
+
+def _relinked(lines: list[bytes], session: str) -> list[bytes]:
+    """`lines` (the first kept as it is) with every later line's prev and hash recomputed to follow it."""
+    out, prev = [lines[0]], _hash_of(lines[0])
+    for line in lines[1:]:
+        out.append(_rebuilt(line, prev=prev))
+        prev = _hash_of(out[-1])
+    return out
