@@ -22,6 +22,7 @@ from broker.inspector import create_app
 from journal import verify as verify_module
 from journal.confine import NotConfined, open_blob, open_inside
 from journal.export.recorded_body import BlobUnavailable, read_blob
+from journal.reader import session_blocks, session_lines
 from journal.store.file_store import FileStore
 from journal.store.interface import StoreError
 from journal.store.transfer import copy_store
@@ -184,6 +185,34 @@ def test_a_journal_directory_swapped_for_a_symlink_after_the_check_is_not_read(t
     report = verify_session(vault, "s", workers=workers)
     checked = vault.root / "journal-moved" / "s.jsonl"
     assert (report.intact, report.entries, report.bytes) == (True, 3, checked.stat().st_size)
+
+
+@pytest.mark.parametrize("read", ["session_lines", "session_blocks"])
+def test_the_readers_read_the_session_file_they_opened_inside_the_vault(tmp_path, monkeypatch, read):
+    """journal/reader.py's readers of a session (the inspector's pages, exports, `broker show`, the checkpoint
+    proofs) as verify_session above: `journal/` swapped for a symlink to a foreign journal right after the
+    session file was opened inside the vault must not make them read the foreign file (they opened it again by
+    path, following the new link)."""
+    vault = Vault.create(tmp_path / "v")
+    _intact(vault, "s", n=3)
+    foreign = Vault.create(tmp_path / "foreign")
+    _session_with_body(foreign, "s", SECRET.decode(), n=5)
+    open_session = Vault.open_session
+
+    def open_then_swap(self: Vault, session: str) -> int:
+        fd = open_session(self, session)
+        if not vault.journal_dir.is_symlink():
+            vault.journal_dir.rename(vault.root / "journal-moved")
+            vault.journal_dir.symlink_to(foreign.journal_dir, target_is_directory=True)
+        return fd
+
+    monkeypatch.setattr(Vault, "open_session", open_then_swap)
+    if read == "session_lines":
+        data = b"".join(line.data for line in session_lines(vault, "s"))
+    else:
+        data = b"".join(block.raw for block in session_blocks(vault, "s"))
+    assert vault.journal_dir.is_symlink()  # the swap happened
+    assert data == (vault.root / "journal-moved" / "s.jsonl").read_bytes() and SECRET not in data
 
 
 @pytest.mark.parametrize("parts", [("..", "x"), ("journal", "../x"), ("journal", "."), ("",)])
