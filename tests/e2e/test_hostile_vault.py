@@ -215,6 +215,33 @@ def test_the_readers_read_the_session_file_they_opened_inside_the_vault(tmp_path
     assert data == (vault.root / "journal-moved" / "s.jsonl").read_bytes() and SECRET not in data
 
 
+def test_broker_show_reads_the_session_file_it_checked(tmp_path, monkeypatch):
+    """journal/seq_index.py (`broker show --seq`, the inspector's entry page) checked the session file inside the
+    vault, then opened it by path: `journal/` swapped for a symlink to a foreign journal in between made it show
+    the foreign file's line. Each read now goes through a confined open (the swap is made around each read by path
+    where there still is one, the real journal put back for the checks)."""
+    from journal import seq_index
+
+    vault = Vault.create(tmp_path / "v")
+    _intact(vault, "s", n=3)
+    foreign = Vault.create(tmp_path / "foreign")
+    _session_with_body(foreign, "s", SECRET.decode(), n=5)
+    open_regular = seq_index.__dict__.get("open_regular")
+
+    def swap_then_open(path):  # the symlink is there for the read by path only, the real journal for every check
+        vault.journal_dir.rename(vault.root / "journal-moved")
+        vault.journal_dir.symlink_to(foreign.journal_dir, target_is_directory=True)
+        try:
+            return open_regular(path)
+        finally:
+            vault.journal_dir.unlink()
+            (vault.root / "journal-moved").rename(vault.journal_dir)
+
+    monkeypatch.setattr(seq_index, "open_regular", swap_then_open, raising=False)
+    real = vault.session_path("s").read_bytes().splitlines(keepends=True)[1]
+    assert seq_index.line_of_seq(vault, "s", 2) == real
+
+
 @pytest.mark.parametrize("parts", [("..", "x"), ("journal", "../x"), ("journal", "."), ("",)])
 def test_names_that_leave_the_vault_are_refused_before_any_open(tmp_path, parts):
     vault = Vault.create(tmp_path / "v")
