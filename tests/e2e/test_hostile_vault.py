@@ -242,6 +242,34 @@ def test_broker_show_reads_the_session_file_it_checked(tmp_path, monkeypatch):
     assert seq_index.line_of_seq(vault, "s", 2) == real
 
 
+@pytest.mark.parametrize("query", [{"text": "secret"}, {"text": "secret", "connector": "gmail"}],
+                         ids=["text", "text-and-summary"])
+def test_search_reads_the_session_file_it_checked(tmp_path, monkeypatch, query):
+    """`broker search` checked each session file inside the vault, then opened it by path with a plain open
+    (a symlink followed, a FIFO would hang it): the file replaced by a symlink to a foreign session right after
+    the check made it print the foreign lines. It now reads the descriptor it opened inside the vault."""
+    from journal.search import Query, search
+
+    vault = Vault.create(tmp_path / "v")
+    _intact(vault, "s", n=3)
+    foreign = Vault.create(tmp_path / "foreign")
+    _session_with_body(foreign, "s", SECRET.decode(), n=3)
+    open_session = Vault.open_session
+
+    def open_then_replace(self: Vault, session: str) -> int:
+        fd = open_session(self, session)
+        path = vault.session_path(session)
+        if not path.is_symlink():
+            path.rename(path.with_name("moved"))
+            path.symlink_to(foreign.session_path(session))
+        return fd
+
+    monkeypatch.setattr(Vault, "open_session", open_then_replace)
+    found = list(search(vault, Query(**query)))
+    assert vault.session_path("s").is_symlink()  # the swap happened
+    assert found == [] and not any(SECRET in m.raw for m in found)
+
+
 @pytest.mark.parametrize("parts", [("..", "x"), ("journal", "../x"), ("journal", "."), ("",)])
 def test_names_that_leave_the_vault_are_refused_before_any_open(tmp_path, parts):
     vault = Vault.create(tmp_path / "v")
