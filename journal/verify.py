@@ -356,7 +356,8 @@ def _quick_entry(data: bytes, session: str, keys_ok: bool, prev: str | None = No
     entry = canonical_value(data, keys_checked=keys_ok)
     if type(entry) is not dict:
         return None
-    if entry.get("hash") != spliced_digest(data):
+    digest = spliced_digest(data)
+    if digest is None or entry.get("hash") != digest:  # a line with no hash member: its absent digest is no match
         return None
     if prev is None:
         ok = is_valid_entry(entry)

@@ -119,6 +119,8 @@ FORGERIES: dict[str, tuple[int, Callable[[bytes], bytes], str]] = {
     "duplicate-key-same-value": (4, _then_rehash(_sub(b'"agent":"agent-a",', b'"agent":"agent-a","agent":"agent-a",')),
                                  "not_canonical"),
     "extra-key": (4, lambda line: _rebuilt(line, extra=1), "contract_violation"),
+    "hash-key-renamed": (4, _sub(b',"hash":', b',"h":'), "contract_violation"),  # no hash member: it crashed verify
+    "hash-key-renamed-mid": (2, _sub(b',"hash":', b',"h":'), "contract_violation"),
     "missing-key": (4, lambda line: _rebuilt(line, mcp=None), "contract_violation"),
     "seq-true": (4, lambda line: _rebuilt(line, seq=True), "contract_violation"),
     "seq-jump-right-prev": (4, lambda line: _rebuilt(line, seq=6), "edited"),
