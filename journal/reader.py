@@ -124,8 +124,13 @@ class Line:
 
 def iter_lines(path: str | os.PathLike, start: int = 0) -> Iterator[Line]:
     """Yield each line from byte `start` (a line start) on with its offset: iter_line_blocks, a line at a time."""
+    return _lines_of(iter_line_blocks(path, start), start)
+
+
+def _lines_of(blocks: Iterator[LineBlock], start: int) -> Iterator[Line]:
+    """The lines of `blocks` (read from byte `start`) one at a time, with their offsets."""
     index, offset = 0, start
-    for block in iter_line_blocks(path, start):
+    for block in blocks:
         if block.torn:
             yield Line(index, offset, block.torn)
             return
@@ -205,14 +210,25 @@ def session_blocks(vault: Vault, session: str) -> Iterator[LineBlock]:
     if isinstance(vault, RowSource):
         vault.require_session(session)
         return vault.line_blocks(session)
-    return iter_line_blocks(vault.require_session(session))
+    return _opened_blocks(vault, session)
+
+
+def _opened_blocks(vault: Vault, session: str, start: int = 0) -> Iterator[LineBlock]:
+    """fd_line_blocks of the session's file opened by the vault (confined: journal/confine.py) at the first block,
+    and closed after the last. Why not a check, then a read by path: the vault's writer could swap `journal/` for
+    a link elsewhere in between."""
+    fd = vault.open_session(session)
+    try:
+        yield from fd_line_blocks(fd, start)
+    finally:
+        os.close(fd)
 
 
 def session_lines(vault: Vault, session: str, start: int = 0) -> Iterator[Line]:
     """As iter_lines over the session's file from byte `start` (a line start), whichever store holds it
     (a database's offsets are those of the same lines in a pulled file)."""
     if not isinstance(vault, RowSource):
-        yield from iter_lines(vault.require_session(session), start)
+        yield from _lines_of(_opened_blocks(vault, session, start), start)
         return
     index, offset = 0, 0
     for block in session_blocks(vault, session):

@@ -18,9 +18,11 @@ the files as they are on disk and does not verify them: `broker verify` says whe
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
+from typing import BinaryIO
 
 import orjson
 
@@ -181,47 +183,47 @@ def _body_has(body: object, needle: str) -> bool:
 _BLOCK = 8 << 20
 
 
-def _candidates(path, matcher: _Matcher) -> Iterator[tuple[int, bytes]]:
-    """(1-based line number, line bytes with its newline, if any) of every line `matcher.maybe` lets through.
+def _candidates(f: BinaryIO, matcher: _Matcher) -> Iterator[tuple[int, bytes]]:
+    """(1-based line number, line bytes with its newline, if any) of every line of the session file `f` (open at
+    its start) that `matcher.maybe` lets through.
 
     With a needle every match must hold, whole blocks are searched for it at C speed (bytes.find)
     and only the lines around its hits are looked at; newlines are counted, not split."""
     anchor = matcher.anchor()
-    with open(path, "rb") as f:
-        if anchor is None:
-            for index, line in enumerate(f, 1):
-                if matcher.maybe(line):
-                    yield index, line
+    if anchor is None:
+        for index, line in enumerate(f, 1):
+            if matcher.maybe(line):
+                yield index, line
+        return
+    needle, lowered = anchor
+    line_no = 1  # number of the line that starts at offset 0 of `buf`
+    rest = b""
+    while True:
+        block = f.read(_BLOCK)
+        buf = rest + block if rest else block
+        if not buf:
             return
-        needle, lowered = anchor
-        line_no = 1  # number of the line that starts at offset 0 of `buf`
-        rest = b""
-        while True:
-            block = f.read(_BLOCK)
-            buf = rest + block if rest else block
-            if not buf:
-                return
-            end = buf.rfind(b"\n") + 1 if block else len(buf)  # whole lines only, until the file ends
-            if end == 0:
-                rest = buf
-                continue
-            hay = buf.translate(_LOWER) if lowered else buf
-            counted = 0  # offset up to which newlines are counted into line_no
-            at = hay.find(needle, 0, end)
-            while at >= 0:
-                start = buf.rfind(b"\n", 0, at) + 1
-                stop = buf.find(b"\n", at)
-                stop = end if stop < 0 or stop >= end else stop + 1
-                line_no += buf.count(b"\n", counted, start)
-                counted = start
-                line = buf[start:stop]
-                if matcher.maybe(line):
-                    yield line_no, line
-                at = hay.find(needle, stop, end)
-            line_no += buf.count(b"\n", counted, end)
-            rest = buf[end:]
-            if not block:
-                return
+        end = buf.rfind(b"\n") + 1 if block else len(buf)  # whole lines only, until the file ends
+        if end == 0:
+            rest = buf
+            continue
+        hay = buf.translate(_LOWER) if lowered else buf
+        counted = 0  # offset up to which newlines are counted into line_no
+        at = hay.find(needle, 0, end)
+        while at >= 0:
+            start = buf.rfind(b"\n", 0, at) + 1
+            stop = buf.find(b"\n", at)
+            stop = end if stop < 0 or stop >= end else stop + 1
+            line_no += buf.count(b"\n", counted, start)
+            counted = start
+            line = buf[start:stop]
+            if matcher.maybe(line):
+                yield line_no, line
+            at = hay.find(needle, stop, end)
+        line_no += buf.count(b"\n", counted, end)
+        rest = buf[end:]
+        if not block:
+            return
 
 
 def _facets(q: Query) -> Facets:
@@ -273,20 +275,29 @@ def search(vault: Vault, query: Query, skipped: list[tuple[str, str]] | None = N
     sessions = [query.session] if query.session is not None else vault.sessions()
     summarize = not isinstance(vault, RowSource) and any(getattr(query, k) is not None for k in _SUMMARIZED)
     for session in sessions:
-        path = vault.require_session(session)
-        if summarize:
-            why = session_summary(path).cannot_match(query)
-            if why is not None:
-                if skipped is not None:
-                    skipped.append((session, why))
-                continue
-        found = _row_candidates(vault, session, matcher, skipped) if isinstance(vault, RowSource) else \
-            _candidates(path, matcher)
-        for index, line in found:
-            raw = line[:-1] if line.endswith(b"\n") else line
-            try:
-                entry = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                continue
-            if isinstance(entry, dict) and matcher.holds(entry):
-                yield Match(session, index, raw, entry)
+        if isinstance(vault, RowSource):
+            vault.require_session(session)
+            yield from _matches(session, _row_candidates(vault, session, matcher, skipped), matcher)
+            continue
+        # The file is opened once inside the vault (journal/confine.py) and that descriptor is read: a check and
+        # then an open by path would read whatever the vault's writer put there in between (a symlink, a FIFO).
+        with os.fdopen(vault.open_session(session), "rb") as f:
+            if summarize:
+                why = session_summary(vault.session_path(session), f.fileno()).cannot_match(query)
+                if why is not None:
+                    if skipped is not None:
+                        skipped.append((session, why))
+                    continue
+            yield from _matches(session, _candidates(f, matcher), matcher)
+
+
+def _matches(session: str, found: Iterator[tuple[int, bytes]], matcher: _Matcher) -> Iterator[Match]:
+    """The candidate lines that parse to an entry the query holds for."""
+    for index, line in found:
+        raw = line[:-1] if line.endswith(b"\n") else line
+        try:
+            entry = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(entry, dict) and matcher.holds(entry):
+            yield Match(session, index, raw, entry)

@@ -118,11 +118,13 @@ def _build(fd: int) -> SessionSummary:
     return SessionSummary({k: sorted(v) for k, v in values.items()}, ts_min, ts_max)
 
 
-def session_summary(path: Path) -> SessionSummary:
+def session_summary(path: Path, fd: int | None = None) -> SessionSummary:
     """The summary of the session file at `path`: from the user's cache when its stamp is the file's as it is
     now (checked on the descriptor read), else built from the file and saved (a cache that cannot be written
-    only costs time)."""
-    fd = open_regular(path)
+    only costs time). `fd`: the file as the caller opened it (inside the vault: journal/confine.py), read at
+    its offsets and left open; without one `path` is opened here."""
+    own = fd is None
+    fd = open_regular(path) if fd is None else fd
     try:
         st = os.fstat(fd)
         cpath = _cache_path(path, st)
@@ -136,7 +138,8 @@ def session_summary(path: Path) -> SessionSummary:
         summary = _build(fd)
         after = os.fstat(fd)
     finally:
-        os.close(fd)
+        if own:
+            os.close(fd)
     if _stamp(after) == stamp:  # the file did not change while it was read: the summary is of `stamp`
         _save(cpath, {"version": _VERSION, "stamp": stamp, "values": summary.values,
                       "ts_min": summary.ts_min, "ts_max": summary.ts_max})

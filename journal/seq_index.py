@@ -25,8 +25,7 @@ import sys
 from array import array
 from pathlib import Path
 
-from journal.confine import open_regular
-from journal.reader import RowSource, iter_lines, line_link
+from journal.reader import RowSource, line_link, session_lines
 from journal.seq_sidecar import STRIDE, read_offsets
 from journal.user_cache import cache_home
 from journal.vault import Vault
@@ -137,8 +136,8 @@ def _save(ipath: Path, index: SeqIndex) -> None:
 def session_index(vault: Vault, session: str, *, rebuild: bool = False) -> tuple[SeqIndex, Path]:
     """The session file's index, brought up to the file's size (built when missing, rebuilt when `rebuild`
     or when the file is shorter than it covers), saved back when it changed."""
-    path = vault.require_session(session)
-    fd = open_regular(path)
+    fd = vault.open_session(session)  # confined; every read below is of this descriptor, none by path again
+    path = vault.session_path(session)
     try:
         st = os.fstat(fd)
         ipath = index_path(path, st)
@@ -198,8 +197,8 @@ def current_index(vault: Vault, session: str, *, rebuild: bool = False) -> tuple
     anywhere, no scan of the file), else the one in the user's cache (`session_index`). `rebuild`: the
     user's cache index, rebuilt from the file."""
     if not rebuild:
-        path = vault.require_session(session)
-        fd = open_regular(path)
+        fd = vault.open_session(session)
+        path = vault.session_path(session)
         try:
             index = _from_sidecar(vault, path, fd, os.fstat(fd).st_size)
         finally:
@@ -221,7 +220,11 @@ def lines_at(vault: Vault, session: str, first: int, count: int) -> tuple[SeqInd
     (every intact file: line k holds seq k+1). When it does not, the index is the user's cache rebuilt from
     the file, and its lines are taken as they are (a tampered file's lines are still its lines; the file is
     remembered as such, so later reads take its lines by position without a rebuild)."""
-    st = os.stat(vault.require_session(session), follow_symlinks=False)
+    fd = vault.open_session(session)
+    try:
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
     state = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
     irregular = state in _IRREGULAR
     index, path = session_index(vault, session) if irregular else current_index(vault, session)
@@ -230,7 +233,7 @@ def lines_at(vault: Vault, session: str, first: int, count: int) -> tuple[SeqInd
             return index, []
         block = first // STRIDE
         start = index.offsets[block]
-        fd = open_regular(path)
+        fd = vault.open_session(session)
         try:
             size = os.fstat(fd).st_size
             got = _read_lines(fd, start, first % STRIDE + count, min(size, index.covered))
@@ -258,7 +261,7 @@ def find_line(vault: Vault, session: str, seq: int) -> bytes | None:
     _, got = lines_at(vault, session, seq - 1, 1)
     if got and _holds(got[0], seq):
         return got[0]
-    for found in iter_lines(vault.require_session(session)):
+    for found in session_lines(vault, session):
         if _holds(found.data, seq):
             return found.data
     return None

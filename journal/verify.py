@@ -55,7 +55,7 @@ from journal.entry import ContractError, is_valid_entry, validate_entry
 from journal.entry_struct import EntryFields, entry_fields
 from journal.erasure import read_tombstone
 from journal.forked_call import ForkedCall, can_fork, usable_cpus
-from journal.reader import LineBlock, RowSource, iter_line_blocks, session_blocks, split_lines
+from journal.reader import LineBlock, RowSource, fd_line_blocks, session_blocks, split_lines
 from journal.seal import Seal, check_signature, read_seal
 from journal.vault import Vault, VaultError
 
@@ -113,15 +113,36 @@ def verify_session(
     whichever way the lines were shared. `blobs_url` (s3://BUCKET/PREFIX): the blobs are checked there
     (existence and hash, streaming), in this process (a client is not shared with forked workers)."""
     report = SessionReport(session)
+    rows = isinstance(vault, RowSource)  # a database store read in place (journal/store/database_vault.py)
     try:
-        path = vault.require_session(session)
+        # A file is opened once, confined (journal/confine.py), and every read below goes through that descriptor:
+        # a read by path after the check would follow whatever the vault's writer put there since (a `journal/`
+        # swapped for a symlink to a foreign journal, a file replaced), and verify bytes that were never checked.
+        fd = -1 if rows else vault.open_session(session)
+        path = vault.require_session(session) if rows else vault.session_path(session)
     except NotConfined as exc:  # a finding for this session, not a stop for the others
         report.intact, report.broken_at_seq, report.kind = False, 1, "contract_violation"
         report.detail = f"session file not read: {exc}"
         return report
+    try:
+        _verify_opened(vault, session, report, fd, path, check_blobs=check_blobs, progress=progress,
+                       on_entry=on_entry, seal_key=seal_key, workers=workers, erasure_keys=erasure_keys,
+                       blobs_url=blobs_url)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    return report
+
+
+def _verify_opened(
+    vault: Vault, session: str, report: SessionReport, fd: int, path: Path, *, check_blobs: bool,
+    progress: Callable[[int], None] | None, on_entry: Callable[[dict], None] | None,
+    seal_key: Ed25519PublicKey | None, workers: int | None, erasure_keys: Sequence[object], blobs_url: str | None,
+) -> None:
+    """verify_session once the session is open: `fd` its file's descriptor (-1 for a database store's rows)."""
+    rows = fd < 0
     seal = read_seal(vault, session)
     remote = None
-    rows = isinstance(vault, RowSource)  # a database store read in place (journal/store/database_vault.py)
     if blobs_url and check_blobs:
         from journal.store.url import open_blob_sink
 
@@ -134,7 +155,7 @@ def verify_session(
     if rows:
         walk.run(session_blocks(vault, session))
     else:
-        _verify_file(walk, path, workers)
+        _verify_file(walk, fd, workers)
     if not walk.broken and walk.k:
         report.head = walk.expected_prev
     report.erased = [tombstone for _, tombstone in walk.erased]
@@ -147,7 +168,6 @@ def verify_session(
     for q in sorted(path.parent.glob(path.name + ".torn-*")):
         report.notes.append(f"torn tail quarantined by the writer: {q.name} ({q.lstat().st_size} bytes)")
     _check_seal(report, seal, seal_key, walk.sealed_hash)
-    return report
 
 
 def verify_lines(
@@ -336,7 +356,8 @@ def _quick_entry(data: bytes, session: str, keys_ok: bool, prev: str | None = No
     entry = canonical_value(data, keys_checked=keys_ok)
     if type(entry) is not dict:
         return None
-    if entry.get("hash") != spliced_digest(data):
+    digest = spliced_digest(data)
+    if digest is None or entry.get("hash") != digest:  # a line with no hash member: its absent digest is no match
         return None
     if prev is None:
         ok = is_valid_entry(entry)
@@ -395,9 +416,10 @@ MIN_RANGE_BYTES = 1 << 20
 """The smallest range of the default sharing (`_range_targets`): a few milliseconds of one core's work."""
 
 
-def _verify_file(walk: _Walk, path: Path, workers: int | None) -> None:
-    """Verify the whole file: in this process alone, or cut at line starts into ranges that this process
-    and `workers - 1` forked children take from a shared queue and check at the same time.
+def _verify_file(walk: _Walk, fd: int, workers: int | None) -> None:
+    """Verify the whole file open at `fd` (every read a pread of it; forked workers share it): in this process
+    alone, or cut at line starts into ranges that this process and `workers - 1` forked children take from a
+    shared queue and check at the same time.
 
     A range is checked as if the chain before it were intact, taking its first line's seq and prev as
     given (`_verify_range`); this process then goes through the ranges in file order, checks that each
@@ -406,20 +428,20 @@ def _verify_file(walk: _Walk, path: Path, workers: int | None) -> None:
     checked again here by the one walk, from its first line to the end of the file: so findings and
     their classification are exactly those of one process reading alone.
     """
-    size = path.stat().st_size
+    size = os.fstat(fd).st_size
     if workers is None:  # a process per CPU, each with MIN_WORKER_BYTES at least, 16 at most
         auto = walk.on_entry is None and size >= PARALLEL_MIN_BYTES
         workers = min(usable_cpus(), size // MIN_WORKER_BYTES, 16) if auto else 1
-    cuts = _line_starts(path, size, _range_targets(size, workers)) if workers > 1 and can_fork() else []
+    cuts = _line_starts(fd, size, _range_targets(size, workers)) if workers > 1 and can_fork() else []
     if not cuts:
-        walk.run(iter_line_blocks(path))
+        walk.run(fd_line_blocks(fd))
         return
     bounds = [0, *cuts, size]
     ranges = list(zip(bounds, bounds[1:], strict=False))
     queue, fill = os.pipe()
     os.write(fill, bytes(range(len(ranges))))  # one byte per range: each read(1) takes one
     os.close(fill)
-    take = functools.partial(_verify_ranges, queue, walk.session, path, ranges, walk.blobs, walk.seal_entries)
+    take = functools.partial(_verify_ranges, queue, walk.session, fd, ranges, walk.blobs, walk.seal_entries)
     parts: dict[int, _RangeResult | None] = {}
     children: list[ForkedCall] = []
     try:
@@ -441,21 +463,21 @@ def _verify_file(walk: _Walk, path: Path, workers: int | None) -> None:
     for i, (start, _) in enumerate(ranges):
         part = parts.get(i)
         if part is None or part.first_seq != walk.k + 1 or part.first_prev != walk.expected_prev:
-            walk.run(iter_line_blocks(path, start))
+            walk.run(fd_line_blocks(fd, start))
             return
         walk.absorb(part)
-    walk.run(iter_line_blocks(path, size))  # lines appended since the size was taken
+    walk.run(fd_line_blocks(fd, size))  # lines appended since the size was taken
 
 
 def _verify_ranges(
-    queue: int, session: str, path: Path, ranges: list[tuple[int, int]], blobs: BlobStore | None,
+    queue: int, session: str, fd: int, ranges: list[tuple[int, int]], blobs: BlobStore | None,
     seal_entries: int | None,
 ) -> dict[int, _RangeResult | None]:
     """Take ranges from the queue until it is empty; the result of each, by its index."""
     done: dict[int, _RangeResult | None] = {}
     while taken := os.read(queue, 1):
         start, stop = ranges[taken[0]]
-        done[taken[0]] = part = _verify_range(session, path, start, stop, blobs, seal_entries)
+        done[taken[0]] = part = _verify_range(session, fd, start, stop, blobs, seal_entries)
         if part is None:  # the parent reads on from this range itself: the ranges not yet taken are not needed
             os.read(queue, len(ranges))
             break
@@ -484,33 +506,34 @@ def _range_targets(size: int, workers: int) -> list[int]:
     return cuts
 
 
-def _line_starts(path: Path, size: int, targets: list[int]) -> list[int]:
-    """The offsets `targets` (ascending) each moved on to the next line start: the cuts of the file's ranges."""
+def _line_starts(fd: int, size: int, targets: list[int]) -> list[int]:
+    """The offsets `targets` (ascending) each moved on to the next line start in the file open at `fd`: the cuts of
+    the file's ranges."""
     cuts: list[int] = []
-    with open(path, "rb") as f:
-        for target in targets:
-            pos = max(target, cuts[-1] if cuts else 1)
-            f.seek(pos - 1)
-            while chunk := f.read(1 << 16):
-                nl = chunk.find(b"\n")
-                if nl >= 0:
-                    pos = f.tell() - len(chunk) + nl + 1
-                    break
-            else:
+    for target in targets:
+        pos = max(target, cuts[-1] if cuts else 1)
+        at = pos - 1
+        while chunk := os.pread(fd, 1 << 16, at):
+            nl = chunk.find(b"\n")
+            if nl >= 0:
+                pos = at + nl + 1
                 break
-            if pos >= size:
-                break
-            if not cuts or pos > cuts[-1]:
-                cuts.append(pos)
+            at += len(chunk)
+        else:
+            break
+        if pos >= size:
+            break
+        if not cuts or pos > cuts[-1]:
+            cuts.append(pos)
     return cuts
 
 
 def _verify_range(
-    session: str, path: Path, start: int, stop: int, blobs: BlobStore | None, seal_entries: int | None
+    session: str, fd: int, start: int, stop: int, blobs: BlobStore | None, seal_entries: int | None
 ) -> _RangeResult | None:
     """In a worker: the lines of [start, stop) checked as if the chain before them were intact (the first
     line's seq and prev taken as given); None at any finding (the parent reads the range again itself)."""
-    blocks = iter_line_blocks(path, start, stop)
+    blocks = fd_line_blocks(fd, start, stop)
     first = next(blocks, None)
     if first is None or not first.lines:
         return None

@@ -3,6 +3,7 @@ broker/cli/show.py: it loads no verifier)."""
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, TypeGuard, cast
 
 import click
@@ -185,10 +186,10 @@ def verify_checkpoints(vault: Vault, sessions: tuple[str, ...], as_json: bool, n
             d = {"vault": str(vault.root), "intact": False, "kind": kind, "detail": detail}
             click.echo(orjson.dumps(d).decode())
         else:
-            click.echo(f"vault: BROKEN: {kind}: {detail}")
+            click.echo(f"vault: BROKEN: {kind}: {one_line(detail)}")
     if not as_json:
         for note in audit.vault_notes:
-            click.echo(f"vault: note: {note}")
+            click.echo(f"vault: note: {one_line(note)}")
         if audit.coverage:
             click.echo("declared coverage (what the capture points did not record):")
             for line in audit.coverage:
@@ -201,6 +202,19 @@ def verify_checkpoints(vault: Vault, sessions: tuple[str, ...], as_json: bool, n
     return 0 if audit.intact and not lies else 1
 
 
+# Characters that move the cursor or break a line on a terminal or in a log (C0 and C1 controls, DEL, the Unicode
+# line and paragraph separators) and the bidirectional overrides that reorder what is shown.
+_UNSHOWABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def one_line(text: object) -> str:
+    """`text` with every character of _UNSHOWABLE written as its escape (\\n, \\x1b, \\u2028): a report's detail and
+    notes quote what the vault's writer chose (an entry's `seq` before its type is checked, a tombstone's fields,
+    a file name), and a line break or carriage return in them would print lines of its own, such as
+    `<session>: intact`."""
+    return _UNSHOWABLE.sub(lambda m: m[0].encode("unicode_escape").decode("ascii"), str(text))
+
+
 def print_reports(reports: list[SessionReport], as_json: bool) -> None:
     for r in reports:
         if as_json:
@@ -208,12 +222,12 @@ def print_reports(reports: list[SessionReport], as_json: bool) -> None:
             d["notes"] = r.notes
             click.echo(orjson.dumps(d).decode())
         elif r.intact:
-            click.echo(f"{r.session}: intact ({r.entries} entries)")
+            click.echo(f"{one_line(r.session)}: intact ({r.entries} entries)")
         else:
-            click.echo(f"{r.session}: BROKEN at seq {r.broken_at_seq}: {r.kind}: {r.detail}")
+            click.echo(f"{one_line(r.session)}: BROKEN at seq {r.broken_at_seq}: {r.kind}: {one_line(r.detail)}")
         if not as_json:
             for note in r.notes:
-                click.echo(f"  note: {note}")
+                click.echo(f"  note: {one_line(note)}")
 
 
 @click.command(short_help=summary("sessions"))

@@ -21,8 +21,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import orjson
-
 from journal.checkpoint.checkpoint import (
     Checkpoint,
     checkpoint_stems,
@@ -34,7 +32,6 @@ from journal.checkpoint.merkle import MerkleTree
 from journal.checkpoint.note import NoteError, Verifier, open_note
 from journal.checkpoint.vault_index import VaultIndex, index_path, read_index
 from journal.checkpoint.witness import WitnessClient, WitnessUnavailable
-from journal.reader import session_lines
 from journal.vault import SESSION_SUFFIX, SessionIdError, Vault, session_from_filename
 from journal.verify import SessionReport, verify_session
 
@@ -122,16 +119,18 @@ def audit_vault(
     return audit
 
 
-def check_session_checkpoint(vault: Vault, report: SessionReport, key: Verifier) -> None:
+def check_session_checkpoint(vault: Vault, report: SessionReport, verified: bytes, key: Verifier) -> None:
     """What `broker verify --seal-key VKEY` checks beyond the chain, for one session whose chain was
     already verified into `report` (replay's single pass): its checkpoint, the vault index, the
     `.leaves` hint. A finding breaks `report` at the seq it concerns (a vault-level one, such as an index
-    that does not verify, at seq 1: verify fails the whole vault for it) or becomes one of its notes."""
-    tree = MerkleTree()
-    for line in session_lines(vault, report.session):
-        if line.index >= report.entries:
-            break
-        tree.append(bytes.fromhex(orjson.loads(line.data)["hash"]))
+    that does not verify, at seq 1: verify fails the whole vault for it) or becomes one of its notes.
+
+    `verified`: the 32-byte hashes of the entries the verifier passed, in order (its first report.entries count).
+    The tree is built from them, not from the file read again: whoever writes the vault could show that read the
+    sealed file and the verifier a rewritten one (every hash recomputed), and the rewrite would pass as sealed."""
+    tree = MerkleTree(verified[i : i + 32] for i in range(0, 32 * report.entries, 32))
+    if tree.size != report.entries:
+        raise ValueError(f"{tree.size} verified hashes given for {report.entries} entries")
     audit = audit_vault(vault, {report.session: (report, tree)}, key, selected=[report.session])
     for kind, detail in audit.vault_problems:
         _break(report, 1, kind, f"vault: {detail}")

@@ -27,9 +27,8 @@ from journal.checkpoint.audit import check_session_checkpoint
 from journal.checkpoint.note import Verifier
 from journal.errors import BrokerError
 from journal.vault import Vault
-from journal.verify import SessionReport
 
-from .fold import Replay, fold_session
+from .fold import Replay, SealCheck, fold_session
 from .plan import plan_dict
 from .views import views_dir, write_views
 
@@ -47,7 +46,7 @@ def replay_session(
     `.seal` file. With `require_intact`, a broken chain raises BrokenChainError. With `views` false the fold
     keeps what the revert plan needs and nothing else (`plan_dict` works; `write_outputs`, `rp.entries` and
     `rp.resources` do not): what `broker revert-plan` and the inspector's plan tab use."""
-    seal_check: Callable[[SessionReport], None] | None = None
+    seal_check: SealCheck | None = None
     if isinstance(seal_key, Verifier):
         seal_check = partial(check_session_checkpoint, vault, key=seal_key)
         seal_key = None

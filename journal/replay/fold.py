@@ -903,9 +903,15 @@ class Folder:
         self.store.close()
 
 
+SealCheck = Callable[[SessionReport, bytes], None]
+"""Checks what the chain cannot show (journal/checkpoint/audit.py `check_session_checkpoint`), given the report and
+the 32-byte hashes of the entries the verifier passed, in file order: those hashes, never the file read once more
+(whoever writes the vault could show that read the sealed file and the verifier a rewritten one)."""
+
+
 def fold_session(
     vault: Vault, session: str, *, check_blobs: bool = True, progress: Callable[[int], None] | None = None,
-    seal_key: Ed25519PublicKey | None = None, seal_check: Callable[[SessionReport], None] | None = None,
+    seal_key: Ed25519PublicKey | None = None, seal_check: SealCheck | None = None,
     views: bool = True,
 ) -> Replay:
     """Verify and fold one session in a single pass (see the module docstring). With `seal_key` (a public
@@ -934,8 +940,12 @@ def fold_session(
         if progress is not None:
             progress(n)
 
+    verified = bytearray()  # the hashes seal_check is given
+
     def on_entry(entry: dict) -> None:
         folder.feed(entry, entry["seq"], True)
+        if seal_check is not None:
+            verified.extend(bytes.fromhex(entry["hash"]))
 
     # The cyclic collector stays on: with the views spilled to the store the heap is small, so its scans
     # cost nothing measurable, and a reference cycle in some connector's rules cannot pile up.
@@ -943,7 +953,7 @@ def fold_session(
         report = verify_session(vault, session, check_blobs=check_blobs, progress=seen, on_entry=on_entry,
                                 seal_key=seal_key)
         if seal_check is not None:
-            seal_check(report)
+            seal_check(report, bytes(verified))
         broken = report.broken_at_seq
         if not report.intact and broken is not None:
             if report.kind not in SEAL_KINDS and broken > folder.counts.entries:
@@ -966,7 +976,7 @@ def fold_session(
 
 def _fold_beside_verifier(vault: Vault, session: str, progress: Callable[[int], None] | None,
                           seal_key: Ed25519PublicKey | None,
-                          seal_check: Callable[[SessionReport], None] | None, views: bool = True) -> Replay | None:
+                          seal_check: SealCheck | None, views: bool = True) -> Replay | None:
     """The common case on two cores: the verifier runs in a forked child (forked.py) while this process
     parses and folds every line as trusted. That is exactly the serial fold when the child reports the
     session intact over the very lines folded here (same count, same bytes): the serial fold gets each
@@ -991,6 +1001,8 @@ def _fold_beside_verifier(vault: Vault, session: str, progress: Callable[[int], 
         raise
     part = split.Partition() if partner is not None else None
     lines = size = 0
+    verified = bytearray()  # the hashes of the lines read here, for seal_check (they are the verifier's once the
+    # heads compare equal below; seal_check is asked only then)
     head = GENESIS  # the chain as read here (chain.next_head): it must end at the head the verifier reports
     try:
         with collector.paused():  # the verifier and the partner were forked with it on
@@ -1005,6 +1017,8 @@ def _fold_beside_verifier(vault: Vault, session: str, progress: Callable[[int], 
                 if linked is None:  # not the chain the verifier checks: the serial fold says what it is
                     raise ValueError(f"line {lines} does not link")
                 head = linked
+                if seal_check is not None:
+                    verified.extend(bytes.fromhex(linked))
                 if part is None or part.here(entry):
                     folder.feed(entry, lines, True)
                 else:
@@ -1035,8 +1049,6 @@ def _fold_beside_verifier(vault: Vault, session: str, progress: Callable[[int], 
             partner.close()
         folder.discard()
         raise
-    if isinstance(report, SessionReport) and report.intact and seal_check is not None:
-        seal_check(report)  # a finding sends the caller to the serial fold, which marks from its seq on
     # The file was opened by name three times (the verifier, this process, the partner): what was folded here
     # as trusted is what the verifier checked only if both read the same chain to the same head.
     if failed or not isinstance(report, SessionReport) or not report.intact or report.entries != lines \
@@ -1045,6 +1057,11 @@ def _fold_beside_verifier(vault: Vault, session: str, progress: Callable[[int], 
                                              and share.size == size and share.head == head)):
         folder.discard()
         return None
+    if seal_check is not None:
+        seal_check(report, bytes(verified))
+        if not report.intact:  # a finding sends the caller to the serial fold, which marks from its seq on
+            folder.discard()
+            return None
     try:
         return folder.finish(report, share if isinstance(share, split.Share) else None)
     except sqlite3.IntegrityError:  # a resource in both shares: the premise of split.py does not hold here
@@ -1057,7 +1074,7 @@ def _fold_beside_verifier(vault: Vault, session: str, progress: Callable[[int], 
 
 def _fold_again(vault: Vault, session: str, folder: Folder, first: SessionReport, check_blobs: bool,
                 seal_key: Ed25519PublicKey | None,
-                seal_check: Callable[[SessionReport], None] | None) -> SessionReport:
+                seal_check: SealCheck | None) -> SessionReport:
     """Fold the session again into the empty `folder`, as trusted up to the break `first` names and as read
     from there on. The trusted entries come from the verifier once more, never from the file read back by
     name: the file may have changed since the first pass, and only what a verifier hands over is trusted.
@@ -1068,7 +1085,11 @@ def _fold_again(vault: Vault, session: str, folder: Folder, first: SessionReport
     def seen(n: int) -> None:
         read[0] += n
 
+    verified = bytearray()
+
     def on_entry(entry: dict) -> None:
+        if seal_check is not None:
+            verified.extend(bytes.fromhex(entry["hash"]))
         if entry["seq"] < broken:
             folder.feed(entry, entry["seq"], True)
             read[1] = read[0]  # the verifier counts a line before handing its entry over
@@ -1076,7 +1097,7 @@ def _fold_again(vault: Vault, session: str, folder: Folder, first: SessionReport
     report = verify_session(vault, session, check_blobs=check_blobs, progress=seen, on_entry=on_entry,
                             seal_key=seal_key)
     if seal_check is not None:
-        seal_check(report)
+        seal_check(report, bytes(verified))
     if (report.broken_at_seq, report.kind) != (first.broken_at_seq, first.kind):
         raise InputError(f"session {session!r} changed while replay read it (first a {first.kind} at seq "
                          f"{broken}, then {report.kind or 'no finding'} at seq {report.broken_at_seq}); "

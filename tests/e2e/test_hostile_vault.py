@@ -19,8 +19,10 @@ import pytest
 from starlette.testclient import TestClient
 
 from broker.inspector import create_app
+from journal import verify as verify_module
 from journal.confine import NotConfined, open_blob, open_inside
 from journal.export.recorded_body import BlobUnavailable, read_blob
+from journal.reader import session_blocks, session_lines
 from journal.store.file_store import FileStore
 from journal.store.interface import StoreError
 from journal.store.transfer import copy_store
@@ -160,6 +162,112 @@ def test_a_journal_directory_symlinked_outside_is_not_followed(tmp_path):
     assert (report.intact, report.kind) == (False, "contract_violation")
     with pytest.raises(NotConfined):
         open_inside(vault.root, ("journal", "leak.jsonl"))
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_journal_directory_swapped_for_a_symlink_after_the_check_is_not_read(tmp_path, monkeypatch, workers):
+    """The race behind the case above: verify_session checks the session file (a confined open), then reads it.
+    Whoever swaps `journal/` for a symlink to a well-formed foreign journal in between must not get that file
+    verified in the vault's name (it was: the reads went by path, following the new directory link). What is
+    read is the file that was checked, in one process and when forked workers share it."""
+    vault = Vault.create(tmp_path / "v")
+    _intact(vault, "s", n=3)
+    foreign = Vault.create(tmp_path / "foreign")
+    _intact(foreign, "s", n=5)
+    read_seal = verify_module.read_seal
+
+    def swap_then_read_seal(v: Vault, session: str):  # called after the check, before the lines are read
+        vault.journal_dir.rename(vault.root / "journal-moved")
+        vault.journal_dir.symlink_to(foreign.journal_dir, target_is_directory=True)
+        return read_seal(v, session)
+
+    monkeypatch.setattr(verify_module, "read_seal", swap_then_read_seal)
+    report = verify_session(vault, "s", workers=workers)
+    checked = vault.root / "journal-moved" / "s.jsonl"
+    assert (report.intact, report.entries, report.bytes) == (True, 3, checked.stat().st_size)
+
+
+@pytest.mark.parametrize("read", ["session_lines", "session_blocks"])
+def test_the_readers_read_the_session_file_they_opened_inside_the_vault(tmp_path, monkeypatch, read):
+    """journal/reader.py's readers of a session (the inspector's pages, exports, `broker show`, the checkpoint
+    proofs) as verify_session above: `journal/` swapped for a symlink to a foreign journal right after the
+    session file was opened inside the vault must not make them read the foreign file (they opened it again by
+    path, following the new link)."""
+    vault = Vault.create(tmp_path / "v")
+    _intact(vault, "s", n=3)
+    foreign = Vault.create(tmp_path / "foreign")
+    _session_with_body(foreign, "s", SECRET.decode(), n=5)
+    open_session = Vault.open_session
+
+    def open_then_swap(self: Vault, session: str) -> int:
+        fd = open_session(self, session)
+        if not vault.journal_dir.is_symlink():
+            vault.journal_dir.rename(vault.root / "journal-moved")
+            vault.journal_dir.symlink_to(foreign.journal_dir, target_is_directory=True)
+        return fd
+
+    monkeypatch.setattr(Vault, "open_session", open_then_swap)
+    if read == "session_lines":
+        data = b"".join(line.data for line in session_lines(vault, "s"))
+    else:
+        data = b"".join(block.raw for block in session_blocks(vault, "s"))
+    assert vault.journal_dir.is_symlink()  # the swap happened
+    assert data == (vault.root / "journal-moved" / "s.jsonl").read_bytes() and SECRET not in data
+
+
+def test_broker_show_reads_the_session_file_it_checked(tmp_path, monkeypatch):
+    """journal/seq_index.py (`broker show --seq`, the inspector's entry page) checked the session file inside the
+    vault, then opened it by path: `journal/` swapped for a symlink to a foreign journal in between made it show
+    the foreign file's line. Each read now goes through a confined open (the swap is made around each read by path
+    where there still is one, the real journal put back for the checks)."""
+    from journal import seq_index
+
+    vault = Vault.create(tmp_path / "v")
+    _intact(vault, "s", n=3)
+    foreign = Vault.create(tmp_path / "foreign")
+    _session_with_body(foreign, "s", SECRET.decode(), n=5)
+    open_regular = seq_index.__dict__.get("open_regular")
+
+    def swap_then_open(path):  # the symlink is there for the read by path only, the real journal for every check
+        vault.journal_dir.rename(vault.root / "journal-moved")
+        vault.journal_dir.symlink_to(foreign.journal_dir, target_is_directory=True)
+        try:
+            return open_regular(path)
+        finally:
+            vault.journal_dir.unlink()
+            (vault.root / "journal-moved").rename(vault.journal_dir)
+
+    monkeypatch.setattr(seq_index, "open_regular", swap_then_open, raising=False)
+    real = vault.session_path("s").read_bytes().splitlines(keepends=True)[1]
+    assert seq_index.line_of_seq(vault, "s", 2) == real
+
+
+@pytest.mark.parametrize("query", [{"text": "secret"}, {"text": "secret", "connector": "gmail"}],
+                         ids=["text", "text-and-summary"])
+def test_search_reads_the_session_file_it_checked(tmp_path, monkeypatch, query):
+    """`broker search` checked each session file inside the vault, then opened it by path with a plain open
+    (a symlink followed, a FIFO would hang it): the file replaced by a symlink to a foreign session right after
+    the check made it print the foreign lines. It now reads the descriptor it opened inside the vault."""
+    from journal.search import Query, search
+
+    vault = Vault.create(tmp_path / "v")
+    _intact(vault, "s", n=3)
+    foreign = Vault.create(tmp_path / "foreign")
+    _session_with_body(foreign, "s", SECRET.decode(), n=3)
+    open_session = Vault.open_session
+
+    def open_then_replace(self: Vault, session: str) -> int:
+        fd = open_session(self, session)
+        path = vault.session_path(session)
+        if not path.is_symlink():
+            path.rename(path.with_name("moved"))
+            path.symlink_to(foreign.session_path(session))
+        return fd
+
+    monkeypatch.setattr(Vault, "open_session", open_then_replace)
+    found = list(search(vault, Query(**query)))
+    assert vault.session_path("s").is_symlink()  # the swap happened
+    assert found == [] and not any(SECRET in m.raw for m in found)
 
 
 @pytest.mark.parametrize("parts", [("..", "x"), ("journal", "../x"), ("journal", "."), ("",)])

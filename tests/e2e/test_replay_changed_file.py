@@ -164,3 +164,43 @@ def test_a_file_changed_between_the_serial_folds_two_passes(tmp_path, monkeypatc
     with pytest.raises(InputError, match="changed while replay read it"):
         replay_session(vault, SESSION)
     assert passes == [1500, 100]
+
+
+def test_the_checkpoint_is_checked_over_the_entries_the_verifier_checked(tmp_path, monkeypatch):
+    """`broker replay --seal-key` checks the checkpoint after the chain (check_session_checkpoint), building the
+    Merkle tree from the file read once more. The vault's writer holds the sealed file; it rewrites an entry and
+    recomputes every hash (a chain alone cannot show that: only the checkpoint can), and shows the sealed file to
+    the checkpoint's read only. The tree must be that of the entries verified, so the
+    rewrite is a finding and nothing is folded as trusted; it was checked against the sealed file instead."""
+    from journal.checkpoint.note import Signer
+    from journal.replay import check_session_checkpoint
+    from journal.verify import verify_session
+    from tests.support.checkpoint_harness import seal_all, write_session
+
+    vault = Vault.create(tmp_path / "v")
+    write_session(vault, "s1", 4)
+    signer = Signer.generate("vault.example/test")
+    seal_all(vault, signer)
+    path = vault.session_path("s1")
+    sealed = path.read_bytes()
+    entries = [orjson.loads(line) for line in sealed.splitlines()]
+    entries[1]["agent"] = "mallory"
+    forged, prev = [], "0" * 64
+    for e in entries:
+        entry, line = chain_entry({k: v for k, v in e.items() if k not in ("seq", "prev", "hash")}, e["seq"], prev)
+        prev = entry["hash"]
+        forged.append(line)
+    _overwrite(path, forged)
+    assert verify_session(vault, "s1").intact  # the chain alone holds
+
+    def sealed_file_back_then_check(*args, **kwargs):  # the verifier reads the forged file, the check the sealed one
+        _overwrite(path, sealed.splitlines(keepends=True))
+        try:
+            return check_session_checkpoint(*args, **kwargs)
+        finally:
+            _overwrite(path, forged)
+
+    monkeypatch.setattr("journal.replay.check_session_checkpoint", sealed_file_back_then_check)
+    monkeypatch.setattr(fold, "SPLIT", False)
+    rp = replay_session(vault, "s1", seal_key=signer.verifier())
+    assert not rp.intact and rp.report.kind == "seal_mismatch", rp.report.as_dict()

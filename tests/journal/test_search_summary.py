@@ -81,7 +81,9 @@ def test_sessions_that_cannot_match_are_not_read_and_the_reason_is_said(vault, m
     list(search(vault, Query(connector="nothing")))  # every summary built and cached
     opened: list[str] = []
     real = search_module._candidates
-    monkeypatch.setattr(search_module, "_candidates", lambda path, m: opened.append(path.name) or real(path, m))
+    names = {p.stat().st_ino: p.name for p in vault.journal_dir.iterdir()}  # the file each one read is
+    monkeypatch.setattr(search_module, "_candidates",
+                        lambda f, m: opened.append(names[os.fstat(f.fileno()).st_ino]) or real(f, m))
     skipped: list[tuple[str, str]] = []
     found = list(search(vault, Query(connector="slack"), skipped))
     assert {m.session for m in found} == {"chat-tuesday", "mixed-wednesday", "odd-one"}

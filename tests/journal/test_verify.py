@@ -358,6 +358,8 @@ _FORGERIES = {
     "uppercase-prev-rehashed": lambda b: _rehashed(b, prev=orjson.loads(b)["prev"].upper()),
     "wrong-seq-rehashed": lambda b: _rehashed(b, seq=orjson.loads(b)["seq"] + 1),
     "reordered-keys-rehashed": lambda b: _rehashed_as_written(_swap_first_members(b)),
+    # no `hash` member at all: the digest spliced out of the line (None) equalled the absent hash (None)
+    "hash-key-renamed": lambda b: b.replace(b',"hash":', b',"h":', 1),
 }
 
 
