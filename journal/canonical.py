@@ -137,6 +137,13 @@ _fast = _fast_read_back
 use_speedups(_load_speedups() is not None)  # read once, at import
 
 
+def orjson_canonical(value: object) -> bytes | None:
+    """canonical_bytes(value) when it is orjson's sorted output of `value` (the fast path), else None: then
+    canonical_bytes decides (and may raise). A caller that needs to know the bytes are orjson's (their size is
+    orjson's size of the value) asks this."""
+    return _fast(value)
+
+
 def canonical_bytes(value: object) -> bytes:
     """Return the RFC 8785 canonical UTF-8 bytes of a JSON value."""
     data = _fast(value)

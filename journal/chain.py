@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 import orjson
 
-from journal.canonical import canonical_bytes
+from journal.canonical import canonical_bytes, orjson_canonical
 
 GENESIS = "0" * 64
 """`prev` of seq 1."""
@@ -102,6 +102,10 @@ class LinkPieces(NamedTuple):
     before_prev: bytes  # ',"mcp":...,"prev":"'
     before_seq: bytes  # '","principal":...,"response":{...},"seq":'
     after_seq: bytes  # ',"session":...,"ts":...}'
+    orjson_size: int = -1
+    """Bytes of the canonical line with the placeholders when orjson wrote it (the fast path of canonical.py):
+    then orjson's text of the fields alone is shorter, which the writer's line-limit check needs (-1: not
+    orjson's bytes, unknown)."""
 
 
 def link_pieces(fields: dict) -> LinkPieces | None:
@@ -119,7 +123,11 @@ def link_pieces(fields: dict) -> LinkPieces | None:
     """
     if "seq" in fields or "prev" in fields or "hash" in fields:
         return None
-    data = canonical_bytes({**fields, "hash": _SLOT, "prev": _SLOT, "seq": _SLOT})
+    slotted = {**fields, "hash": _SLOT, "prev": _SLOT, "seq": _SLOT}
+    data = orjson_canonical(slotted)
+    orjson_size = -1 if data is None else len(data)
+    if data is None:
+        data = canonical_bytes(slotted)
     n = len(_SLOT_B)
     h = data.find(_SLOT_B)
     p = data.find(_SLOT_B, h + n)
@@ -132,14 +140,14 @@ def link_pieces(fields: dict) -> LinkPieces | None:
     if data[h - len(hk) : h] != hk or data[p - len(pk) : p] != pk or data[s - len(sk) : s] != sk:
         return None
     # seq is a number: its slot loses the quotes around the placeholder (one before, one after)
-    return LinkPieces(data[: h - len(hk)], data[h + n + 1 : p], data[p + n : s - 1], data[s + n + 1 :])
+    return LinkPieces(data[: h - len(hk)], data[h + n + 1 : p], data[p + n : s - 1], data[s + n + 1 :], orjson_size)
 
 
 def link(fields: dict, pieces: LinkPieces, seq: int, prev: str) -> tuple[dict, list[bytes]]:
     """chain_entry(fields, seq, prev) from `link_pieces(fields)`: the entry and its line (with the
     newline) as pieces to join. A `prev` other than letters and digits (only a damaged file gives
     one) would need escaping, so it goes through chain_entry."""
-    a, b, c, d = pieces
+    a, b, c, d, _ = pieces
     pv, sq = prev.encode(), str(seq).encode()
     if not pv.isalnum():
         entry, line = chain_entry(fields, seq, prev)
