@@ -9,9 +9,9 @@ there). See `_fast`; the verifier's test of a line read from a file is `canonica
 against the `rfc8785` package).
 
 The per-call proofs have an optional C accelerator, journal/_canonical_speedups.c (`plain_json` for
-`_fast`, `jcs_line` for `canonical_value`), chosen here once at import; the pure-Python code stays the
-reference and the fallback (no compiler at install time, or BROKER_NO_SPEEDUPS=1).
-tests/journal/test_canonical_speedups.py checks one against the other.
+`_fast`, `jcs_line` for `canonical_value`, and `fields_ok` for journal/entry.py's validate_fields), chosen here
+once at import; the pure-Python code stays the reference and the fallback (no compiler at install time, or
+BROKER_NO_SPEEDUPS=1). tests/journal/test_canonical_speedups.py and test_entry_fast.py check one against the other.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import cast
 import msgspec
 import orjson
 
+from journal.entry import use_fields_check
 from journal.errors import BrokerError
 
 MAX_SAFE_INTEGER = 2**53 - 1
@@ -77,6 +78,7 @@ def use_speedups(on: bool) -> bool:
     _plain_json = module.plain_json if module else None
     _jcs_line = module.jcs_line if module else None
     _fast = _fast_plain if module else _fast_read_back
+    use_fields_check(module.fields_ok if module else None)
     return SPEEDUPS
 
 
