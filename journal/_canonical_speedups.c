@@ -23,7 +23,12 @@
        the fast path of validate_fields) for exact types only: True only when _fields_ok is True; False (a str
        subclass, a key that is not an exact str, anything wrong) sends validate_fields to its Python checks,
        which decide. Keys are matched by their text in one walk over each dict; a dict with a key that is not an
-       exact str gets a False, so no Python code runs. */
+       exact str gets a False, so no Python code runs.
+
+   slot_cut(data: bytes, slot: bytes) -> tuple[bytes, bytes, bytes, bytes] | None
+       journal/chain.py `link_pieces`' cut of the canonical line `data` (with seq, prev and hash set to the
+       placeholder string `slot`) into the four pieces around them, or None when the placeholder does not occur
+       exactly three times as the values of ,"hash": "prev": and "seq": in that order. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -517,12 +522,59 @@ fields_ok(PyObject *module, PyObject *fields)
     return PyBool_FromLong(fields_ok_(fields));
 }
 
+/* ---- slot_cut --------------------------------------------------------------------------------------- */
+
+/* The offset of `needle` in data[from:], or -1 (memmem, with bounds). */
+static Py_ssize_t
+find_from(const char *data, Py_ssize_t size, const char *needle, Py_ssize_t n, Py_ssize_t from)
+{
+    if (from < 0 || from > size)
+        return -1;
+    const char *at = memmem(data + from, (size_t)(size - from), needle, (size_t)n);
+    return at == NULL ? -1 : at - data;
+}
+
+static int
+ends_with_at(const char *data, Py_ssize_t at, const char *key)
+{
+    Py_ssize_t k = (Py_ssize_t)strlen(key);
+    return at >= k && memcmp(data + at - k, key, (size_t)k) == 0;
+}
+
+static PyObject *
+slot_cut(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyBytes_CheckExact(args[0]) || !PyBytes_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "slot_cut(data: bytes, slot: bytes)");
+        return NULL;
+    }
+    const char *d = PyBytes_AS_STRING(args[0]), *slot = PyBytes_AS_STRING(args[1]);
+    Py_ssize_t size = PyBytes_GET_SIZE(args[0]), n = PyBytes_GET_SIZE(args[1]);
+    if (n == 0)
+        Py_RETURN_NONE;
+    Py_ssize_t h = find_from(d, size, slot, n, 0);
+    Py_ssize_t p = h < 0 ? -1 : find_from(d, size, slot, n, h + n);
+    Py_ssize_t q = p < 0 ? -1 : find_from(d, size, slot, n, p + n);
+    if (q < 0 || find_from(d, size, slot, n, q + n) >= 0)
+        Py_RETURN_NONE;
+    /* ,"hash":"<slot>" ... "prev":"<slot>" ... "seq":"<slot>": the key before each, the quote after each */
+    if (!ends_with_at(d, h, ",\"hash\":\"") || !ends_with_at(d, p, "\"prev\":\"") || !ends_with_at(d, q, "\"seq\":\""))
+        Py_RETURN_NONE;
+    /* data[:h-9], data[h+n+1:p], data[p+n:q-1], data[q+n+1:] (the quotes around seq's slot dropped: a number) */
+    Py_ssize_t hk = (Py_ssize_t)strlen(",\"hash\":\""), c = p + n, e = q + n + 1 < size ? q + n + 1 : size;
+    Py_ssize_t b = h + n + 1 < size ? h + n + 1 : size; /* as Python slices: a start past the stop gives b"" */
+    return Py_BuildValue("(y#y#y#y#)", d, h - hk, d + b, p > b ? p - b : 0, d + c, q - 1 > c ? q - 1 - c : 0, d + e,
+                         size - e);
+}
+
 /* ---- module ----------------------------------------------------------------------------------------- */
 
 static PyMethodDef methods[] = {
     {"plain_json", plain_json, METH_O,
      "True iff the value is only exact dict (str keys), list, str, int within +-(2^53-1), bool, None."},
     {"jcs_line", jcs_line, METH_O, "True iff the bytes are, exactly, the JCS form of a float-free JSON value."},
+    {"slot_cut", (PyCFunction)(void (*)(void))slot_cut, METH_FASTCALL,
+     "chain.link_pieces' cut of a canonical line at its three placeholders: four pieces, or None."},
     {"fields_ok", fields_ok, METH_O,
      "True only when entry._fields_ok would say True of these eleven capture-point fields (False: ask it)."},
     {NULL, NULL, 0, NULL},
