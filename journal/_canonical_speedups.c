@@ -16,7 +16,19 @@
        with exactly the escapes JCS writes, integers 0 or -?[1-9][0-9]* within +-(2^53-1), at most MAX_DEPTH
        containers deep. False means "not proven": canonical.py's own test then decides. A float token or a key
        holding an escape is never proven. `data` may be hostile: every read is bounds-checked, there is no
-       recursion, and nothing is allocated. */
+       recursion, and nothing is allocated.
+
+   fields_ok(fields) -> bool
+       The one-pass contract check of the eleven fields a capture point supplies (journal/entry.py `_fields_ok`,
+       the fast path of validate_fields) for exact types only: True only when _fields_ok is True; False (a str
+       subclass, a key that is not an exact str, anything wrong) sends validate_fields to its Python checks,
+       which decide. Keys are matched by their text in one walk over each dict; a dict with a key that is not an
+       exact str gets a False, so no Python code runs.
+
+   slot_cut(data: bytes, slot: bytes) -> tuple[bytes, bytes, bytes, bytes] | None
+       journal/chain.py `link_pieces`' cut of the canonical line `data` (with seq, prev and hash set to the
+       placeholder string `slot`) into the four pieces around them, or None when the placeholder does not occur
+       exactly three times as the values of ,"hash": "prev": and "seq": in that order. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -366,12 +378,205 @@ jcs_line(PyObject *module, PyObject *data)
     return PyBool_FromLong(jcs((const unsigned char *)PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data)));
 }
 
+/* ---- fields_ok -------------------------------------------------------------------------------------- */
+
+/* The values of `d` (an exact dict) under the keys `names`, in `out` (NULL where absent), found by one walk
+   over its items comparing key text (no key object built, no hash computed). 0 when a key is not an exact str
+   (its __eq__ could run Python code) or, with `only`, when a key is not among `names`. */
+static int
+pick(PyObject *d, const char *const *names, int count, PyObject **out, int only)
+{
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    for (int i = 0; i < count; i++)
+        out[i] = NULL;
+    while (PyDict_Next(d, &pos, &k, &v)) {
+        if (!PyUnicode_CheckExact(k))
+            return 0;
+        int found = -1;
+        if (PyUnicode_IS_ASCII(k)) {
+            const char *text = (const char *)PyUnicode_DATA(k);
+            size_t len = (size_t)PyUnicode_GET_LENGTH(k);
+            for (int i = 0; i < count; i++) {
+                if (strlen(names[i]) == len && memcmp(names[i], text, len) == 0) {
+                    found = i;
+                    break;
+                }
+            }
+        }
+        if (found >= 0)
+            out[found] = v;
+        else if (only)
+            return 0;
+    }
+    return 1;
+}
+
+static int
+nonempty_str(PyObject *v)
+{
+    return v != NULL && PyUnicode_CheckExact(v) && PyUnicode_GET_LENGTH(v) > 0;
+}
+
+static int
+ascii_is(PyObject *v, const char *want)
+{
+    return v != NULL && PyUnicode_CheckExact(v) && PyUnicode_IS_ASCII(v)
+           && strcmp((const char *)PyUnicode_DATA(v), want) == 0;
+}
+
+/* ts is YYYY-MM-DDTHH:MM:SS.mmmZ with ASCII digits (what _TS_SHAPE and _DIGITS_TO_ZERO check). */
+static int
+ts_ok(PyObject *v)
+{
+    static const char shape[] = "0000-00-00T00:00:00.000Z";
+    if (v == NULL || !PyUnicode_CheckExact(v) || !PyUnicode_IS_ASCII(v) || PyUnicode_GET_LENGTH(v) != 24)
+        return 0;
+    const char *s = (const char *)PyUnicode_DATA(v);
+    for (int i = 0; i < 24; i++) {
+        if (shape[i] == '0' ? !(s[i] >= '0' && s[i] <= '9') : s[i] != shape[i])
+            return 0;
+    }
+    return 1;
+}
+
+/* connector matches [a-z0-9][a-z0-9_.-]*\Z (entry._CONNECTOR_RE). */
+static int
+connector_ok(PyObject *v)
+{
+    if (!nonempty_str(v) || !PyUnicode_IS_ASCII(v))
+        return 0;
+    const char *s = (const char *)PyUnicode_DATA(v);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(v);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        char c = s[i];
+        int ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || (i > 0 && (c == '_' || c == '.' || c == '-'));
+        if (!ok)
+            return 0;
+    }
+    return 1;
+}
+
+/* A headers value: an exact list of exact lists of two exact str. */
+static int
+headers_ok(PyObject *v)
+{
+    if (v == NULL || !PyList_CheckExact(v))
+        return 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(v); i++) {
+        PyObject *h = PyList_GET_ITEM(v, i);
+        if (!PyList_CheckExact(h) || PyList_GET_SIZE(h) != 2 || !PyUnicode_CheckExact(PyList_GET_ITEM(h, 0))
+            || !PyUnicode_CheckExact(PyList_GET_ITEM(h, 1)))
+            return 0;
+    }
+    return 1;
+}
+
+enum { TS, SESSION, AGENT, PRINCIPAL, CONNECTOR, CAPTURE, PROMPT_REF, EFFECT, MCP, REQUEST, RESPONSE, N_FIELDS };
+static const char *const field_names[N_FIELDS] = {
+    "ts", "session", "agent", "principal", "connector", "capture", "prompt_ref", "effect", "mcp", "request",
+    "response",
+};
+enum { METHOD, URL, BODY, HEADERS, STATUS, ERROR, N_MESSAGE };
+static const char *const message_names[N_MESSAGE] = {"method", "url", "body", "headers", "status", "error"};
+
+static int
+fields_ok_(PyObject *e)
+{
+    PyObject *f[N_FIELDS], *req[N_MESSAGE], *resp[N_MESSAGE];
+    /* Eleven distinct keys, each one of the eleven names: exactly those (dict keys are distinct). */
+    if (!PyDict_CheckExact(e) || PyDict_GET_SIZE(e) != N_FIELDS || !pick(e, field_names, N_FIELDS, f, 1))
+        return 0;
+    PyObject *prompt_ref = f[PROMPT_REF], *mcp = f[MCP], *capture = f[CAPTURE], *effect = f[EFFECT];
+    if (!ts_ok(f[TS]) || !nonempty_str(f[SESSION]) || !nonempty_str(f[AGENT]) || !nonempty_str(f[PRINCIPAL])
+        || !(ascii_is(capture, "broker") || ascii_is(capture, "gateway") || ascii_is(capture, "agent"))
+        || !(ascii_is(effect, "read") || ascii_is(effect, "write"))
+        || !(prompt_ref == Py_None || PyUnicode_CheckExact(prompt_ref))
+        || !(mcp == Py_None || PyDict_CheckExact(mcp))
+        || !PyDict_CheckExact(f[REQUEST]) || !pick(f[REQUEST], message_names, N_MESSAGE, req, 0)
+        || !PyDict_CheckExact(f[RESPONSE]) || !pick(f[RESPONSE], message_names, N_MESSAGE, resp, 0)
+        || !connector_ok(f[CONNECTOR]))
+        return 0;
+    if (!nonempty_str(req[METHOD]) || req[URL] == NULL || !PyUnicode_CheckExact(req[URL]) || req[BODY] == NULL
+        || resp[BODY] == NULL || resp[STATUS] == NULL)
+        return 0;
+    PyObject *status = resp[STATUS];
+    if (status == Py_None) {
+        if (resp[ERROR] == NULL)
+            return 0;
+    }
+    else {
+        if (!PyLong_CheckExact(status))
+            return 0;
+        int overflow;
+        long n = PyLong_AsLongAndOverflow(status, &overflow); /* an exact int: sets no error */
+        if (overflow || n < 100 || n > 999)
+            return 0;
+    }
+    return headers_ok(req[HEADERS]) && headers_ok(resp[HEADERS]);
+}
+
+static PyObject *
+fields_ok(PyObject *module, PyObject *fields)
+{
+    return PyBool_FromLong(fields_ok_(fields));
+}
+
+/* ---- slot_cut --------------------------------------------------------------------------------------- */
+
+/* The offset of `needle` in data[from:], or -1 (memmem, with bounds). */
+static Py_ssize_t
+find_from(const char *data, Py_ssize_t size, const char *needle, Py_ssize_t n, Py_ssize_t from)
+{
+    if (from < 0 || from > size)
+        return -1;
+    const char *at = memmem(data + from, (size_t)(size - from), needle, (size_t)n);
+    return at == NULL ? -1 : at - data;
+}
+
+static int
+ends_with_at(const char *data, Py_ssize_t at, const char *key)
+{
+    Py_ssize_t k = (Py_ssize_t)strlen(key);
+    return at >= k && memcmp(data + at - k, key, (size_t)k) == 0;
+}
+
+static PyObject *
+slot_cut(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyBytes_CheckExact(args[0]) || !PyBytes_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "slot_cut(data: bytes, slot: bytes)");
+        return NULL;
+    }
+    const char *d = PyBytes_AS_STRING(args[0]), *slot = PyBytes_AS_STRING(args[1]);
+    Py_ssize_t size = PyBytes_GET_SIZE(args[0]), n = PyBytes_GET_SIZE(args[1]);
+    if (n == 0)
+        Py_RETURN_NONE;
+    Py_ssize_t h = find_from(d, size, slot, n, 0);
+    Py_ssize_t p = h < 0 ? -1 : find_from(d, size, slot, n, h + n);
+    Py_ssize_t q = p < 0 ? -1 : find_from(d, size, slot, n, p + n);
+    if (q < 0 || find_from(d, size, slot, n, q + n) >= 0)
+        Py_RETURN_NONE;
+    /* ,"hash":"<slot>" ... "prev":"<slot>" ... "seq":"<slot>": the key before each, the quote after each */
+    if (!ends_with_at(d, h, ",\"hash\":\"") || !ends_with_at(d, p, "\"prev\":\"") || !ends_with_at(d, q, "\"seq\":\""))
+        Py_RETURN_NONE;
+    /* data[:h-9], data[h+n+1:p], data[p+n:q-1], data[q+n+1:] (the quotes around seq's slot dropped: a number) */
+    Py_ssize_t hk = (Py_ssize_t)strlen(",\"hash\":\""), c = p + n, e = q + n + 1 < size ? q + n + 1 : size;
+    Py_ssize_t b = h + n + 1 < size ? h + n + 1 : size; /* as Python slices: a start past the stop gives b"" */
+    return Py_BuildValue("(y#y#y#y#)", d, h - hk, d + b, p > b ? p - b : 0, d + c, q - 1 > c ? q - 1 - c : 0, d + e,
+                         size - e);
+}
+
 /* ---- module ----------------------------------------------------------------------------------------- */
 
 static PyMethodDef methods[] = {
     {"plain_json", plain_json, METH_O,
      "True iff the value is only exact dict (str keys), list, str, int within +-(2^53-1), bool, None."},
     {"jcs_line", jcs_line, METH_O, "True iff the bytes are, exactly, the JCS form of a float-free JSON value."},
+    {"slot_cut", (PyCFunction)(void (*)(void))slot_cut, METH_FASTCALL,
+     "chain.link_pieces' cut of a canonical line at its three placeholders: four pieces, or None."},
+    {"fields_ok", fields_ok, METH_O,
+     "True only when entry._fields_ok would say True of these eleven capture-point fields (False: ask it)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from journal.bodies import LINE_LIMIT, fit_entry
+from journal.bodies import LINE_LIMIT, fit_entry, fits_unspilled
 from journal.canonical import CanonicalError
 from journal.chain import LinkPieces, chain_entry, link, link_pieces
 from journal.entry import CHAINED_KEYS, ContractError, validate_fields
@@ -214,9 +214,19 @@ class AppendPipeline:
         limit and the canonical form with seq/prev/hash left open. The leader then only links."""
         validate_fields(fields)
         self._check_fields(fields)
-        fields = fit_entry(fields, self.blobs, self.line_limit)
+        try:  # the canonical form first: when orjson wrote it, its size tells that fit_entry would spill nothing
+            pieces = link_pieces(fields)
+        except Exception:  # noqa: BLE001 - decided below in the reference order, which raises what it raises
+            pieces, known = None, False
+        else:
+            known = True
+            if pieces is not None and 0 <= pieces.orjson_size and fits_unspilled(pieces.orjson_size, self.line_limit):
+                return Pending(fields, pieces)  # fit_entry would return `fields` itself (the fields' text is shorter)
+        fitted = fit_entry(fields, self.blobs, self.line_limit)
+        if fitted is fields and known:
+            return Pending(fields, pieces)
         try:
-            return Pending(fields, link_pieces(fields))
+            return Pending(fitted, link_pieces(fitted))
         except CanonicalError as exc:
             raise ContractError(f"entry has no canonical form: {exc}") from None
 

@@ -499,6 +499,13 @@ def _json_size(value: object) -> int:
     return len(orjson.dumps(value))
 
 
+def fits_unspilled(json_size: int, limit: int = LINE_LIMIT, reserve: int = 512) -> bool:
+    """True when an entry whose orjson text (any key order) takes `json_size` bytes goes into a line of
+    `limit` as it is: `fit_entry` returns it unchanged, spilling nothing. The 64 KiB margin: orjson's size is
+    within a few bytes per float of the canonical size, and `reserve` leaves room for seq, prev and hash."""
+    return json_size < limit - reserve - (64 << 10)
+
+
 def fit_entry(fields: dict, store: BlobSink, limit: int = LINE_LIMIT, reserve: int = 512) -> dict:
     """Spill values of the entry, largest first, until its canonical line fits in `limit`.
 
@@ -507,8 +514,8 @@ def fit_entry(fields: dict, store: BlobSink, limit: int = LINE_LIMIT, reserve: i
     bytes). Nothing is truncated or dropped.
     """
     budget = limit - reserve
-    if len(orjson.dumps(fields)) < budget - (64 << 10):
-        return fields  # orjson's size is within a few bytes per float of the canonical size
+    if fits_unspilled(len(orjson.dumps(fields)), limit, reserve):
+        return fields
     fields = orjson.loads(orjson.dumps(fields))  # private copy to edit in place
     while len(canonical_bytes(fields)) > budget:
         candidates: list[tuple[int, list, dict | list]] = []  # (size, [key], the container holding it)

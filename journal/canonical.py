@@ -9,9 +9,10 @@ there). See `_fast`; the verifier's test of a line read from a file is `canonica
 against the `rfc8785` package).
 
 The per-call proofs have an optional C accelerator, journal/_canonical_speedups.c (`plain_json` for
-`_fast`, `jcs_line` for `canonical_value`), chosen here once at import; the pure-Python code stays the
-reference and the fallback (no compiler at install time, or BROKER_NO_SPEEDUPS=1).
-tests/journal/test_canonical_speedups.py checks one against the other.
+`_fast`, `jcs_line` for `canonical_value`, `fields_ok` for journal/entry.py's validate_fields and `slot_cut`
+for journal/chain.py's link_pieces), chosen here once at import; the pure-Python code stays the reference and
+the fallback (no compiler at install time, or BROKER_NO_SPEEDUPS=1). tests/journal/test_canonical_speedups.py,
+test_entry_fast.py and test_chain_link.py check one against the other.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import cast
 import msgspec
 import orjson
 
+from journal.entry import use_fields_check
 from journal.errors import BrokerError
 
 MAX_SAFE_INTEGER = 2**53 - 1
@@ -65,18 +67,23 @@ SPEEDUPS = False
 """True when the C accelerator is in use; the pure-Python code below is the reference and the fallback."""
 _plain_json: Callable[[object], bool] | None = None
 _jcs_line: Callable[[bytes], bool] | None = None
+slot_cut: Callable[[bytes, bytes], tuple[bytes, bytes, bytes, bytes] | None] | None = None
+"""The accelerator's cut of a canonical line at its placeholders, for journal/chain.py `link_pieces` (None: its
+Python code, the reference)."""
 
 
 def use_speedups(on: bool) -> bool:
     """Switch this process to the C accelerator (when built) or to the pure-Python code; True if the accelerator
     is now in use. For the tests and the benchmark that compare the two: everything else runs what was chosen
     at import (BROKER_NO_SPEEDUPS)."""
-    global SPEEDUPS, _plain_json, _jcs_line, _fast
+    global SPEEDUPS, _plain_json, _jcs_line, _fast, slot_cut
     module = _import_speedups() if on else None
     SPEEDUPS = module is not None
     _plain_json = module.plain_json if module else None
     _jcs_line = module.jcs_line if module else None
+    slot_cut = module.slot_cut if module else None
     _fast = _fast_plain if module else _fast_read_back
+    use_fields_check(module.fields_ok if module else None)
     return SPEEDUPS
 
 
@@ -135,6 +142,13 @@ def _fast_plain(value: object) -> bytes | None:
 
 _fast = _fast_read_back
 use_speedups(_load_speedups() is not None)  # read once, at import
+
+
+def orjson_canonical(value: object) -> bytes | None:
+    """canonical_bytes(value) when it is orjson's sorted output of `value` (the fast path), else None: then
+    canonical_bytes decides (and may raise). A caller that needs to know the bytes are orjson's (their size is
+    orjson's size of the value) asks this."""
+    return _fast(value)
 
 
 def canonical_bytes(value: object) -> bytes:

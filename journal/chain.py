@@ -8,7 +8,8 @@ from typing import NamedTuple
 
 import orjson
 
-from journal.canonical import canonical_bytes
+from journal import canonical
+from journal.canonical import canonical_bytes, orjson_canonical
 
 GENESIS = "0" * 64
 """`prev` of seq 1."""
@@ -102,6 +103,10 @@ class LinkPieces(NamedTuple):
     before_prev: bytes  # ',"mcp":...,"prev":"'
     before_seq: bytes  # '","principal":...,"response":{...},"seq":'
     after_seq: bytes  # ',"session":...,"ts":...}'
+    orjson_size: int = -1
+    """Bytes of the canonical line with the placeholders when orjson wrote it (the fast path of canonical.py):
+    then orjson's text of the fields alone is shorter, which the writer's line-limit check needs (-1: not
+    orjson's bytes, unknown)."""
 
 
 def link_pieces(fields: dict) -> LinkPieces | None:
@@ -119,12 +124,24 @@ def link_pieces(fields: dict) -> LinkPieces | None:
     """
     if "seq" in fields or "prev" in fields or "hash" in fields:
         return None
-    data = canonical_bytes({**fields, "hash": _SLOT, "prev": _SLOT, "seq": _SLOT})
-    n = len(_SLOT_B)
-    h = data.find(_SLOT_B)
-    p = data.find(_SLOT_B, h + n)
-    s = data.find(_SLOT_B, p + n)
-    if s < 0 or data.find(_SLOT_B, s + n) >= 0:
+    slotted = {**fields, "hash": _SLOT, "prev": _SLOT, "seq": _SLOT}
+    data = orjson_canonical(slotted)
+    orjson_size = -1 if data is None else len(data)
+    if data is None:
+        data = canonical_bytes(slotted)
+    cut = canonical.slot_cut(data, _SLOT_B) if canonical.slot_cut is not None else slot_cut(data, _SLOT_B)
+    return None if cut is None else LinkPieces(*cut, orjson_size)
+
+
+def slot_cut(data: bytes, slot: bytes) -> tuple[bytes, bytes, bytes, bytes] | None:
+    """The canonical line `data` (seq, prev and hash set to the placeholder `slot`) cut into the four pieces
+    around them, or None when `slot` does not occur exactly three times, as the values of `,"hash":`, `"prev":`
+    and `"seq":` in that order (see `link_pieces`). The reference of the accelerator's `slot_cut`."""
+    n = len(slot)
+    h = data.find(slot)
+    p = data.find(slot, h + n) if h >= 0 else -1
+    s = data.find(slot, p + n) if p >= 0 else -1
+    if s < 0 or data.find(slot, s + n) >= 0:
         return None
     # Keys sort as "hash" < "prev" < "seq"; ',' before "hash": some key sorts before it (the splice
     # of the hash member below assumes one does).
@@ -132,14 +149,14 @@ def link_pieces(fields: dict) -> LinkPieces | None:
     if data[h - len(hk) : h] != hk or data[p - len(pk) : p] != pk or data[s - len(sk) : s] != sk:
         return None
     # seq is a number: its slot loses the quotes around the placeholder (one before, one after)
-    return LinkPieces(data[: h - len(hk)], data[h + n + 1 : p], data[p + n : s - 1], data[s + n + 1 :])
+    return data[: h - len(hk)], data[h + n + 1 : p], data[p + n : s - 1], data[s + n + 1 :]
 
 
 def link(fields: dict, pieces: LinkPieces, seq: int, prev: str) -> tuple[dict, list[bytes]]:
     """chain_entry(fields, seq, prev) from `link_pieces(fields)`: the entry and its line (with the
     newline) as pieces to join. A `prev` other than letters and digits (only a damaged file gives
     one) would need escaping, so it goes through chain_entry."""
-    a, b, c, d = pieces
+    a, b, c, d, _ = pieces
     pv, sq = prev.encode(), str(seq).encode()
     if not pv.isalnum():
         entry, line = chain_entry(fields, seq, prev)

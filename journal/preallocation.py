@@ -5,7 +5,11 @@ is written back, and the fdatasync that follows must commit that allocation (blo
 descriptor, extent) in the same journal transaction as the new size. With blocks reserved ahead by
 `fallocate(FALLOC_FL_KEEP_SIZE)` the append only marks reserved space as written and moves the size:
 measured on the vault's ext4 (bench/journal_bench.py, `plain loop, preallocated`), one
-write + fdatasync of a 2 KB line takes about 20 % less time at the median.
+write + fdatasync of a 2 KB line takes about 20 % less time at the median. That is against a file whose
+extent tree has left the inode (more than four extents, as a file gets whose blocks are allocated a few at a
+time among other files'), where every append that maps a new block also commits the tree's block; against a
+plain file the allocator kept in one to three extents the reservation saves 0 to 5 us (branch append31 in
+docs/benchmarks.md). Either way the reserved file itself stays in a few extents.
 
 Few, large reservations: each one becomes an extent of its own whenever another file took the blocks
 after the previous one (other sessions in the same directory, the seq sidecar), and once a file has more

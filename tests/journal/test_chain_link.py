@@ -99,3 +99,71 @@ def test_no_canonical_form_raises_like_canonical_bytes():
     f["response"]["body"] = {"n": 2**60}
     with pytest.raises(CanonicalError):
         link_pieces(f)
+
+
+try:
+    from journal._canonical_speedups import slot_cut as c_slot_cut
+except ImportError:  # not built: test_canonical_speedups.py says why
+    c_slot_cut = None
+
+needs_c = pytest.mark.skipif(c_slot_cut is None, reason="the C accelerator is not built")
+_SLOTS = st.sampled_from([chain._SLOT_B, b"S", b"SS", b'"', b"\x00\x00", b'"prev":"'])
+_FRAGMENTS = st.lists(
+    st.sampled_from([b',"hash":"', b'"prev":"', b'"seq":"', b'"', b"{", b"}", b",", b"0"]) | st.binary(max_size=6)
+    | st.just(b"<slot>"),
+    max_size=14,
+)
+
+
+def _joined(fragments: list[bytes], slot: bytes) -> bytes:
+    return b"".join(slot if f == b"<slot>" else f for f in fragments)
+
+
+@needs_c
+@settings(max_examples=3000, deadline=None, derandomize=True)
+@given(_SLOTS, _FRAGMENTS, st.lists(_FRAGMENTS, min_size=4, max_size=4), st.booleans())
+def test_the_c_slot_cut_cuts_any_bytes_as_the_python_one(slot, fragments, around, shaped):
+    """journal/_canonical_speedups.c `slot_cut` against chain.slot_cut on bytes made of the pieces it looks for
+    (the placeholder, the three keys, quotes, anything), bounds and all; half of them shaped like a line that
+    cuts (the three members in order) with anything, more placeholders too, around them."""
+    if shaped:
+        a, b, c, d = (_joined(f, slot) for f in around)
+        data = b"".join((a, b',"hash":"', slot, b'"', b, b'"prev":"', slot, c, b'"seq":"', slot, b'"', d))
+    else:
+        data = _joined(fragments, slot)
+    assert c_slot_cut(data, slot) == chain.slot_cut(data, slot)
+
+
+@needs_c
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.data())
+def test_link_pieces_is_the_same_with_and_without_the_c_cut(data):
+    f = fields(n=5)
+    f["response"]["body"] = data.draw(_values | st.just(chain._SLOT))
+    slot_or_values = _values | st.just(chain._SLOT)
+    f["mcp"] = data.draw(st.none() | st.dictionaries(_texts | st.just("prev"), slot_or_values, max_size=3))
+    from journal import canonical
+
+    was = canonical.slot_cut
+    try:
+        canonical.slot_cut = c_slot_cut
+        with_c = link_pieces(f)
+        canonical.slot_cut = None
+        without = link_pieces(f)
+    finally:
+        canonical.slot_cut = was
+    assert with_c == without
+
+
+def test_the_c_cut_follows_the_speedups_switch():
+    from journal import canonical
+
+    was = canonical.SPEEDUPS
+    try:
+        assert canonical.use_speedups(False) is False and canonical.slot_cut is None
+        f = fields(n=6)
+        assert link_pieces(f) is not None  # the Python cut
+        if canonical.use_speedups(True):
+            assert canonical.slot_cut is c_slot_cut
+    finally:
+        canonical.use_speedups(was)

@@ -153,3 +153,83 @@ def test_a_timestamp_with_another_scripts_digits_is_refused():
     entry = _entry()
     entry["ts"] = "\u0662026-09-22T10:00:01.001Z"  # ARABIC-INDIC DIGIT TWO: `\d` without re.ASCII took it
     assert not _accepted(validate_entry, entry) and not is_valid_entry(entry)
+
+
+try:
+    from journal._canonical_speedups import fields_ok as c_fields_ok
+except ImportError:  # not built: test_canonical_speedups.py says why
+    c_fields_ok = None
+
+needs_c = pytest.mark.skipif(c_fields_ok is None, reason="the C accelerator is not built")
+
+
+class _Key(str):
+    """A key subclass whose __eq__ runs Python code (the C check must not look into its dict)."""
+
+    def __eq__(self, other: object) -> bool:
+        return str.__eq__(self, other)
+
+    def __hash__(self) -> int:
+        return str.__hash__(self)
+
+
+@needs_c
+@settings(max_examples=3000, deadline=None, derandomize=True)
+@given(_mutations(fields(n=4), _FIELD_TOP))
+def test_the_c_fields_check_says_yes_only_where_the_python_one_does(f):
+    """journal/_canonical_speedups.c `fields_ok` against `_fields_ok`: never a yes the Python check does not give
+    (a yes skips the step-by-step checks), and the same answer on plain fields (else it would only be slower)."""
+    c = c_fields_ok(f)
+    py = type(f) is dict and len(f) == len(_FIELD_TOP) and _fields_ok(f)
+    assert py or not c
+    if _plain(f):
+        assert c == py
+
+
+@needs_c
+@pytest.mark.parametrize("where", ["top", "request", "response"])
+def test_the_c_fields_check_leaves_dicts_with_odd_keys_to_python(where):
+    f = fields(n=5)
+    holder = f if where == "top" else f[where]
+    key = next(iter(holder))
+    holder[_Key(key)] = holder.pop(key)
+    assert _fields_ok(f) and not c_fields_ok(f)
+    validate_fields(f)  # the step-by-step checks accept it
+
+
+@needs_c
+def test_validate_fields_uses_the_c_check_unless_speedups_are_off():
+    from journal import canonical, entry
+
+    was = canonical.SPEEDUPS
+    try:
+        canonical.use_speedups(True)
+        assert entry._fields_fast is c_fields_ok
+        canonical.use_speedups(False)
+        assert entry._fields_fast is _fields_ok
+        with pytest.raises(ContractError):
+            validate_fields(fields(n=1, connector="Gmail"))
+    finally:
+        canonical.use_speedups(was)
+
+
+@needs_c
+@pytest.mark.parametrize(("key", "value"), [
+    ("ts", "2026-09-22T10:00:01.001z"), ("ts", "2026-09-22T10:00:01.01Z"), ("ts", "2026-09-22T10:00:0a.001Z"),
+    ("connector", "_gmail"), ("connector", "gmail!"), ("connector", "gmail\u00e9"), ("connector", "gm.a_i-l9"),
+    ("capture", "brokers"), ("capture", "agen"), ("effect", "Read"), ("prompt_ref", 7), ("mcp", []),
+    ("session", ""), ("principal", None), ("agent", "a"),
+])
+def test_the_c_fields_check_on_each_top_level_rule(key, value):
+    f = dict(fields(n=6), **{key: value})
+    assert c_fields_ok(f) == _fields_ok(f)
+
+
+@needs_c
+@pytest.mark.parametrize("status", [99, 100, 999, 1000, -1, 2**70, True, None, 200.0, "200"])
+def test_the_c_fields_check_on_statuses(status):
+    f = fields(n=7)
+    f["response"]["status"] = status
+    assert c_fields_ok(f) == _fields_ok(f)
+    f["response"]["error"] = "x"
+    assert c_fields_ok(f) == _fields_ok(f)
