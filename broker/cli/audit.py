@@ -3,7 +3,6 @@ broker/cli/show.py: it loads no verifier)."""
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, TypeGuard, cast
 
 import click
@@ -20,6 +19,7 @@ from broker.cli.options import (
     vault_option,
 )
 from broker.cli.progress import progress_bar
+from broker.cli.terminal_text import one_line
 from journal.reader import RowSource, session_size
 from journal.summary import summarize_session
 from journal.vault import Vault
@@ -200,19 +200,6 @@ def verify_checkpoints(vault: Vault, sessions: tuple[str, ...], as_json: bool, n
         click.echo(orjson.dumps({"vault": str(vault.root), "coverage": audit.coverage}).decode())
     lies = facets(as_json)
     return 0 if audit.intact and not lies else 1
-
-
-# Characters that move the cursor or break a line on a terminal or in a log (C0 and C1 controls, DEL, the Unicode
-# line and paragraph separators) and the bidirectional overrides that reorder what is shown.
-_UNSHOWABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-
-
-def one_line(text: object) -> str:
-    """`text` with every character of _UNSHOWABLE written as its escape (\\n, \\x1b, \\u2028): a report's detail and
-    notes quote what the vault's writer chose (an entry's `seq` before its type is checked, a tombstone's fields,
-    a file name), and a line break or carriage return in them would print lines of its own, such as
-    `<session>: intact`."""
-    return _UNSHOWABLE.sub(lambda m: m[0].encode("unicode_escape").decode("ascii"), str(text))
 
 
 def print_reports(reports: list[SessionReport], as_json: bool) -> None:
