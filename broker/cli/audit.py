@@ -98,10 +98,10 @@ def verify(vault_dir: str, store: str | None, sessions: tuple[str, ...], as_json
             click.echo(orjson.dumps({"session": session, "intact": False, "kind": "contract_violation",
                                      "broken_at_seq": 1, "detail": why}).decode())
         else:
-            click.echo(f"{session!r}: BROKEN at seq 1: contract_violation: {why}; not verified")
+            click.echo(f"{one_line(repr(session))}: BROKEN at seq 1: contract_violation: {one_line(why)}; not verified")
     lies = facets(as_json)
     if not names and not as_json and not unmapped:
-        click.echo(f"no sessions in {_where(vault)}")
+        click.echo(f"no sessions in {one_line(_where(vault))}")
     return 0 if all(r.intact for r in reports) and not unmapped and not lies else 1
 
 
@@ -148,7 +148,7 @@ def _stale_facets_started(vault: Vault, sessions: list[str]) -> Callable[[bool],
                 click.echo(orjson.dumps({"session": session, "intact": False, "kind": "search_index",
                                          "broken_at_seq": seqs[0], "detail": detail}).decode())
             else:
-                click.echo(f"{session}: search index NOT intact: {detail}")
+                click.echo(f"{one_line(session)}: search index NOT intact: {detail}")
         return lying
 
     return report
@@ -193,7 +193,7 @@ def verify_checkpoints(vault: Vault, sessions: tuple[str, ...], as_json: bool, n
         if audit.coverage:
             click.echo("declared coverage (what the capture points did not record):")
             for line in audit.coverage:
-                click.echo(f"  {line}")
+                click.echo(f"  {one_line(line)}")
         elif not audit.vault_problems:
             click.echo("declared coverage: none declared (not accounted: counted only while the broker seals)")
     elif audit.coverage:
@@ -234,15 +234,16 @@ def sessions(vault_dir: str, store: str | None, as_json: bool) -> int:
             click.echo(orjson.dumps(row).decode())
         return 0
     if not rows:
-        click.echo(f"no sessions in {_where(vault)}")
+        click.echo(f"no sessions in {one_line(_where(vault))}")
         return 0
     header = f"{'SESSION':<28} {'ENTRIES':>7} {'FIRST':<24} {'LAST':<24} {'WRITES':>6}  VERIFIES  CONNECTORS"
     click.echo(header)
-    for row in rows:
-        status = "yes" if row["verifies"] else f"NO (seq {row['broken_at_seq']}: {row['kind']})"
+    for row in rows:  # what the vault holds, escaped before it is padded (broker/cli/terminal_text.py)
+        status = "yes" if row["verifies"] else one_line(f"NO (seq {row['broken_at_seq']}: {row['kind']})")
+        first, last = one_line(row["first_ts"] or "-"), one_line(row["last_ts"] or "-")
         click.echo(
-            f"{row['session']:<28} {row['entries']:>7} {row['first_ts'] or '-':<24} {row['last_ts'] or '-':<24} "
-            f"{row['writes']:>6}  {status:<8}  {','.join(row['connectors'])}"
+            f"{one_line(row['session']):<28} {row['entries']:>7} {first:<24} {last:<24} "
+            f"{row['writes']:>6}  {status:<8}  {one_line(','.join(map(str, row['connectors'])))}"
         )
     return 0
 
