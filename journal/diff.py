@@ -104,9 +104,16 @@ def _line(call: dict) -> str:
 
 def render(d: SessionDiff) -> str:
     """The diff for a person: a header, then one block per difference (`-` in A, `+` in B)."""
+    return "\n".join(render_lines(d)) + "\n"
+
+
+def render_lines(d: SessionDiff) -> list[str]:
+    """`render`'s lines, each as formed here: the recorded values in it (URLs, connectors, session names) are as
+    recorded, line breaks and control characters included, for the command that prints them to escape
+    (broker/cli/terminal_text.py)."""
     head = f"{d.a} ({len(d.a_calls)} calls) vs {d.b} ({len(d.b_calls)} calls): "
     if d.same:
-        return head + "same calls, same statuses\n"
+        return [head + "same calls, same statuses"]
     lines = [head + f"{len(d.differences)} difference(s)"]
     for x in d.differences:
         if x["op"] == "changed":
@@ -117,4 +124,4 @@ def render(d: SessionDiff) -> str:
             lines.append(f"- seq {x['a']['seq']} only in {d.a}: {_line(x['a'])}")
         else:
             lines.append(f"+ seq {x['b']['seq']} only in {d.b}: {_line(x['b'])}")
-    return "\n".join(lines) + "\n"
+    return lines

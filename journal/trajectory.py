@@ -342,6 +342,13 @@ def _listing(entry: dict, listings: dict[tuple, dict[str, tuple[int, dict]]], fi
 
 def render(report: dict) -> str:
     """The human form of `trajectory`'s report."""
+    return "\n".join(render_lines(report))
+
+
+def render_lines(report: dict) -> list[str]:
+    """`render`'s lines, each as formed here: the recorded values in it (tool names, arguments, findings) are as
+    recorded, line breaks and control characters included, for the command that prints them to escape
+    (broker/cli/terminal_text.py)."""
     lines = [f"session {report['session']}: {len(report['turns'])} model call(s), "
              f"{len(report['findings'])} finding(s)"]
     for n, turn in enumerate(report["turns"], 1):
@@ -361,4 +368,4 @@ def render(report: dict) -> str:
         lines.append("findings:")
         lines += [f"  {f['kind']}  seq {f['seq']}: {f['detail']}" for f in report["findings"]]
     lines += [f"note: {n}" for n in report["notes"]]
-    return "\n".join(lines)
+    return lines

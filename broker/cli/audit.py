@@ -3,7 +3,6 @@ broker/cli/show.py: it loads no verifier)."""
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, TypeGuard, cast
 
 import click
@@ -20,6 +19,7 @@ from broker.cli.options import (
     vault_option,
 )
 from broker.cli.progress import progress_bar
+from broker.cli.terminal_text import one_line
 from journal.reader import RowSource, session_size
 from journal.summary import summarize_session
 from journal.vault import Vault
@@ -98,10 +98,10 @@ def verify(vault_dir: str, store: str | None, sessions: tuple[str, ...], as_json
             click.echo(orjson.dumps({"session": session, "intact": False, "kind": "contract_violation",
                                      "broken_at_seq": 1, "detail": why}).decode())
         else:
-            click.echo(f"{session!r}: BROKEN at seq 1: contract_violation: {why}; not verified")
+            click.echo(f"{one_line(repr(session))}: BROKEN at seq 1: contract_violation: {one_line(why)}; not verified")
     lies = facets(as_json)
     if not names and not as_json and not unmapped:
-        click.echo(f"no sessions in {_where(vault)}")
+        click.echo(f"no sessions in {one_line(_where(vault))}")
     return 0 if all(r.intact for r in reports) and not unmapped and not lies else 1
 
 
@@ -148,7 +148,7 @@ def _stale_facets_started(vault: Vault, sessions: list[str]) -> Callable[[bool],
                 click.echo(orjson.dumps({"session": session, "intact": False, "kind": "search_index",
                                          "broken_at_seq": seqs[0], "detail": detail}).decode())
             else:
-                click.echo(f"{session}: search index NOT intact: {detail}")
+                click.echo(f"{one_line(session)}: search index NOT intact: {detail}")
         return lying
 
     return report
@@ -193,26 +193,13 @@ def verify_checkpoints(vault: Vault, sessions: tuple[str, ...], as_json: bool, n
         if audit.coverage:
             click.echo("declared coverage (what the capture points did not record):")
             for line in audit.coverage:
-                click.echo(f"  {line}")
+                click.echo(f"  {one_line(line)}")
         elif not audit.vault_problems:
             click.echo("declared coverage: none declared (not accounted: counted only while the broker seals)")
     elif audit.coverage:
         click.echo(orjson.dumps({"vault": str(vault.root), "coverage": audit.coverage}).decode())
     lies = facets(as_json)
     return 0 if audit.intact and not lies else 1
-
-
-# Characters that move the cursor or break a line on a terminal or in a log (C0 and C1 controls, DEL, the Unicode
-# line and paragraph separators) and the bidirectional overrides that reorder what is shown.
-_UNSHOWABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-
-
-def one_line(text: object) -> str:
-    """`text` with every character of _UNSHOWABLE written as its escape (\\n, \\x1b, \\u2028): a report's detail and
-    notes quote what the vault's writer chose (an entry's `seq` before its type is checked, a tombstone's fields,
-    a file name), and a line break or carriage return in them would print lines of its own, such as
-    `<session>: intact`."""
-    return _UNSHOWABLE.sub(lambda m: m[0].encode("unicode_escape").decode("ascii"), str(text))
 
 
 def print_reports(reports: list[SessionReport], as_json: bool) -> None:
@@ -247,15 +234,16 @@ def sessions(vault_dir: str, store: str | None, as_json: bool) -> int:
             click.echo(orjson.dumps(row).decode())
         return 0
     if not rows:
-        click.echo(f"no sessions in {_where(vault)}")
+        click.echo(f"no sessions in {one_line(_where(vault))}")
         return 0
     header = f"{'SESSION':<28} {'ENTRIES':>7} {'FIRST':<24} {'LAST':<24} {'WRITES':>6}  VERIFIES  CONNECTORS"
     click.echo(header)
-    for row in rows:
-        status = "yes" if row["verifies"] else f"NO (seq {row['broken_at_seq']}: {row['kind']})"
+    for row in rows:  # what the vault holds, escaped before it is padded (broker/cli/terminal_text.py)
+        status = "yes" if row["verifies"] else one_line(f"NO (seq {row['broken_at_seq']}: {row['kind']})")
+        first, last = one_line(row["first_ts"] or "-"), one_line(row["last_ts"] or "-")
         click.echo(
-            f"{row['session']:<28} {row['entries']:>7} {row['first_ts'] or '-':<24} {row['last_ts'] or '-':<24} "
-            f"{row['writes']:>6}  {status:<8}  {','.join(row['connectors'])}"
+            f"{one_line(row['session']):<28} {row['entries']:>7} {first:<24} {last:<24} "
+            f"{row['writes']:>6}  {status:<8}  {one_line(','.join(map(str, row['connectors'])))}"
         )
     return 0
 

@@ -9,6 +9,7 @@ import click
 import orjson
 
 from broker.cli.options import SIGNER_KEY, VERIFIER_KEY, bind, parse_listen, reading_vault, store_option, vault_option
+from broker.cli.terminal_text import one_line
 from journal.checkpoint.note import Signer, Verifier
 from journal.checkpoint.proof_bundle import check_bundle, make_bundle
 from journal.checkpoint.witness import Witness, app
@@ -53,7 +54,7 @@ def prove(vault_dir: str, store: str | None, session: str, seq: int, out_path: s
     data = orjson.dumps(make_bundle(vault, session, seq), option=orjson.OPT_INDENT_2) + b"\n"
     if out_path:
         Path(out_path).write_bytes(data)
-        click.echo(f"proof of {session} seq {seq} written to {out_path}")
+        click.echo(one_line(f"proof of {session} seq {seq} written to {out_path}"))
     else:
         sys.stdout.buffer.write(data)
     return 0
@@ -75,11 +76,11 @@ def verify_proof(bundle_path: str, seal_key: Verifier, witness_keys: tuple[Verif
     try:
         ok = check_bundle(bundle, seal_key, list(witness_keys))
     except BundleError as exc:
-        click.echo(f"proof does NOT check out: {exc}")
+        click.echo(f"proof does NOT check out: {one_line(exc)}")
         return 1
     by = f", cosigned by {', '.join(ok.cosigned_by)}" if ok.cosigned_by else ""
-    click.echo(f"proof checks out: {ok.session} seq {ok.seq} is entry {ok.seq} of {ok.tree_size} under the "
-               f"signed checkpoint{by}")
+    click.echo(one_line(f"proof checks out: {ok.session} seq {ok.seq} is entry {ok.seq} of {ok.tree_size} under the "
+                        f"signed checkpoint{by}"))
     return 0
 
 

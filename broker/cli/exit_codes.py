@@ -20,11 +20,13 @@ USER_ERRORS = (BrokerError, OSError)
 def usage_line(exc: click.ClickException) -> str:
     """A usage mistake in the shape of every other error: one `broker: error:` line (click's own form is four
     lines, `Usage:`, `Try ...`, a blank line and `Error: ...`), naming the help to read."""
+    from broker.cli.terminal_text import one_line  # (here: `broker --help` loads no more than it must)
+
     text = " ".join(exc.format_message().split())
     ctx = getattr(exc, "ctx", None)
     if isinstance(exc, click.UsageError) and ctx is not None:
         text += f" (see `{ctx.command_path} --help`)"
-    return f"broker: error: {text}"
+    return f"broker: error: {one_line(text)}"
 
 
 def run_cli(group: click.Group) -> int:
@@ -40,7 +42,9 @@ def run_cli(group: click.Group) -> int:
         click.echo(usage_line(exc), err=True)
         return exc.exit_code
     except USER_ERRORS as exc:
-        click.echo(f"broker: error: {exc}", err=True)
+        from broker.cli.terminal_text import one_line  # a message may quote the vault: escaped, one line
+
+        click.echo(f"broker: error: {one_line(exc)}", err=True)
         return USAGE_EXIT
     except KeyboardInterrupt:
         return 130

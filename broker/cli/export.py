@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from broker.cli.options import reading_vault, store_option, vault_option
+from broker.cli.terminal_text import one_line
 from journal.export.otlp_send import DEFAULT_BATCH_BYTES, DEFAULT_BATCH_SPANS, DEFAULT_RETRIES
 from journal.vault import Vault
 
@@ -118,10 +119,10 @@ def export(vault_dir: str, store: str | None, session: str, fmt: str, out: str |
         batches = otlp_batches(vault, session, content=content, max_spans=batch_spans, max_bytes=batch_bytes,
                                from_seq=otlp_from_seq)
         sent = send_otlp(otlp_url, batches, retries=otlp_retries, headers=headers, compression=compression,
-                         warn=lambda message: click.echo(f"broker: warning: {message}", err=True))
+                         warn=lambda message: click.echo(f"broker: warning: {one_line(message)}", err=True))
         rejected = f", {sent.rejected} of them rejected by the receiver" if sent.rejected else ""
-        click.echo(f"sent {session} to {display_url(otlp_url)}: {sent.spans} spans in {sent.batches} "
-                   f"request{'' if sent.batches == 1 else 's'}{rejected}", err=True)
+        click.echo(one_line(f"sent {session} to {display_url(otlp_url)}: {sent.spans} spans in {sent.batches} "
+                            f"request{'' if sent.batches == 1 else 's'}{rejected}"), err=True)
         if out is None:
             return 0
     chunks = _chunks(fmt, vault, session, inline_blobs, content)

@@ -18,6 +18,7 @@ from broker.cli.options import (
     store_or_vault,
     vault_option,
 )
+from broker.cli.terminal_text import one_line
 from broker.log_lines import LOG_FORMATS, use_log_format
 
 _CTX = {"ignore_unknown_options": True, "allow_interspersed_args": False}
@@ -181,7 +182,7 @@ def mcp(
             spill_threshold=threshold, **kwargs,
             ))
         except OSError as exc:  # the server or the embedded broker could not be started
-            click.echo(f"broker: error: {exc}", err=True)
+            click.echo(f"broker: error: {one_line(exc)}", err=True)
             return 2
     recorder = Recorder(vault_dir, spill_threshold=threshold, autoseal=seal)
     journal = CallJournal(
@@ -192,7 +193,7 @@ def mcp(
     try:
         code = asyncio.run(run_stdio_shim(journal, argv, **kwargs))
     except OSError as exc:  # the server could not be started
-        click.echo(f"broker: error: {exc}", err=True)
+        click.echo(f"broker: error: {one_line(exc)}", err=True)
         return 2
     finally:
         recorder.close()

@@ -8,6 +8,7 @@ import click
 
 from broker.cli.main import summary
 from broker.cli.options import SIGNER_KEY, reading_vault, store_option, vault_option
+from broker.cli.terminal_text import one_line
 from journal.checkpoint.checkpoint import session_origin
 from journal.checkpoint.note import Signer
 from journal.checkpoint.tiles import publish as publish_tiles
@@ -31,12 +32,13 @@ def publish(vault_dir: str, store: str | None, session: str, to: str, key: Signe
     report = verify_session(vault, session, check_blobs=False,
                             on_entry=lambda e: hashes.append(bytes.fromhex(e["hash"])))
     if not report.intact:
-        click.echo(f"{session}: BROKEN at seq {report.broken_at_seq}: {report.kind}: {report.detail}; not published")
+        click.echo(one_line(f"{session}: BROKEN at seq {report.broken_at_seq}: {report.kind}: {report.detail}")
+                   + "; not published")
         return 1
     origin = session_origin(vault.origin(create=True, prefix=key.name) or key.name, session)  # the sealer's origin
     old, new, written = publish_tiles(tile_target(to), origin, hashes, key)
-    click.echo(f"{session}: published {new} entries to {to} ({new - old} new, {written} objects written); "
-               f"origin {origin}")
+    click.echo(one_line(f"{session}: published {new} entries to {to} ({new - old} new, {written} objects written); "
+                        f"origin {origin}"))
     return 0
 
 

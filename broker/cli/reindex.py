@@ -6,6 +6,7 @@ import click
 
 from broker.cli.main import summary
 from broker.cli.options import vault_option
+from broker.cli.terminal_text import one_line
 from journal.seq_sidecar import SidecarRefused, rebuild, sidecar_name
 from journal.vault import Vault
 
@@ -28,7 +29,7 @@ def reindex(vault_dir: str, sessions: tuple[str, ...]) -> int:
     vault = Vault.open_existing(vault_dir)
     chosen = list(sessions) or vault.sessions()
     if not chosen:
-        click.echo(f"no sessions in {vault.root}: nothing to reindex")
+        click.echo(f"no sessions in {one_line(vault.root)}: nothing to reindex")
         return 0
     for s in chosen:
         vault.require_session(s)  # an unknown or unreadable session stops the command before it writes anything
@@ -39,9 +40,9 @@ def reindex(vault_dir: str, sessions: tuple[str, ...]) -> int:
             lines = rebuild(vault, s)
         except (SidecarRefused, OSError) as exc:
             failed += 1
-            click.echo(f"{s}: NOT reindexed: {exc}")
+            click.echo(one_line(f"{s}: NOT reindexed: {exc}"))
             continue
-        click.echo(f"{s}: journal/{name} written ({lines} lines)")
+        click.echo(one_line(f"{s}: journal/{name} written ({lines} lines)"))
     return 1 if failed else 0
 
 

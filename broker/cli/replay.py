@@ -21,6 +21,7 @@ import orjson
 from broker.cli.main import summary
 from broker.cli.options import ANY_VERIFIER_KEY, reading_vault, store_option, vault_option
 from broker.cli.progress import progress_bar
+from broker.cli.terminal_text import json_text, one_line
 from journal.reader import session_size
 from journal.replay import BrokenChainError, replay_session, write_outputs
 from journal.replay.plan import ordered_steps, plan_json, step_dict
@@ -52,7 +53,7 @@ def _run(
     vault.require_session(session)
     out = Path(out_dir).absolute() if out_dir else views_home(vault)
     if write and not out_dir:
-        click.echo(f"views go to {out} (give --out DIR for another folder)", err=True)
+        click.echo(f"views go to {one_line(out)} (give --out DIR for another folder)", err=True)
     out.mkdir(parents=True, exist_ok=True)
     vault.views_dir = out  # replay's scratch store and views: never inside the vault
     total = 0 if getattr(vault, "label", None) else session_size(vault, session)
@@ -82,8 +83,8 @@ def _echo_chunks(chunks: Iterator[bytes], size: int = 1 << 18) -> None:
 
 def _broken_line(rp) -> str:
     r = rp.report
-    return (f"WARNING: chain broken at seq {r.broken_at_seq} ({r.kind}): {r.detail}; everything from seq "
-            f"{rp.untrusted_from} on is marked UNTRUSTED")
+    return one_line(f"WARNING: chain broken at seq {r.broken_at_seq} ({r.kind}): {r.detail}; everything from seq "
+                    f"{rp.untrusted_from} on is marked UNTRUSTED")
 
 
 @click.command(short_help=summary("replay"))
@@ -109,7 +110,7 @@ def replay(
     try:
         _, rp, folder, files = _run(vault_dir, session, require_intact, seal_key, store, out_dir)
     except BrokenChainError as exc:
-        click.echo(f"broker: {exc}", err=True)
+        click.echo(f"broker: {one_line(exc)}", err=True)
         return 1
     writes = rp.counts.writes
     summary = {
@@ -120,9 +121,9 @@ def replay(
     if as_json:
         click.echo(orjson.dumps(summary).decode())
     else:
-        click.echo(f"{session}: {len(rp.entries)} entries, {len(rp.resources)} resources, {writes} writes, "
+        click.echo(f"{one_line(session)}: {len(rp.entries)} entries, {len(rp.resources)} resources, {writes} writes, "
                    f"{len(rp.steps)} revert-plan steps")
-        click.echo(f"views: {folder / 'index.md'}")
+        click.echo(f"views: {one_line(folder / 'index.md')}")
         if not rp.intact:
             click.echo(_broken_line(rp))
     return 0 if rp.intact else 1
@@ -147,7 +148,7 @@ def revert_plan(
     try:
         _, rp, _, _ = _run(vault_dir, session, require_intact, seal_key, store, write=False)
     except BrokenChainError as exc:
-        click.echo(f"broker: {exc}", err=True)
+        click.echo(f"broker: {one_line(exc)}", err=True)
         return 1
     if as_json:
         _echo_chunks(plan_json(rp))
@@ -155,21 +156,21 @@ def revert_plan(
     if not rp.intact:
         click.echo(_broken_line(rp))
     steps = ordered_steps(rp)
-    click.echo(f"revert plan for {session}: {len(rp.steps)} steps, newest first (never executed)")
+    click.echo(f"revert plan for {one_line(session)}: {len(rp.steps)} steps, newest first (never executed)")
     for i, s in enumerate(steps, 1):
-        d = step_dict(rp, s)
+        d = step_dict(rp, s)  # what the vault holds: escaped before it is padded (broker/cli/terminal_text.py)
         flags = ["revertible" if d["revertible"] else "NOT revertible"]
         flags += [f for f in ("blind", "approximate") if d[f]]
         if not d["trusted"]:
             flags.append("UNTRUSTED")
-        click.echo(f"{i:>4}. seq {d['for_seq']:<5} {d['connector']:<9} {d['op']:<28} [{', '.join(flags)}] "
-                   f"evidence={d['evidence']}")
+        click.echo(f"{i:>4}. seq {one_line(d['for_seq']):<5} {one_line(d['connector']):<9} {one_line(d['op']):<28} "
+                   f"[{', '.join(flags)}] evidence={one_line(d['evidence'])}")
         if d["call"] is not None:
-            body = "" if d["call"]["body"] is None else " " + orjson.dumps(d["call"]["body"]).decode()
+            body = "" if d["call"]["body"] is None else " " + json_text(orjson.dumps(d["call"]["body"]).decode())
             if len(body) > 300:
                 body = body[:297] + "..."
-            click.echo(f"        {d['call']['method']} {d['call']['url']}{body}")
-        click.echo(f"        {d['reason']}")
+            click.echo(one_line(f"        {d['call']['method']} {d['call']['url']}{body}"))
+        click.echo(f"        {one_line(d['reason'])}")
     return 0 if rp.intact else 1
 
 

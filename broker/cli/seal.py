@@ -11,6 +11,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from broker.cli.main import summary
 from broker.cli.options import ANY_SIGNER_KEY, VERIFIER_KEY, reading_vault, store_option, vault_option
+from broker.cli.terminal_text import one_line
 from journal.checkpoint.audit import session_tree
 from journal.checkpoint.note import Signer, Verifier
 from journal.checkpoint.sealer import Sealer
@@ -81,19 +82,19 @@ def seal(vault_dir: str, store: str | None, sessions: tuple[str, ...], signer: S
         vault.require_session(s)
         report, tree = session_tree(vault, s)
         if not report.intact:
-            click.echo(f"{s}: NOT sealed: broken at seq {report.broken_at_seq} ({report.kind})", err=True)
+            click.echo(one_line(f"{s}: NOT sealed: broken at seq {report.broken_at_seq} ({report.kind})"), err=True)
             broken += 1
             continue
         trees[s] = tree
     for o in Sealer(vault, signer, clients).seal(trees):
         if o.refused:
-            click.echo(f"{o.session}: NOT sealed: {o.refused}", err=True)
+            click.echo(one_line(f"{o.session}: NOT sealed: {o.refused}"), err=True)
             broken += 1
             continue
         by = f", cosigned by {', '.join(o.cosigned_by)}" if o.cosigned_by else ""
-        click.echo(f"{o.session}: checkpoint at {o.size} entries{by}")
+        click.echo(one_line(f"{o.session}: checkpoint at {o.size} entries{by}"))
         for p in o.witness_problems:
-            click.echo(f"  note: no cosignature: {p}")
+            click.echo(f"  note: no cosignature: {one_line(p)}")
     return 1 if broken else 0
 
 
@@ -105,13 +106,13 @@ def _legacy_seal(vault: Vault, names: list[str], key: Ed25519PrivateKey) -> int:
         last: dict = {}
         report = verify_session(vault, s, on_entry=last.update)
         if not report.intact:
-            click.echo(f"{s}: NOT sealed: broken at seq {report.broken_at_seq} ({report.kind})", err=True)
+            click.echo(one_line(f"{s}: NOT sealed: broken at seq {report.broken_at_seq} ({report.kind})"), err=True)
             broken += 1
             continue
         if not report.entries:
             raise VaultError(f"session {s!r} has no entries to seal")
         sealed = write_seal(vault, s, report.entries, last["hash"], key)
-        click.echo(f"{s}: sealed at {sealed.entries} entries (head {sealed.head[:16]}...)")
+        click.echo(one_line(f"{s}: sealed at {sealed.entries} entries (head {sealed.head[:16]}...)"))
     return 1 if broken else 0
 
 

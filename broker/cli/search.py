@@ -6,6 +6,7 @@ import click
 
 from broker.cli.choices import FILTER_TYPES
 from broker.cli.options import reading_vault, store_option, vault_option
+from broker.cli.terminal_text import one_line
 from journal.listing import call_label, entry_row, status_text
 from journal.search import Query, search
 
@@ -49,10 +50,11 @@ def search_command(vault_dir: str, store: str | None, as_json: bool, **filters: 
         if as_json:
             click.echo(m.raw.decode("utf-8", errors="surrogateescape"))
             continue
-        r = entry_row(m.entry, m.line)
-        status = status_text(r["status"], r["error"])
-        click.echo(f"{m.session}  {r['line']:>6}  {r['ts']}  {r['connector']:<9} {r['effect']:<5} {r['capture']:<7} "
-                   f"{call_label(m.entry):<6} {status!s:<4} {r['url']}")
+        row = entry_row(m.entry, m.line)
+        status = status_text(row["status"], row["error"])
+        r = {k: one_line(v) for k, v in row.items()}  # terminal_text.py: escaped, then padded
+        click.echo(f"{one_line(m.session)}  {r['line']:>6}  {r['ts']}  {r['connector']:<9} {r['effect']:<5} "
+                   f"{r['capture']:<7} {one_line(call_label(m.entry)):<6} {one_line(status):<4} {r['url']}")
     if not as_json:
         click.echo(f"{found} entr{'y' if found == 1 else 'ies'}", err=True)
     return 0 if found else 1

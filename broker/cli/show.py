@@ -13,6 +13,7 @@ import orjson
 
 from broker.cli.main import summary
 from broker.cli.options import reading_vault, store_option, vault_option
+from broker.cli.terminal_text import json_text, one_line
 from journal.entry import parse_ts
 from journal.listing import call_label, status_text
 from journal.reader import iter_entries, parse_entry
@@ -64,7 +65,7 @@ def show(vault_dir: str, store: str | None, session: str, seq: int | None, as_js
         cells += [c.ljust(w) for c, w in zip(row[3:8], widths[3:8], strict=True)]
         click.echo("  ".join(cells) + "  " + row[8])
         if seq is not None:
-            click.echo(orjson.dumps(entry, option=orjson.OPT_INDENT_2).decode())
+            click.echo(_entry_text(entry))
     if seq is not None and not found:
         raise VaultError(f"session {session!r} has no entry with seq {seq}")
     return 0
@@ -83,19 +84,26 @@ def _show_one(vault: Vault, session: str, seq: int, as_json: bool) -> int:
     before = parse_entry(line_of_seq(vault, session, seq - 1)) if seq > 1 else None
     row = _row(entry, _gap(before.get("ts") if before else None, entry.get("ts", "")))
     click.echo("  ".join(row[:8]) + "  " + row[8])
-    click.echo(orjson.dumps(entry, option=orjson.OPT_INDENT_2).decode())
+    click.echo(_entry_text(entry))
     return 0
 
 
+def _entry_text(entry: dict) -> str:
+    """The whole entry below its line: indented JSON, each character a terminal would obey escaped as JSON
+    (broker/cli/terminal_text.py)."""
+    return json_text(orjson.dumps(entry, option=orjson.OPT_INDENT_2).decode())
+
+
 def _row(entry: dict, gap: str) -> list[str]:
-    """The timeline's columns of one entry."""
+    """The timeline's columns of one entry, each one line with nothing a terminal would obey
+    (broker/cli/terminal_text.py): escaped before the columns are padded."""
     req, resp = entry.get("request", {}), entry.get("response", {})
     req = req if isinstance(req, dict) else {}
     resp = resp if isinstance(resp, dict) else {}
     status_s = status_text(resp.get("status"), resp.get("error"))
-    return [str(entry.get("seq", "?")), str(entry.get("ts", "")), gap, str(entry.get("connector", "?")),
-            str(entry.get("effect", "?")), str(entry.get("capture", "?")), call_label(entry), status_s,
-            str(req.get("url", ""))]
+    return [one_line(c) for c in (entry.get("seq", "?"), entry.get("ts", ""), gap, entry.get("connector", "?"),
+                                  entry.get("effect", "?"), entry.get("capture", "?"), call_label(entry), status_s,
+                                  req.get("url", ""))]
 
 
 def _timeline(vault: Vault, session: str, seq: int | None):

@@ -8,6 +8,7 @@ import socket
 import click
 
 from broker.cli.options import SIGNER_KEY, store_option
+from broker.cli.terminal_text import one_line
 from journal.checkpoint.note import Signer
 from journal.store import StoreError, open_store
 from journal.store.file_store import FileStore
@@ -40,16 +41,16 @@ def pull(source: str, target: str, no_blobs: bool, sessions: tuple[str, ...], bl
                             blob_source=open_blob_sink(blobs) if blobs else None)
     finally:
         src.close()
-    click.echo(f"pulled {report.lines} entries of {len(report.sessions)} sessions, {report.blobs} blobs, "
-               f"{report.tombstones} tombstones into {dst.url}")
+    click.echo(one_line(f"pulled {report.lines} entries of {len(report.sessions)} sessions, {report.blobs} blobs, "
+                        f"{report.tombstones} tombstones into {dst.url}"))
     broken = len(report.unmapped)
     for s, why in report.unmapped.items():
-        click.echo(f"{s!r}: BROKEN at seq 1: contract_violation: {why}; not pulled")
+        click.echo(one_line(f"{s!r}: BROKEN at seq 1: contract_violation: {why}; not pulled"))
     for s in report.sessions:
         r = verify_session(dst.vault, s, check_blobs=not no_blobs)
         if not r.intact:
             broken += 1
-            click.echo(f"{s}: BROKEN at seq {r.broken_at_seq}: {r.kind}: {r.detail}")
+            click.echo(one_line(f"{s}: BROKEN at seq {r.broken_at_seq}: {r.kind}: {r.detail}"))
     return 1 if broken else 0
 
 
@@ -67,15 +68,15 @@ def push(source: str, target: str, sessions: tuple[str, ...]) -> int:
         if vault is not None:
             r = verify_session(vault, s)
             if not r.intact:
-                click.echo(f"{s}: not pushed, BROKEN at seq {r.broken_at_seq}: {r.kind}: {r.detail}")
+                click.echo(one_line(f"{s}: not pushed, BROKEN at seq {r.broken_at_seq}: {r.kind}: {r.detail}"))
                 continue
         good.append(s)
     try:
         report = copy_store(src, dst, sessions=good)
     finally:
         dst.close()
-    click.echo(f"pushed {report.lines} entries of {len(good)} sessions, {report.blobs} blobs, "
-               f"{report.tombstones} tombstones into {getattr(dst, 'shown', dst.url)}")
+    click.echo(one_line(f"pushed {report.lines} entries of {len(good)} sessions, {report.blobs} blobs, "
+                        f"{report.tombstones} tombstones into {getattr(dst, 'shown', dst.url)}"))
     return 0 if len(good) == len(names) else 1
 
 
@@ -95,7 +96,7 @@ def probe(url: str, retain_seconds: int) -> int:
 
     facts = run_probe(url, retain_seconds=retain_seconds)
     for fact in facts:
-        click.echo(fact.line())
+        click.echo(one_line(fact.line()))
     if any(f.refused is False for f in facts):
         click.echo("this bucket is not write-once for what is marked ACCEPTED (an emulator may differ from AWS S3: "
                    "probe the production bucket)")
@@ -146,7 +147,7 @@ def erase(store: str | None, vault_dir: str, digest: str, reason: str, by: str |
     who = by or f"{getpass.getuser()}@{socket.gethostname()}"
     t = target.erase_blob(digest.lower(), reason=reason, by=who, signer=signer)
     target.close()
-    click.echo(f"erased blob {t.sha256} ({t.size} bytes) on {t.erased_at} by {t.erased_by}: {t.reason}")
+    click.echo(one_line(f"erased blob {t.sha256} ({t.size} bytes) on {t.erased_at} by {t.erased_by}: {t.reason}"))
     return 0
 
 

@@ -6,7 +6,8 @@ import click
 import orjson
 
 from broker.cli.options import reading_vault, store_option, vault_option
-from journal.trajectory import render, trajectory
+from broker.cli.terminal_text import shown_lines
+from journal.trajectory import render_lines, trajectory
 
 
 @click.command(name="trajectory")
@@ -23,7 +24,7 @@ def trajectory_command(vault_dir: str, store: str | None, session: str, as_json:
     if as_json:
         click.echo(orjson.dumps(report).decode())
     else:
-        click.echo(render(report))
+        click.echo(shown_lines(render_lines(report)))
     return 1 if strict and report["findings"] else 0
 
 

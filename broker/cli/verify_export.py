@@ -14,14 +14,15 @@ def verify_export(path: str) -> int:
     Works on a copy kept anywhere (a SIEM, a ticket): each event carries its entry's seq, hash and
     prev, and OCSF events the entry itself. See docs/exports.md, "Checking an export".
     """
+    from broker.cli.terminal_text import one_line
     from journal.export.verify_export import verify_export as check
 
     verdict = check(path)
     if verdict.ok:
-        click.echo(f"{path}: {verdict.format}, {verdict.events} events in {verdict.sessions} session(s): "
-                   "every chain intact")
+        click.echo(one_line(f"{path}: {verdict.format}, {verdict.events} events in {verdict.sessions} session(s): "
+                            "every chain intact"))
         return 0
-    click.echo(f"{path}: {verdict.format}: NOT intact: {verdict.problem}")
+    click.echo(one_line(f"{path}: {verdict.format}: NOT intact: {verdict.problem}"))
     return 1
 
 
