@@ -5,6 +5,8 @@ The choice travels in the environment (`BROKER_LOG_FORMAT`), so the processes a 
 recording service, the workers) write the same format without an option of their own. A JSON line is
 `{"ts": "<UTC, ms>", "level": "INFO", "source": "broker", "logger": "broker", "message": "..."}` (and
 `"exception"` with the traceback text when there is one); a text line is what each source always wrote.
+Either way a message is one line with no terminal sequence in it (`one_line_message`): log lines quote what the
+agent sent (a URL, a host name, a tool name, an exception about its bytes).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import logging
 import os
 import sys
 from datetime import UTC, datetime
+
+from broker.cli.terminal_text import one_line
 
 LOG_FORMAT_ENV = "BROKER_LOG_FORMAT"
 LOG_FORMATS = ("text", "json")
@@ -50,8 +54,20 @@ class JsonLines(logging.Formatter):
         return json_line(self.source, record.levelname, record.getMessage(), record.name, exception)
 
 
+def one_line_message(record: logging.LogRecord) -> bool:
+    """A logging filter: the record's message (its arguments filled in) made one line by `one_line` before any
+    formatter sees it, so a line break or ESC the agent put in a URL or name cannot forge a log line or reach
+    the terminal. A traceback (`exc_info`) keeps its own lines."""
+    message = record.getMessage()
+    shown = one_line(message)
+    if shown != message:
+        record.msg, record.args = shown, None
+    return True
+
+
 def stderr_handler(source: str, text: logging.Formatter) -> logging.Handler:
-    """A handler writing to stderr: JSON lines when chosen (see the module), else `text`."""
+    """A handler writing to stderr: JSON lines when chosen (see the module), else `text`; each message one line."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonLines(source) if json_logs() else text)
+    handler.addFilter(one_line_message)
     return handler

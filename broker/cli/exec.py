@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 import click
 
 from broker.cli.proxy import run as run_command
+from broker.log_lines import stderr_handler
 
 if TYPE_CHECKING:
     from broker.exec.confinement import Confinement
@@ -98,8 +98,8 @@ def exec_(ctx: click.Context, user: str | None, as_root: bool, binds: tuple[str,
         return 2
     config = _proxy_config(run_opts)
     logging.basicConfig(
-        level=logging.INFO if run_opts["verbose"] else logging.WARNING, format="broker: %(message)s",
-        stream=sys.stderr,
+        level=logging.INFO if run_opts["verbose"] else logging.WARNING,
+        handlers=[stderr_handler("broker", logging.Formatter("broker: %(message)s"))],
     )
     confinement.hide(config.vault if not _is_database(config.vault) else None, config.confdir, config.seal_key,
                      config.checkpoint_vault)
