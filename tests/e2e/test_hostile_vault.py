@@ -353,3 +353,41 @@ def test_a_symlinked_tombstone_is_not_read(tmp_path):
     reports = {r.session: r for r in verify_sessions(vault, vault.sessions(), workers=1)}
     assert reports["good"].intact
     assert (reports["s"].intact, reports["s"].kind, reports["s"].erased) == (False, "blob_missing", [])
+
+
+def test_inspector_never_serves_a_blob_whose_bytes_are_not_its_name(tmp_path):
+    """A blob file replaced in the vault: the page labels the download link with the entry's SHA-256, so the
+    download must not hand over other bytes under that name (the session's verdict says blob_corrupt, but the
+    link alone serves what the attacker wrote). A clear error, never the forged bytes as the recorded blob."""
+    vault = Vault.create(tmp_path / "v")
+    ref = FileStore(vault.root).put_blob([b"recorded bytes " * 10])
+    forged = b"<script>alert(1)</script> forged"
+    path = vault.root / ref["ref"]
+    os.chmod(path, 0o644)
+    path.write_bytes(forged)
+    client = TestClient(create_app(Vault.open_existing(vault.root)), base_url="http://127.0.0.1")
+    got = client.get("/api/blob", params={"sha256": ref["sha256"]})
+    assert got.status_code != 200 and forged not in got.content
+    assert "hash" in got.json()["error"]
+
+
+def test_a_blob_edited_while_it_streams_is_cut_before_its_last_block(tmp_path):
+    """The blob passes the check, then its file is rewritten in place while a download streams it: the bytes
+    sent are hashed too, and the last block is held back until they match (a download of other bytes is never
+    complete: the inspector's answer ends short of its Content-Length)."""
+    from journal.blob_read import BlobMismatch, open_recorded_blob, verified_chunks
+
+    vault = Vault.create(tmp_path / "v")
+    data = b"a" * (3 << 20)
+    ref = FileStore(vault.root).put_blob([data])
+    path = vault.root / ref["ref"]
+    os.chmod(path, 0o644)
+    sent = []
+    with open_recorded_blob(vault, ref["sha256"]) as f:
+        with open(path, "r+b") as w:
+            w.seek(2 << 20)
+            w.write(b"b")
+        with pytest.raises(BlobMismatch):
+            for chunk in verified_chunks(f, ref["sha256"]):
+                sent.append(chunk)
+    assert 0 < sum(map(len, sent)) < len(data)
