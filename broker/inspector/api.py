@@ -15,8 +15,8 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from journal.blob_read import open_recorded_blob
-from journal.confine import NotConfined, is_blob_name, read_chunks
+from journal.blob_read import BlobMismatch, open_recorded_blob, verified_chunks
+from journal.confine import NotConfined, is_blob_name
 from journal.errors import BrokerError
 from journal.export.recorded_body import BlobUnavailable, BodyUndecodable, body_kind, decode_body, header
 from journal.listing import entry_row
@@ -256,12 +256,15 @@ class Api:
         if not is_blob_name(digest):
             raise ApiError(400, "parameter sha256 must be 64 lowercase hex digits")
         try:
-            f = open_recorded_blob(self.vault, digest)  # a regular file inside the vault, no link followed
+            f = open_recorded_blob(self.vault, digest)  # a regular file inside the vault, no link followed,
+        except BlobMismatch as exc:  # whose bytes hash to its name (the page labels the link with it)
+            raise ApiError(409, str(exc)) from None
         except FileNotFoundError:
             raise ApiError(404, f"blob {digest} is not in the vault") from None
         except NotConfined as exc:
             raise ApiError(404, f"blob {digest} is not served: {exc}") from None
-        return StreamingResponse(read_chunks(f), media_type="application/octet-stream", headers={
+        # hashed again as it streams: an edit after the check ends the answer short of its length
+        return StreamingResponse(verified_chunks(f, digest), media_type="application/octet-stream", headers={
             "content-disposition": f'attachment; filename="{digest}.bin"', "cache-control": "no-store",
             "content-length": str(os.fstat(f.fileno()).st_size),
         })

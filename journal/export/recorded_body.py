@@ -15,7 +15,7 @@ import hashlib
 from collections.abc import Iterator
 from typing import Literal, NamedTuple
 
-from journal.blob_read import open_recorded_blob
+from journal.blob_read import BlobMismatch, open_recorded_blob
 from journal.blobstore import is_ref_object
 from journal.bodies import is_json_type
 from journal.canonical import canonical_bytes
@@ -71,6 +71,9 @@ def iter_blob(vault: Vault, ref: dict, chunk: int | None = None) -> Iterator[byt
             while data := f.read(chunk or BLOB_CHUNK):
                 h.update(data)
                 yield data
+    except BlobMismatch:
+        raise BlobUnavailable(f"blob {ref['ref']} does not hold the bytes its name says "
+                              "(run `broker verify`)") from None
     except FileNotFoundError:
         raise BlobUnavailable(f"blob {ref['ref']} is missing from {vault.root} (run `broker verify`)") from None
     except NotConfined as exc:
