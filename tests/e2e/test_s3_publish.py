@@ -70,3 +70,26 @@ def test_publish_to_a_directory(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     _, size, root = _checkpoint(tmp_path / "tiles", signer.verifier())
     assert size == 40 and _mth(_leaves(tmp_path / "tiles", 40)) == root
+
+
+def test_a_tile_planted_in_the_bucket_is_refused_and_a_huge_checkpoint_is_not_read_whole(s3_server, tmp_path):
+    """Whoever can write the bucket plants a tile under a name publish creates (create-only keeps theirs), or
+    an empty object, or replaces the checkpoint with a huge object: publish refuses, reading at most a bounded
+    prefix of any object, never signing a checkpoint over tiles that are not its tree's."""
+    from journal.checkpoint.note import Signer
+    from journal.checkpoint.tiles import MAX_READ, PublishRefused, S3Target, publish
+
+    bucket = s3_server.new_bucket()
+    client = s3_server.client()
+    signer = Signer.generate("vault.example/tiles")
+    hashes = [bytes([i % 256]) * 32 for i in range(300)]
+    target = S3Target(f"s3://{bucket}/log")  # the fixture put the bucket's endpoint in the environment
+    client.put_object(Bucket=bucket, Key="log/tile/0/000", Body=b"")
+    with pytest.raises(PublishRefused, match="tile/0/000"):
+        publish(target, "o/s", hashes, signer)
+    client.delete_object(Bucket=bucket, Key="log/tile/0/000")
+    publish(target, "o/s", hashes, signer)
+    client.put_object(Bucket=bucket, Key="log/checkpoint", Body=b"x" * (4 * MAX_READ))
+    assert len(target.read("checkpoint")) == MAX_READ + 1
+    with pytest.raises(PublishRefused, match="does not verify"):
+        publish(target, "o/s", hashes, signer)

@@ -193,3 +193,27 @@ def test_a_rewritten_session_or_another_key_is_refused(tmp_path, signer):
     with pytest.raises(PublishRefused, match="does not verify"):
         publish(target, "o/s", _hashes(600), Signer.generate("vault.example/other"))
     assert (tmp_path / "checkpoint").read_bytes() == before
+
+
+def test_a_tile_planted_under_a_name_publish_writes_is_refused_not_kept(tmp_path, signer):
+    """Whoever can write the bucket (or the folder) puts a tile of their own under a name the next
+    publication creates, or deletes the checkpoint over forged tiles: create-only keeps theirs, so publish must
+    compare what is already there with what it would write, and refuse (naming it) instead of signing a
+    checkpoint over tiles that do not give its root."""
+    target = DirectoryTarget(tmp_path)
+    entries = _hashes(600)
+    planted = tmp_path / "tile/0/001"
+    planted.parent.mkdir(parents=True)
+    planted.write_bytes(_sha(b"forged") * 256)
+    with pytest.raises(PublishRefused, match="tile/0/001"):
+        publish(target, "o/s", entries, signer)
+    assert not (tmp_path / "checkpoint").exists()
+    planted.unlink()
+    publish(target, "o/s", entries, signer)  # the same objects again: kept, no refusal
+    (tmp_path / "checkpoint").unlink()
+    assert publish(target, "o/s", entries, signer)[:2] == (0, 600)
+    (tmp_path / "checkpoint").unlink()
+    bundle = tmp_path / "tile/entries/000"
+    bundle.write_bytes(b"\x00\x20" + _sha(b"forged") + bundle.read_bytes()[34:])
+    with pytest.raises(PublishRefused, match="tile/entries/000"):
+        publish(target, "o/s", entries, signer)
