@@ -13,6 +13,9 @@ Incremental: tiles are immutable once full, and a partial tile of width W never 
 tile is written create-only and a later run writes only what is new; the checkpoint is the one object
 replaced. Before anything is written the published checkpoint (if any) must be a prefix of this tree
 (same root at its size): a session rewritten under a published checkpoint is refused, never republished.
+An object already under a name a run creates must hold the bytes it would write (whoever can write the
+bucket or folder could have put a tile there, or removed the checkpoint over tiles of their own): else the
+run is refused before the checkpoint is signed. Reads take at most MAX_READ bytes of an object.
 """
 
 from __future__ import annotations
@@ -32,6 +35,9 @@ from journal.errors import BrokerError
 
 HEIGHT = 8
 WIDTH = 1 << HEIGHT
+MAX_READ = 1 << 16
+"""The most bytes a read takes of one object (a tile is 8 KiB, an entry bundle 8.5 KiB, a checkpoint less): a
+bigger object is no tile and no checkpoint, and is never read whole into memory."""
 
 
 class PublishRefused(BrokerError):
@@ -41,7 +47,9 @@ class PublishRefused(BrokerError):
 class TileTarget(Protocol):
     """Where tiles go: a directory or an S3 prefix."""
 
-    def read(self, path: str) -> bytes | None: ...
+    def read(self, path: str) -> bytes | None:
+        """The object's bytes (at most MAX_READ + 1 of them); None when there is none."""
+        ...
     def create(self, path: str, data: bytes) -> bool:
         """Write `data` at `path` unless something is there; True when written."""
         ...
@@ -115,14 +123,24 @@ def publish(target: TileTarget, origin: str, entry_hashes: list[bytes], signer: 
         for item in (*_tiles(tree, old), *_bundles(entry_hashes, old)):
             batch.append(item)
             if len(batch) == 256:  # bounded memory: 256 tiles of 8 KiB at a time
-                written += sum(pool.map(lambda pd: target.create(*pd), batch))
+                written += sum(pool.map(lambda pd: _create(target, *pd), batch))
                 batch = []
-        written += sum(pool.map(lambda pd: target.create(*pd), batch))
+        written += sum(pool.map(lambda pd: _create(target, *pd), batch))
     target.flush()  # every tile durable before the checkpoint that names them
     if old != tree.size or published is None:
         target.replace("checkpoint", sign_note(Checkpoint(origin, tree.size, tree.root()).body(), signer))
         written += 1
     return old, tree.size, written
+
+
+def _create(target: TileTarget, path: str, data: bytes) -> bool:
+    """Create `path` holding `data`; an object already there must hold the same bytes (PublishRefused else)."""
+    if target.create(path, data):
+        return True
+    if target.read(path) != data:
+        raise PublishRefused(f"{path} already holds other bytes than this session's tree has there (an object "
+                             "put there by someone else, or a publication of another tree): nothing signed")
+    return False
 
 
 class DirectoryTarget:
@@ -134,7 +152,10 @@ class DirectoryTarget:
 
     def read(self, path: str) -> bytes | None:
         p = self._path(path)
-        return p.read_bytes() if p.is_file() else None
+        if not p.is_file():
+            return None
+        with open(p, "rb") as f:
+            return f.read(MAX_READ + 1)
 
     def create(self, path: str, data: bytes) -> bool:
         """Temp file and rename (a reader never sees half a tile); made durable by `flush`, once for all."""
@@ -180,10 +201,17 @@ class S3Target:
         from journal.store.s3_blobs import error_code
 
         try:
-            return bytes(self.s3.client.get_object(Bucket=self.s3.bucket, Key=self.s3.prefix + path)["Body"].read())
+            body = self.s3.client.get_object(Bucket=self.s3.bucket, Key=self.s3.prefix + path,
+                                             Range=f"bytes=0-{MAX_READ}")["Body"]
+            try:
+                return bytes(body.read(MAX_READ + 1))
+            finally:
+                body.close()
         except self.s3.errors as exc:
             if error_code(exc) in ("404", "NoSuchKey", "NotFound"):
                 return None
+            if error_code(exc) in ("InvalidRange", "416"):  # an empty object: no byte in the range asked for
+                return b""
             raise
 
     def create(self, path: str, data: bytes) -> bool:
