@@ -391,3 +391,23 @@ def test_a_blob_edited_while_it_streams_is_cut_before_its_last_block(tmp_path):
             for chunk in verified_chunks(f, ref["sha256"]):
                 sent.append(chunk)
     assert 0 < sum(map(len, sent)) < len(data)
+
+
+def test_a_huge_sparse_file_in_place_of_a_blob_is_judged_without_reading_it_through(tmp_path):
+    """A blob file replaced by a sparse file of 1 TiB (no disk used): verify must not hash a terabyte of zeros
+    before it says what it can say from the entry's size (it hung for hours). The file vault's check stops
+    past the size the entry names; the finding is blob_corrupt at the entry's seq."""
+    vault = Vault.create(tmp_path / "v")
+    ref = FileStore(vault.root).put_blob([b"recorded bytes"])
+    _session_with_body(vault, "s", ref)
+    path = vault.root / ref["ref"]
+    os.chmod(path, 0o644)
+    os.truncate(path, 1 << 40)
+    code = ("import sys; from journal.vault import Vault; from journal.verify import verify_session; "
+            "r = verify_session(Vault.open_existing(sys.argv[1]), 's'); print(r.intact, r.broken_at_seq, r.kind)")
+    try:
+        r = subprocess.run([sys.executable, "-c", code, str(vault.root)], capture_output=True, text=True, cwd=ROOT,
+                           timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("verify read the sparse terabyte through")
+    assert r.stdout.split() == ["False", "2", "blob_corrupt"], r.stderr
