@@ -23,6 +23,25 @@ class BlobError(BrokerError, OSError):
     """A blob that could not be written or does not hold the bytes its name says."""
 
 
+def hash_chunks(chunks: Iterable[bytes], size: int | None = None) -> tuple[str, int]:
+    """(SHA-256 hex, byte count) of `chunks`; with the `size` an entry names, reading stops once more than that
+    many bytes came (the count then exceeds `size`, the hash is of a prefix): a blob replaced by a huge or
+    sparse object is judged without reading it through (every blob check: the vault's, a bucket's)."""
+    h = hashlib.sha256()
+    n = 0
+    for chunk in chunks:
+        h.update(chunk)
+        n += len(chunk)
+        if size is not None and n > size:
+            break
+    return h.hexdigest(), n
+
+
+def oversize(digest: str, size: int, where: str = "") -> str:
+    """What a blob check says of an object holding more bytes than its entry names (its hash never computed)."""
+    return f"blob {digest} is corrupt: it holds more than the {size} bytes the entry says{where}"
+
+
 def blob_ref(digest: str) -> str:
     """The vault-relative path of the blob whose SHA-256 is `digest`."""
     return f"blobs/sha256/{digest[:2]}/{digest}"
@@ -168,14 +187,12 @@ class BlobStore(WriterBackedBlobs):
             return f"blob {digest} is missing"
         except NotConfined as exc:
             return f"blob {digest} is missing: {exc}"
-        h = hashlib.sha256()
-        n = 0
         with f:
-            while chunk := f.read(CHUNK):
-                h.update(chunk)
-                n += len(chunk)
-        if h.hexdigest() != digest:
-            return f"blob {digest} is corrupt (its bytes hash to {h.hexdigest()})"
+            got, n = hash_chunks(iter(lambda: f.read(CHUNK), b""), size)
+        if size is not None and n > size:
+            return oversize(digest, size)
+        if got != digest:
+            return f"blob {digest} is corrupt (its bytes hash to {got})"
         if size is not None and n != size:
             return f"blob {digest} holds {n} bytes, the entry says {size}"
         return None

@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from journal.blobstore import CHUNK, BlobError, WriterBackedBlobs, blob_ref, ref_object
+from journal.blobstore import CHUNK, BlobError, WriterBackedBlobs, blob_ref, hash_chunks, oversize, ref_object
 from journal.confine import is_blob_name
 from journal.store.interface import StoreError
 
@@ -164,15 +164,14 @@ class S3Blobs(WriterBackedBlobs):
     def check(self, digest: str, size: int | None = None) -> str | None:
         """None when the object is there and its bytes hash to its name (and size); else what is wrong (the
         wording of journal/blobstore.py `BlobStore.check`, which journal/verify.py reads)."""
-        h, n = hashlib.sha256(), 0
         try:
-            for chunk in self.read_blob(digest):
-                h.update(chunk)
-                n += len(chunk)
+            got, n = hash_chunks(self.read_blob(digest), size)
         except StoreError as exc:
             return f"blob {digest} is missing" if "missing" in str(exc) else f"blob {digest} is corrupt: {exc}"
-        if h.hexdigest() != digest:
-            return f"blob {digest} is corrupt (its bytes in {self.url} hash to {h.hexdigest()})"
+        if size is not None and n > size:
+            return oversize(digest, size, f" in {self.url}")
+        if got != digest:
+            return f"blob {digest} is corrupt (its bytes in {self.url} hash to {got})"
         if size is not None and n != size:
             return f"blob {digest} holds {n} bytes in {self.url}, the entry says {size}"
         return None
