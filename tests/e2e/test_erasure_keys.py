@@ -138,3 +138,31 @@ def test_erasure_signer_refuses_what_is_not_a_signature(note):
         t["note"] = note
     assert erasure_signer(t, [DPO.verifier()]) is None
     assert erasure_signer({**t, "note": sign_tombstone(_tombstone("ab" * 32), DPO)}, []) is None
+
+
+def test_a_signed_tombstone_of_another_blob_copied_under_this_blobs_name_is_not_erasure(tmp_path):
+    """A blob erased with the key leaves a signed tombstone `blobs/erased/<B>.json`. Whoever can write the vault
+    copies that file, whole and unchanged, to `<A>.json` and deletes blob A: the note verifies (it signs B's
+    fields, and B's fields are what the file holds), so the tombstone must also be *of A* to count."""
+    vault = Vault.create(tmp_path / "v")
+    digest = _session_with_blob(vault)
+    other = FileStore(vault.root).put_blob([b"bytes the DPO really erased"])["sha256"]
+    FileStore(vault.root).erase_blob(other, reason="GDPR request #42", by="dpo@example.com", signer=DPO)
+    erased = vault.root / "blobs" / "erased"
+    (erased / f"{digest}.json").write_bytes((erased / f"{other}.json").read_bytes())
+    (vault.root / "blobs" / "sha256" / digest[:2] / digest).unlink()
+    r = verify_session(vault, "s1", erasure_keys=[DPO.verifier()])
+    assert (r.intact, r.broken_at_seq, r.kind, r.erased) == (False, 2, "blob_missing", [])
+
+
+def test_pull_of_a_vault_with_a_malformed_tombstone_is_an_error_not_a_traceback(tmp_path):
+    """A tombstone file that is JSON but lacks the fields (or names another blob) in the source of a pull: a
+    clear one-line error (a BrokerError: exit 2, as for a blob that is not read), never a KeyError traceback."""
+    vault = Vault.create(tmp_path / "v")
+    _session_with_blob(vault)
+    (vault.root / "blobs" / "erased").mkdir()
+    (vault.root / "blobs" / "erased" / f"{'ab' * 32}.json").write_bytes(b'{"sha256": "' + b"cd" * 32 + b'"}')
+    r = subprocess.run([sys.executable, "-m", "broker.cli", "pull", "--from", str(vault.root), "--to",
+                        str(tmp_path / "dst")], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith("broker: error: tombstone") and "names blob" in r.stderr
