@@ -37,7 +37,30 @@ def read_tombstone(vault_root: str | os.PathLike, digest: str) -> dict | None:
         raise VaultError(f"tombstone {path} is unreadable ({exc})") from None
     except (OSError, orjson.JSONDecodeError) as exc:
         raise VaultError(f"tombstone {path} is unreadable ({exc})") from None
-    return data if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        return None
+    problem = tombstone_problem(data, digest)
+    if problem is not None:
+        raise VaultError(f"tombstone {path} is not read: {problem}")
+    return data
+
+
+def tombstone_problem(data: dict, digest: str) -> str | None:
+    """What makes `data` no tombstone of blob `digest` (None when it is one): it must name that blob (a signed
+    tombstone of another blob copied under this one's name would otherwise verify), with the fields a
+    tombstone has (docs/contract.md, "Erasure")."""
+    if data.get("sha256") != digest:
+        return f"it names blob {str(data.get('sha256'))[:80]!r}, not {digest}"
+    for key in ("erased_at", "erased_by", "reason"):
+        if not isinstance(data.get(key), str):
+            return f"its {key} is not a string"
+    size = data.get("size")
+    if size is not None and (type(size) is not int or size < 0):
+        return "its size is not a byte count"
+    note = data.get("note")
+    if note is not None and not isinstance(note, str):
+        return "its note is not a string"
+    return None
 
 
 def write_tombstone(vault_root: str | os.PathLike, tombstone: dict) -> Path:
