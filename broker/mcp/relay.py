@@ -50,6 +50,7 @@ MAX_LINE = 64 << 20
 `oversize.py` (and reported)."""
 SERVER_GONE_CODE = -32000
 TIMEOUT_CODE = -32001
+INVALID_REQUEST_CODE = -32600
 _CHUNK = 1 << 20
 HOLD_TAIL = 64 << 10
 """The last bytes of an answer over the limit are held until its entry is durable (without its end
@@ -219,7 +220,8 @@ class LineRelay:
         """One line (whole) or one part of a line over the limit (the part ending it ends with a newline)."""
         if whole:
             async with self._upstream_lock:
-                self._guarded(self.track_client, raw)
+                if self._guarded(self.track_client, raw) is False:
+                    return  # refused: the shim answered it (an id still open)
                 if self._answered:  # the client's answer to a recorded server request: durable first
                     answered, self._answered = self._answered, []
                     raw = await self._record_client_answers(raw, answered)
@@ -248,25 +250,61 @@ class LineRelay:
             self._guarded(self._end_client_big, big)
             self._upstream_lock.release()
 
-    def _guarded(self, fn: Callable, *args: object) -> None:
-        """Bookkeeping that must never stop the relay: a failure is reported, the bytes still pass."""
+    def _guarded(self, fn: Callable, *args: object) -> object:
+        """Bookkeeping that must never stop the relay: a failure is reported (None), the bytes still pass."""
         try:
-            fn(*args)
+            return fn(*args)
         except Exception as exc:  # noqa: BLE001 - a bug in the bookkeeping must not stop the relay
             log.exception("internal error")
             say(f"internal error while reading a line ({exc.__class__.__name__}: {exc}); relayed unchanged")
+            return None
 
-    def track_client(self, raw: bytes) -> Line:
+    def track_client(self, raw: bytes) -> bool:
+        """Track the line's messages; False when the shim refused the line (it must not go upstream)."""
         line = parse_line(raw)
         if line.error:
             say(f"the client sent a line that is {line.error} ({len(raw)} bytes); relayed unchanged")
         if len(line.messages) == 1 and line.messages[0].value is None:  # not JSON at all
             if any(m.encode() in raw for m in RECORDED_METHODS):
                 self._unmatchable_call(raw)
-            return line
+            return True
+        reused = self._open_id(line)
+        if reused is not None:
+            self._refuse(line, raw, reused)
+            return False
         for msg in line.messages:
             self._client_message(msg, raw, line)
-        return line
+        return True
+
+    def _open_id(self, line: Line) -> str | None:
+        """The key of a request in the line whose id is still open (sent upstream, not answered; or
+        answered by the shim, its late answer still to be dropped) or used twice in the line; else None.
+
+        Answers are matched to calls by id alone: a second request with an open id would have the
+        first one's answer recorded as its own and its own answer reach the client with no entry."""
+        seen: set[str] = set()
+        for msg in line.messages:
+            if msg.kind != "request":
+                continue
+            key = id_key(msg.id)
+            if key in self.methods or key in self.abandoned or key in seen:
+                return key
+            seen.add(key)
+        return None
+
+    def _refuse(self, line: Line, raw: bytes, key: str) -> None:
+        """Answer every request of a line reusing an open id with an error, send none of it upstream,
+        and record the recorded kinds among them as answered by the capture point."""
+        why = (f"request id {key[:100]} is still open (sent to {self.server_label} and not answered): answers are "
+               "matched by id, so the shim did not send this line")
+        say(f"refused a client line: {why}")
+        for msg in line.messages:
+            if msg.kind != "request":
+                continue
+            if self.journal.records(msg.method):
+                call = self.journal.start(msg, raw if not line.batch else _one(msg, raw), **self.call_info())
+                self._no_answer(call, why, answered_by="capture")
+            self.out.put(error_response(msg.id, INVALID_REQUEST_CODE, why))
 
     def _end_client_big(self, big: OversizeLine) -> None:
         line = big.end()
@@ -471,7 +509,7 @@ class LineRelay:
                 finished.append((msg, call))
             elif key in self.abandoned:
                 self.abandoned.discard(key)
-                say(f"dropped the late answer to id {key}: the shim already answered it (timeout)")
+                say(f"dropped the late answer to id {key}: its entry says none came (shim timeout, or cancelled)")
                 drop.add(i)
         return finished, drop
 
@@ -573,6 +611,8 @@ class LineRelay:
         if self.pending.get(key) is call:
             del self.pending[key]
             self._cancel_timer(key)
+            if key in self.methods:  # its entry says no answer came: a late one is dropped, not relayed unrecorded
+                self.abandoned.add(key)
             self._no_answer(call, f"{CANCELLED}; no answer within {self.cancel_grace:g} s")
 
     def _timed_out(self, key: str) -> None:
