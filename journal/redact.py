@@ -1775,9 +1775,12 @@ def is_token_exchange(method: str, url: str, headers: Iterable[tuple[str, str]],
     Matches the provider tables (Google, Slack, GitHub, Microsoft, cloud metadata services), the generic
     OAuth path regex, any path ending ``/token`` whose body holds ``grant_type``, and AWS STS. The path
     is percent-decoded and compared lowercase; the method does not matter (GET tokeninfo counts too).
-    A path-only URL takes its host from the Host header.
+    A path-only URL takes its host from the Host header. A WebSocket is never one, whatever its URL: not
+    its upgrade (`Upgrade: websocket`), nor a message on it (method `WEBSOCKET`, docs/contract.md): it
+    is a channel both ways, for as long as it stays open.
     """
-    del method  # every method of these endpoints is dropped
+    if method == "WEBSOCKET" or "websocket" in (header_value(headers, "upgrade") or "").lower():
+        return False  # (every other method of these endpoints is dropped)
     rest = url.strip().partition("#")[0].partition("?")[0]
     m = _AUTHORITY_RE.match(rest)
     auth, raw_path = (m["auth"].rpartition("@")[2], rest[m.end() :]) if m else ("", rest)
