@@ -268,9 +268,14 @@ class LineRelay:
             if any(m.encode() in raw for m in RECORDED_METHODS):
                 self._unmatchable_call(raw)
             return True
+        if line.other is not None:
+            self._refuse(line, raw, "its duplicate keys are read differently by parsers that keep the first value "
+                                    "and those that keep the last: the shim cannot know which call it would send")
+            return False
         reused = self._open_id(line)
         if reused is not None:
-            self._refuse(line, raw, reused)
+            self._refuse(line, raw, f"request id {reused[:100]} is still open (sent to {self.server_label} and not "
+                                    "answered): answers are matched by id")
             return False
         for msg in line.messages:
             self._client_message(msg, raw, line)
@@ -292,19 +297,24 @@ class LineRelay:
             seen.add(key)
         return None
 
-    def _refuse(self, line: Line, raw: bytes, key: str) -> None:
-        """Answer every request of a line reusing an open id with an error, send none of it upstream,
-        and record the recorded kinds among them as answered by the capture point."""
-        why = (f"request id {key[:100]} is still open (sent to {self.server_label} and not answered): answers are "
-               "matched by id, so the shim did not send this line")
+    def _refuse(self, line: Line, raw: bytes, reason: str) -> None:
+        """Send none of the line upstream: answer each request in it (in every reading of it) with an
+        error, and record the recorded kinds among them as answered by the capture point."""
+        why = f"{reason}; the shim did not send this line"
         say(f"refused a client line: {why}")
-        for msg in line.messages:
-            if msg.kind != "request":
-                continue
-            if self.journal.records(msg.method):
-                call = self.journal.start(msg, raw if not line.batch else _one(msg, raw), **self.call_info())
-                self._no_answer(call, why, answered_by="capture")
-            self.out.put(error_response(msg.id, INVALID_REQUEST_CODE, why))
+        seen: set[tuple[str, str | None]] = set()  # (id, method) of each request of the line as read
+        for reading in (line.messages, line.other or []):
+            found = []
+            for msg in reading:
+                if msg.kind != "request" or (got := (id_key(msg.id), msg.method)) in seen:
+                    continue  # (the other reading adds only what the first does not say)
+                found.append(got)
+                if self.journal.records(msg.method):
+                    call = self.journal.start(msg, raw if not line.batch or line.other else _one(msg, raw),
+                                              **self.call_info())
+                    self._no_answer(call, why, answered_by="capture")
+                self.out.put(error_response(msg.id, INVALID_REQUEST_CODE, why))
+            seen.update(found)
 
     def _end_client_big(self, big: OversizeLine) -> None:
         line = big.end()

@@ -1,0 +1,61 @@
+"""Attacks on the stdio shim with JSON that two parsers read differently (review6).
+
+RFC 8259 leaves an object with a duplicate key to the parser: Python's `json`, JavaScript's
+JSON.parse and Go keep the last value, others keep the first. The shim read such a line the
+last-wins way to learn its method, id and tool; a server that keeps the first ran another method,
+answered another id, or ran another tool than the one the entry names:
+
+- `"method":"tools/call","method":"tools/list"`: the entry said tools/list (or, with
+  --no-record-tools-list, there was none) while the server ran the tool;
+- `"name":"delete_everything","name":"echo"`: the entry's effect came from echo (a read) while the
+  server deleted;
+- `"id":1,"id":2`: the shim waited for id 2, the server answered id 1, and the answer reached the
+  client before (and without) any entry holding it.
+
+The server here (tests/support/mcp_servers/plain_server.py `first-wins`) keeps the first value.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.test_mcp_id_reuse import _finish, _server_calls, _shim
+from tests.support.mcp_servers.harness import assert_intact, entries
+
+pytestmark = pytest.mark.e2e
+
+LINES = {
+    "method": b'{"jsonrpc":"2.0","id":11,"method":"tools/call","method":"tools/list",'
+              b'"params":{"name":"delete_everything","arguments":{}}}\n',
+    "tool": b'{"jsonrpc":"2.0","id":12,"method":"tools/call",'
+            b'"params":{"name":"delete_everything","name":"echo","arguments":{"text":"hi"}}}\n',
+    "id": b'{"jsonrpc":"2.0","id":13,"id":14,"method":"tools/call",'
+          b'"params":{"name":"delete_everything","arguments":{}}}\n',
+}
+
+
+@pytest.mark.parametrize("options", [(), ("--no-record-tools-list",)], ids=["default", "no-tools-list"])
+@pytest.mark.parametrize("what", sorted(LINES))
+def test_duplicate_keys_read_differently_by_the_server(tmp_path: Path, what: str, options: tuple[str, ...]) -> None:
+    """Whatever the server makes of the line, what it ran has an entry saying so (a write, as
+    tools/call delete_everything), and no answer reaches the client before its entry (fails on main)."""
+    shim = _shim(tmp_path, *options, first_wins=True)
+    try:
+        shim.send(LINES[what])
+        received = _finish(shim, 1.0)
+    finally:
+        shim.kill()
+    ran = _server_calls(shim)
+    calls = [e for e in entries(shim.vault) if e["request"]["method"] == "tools/call"]
+    for call in ran:  # (the server's log is read the last-wins way: a call it ran is one with a tools/call in it)
+        assert calls, f"the server got a tools/call ({call}) and no tools/call entry says so"
+        assert {e["effect"] for e in calls} == {"write"}, calls
+    answered = [m for m in received if "result" in m]
+    bodies = [e["response"]["body"] for e in calls]
+    assert all(m in bodies for m in answered), f"the client got {answered}; tools/call entries hold {bodies}"
+    if not ran:  # refused: the client was told, and the entry says the capture point answered
+        assert received and all(m.get("error", {}).get("code") == -32600 for m in received), received
+        assert calls and all(e["response"]["answered_by"] == "capture" for e in calls)
+    assert_intact(shim.vault)
