@@ -307,6 +307,16 @@ class CallJournal:
 
     # -- calls ----------------------------------------------------------------------------------
 
+    def problem(self, session: str | None = None) -> str | None:
+        """Why an entry for the session could not be written now, or None: checked before a recorded
+        request goes upstream (as `broker run` does), so a journal that is down stops the call rather than
+        only withholding its result after the server ran it."""
+        try:
+            self.recorder.check_session(session or self.identity.session)
+        except (JournalError, OSError) as exc:
+            return str(exc)
+        return None
+
     def start(
         self, message: Message, raw: bytes, *, url: str | None = None,
         request_headers: list[tuple[str, str]] | None = None, principal: str | None = None,

@@ -268,6 +268,11 @@ class LineRelay:
             if any(m.encode() in raw for m in RECORDED_METHODS):
                 self._unmatchable_call(raw)
             return True
+        if any(m.kind == "request" and self.journal.records(m.method) for m in line.messages) and (
+                problem := self.journal.problem()) is not None:
+            self._refuse(line, raw, f"the journal could not record this call, so it was not sent: {problem}",
+                         JOURNAL_ERROR_CODE)
+            return False
         if line.other is not None:
             self._refuse(line, raw, "its duplicate keys are read differently by parsers that keep the first value "
                                     "and those that keep the last: the shim cannot know which call it would send")
@@ -297,24 +302,28 @@ class LineRelay:
             seen.add(key)
         return None
 
-    def _refuse(self, line: Line, raw: bytes, reason: str) -> None:
+    def _refuse(self, line: Line, raw: bytes, reason: str, code: int = INVALID_REQUEST_CODE) -> None:
         """Send none of the line upstream: answer each request in it (in every reading of it) with an
         error, and record the recorded kinds among them as answered by the capture point."""
         why = f"{reason}; the shim did not send this line"
         say(f"refused a client line: {why}")
-        seen: set[tuple[str, str | None]] = set()  # (id, method) of each request of the line as read
+        calls: set[tuple[str, str | None]] = set()  # (id, method) of each request of the line as read
+        ids: set[str] = set()
         for reading in (line.messages, line.other or []):
             found = []
             for msg in reading:
-                if msg.kind != "request" or (got := (id_key(msg.id), msg.method)) in seen:
+                key = id_key(msg.id)
+                if msg.kind != "request" or (key, msg.method) in calls:
                     continue  # (the other reading adds only what the first does not say)
-                found.append(got)
+                found.append((key, msg.method))
                 if self.journal.records(msg.method):
                     call = self.journal.start(msg, raw if not line.batch or line.other else _one(msg, raw),
                                               **self.call_info())
                     self._no_answer(call, why, answered_by="capture")
-                self.out.put(error_response(msg.id, INVALID_REQUEST_CODE, why))
-            seen.update(found)
+                if reading is line.messages or key not in ids:
+                    self.out.put(error_response(msg.id, code, why))
+                    ids.add(key)
+            calls.update(found)
 
     def _end_client_big(self, big: OversizeLine) -> None:
         line = big.end()
