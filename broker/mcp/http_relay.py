@@ -43,6 +43,7 @@ from broker.mcp.messages import (
 from broker.mcp.oversize import OversizeLine
 from broker.mcp.recording import CANCELLED, JOURNAL_ERROR_CODE, LOOKUP_WAIT, STDIO_STATUS, CallJournal, PendingCall
 from broker.mcp.relay import (
+    INVALID_REQUEST_CODE,
     LIST_PAGES,
     MAX_LINE,
     SERVER_GONE_CODE,
@@ -87,6 +88,7 @@ class _Exchange:
 
     scope: str
     local: dict[str, _Tracked] = field(default_factory=dict)
+    refused: tuple[int, str] | None = None  # (code, why) when the body must not go upstream
 
 
 class HttpRelay:
@@ -168,6 +170,17 @@ class HttpRelay:
         if method == "POST" and body:
             assert principal is not None  # set above under the same condition
             fresh = self._track_request(body, exchange, target, headers, principal, (path_query, forward), who)
+            if exchange.refused is None and fresh and (problem := self.journal.problem(who[0] if who else None)):
+                exchange.refused = (JOURNAL_ERROR_CODE,
+                                    f"the journal could not record this call, so it was not sent: {problem}")
+            if exchange.refused is not None:  # as the stdio relay's `LineRelay._refuse`
+                code, reason = exchange.refused
+                why = f"{reason}; the shim did not send this request"
+                say(f"refused a client request: {why}")
+                error_body = _error_body(exchange, code, why)
+                await self._unanswered(exchange, why, answered_by="capture")
+                await _send_json(send, 200, error_body)
+                return
             if self.asks and (answered := self._client_answers(body, session)):
                 body = await self._record_client_answers(body, answered)
         state: dict = {"started": False, "response": None}
@@ -253,8 +266,15 @@ class HttpRelay:
                 self._bg.add(task)
                 task.add_done_callback(self._bg.discard)
             return fresh
-        for msg in line.messages:
-            if msg.kind == "notification" and msg.method == "notifications/cancelled":
+        messages = line.messages
+        if line.other is not None:  # duplicate keys read two ways: refused, each reading's calls recorded
+            exchange.refused = (INVALID_REQUEST_CODE, "its duplicate keys are read differently by parsers that keep "
+                                "the first value and those that keep the last: the shim cannot know which call it "
+                                "would send")
+            said = {(id_key(m.id), m.method) for m in messages}
+            messages = [*messages, *(m for m in line.other if (id_key(m.id), m.method) not in said)]
+        for msg in messages:
+            if exchange.refused is None and msg.kind == "notification" and msg.method == "notifications/cancelled":
                 self._client_cancelled(msg, exchange.scope)
             if msg.kind != "request":
                 continue
@@ -270,6 +290,9 @@ class HttpRelay:
                 fresh.append(call)
             tracked = _Tracked(msg.method or "?", call, msg.id)
             key = id_key(msg.id)
+            if exchange.refused is not None:  # never upstream, so never answered there: one slot each
+                exchange.local[f"{key}#{len(exchange.local)}"] = tracked
+                continue
             exchange.local[key] = tracked
             self.tracked.setdefault((exchange.scope, key), tracked)
         return fresh
