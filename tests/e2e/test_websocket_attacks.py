@@ -87,3 +87,74 @@ def test_secrets_in_binary_and_compressed_messages_are_not_kept(tmp_path, upstre
         text = _vault_text(broker.vault)
     assert "binary carrier" in text or "YmluYXJ5IGNhcnJpZXI" in text or '"ref"' in text
     assert GITHUB_PAT not in text
+
+
+def _frame(opcode: int, payload: bytes) -> bytes:
+    """One masked client frame (RFC 6455 5.2), FIN set."""
+    import os
+    import struct
+
+    mask = os.urandom(4)
+    n = len(payload)
+    head = bytes([0x80 | opcode]) + (bytes([0x80 | n]) if n < 126 else bytes([0x80 | 126]) + struct.pack("!H", n))
+    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+def _raw_websocket(broker: BrokerProcess, host: str, path: str, session: str):
+    """A TLS socket through the proxy's CONNECT to `host`, nothing sent on it yet."""
+    import base64
+    import socket
+
+    sock = socket.create_connection(("127.0.0.1", broker.port), timeout=30)
+    auth = base64.b64encode(f"{session}:agent".encode()).decode()
+    sock.sendall(f"CONNECT {host}:443 HTTP/1.1\r\nHost: {host}:443\r\nProxy-Authorization: Basic {auth}\r\n\r\n"
+                 .encode())
+    got = b""
+    while b"\r\n\r\n" not in got:
+        got += sock.recv(4096)
+    assert got.startswith(b"HTTP/1.1 200"), got
+    ctx = ssl.create_default_context(cafile=broker.ca)
+    ctx.set_alpn_protocols(["http/1.1"])
+    return ctx.wrap_socket(sock, server_hostname=host)
+
+
+def _upgrade(host: str, path: str) -> bytes:
+    return (f"GET {path} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n").encode()
+
+
+def _read_until(tls, needle: bytes, got: bytes = b"") -> bytes:
+    import time
+
+    deadline = time.monotonic() + 20
+    while needle not in got and time.monotonic() < deadline:
+        chunk = tls.recv(65536)
+        if not chunk:
+            break
+        got += chunk
+    return got
+
+
+def test_a_message_sent_with_the_upgrade_is_recorded_before_it_is_relayed(tmp_path, upstream):
+    """The client sends its first frame in the same write as the upgrade request, before any 101: the
+    frame must still be an entry, durable before the upstream gets it."""
+    on_disk: list[bool] = []
+    with BrokerProcess(tmp_path, upstream) as broker:
+        upstream.on_message = lambda path, message: on_disk.append(
+            "early-bird" in _vault_text(broker.vault))
+        host = "ws.unknown-host.example"
+        tls = _raw_websocket(broker, host, "/ws/echo", "early")
+        try:
+            tls.sendall(_upgrade(host, "/ws/echo") + _frame(0x1, b"early-bird"))
+            got = _read_until(tls, b"early-bird")
+            assert got.startswith(b"HTTP/1.1 101"), got[:200]
+            tls.sendall(_frame(0x8, b"\x03\xe8" + f"bye {GITHUB_PAT}".encode()))  # a close frame with data
+            _read_until(tls, b"\x88", got[got.index(b"early-bird") + 10 :])
+        finally:
+            tls.close()
+        broker.entries("early", count=4)
+        text = _vault_text(broker.vault)
+    assert on_disk == [True], on_disk
+    assert text.count("early-bird") >= 2  # the client's message and the echo
+    assert GITHUB_PAT not in text, "the close frame's reason kept a credential"
+    assert "bye" in text
