@@ -82,3 +82,28 @@ def test_credentials_only_their_context_names() -> None:
     value = "Hg5Jk6Lm7Nb8Vc9Xz0Aq1Sw2"
     for shape in ({"args": ["--token", value]}, {"openaiApiKey": value}, {"cmd": ["curl", "-u", f"u:{value}"]}):
         assert value not in json.dumps(redact_json_value(shape)), shape
+
+
+def test_credentials_in_the_clients_answer_to_an_elicitation_never_reach_the_vault(tmp_path: Path) -> None:
+    """The server asks the user (elicitation/create); the answer the client sends back holds credentials
+    (a form that asked for an API key): its entry, and the tool result quoting it, keep none."""
+    shim = RawShim(tmp_path)
+    try:
+        shim.handshake()
+        shim.call(1, "elicit")
+        ask = shim.recv_json()
+        assert ask["method"] == "elicitation/create"
+        shim.send({"jsonrpc": "2.0", "id": ask["id"], "result": {"action": "accept", "content": {
+            "OPENAI_API_KEY": TOKENS["OPENAI_API_KEY"], "password": f"{OTHER}a",
+            "note": f"export GITHUB_TOKEN={TOKENS['GITHUB_TOKEN']}"}}})
+        done = shim.recv_json()
+        assert TOKENS["OPENAI_API_KEY"] in done["result"]["content"][0]["text"]
+        assert shim.close() == 0
+    finally:
+        shim.kill()
+    got = entries(shim.vault, asks=True)
+    assert {e["request"]["method"] for e in got} == {"tools/call", "elicitation/create"}
+    written = b"".join(p.read_bytes() for p in shim.vault.rglob("*") if p.is_file())
+    kept = [s for s in (TOKENS["OPENAI_API_KEY"], f"{OTHER}a", TOKENS["GITHUB_TOKEN"]) if s.encode() in written]
+    assert not kept, f"credentials kept in the vault: {kept}"
+    assert_intact(shim.vault)
