@@ -541,9 +541,11 @@ class LineRelay:
         raw = line.raw if not line.batch else _one(msg, line.raw)
         self.asks[key] = self.journal.start(msg, raw, **self.call_info())
 
-    def _server_part(self, raw: bytes, status: int | None, headers: list[tuple[str, str]]) -> None:
+    def _server_part(self, raw: bytes, status: int | None, headers: list[tuple[str, str]], *, end: bool = False,
+                     ) -> None:
         """A part of a server line over the limit: relayed as it comes, but for its last HOLD_TAIL
-        bytes, which wait for the entry when the line answers a recorded call."""
+        bytes, which wait for the entry when the line answers a recorded call. `end`: the server's output
+        ended, and the line with it (no newline came)."""
         if self._server_big is None:
             self._server_big = OversizeLine(self.journal.recorder.blobs)
             say(f"{self.server_label} sent a line over {self.max_line} bytes; relayed in parts")
@@ -554,7 +556,7 @@ class LineRelay:
             big.feed(raw)
         except Exception as exc:  # noqa: BLE001
             say(f"internal error while reading a long line ({exc.__class__.__name__}: {exc}); relayed unchanged")
-        if not raw.endswith(b"\n"):
+        if not raw.endswith(b"\n") and not end:
             if len(held) > HOLD_TAIL:
                 self.out.put(bytes(held[:-HOLD_TAIL]))
                 del held[:-HOLD_TAIL]
@@ -574,12 +576,11 @@ class LineRelay:
         self.out.put(asyncio.create_task(self._record_big_then_release(tail, big, finished, status, headers)))
 
     def server_eof(self) -> None:
-        """The server's output ended inside a line over the limit: the rest of it goes out as it is."""
-        big, self._server_big = self._server_big, None
-        if big is not None:
-            big.abort()
-            self.out.put(bytes(self._server_held))
-            self._server_held.clear()
+        """The server's output ended inside a line over the limit: the line ends there. What it holds is
+        read as if its newline had come (a whole answer the server wrote before it exited is recorded,
+        and its end released after its entry, as any answer's); the rest of it goes out as it is."""
+        if self._server_big is not None:
+            self._server_part(b"", STDIO_STATUS, [], end=True)
 
     async def _record_then_release(
         self, raw: bytes, line: Line, finished: list[tuple[Message, PendingCall]], status: int | None,

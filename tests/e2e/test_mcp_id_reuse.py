@@ -4,7 +4,8 @@ The shim matches a server's answer to the call it records by id alone. A client 
 while the first request with it is still open (a `tools/list` and a `tools/call` with one id, two
 calls with one id, a batch holding one id twice, a cancelled call's id used again before the server
 answered it) made the shim record the wrong answer for the call and let the call's own answer
-through to the client with no entry holding it. Invariants checked here, whatever the shim does:
+through to the client with no entry holding it. (Also here: a whole answer over the limit that the
+server ends with its exit rather than a newline.) Invariants checked here, whatever the shim does:
 
 - every `tools/call` result that reaches the client is the response of a `tools/call` entry;
 - every `tools/call` that reaches the server has an entry whose `mcp` is that request.
@@ -140,3 +141,36 @@ def test_distinct_ids_still_relay_unchanged(tmp_path: Path) -> None:
         shim.kill()
     _check(shim, received)
     assert len(_server_calls(shim)) == 2
+
+
+def test_a_whole_answer_over_the_limit_without_its_newline_before_the_server_exits(tmp_path: Path) -> None:
+    """The server writes a complete answer over --max-message-mib, no newline, and exits: the shim
+    released the held end of the line at EOF with the call recorded as unanswered, so the client had a
+    complete JSON-RPC answer no entry holds (fails on main)."""
+    shim = _shim(tmp_path, "--max-message-mib", "1")
+    try:
+        shim.send(_call(21, "last_words", size=3 << 20))
+        assert shim.proc.wait(timeout=30) == 3  # the shim exits with the server's code
+        got = b""
+        while (line := shim.lines.get(timeout=30)) is not None:
+            got += line
+    finally:
+        shim.kill()
+    calls = [e for e in entries(shim.vault) if e["request"]["method"] == "tools/call"]
+    assert len(calls) == 1, calls
+    answers = []  # what a client reading JSON values one after another (raw_decode) gets
+    text, at = got.decode("utf-8", "replace"), 0
+    while at < len(text):
+        try:
+            value, at = json.JSONDecoder().raw_decode(text, at)
+        except ValueError:
+            break
+        answers.append(value)
+        while at < len(text) and text[at] in " \r\n":
+            at += 1
+    readable = [a for a in answers if isinstance(a, dict) and a.get("id") == 21 and "result" in a]
+    assert readable  # the server did write it whole...
+    if readable:  # ...and the client can read it: an entry holds it
+        assert calls[0]["response"]["status"] == 200 and calls[0]["response"]["answered_by"] == "upstream", (
+            calls[0]["response"])
+    assert_intact(shim.vault)

@@ -5,7 +5,8 @@
 Every line it receives is appended to LOGFILE. A JSON-RPC batch gets one answer line per request
 in it (in order). `tools/call`: `echo` answers `arguments.text`; `slow` sleeps `arguments.seconds`
 first (it answers even a call the client cancelled, as servers may); `delete_everything` answers
-"deleted". With `first-wins`, an object with a duplicate key keeps the first value (as some JSON
+"deleted"; `last_words` writes its whole answer (a text of `arguments.size` bytes) without the newline
+that ends the line, and exits. With `first-wins`, an object with a duplicate key keeps the first value (as some JSON
 parsers do), where Python's `json` keeps the last.
 """
 
@@ -47,6 +48,10 @@ def _handle(msg: object) -> bytes:
         name, args = params.get("name"), params.get("arguments") or {}
         if name == "slow":
             time.sleep(float(args.get("seconds", 1)))
+        if name == "last_words":
+            os.write(1, _answer(rid, {"content": [{"type": "text", "text": "w" * int(args["size"]) + " the end"}],
+                                      "isError": False}).rstrip(b"\n"))
+            os._exit(3)
         text = "deleted" if name == "delete_everything" else str(args.get("text", "ok"))
         return _answer(rid, {"content": [{"type": "text", "text": text}], "isError": False})
     return json.dumps({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "no"}}).encode() + b"\n"
