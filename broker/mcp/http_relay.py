@@ -88,7 +88,7 @@ class _Exchange:
 
     scope: str
     local: dict[str, _Tracked] = field(default_factory=dict)
-    refused: tuple[int, str] | None = None  # (code, why) when the body must not go upstream
+    refused: tuple[int, str, int] | None = None  # (JSON-RPC code, why, HTTP status) when the body must not go upstream
 
 
 class HttpRelay:
@@ -169,17 +169,22 @@ class HttpRelay:
         fresh: list[PendingCall] = []
         if method == "POST" and body:
             assert principal is not None  # set above under the same condition
+            encoding = next((v for k, v in headers if k.lower() == "content-encoding" and v.strip().lower()
+                             not in ("", "identity")), None)
+            if encoding is not None:  # what the shim reads must be what the upstream runs
+                exchange.refused = (INVALID_REQUEST_CODE, f"the body is sent with Content-Encoding {encoding[:40]!r}, "
+                                    "which the shim does not decode: it records what it reads", 415)
             fresh = self._track_request(body, exchange, target, headers, principal, (path_query, forward), who)
             if exchange.refused is None and fresh and (problem := self.journal.problem(who[0] if who else None)):
                 exchange.refused = (JOURNAL_ERROR_CODE,
-                                    f"the journal could not record this call, so it was not sent: {problem}")
+                                    f"the journal could not record this call, so it was not sent: {problem}", 200)
             if exchange.refused is not None:  # as the stdio relay's `LineRelay._refuse`
-                code, reason = exchange.refused
+                code, reason, http_status = exchange.refused
                 why = f"{reason}; the shim did not send this request"
                 say(f"refused a client request: {why}")
                 error_body = _error_body(exchange, code, why)
                 await self._unanswered(exchange, why, answered_by="capture")
-                await _send_json(send, 200, error_body)
+                await _send_json(send, http_status, error_body)
                 return
             if self.asks and (answered := self._client_answers(body, session)):
                 body = await self._record_client_answers(body, answered)
@@ -268,9 +273,9 @@ class HttpRelay:
             return fresh
         messages = line.messages
         if line.other is not None:  # duplicate keys read two ways: refused, each reading's calls recorded
-            exchange.refused = (INVALID_REQUEST_CODE, "its duplicate keys are read differently by parsers that keep "
-                                "the first value and those that keep the last: the shim cannot know which call it "
-                                "would send")
+            exchange.refused = exchange.refused or (
+                INVALID_REQUEST_CODE, "its duplicate keys are read differently by parsers that keep the first value "
+                "and those that keep the last: the shim cannot know which call it would send", 200)
             said = {(id_key(m.id), m.method) for m in messages}
             messages = [*messages, *(m for m in line.other if (id_key(m.id), m.method) not in said)]
         for msg in messages:

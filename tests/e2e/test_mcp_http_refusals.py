@@ -65,3 +65,60 @@ def test_a_body_whose_duplicate_keys_read_two_ways_is_not_sent(tmp_path: Path, u
     (entry,) = entries(vault)
     assert entry["response"]["answered_by"] == "capture"
     assert_intact(vault)
+
+
+class _GzipUpstream:
+    """A plain JSON-RPC over HTTP upstream that, as many servers behind a gateway do, decodes a request
+    body sent with Content-Encoding: gzip; answers every tools/call and keeps what it ran."""
+
+    def __init__(self) -> None:
+        import gzip
+        import json
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        ran = self.ran = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                data = self.rfile.read(int(self.headers.get("content-length", "0")))
+                if self.headers.get("content-encoding", "").lower() == "gzip":
+                    data = gzip.decompress(data)
+                msg = json.loads(data)
+                if msg.get("method") == "tools/call":
+                    ran.append(msg)
+                body = json.dumps({"jsonrpc": "2.0", "id": msg.get("id"),
+                                   "result": {"content": [{"type": "text", "text": "done"}]}}).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/mcp"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_a_compressed_request_body_is_not_sent_unread(tmp_path: Path) -> None:
+    """A POST body with Content-Encoding: gzip: the shim read the compressed bytes (not JSON, and no
+    method name in them), so no entry; an upstream that decodes it ran the call (fails on main)."""
+    import gzip
+    import json
+
+    up = _GzipUpstream()
+    vault = tmp_path / "vault"
+    shim = Shim(vault, up.url)
+    try:
+        body = gzip.compress(json.dumps(_call(6, "delete_everything")).encode())
+        r = httpx.post(shim.url("/mcp"), content=body, timeout=WAIT,
+                       headers={**HEADERS, "content-encoding": "gzip"})
+    finally:
+        shim.stop()
+        up.server.shutdown()
+    calls = [e for e in entries(vault) if e["request"]["method"] == "tools/call"]
+    assert not up.ran or calls, f"the upstream ran {up.ran} and no entry says so (HTTP {r.status_code})"
+    assert not up.ran, "a body the shim cannot read went upstream"
