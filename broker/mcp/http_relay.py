@@ -458,16 +458,28 @@ class HttpRelay:
         status = response.status
         assert status is not None  # an UpstreamResponse is handed out once its head is in
         out_headers = _forward_headers(response)
-        ctype = (response.header("content-type") or "").split(";")[0].strip().lower()
+        # Read as clients read it: the Python SDK takes any type starting application/json or
+        # text/event-stream, the TypeScript SDK any that contains them (SSE first); httpx decodes gzip.
+        ctype = (response.header("content-type") or "").lower()
+        sse, json_body = "text/event-stream" in ctype, "application/json" in ctype
+        encoding = (response.header("content-encoding") or "").strip().lower()
         resp_headers = text_pairs(response.headers)
-        if ctype == "text/event-stream":
+        if exchange.local and ((sse and json_body) or encoding not in ("", "identity")):
+            why = (f"the upstream answered with Content-Type {ctype[:80]!r} and Content-Encoding {encoding[:40]!r}, "
+                   "which clients may read in ways the shim cannot record: the answer is withheld")
+            say(f"{why}")
+            error_body = _error_body(exchange, SERVER_GONE_CODE, why)
+            await self._unanswered(exchange, why, status=status, headers=resp_headers, answered_by="capture")
+            await _send_json(send, 502, error_body)
+            return
+        if sse:
             await send({"type": "http.response.start", "status": status, "headers": out_headers})
             await self._relay_events(response, exchange, send, status, resp_headers)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             await self._unanswered(exchange, "the upstream closed the event stream before answering",
                                    status=status, headers=resp_headers)
             return
-        if ctype == "application/json" and exchange.local:
+        if json_body and exchange.local:
             body = await response.read()
             body = await self._settle(body, exchange, exchange.scope, status, resp_headers)
             out_headers.append((b"content-length", str(len(body)).encode()))

@@ -122,3 +122,65 @@ def test_a_compressed_request_body_is_not_sent_unread(tmp_path: Path) -> None:
     calls = [e for e in entries(vault) if e["request"]["method"] == "tools/call"]
     assert not up.ran or calls, f"the upstream ran {up.ran} and no entry says so (HTTP {r.status_code})"
     assert not up.ran, "a body the shim cannot read went upstream"
+
+
+class _TrickUpstream:
+    """An upstream that answers every POST with `result` "the tool's own result" in a body shaped by
+    `kind`: a Content-Type the shim did not read as JSON or SSE though clients do (the Python SDK reads
+    any type starting application/json or text/event-stream, the TypeScript SDK any that contains them),
+    or a gzip body though the shim asked for identity (httpx, under both SDKs, decodes it)."""
+
+    def __init__(self, kind: str) -> None:
+        import gzip
+        import json
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                msg = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))))
+                answer = json.dumps({"jsonrpc": "2.0", "id": msg.get("id"),
+                                     "result": {"content": [{"type": "text", "text": "the tool's own result"}]}})
+                headers = {"content-type": "application/json"}
+                data = answer.encode()
+                if kind == "json-suffix":
+                    headers["content-type"] = "application/json-rpc"
+                elif kind == "sse-suffix":
+                    headers["content-type"] = "text/event-streaming"
+                    data = b"event: message\ndata: " + data + b"\n\n"
+                elif kind == "gzip":
+                    headers["content-encoding"] = "gzip"
+                    data = gzip.compress(data)
+                self.send_response(200)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/mcp"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.mark.parametrize("kind", ["json-suffix", "sse-suffix", "gzip"])
+def test_an_answer_in_a_shape_clients_read_and_the_shim_did_not(tmp_path: Path, kind: str) -> None:
+    """Whatever the upstream's Content-Type or Content-Encoding, a result the client can read is one an
+    entry holds (on main each of these passed unrecorded: the call's entry said no answer came)."""
+    up = _TrickUpstream(kind)
+    vault = tmp_path / "vault"
+    shim = Shim(vault, up.url)
+    try:
+        r = httpx.post(shim.url("/mcp"), json=_call(8, "echo", text="x"), timeout=WAIT, headers=HEADERS)
+    finally:
+        shim.stop()
+        up.server.shutdown()
+    (entry,) = [e for e in entries(vault) if e["request"]["method"] == "tools/call"]
+    if "the tool's own result" in r.text:  # the client (httpx decodes gzip) can read it
+        assert entry["response"]["body"] and entry["response"]["answered_by"] == "upstream", entry["response"]
+    else:
+        assert entry["response"]["answered_by"] != "upstream" and entry["response"]["error"], entry["response"]
+    assert_intact(vault)
