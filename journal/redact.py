@@ -1716,6 +1716,32 @@ def redact_json_value(value: object) -> object:
     return value
 
 
+def redact_escaped_json(body: bytes) -> bytes:
+    """A JSON body, after `redact_body`, whose strings hold `\\uXXXX` escapes of ASCII characters: the
+    byte rules read it as written, so `\\u0067hp_...` or `https\\u003a//user:pass@` hid a credential
+    from them that a reader of the JSON gets back. Such a body is read, redacted as read
+    (`redact_json_value`) and, when that removed anything, written again (the same JSON value less the
+    credentials, no ASCII escaped); any other body comes back unchanged. Called on whole bodies held in
+    memory (`record_body`, and `BodyCapture` when it held the body): one over the JSON parse limit, in a
+    blob, is not read here; nor is a credential the byte rules cut short (`Bearer\\u0020<token>`:
+    the byte rules take `Bearer` for the token)."""
+    if _NAME_ESCAPE.search(body) is None:  # the usual case: no escape of an ASCII character
+        return body
+    import json
+
+    try:
+        value = json.loads(body)
+        redacted = redact_json_value(value)
+        if redacted == value:
+            return body
+        try:
+            return json.dumps(redacted, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: written escaped
+            return json.dumps(redacted, separators=(",", ":")).encode("ascii")
+    except (ValueError, RecursionError):
+        return body
+
+
 # ---------------------------------------------------------------------------------------------
 # Token exchanges: no entry at all
 # ---------------------------------------------------------------------------------------------
