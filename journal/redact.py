@@ -40,6 +40,7 @@ __all__ = [
     "contains_credential",
     "is_token_exchange",
     "redact_body",
+    "redact_escaped_json",
     "redact_headers",
     "redact_json_value",
     "redact_url",

@@ -107,3 +107,23 @@ def test_credentials_in_the_clients_answer_to_an_elicitation_never_reach_the_vau
     kept = [s for s in (TOKENS["OPENAI_API_KEY"], f"{OTHER}a", TOKENS["GITHUB_TOKEN"]) if s.encode() in written]
     assert not kept, f"credentials kept in the vault: {kept}"
     assert_intact(shim.vault)
+
+
+def test_an_escaped_credential_in_a_line_recorded_as_text(tmp_path: Path) -> None:
+    """A request line the journal cannot hold exactly (an id beyond 2^53) is kept as its text: a
+    credential behind a JSON escape (\\u0067hp_...) in it was kept too (fails on main)."""
+    pat = "ghp_" + "Q1w2E3r4T5y6U7i8O9p0A1s2D3f4G5h6J7k8"
+    shim = RawShim(tmp_path)
+    try:
+        shim.handshake()
+        shim.send(b'{"jsonrpc":"2.0","id":18446744073709551616,"method":"tools/call","params":{"name":"echo",'
+                  b'"arguments":{"text":"\\u0067hp_' + pat[4:].encode() + b'"}}}\n')
+        assert shim.recv_json()["result"]["content"][0]["text"] == pat
+        assert shim.close() == 0
+    finally:
+        shim.kill()
+    (entry,) = entries(shim.vault)
+    assert "unparsed" in entry["mcp"]
+    written = b"".join(p.read_bytes() for p in shim.vault.rglob("*") if p.is_file())
+    assert pat[4:].encode() not in written
+    assert_intact(shim.vault)
