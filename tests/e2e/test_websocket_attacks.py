@@ -158,3 +158,35 @@ def test_a_message_sent_with_the_upgrade_is_recorded_before_it_is_relayed(tmp_pa
     assert text.count("early-bird") >= 2  # the client's message and the echo
     assert GITHUB_PAT not in text, "the close frame's reason kept a credential"
     assert "bye" in text
+
+
+def test_an_rfc8441_websocket_over_http2_goes_nowhere(tmp_path, upstream):
+    """An extended CONNECT (`:protocol websocket`, RFC 8441) on an HTTP/2 connection to the proxy: the
+    proxy does not offer it (no SETTINGS_ENABLE_CONNECT_PROTOCOL) and ends the connection; nothing
+    reaches the upstream, so nothing unrecorded passes (passes on main: a regression guard)."""
+
+    import h2.events
+
+    from tests.support.h2_client import H2Tunnel
+
+    with BrokerProcess(tmp_path, upstream) as broker:
+        tunnel = H2Tunnel(broker.port, broker.ca, "ws.unknown-host.example")
+        sid = tunnel.conn.get_next_available_stream_id()
+        tunnel.conn.send_headers(sid, [(":method", "CONNECT"), (":protocol", "websocket"), (":scheme", "https"),
+                                       (":authority", "ws.unknown-host.example"), (":path", "/ws/echo"),
+                                       ("sec-websocket-version", "13")], end_stream=False)
+        tunnel.conn.send_data(sid, _frame(0x1, b"over h2"), end_stream=False)
+        tunnel.sock.sendall(tunnel.conn.data_to_send())
+        tunnel.sock.settimeout(10)
+        ended = opened = False
+        try:
+            while not ended:
+                data = tunnel.sock.recv(65536)
+                if not data:
+                    break
+                for ev in tunnel.conn.receive_data(data):
+                    opened |= isinstance(ev, h2.events.ResponseReceived) and dict(ev.headers).get(b":status") == b"200"
+                    ended |= isinstance(ev, h2.events.ConnectionTerminated | h2.events.StreamReset)
+        except (TimeoutError, ConnectionError):
+            pass
+    assert not opened and upstream.received == [] and upstream.http_requests == []
