@@ -87,7 +87,7 @@ def _first_wins_reading(data: bytes, last: object) -> object:
     """`data` read keeping the first value of a duplicate key; `last` (the last-wins reading) when the two
     read the same (compared as JSON text: NaN, which is unequal to itself, reads the same both ways)."""
     try:
-        first = json.loads(data, object_pairs_hook=_first_wins)
+        first = json.loads(data.decode("utf-8", "replace"), object_pairs_hook=_first_wins)
         same = json.dumps(first, sort_keys=True) == json.dumps(last, sort_keys=True)
     except (ValueError, RecursionError):
         return last
@@ -105,8 +105,19 @@ def _kind(value: object) -> str:
 
 
 def _lenient(data: bytes) -> object:
+    """The line as a lenient peer reads it: bytes that are not UTF-8 as U+FFFD, as Node's Buffer.toString
+    (the TypeScript SDK's stdio transport) reads them, so the call such a server runs is the call tracked."""
     try:
         return json.loads(data)
+    except UnicodeDecodeError:
+        return _lenient_text(data.decode("utf-8", "replace"))
+    except (ValueError, RecursionError):
+        return None
+
+
+def _lenient_text(text: str) -> object:
+    try:
+        return json.loads(text)
     except (ValueError, RecursionError):
         return None
 

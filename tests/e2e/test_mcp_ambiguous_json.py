@@ -59,3 +59,24 @@ def test_duplicate_keys_read_differently_by_the_server(tmp_path: Path, what: str
         assert received and all(m.get("error", {}).get("code") == -32600 for m in received), received
         assert calls and all(e["response"]["answered_by"] == "capture" for e in calls)
     assert_intact(shim.vault)
+
+
+def test_a_call_that_is_not_utf8_read_as_a_node_server_reads_it(tmp_path: Path) -> None:
+    """A tools/call with bytes that are not UTF-8 in its arguments: the shim could not read it (no id,
+    no answer matched, recorded as unanswered) while a server that reads bad bytes as U+FFFD (Node's
+    Buffer.toString: the TypeScript SDK) ran it and answered, and the answer reached the client with no
+    entry holding it (fails on main)."""
+    shim = _shim(tmp_path)
+    try:
+        shim.send(b'{"jsonrpc":"2.0","id":31,"method":"tools/call","params":{"name":"echo",'
+                  b'"arguments":{"text":"caf\\u00e9 \xff result"}}}\n')
+        received = _finish(shim, 1.0)
+    finally:
+        shim.kill()
+    calls = [e for e in entries(shim.vault) if e["request"]["method"] == "tools/call"]
+    answered = [m for m in received if "result" in m]
+    assert answered, received  # the server did run it
+    bodies = [e["response"]["body"] for e in calls]
+    assert all(m in bodies for m in answered), f"the client got {answered}; tools/call entries hold {bodies}"
+    assert "base64" in calls[0]["mcp"]["unparsed"]  # the request as received, bytes and all
+    assert_intact(shim.vault)

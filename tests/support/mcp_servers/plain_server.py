@@ -7,7 +7,8 @@ in it (in order). `tools/call`: `echo` answers `arguments.text`; `slow` sleeps `
 first (it answers even a call the client cancelled, as servers may); `delete_everything` answers
 "deleted"; `last_words` writes its whole answer (a text of `arguments.size` bytes) without the newline
 that ends the line, and exits. With `first-wins`, an object with a duplicate key keeps the first value (as some JSON
-parsers do), where Python's `json` keeps the last.
+parsers do), where Python's `json` keeps the last. A line that is not UTF-8 is read with U+FFFD for
+its bad bytes, as a Node server (the TypeScript SDK's stdio transport) reads it.
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ def main() -> None:
             line, buf = buf.split(b"\n", 1)
             log.write(line + b"\n")
             try:
-                msg = json.loads(line, object_pairs_hook=hook)
+                # bytes that are not UTF-8 become U+FFFD, as Node's Buffer.toString (the TypeScript SDK) has them
+                msg = json.loads(line.decode("utf-8", "replace"), object_pairs_hook=hook)
             except ValueError:
                 continue
             for one in msg if isinstance(msg, list) else [msg]:
