@@ -490,6 +490,8 @@ class LineRelay:
     ) -> bytes | asyncio.Task | None:
         """What goes to the client for this line: the bytes, a task giving them once recorded, or None."""
         line = parse_line(raw)
+        if line.other is not None:
+            return self._withhold_ambiguous(line, raw, status, headers)
         if line.error:
             say(f"{self.server_label} sent a line that is {line.error} ({len(raw)} bytes); relayed unchanged")
         finished, drop = self._match_answers(line)
@@ -501,6 +503,35 @@ class LineRelay:
         if not finished:
             return raw
         return asyncio.create_task(self._record_then_release(raw, line, finished, status, headers))
+
+    def _withhold_ambiguous(self, line: Line, raw: bytes, status: int | None, headers: list[tuple[str, str]]) -> bytes:
+        """A server line whose duplicate keys parsers read differently (`{"id":42,"id":41,...}`): a client
+        may read it as an answer to another call than the shim would, so it does not reach the client.
+        Every open request either reading answers gets an error instead; a recorded call's entry keeps
+        the line as its response, `answered_by` capture."""
+        why = f"{self.server_label} sent an answer whose duplicate keys parsers read differently: withheld"
+        say(why)
+        out: list[bytes] = []
+        for msg in [*line.messages, *(line.other or [])]:
+            key = id_key(msg.id) if msg.kind == "response" else None
+            if key is None or key not in self.methods:
+                continue
+            _, request_id = self.methods.pop(key)
+            self.abandoned.add(key)  # its entry says the answer was withheld: a later one is dropped too
+            call = self.pending.pop(key, None)
+            if call is not None:
+                self._cancel_timer(key)
+                self._spawn(self._record_withheld(call, raw, why, status, headers))
+            out.append(error_response(request_id, SERVER_GONE_CODE, why))
+        return b"".join(out)
+
+    async def _record_withheld(self, call: PendingCall, raw: bytes, why: str, status: int | None,
+                               headers: list[tuple[str, str]]) -> None:
+        try:
+            await self.journal.finish(call, status=status, response_raw=raw, response_headers=headers, error=why,
+                                      answered_by="capture", size=len(raw))
+        except Exception as exc:  # noqa: BLE001 - reported, never raised into the relay
+            say(f"journal: could not record {call.method} id {id_key(call.request_id)}: {exc}")
 
     def _match_answers(self, line: Line) -> tuple[list[tuple[Message, PendingCall]], set[int]]:
         """The recorded calls this line answers, and the messages in it the client must not get

@@ -80,3 +80,29 @@ def test_a_call_that_is_not_utf8_read_as_a_node_server_reads_it(tmp_path: Path) 
     assert all(m in bodies for m in answered), f"the client got {answered}; tools/call entries hold {bodies}"
     assert "base64" in calls[0]["mcp"]["unparsed"]  # the request as received, bytes and all
     assert_intact(shim.vault)
+
+
+def test_a_server_answer_whose_duplicate_keys_read_two_ways(tmp_path: Path) -> None:
+    """The server writes `{"id":42,"id":41,"result":...}` while calls 41 and 42 are open: the shim read
+    an answer to 41 (the last id), a client that keeps the first read an answer to 42, and call 42's
+    entry said no answer came (fails on main). Now the line is withheld and both calls are told so."""
+    import base64
+
+    from tests.support.mcp_servers.harness import RawShim
+
+    forged = b'{"jsonrpc":"2.0","id":42,"id":41,"result":{"content":[{"type":"text","text":"forged"}]}}\n'
+    shim = RawShim(tmp_path)
+    try:
+        shim.handshake()
+        shim.call(42, "hold")
+        shim.call(41, "emit", b64=base64.b64encode(forged).decode())
+        received = _finish(shim, 1.0)
+    finally:
+        shim.kill()
+    assert not [m for m in received if "result" in m], received  # neither the forged line nor 41's own answer
+    assert sorted(m["id"] for m in received) == [41, 42] and all(m["error"]["code"] == -32000 for m in received)
+    by_id = {e["mcp"]["id"]: e["response"] for e in entries(shim.vault)}
+    for rid in (41, 42):
+        assert by_id[rid]["answered_by"] == "capture" and "withheld" in by_id[rid]["error"], by_id[rid]
+        assert "forged" in str(by_id[rid]["body"])  # the line the server wrote, as received
+    assert_intact(shim.vault)
