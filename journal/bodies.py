@@ -37,7 +37,7 @@ from journal.canonical import (
     float_reads_back,
     may_hold_float,
 )
-from journal.redact import StreamingRedactor, redact_body
+from journal.redact import StreamingRedactor, redact_body, redact_escaped_json
 
 if TYPE_CHECKING:
     from journal.store.interface import BlobSink, BlobWriting
@@ -449,7 +449,10 @@ class BodyCapture:
             return None, extra
         if self._blob is not None:
             return self._blob.commit(), extra
-        return encode_body(bytes(self._buf), self.content_type, self.store, self.threshold), extra
+        held = bytes(self._buf)
+        if self._redactor is not None and is_json_type(self.content_type):  # as `record_body`
+            held = redact_escaped_json(held)
+        return encode_body(held, self.content_type, self.store, self.threshold), extra
 
     def abort(self) -> None:
         if self._blob is not None:
@@ -468,6 +471,8 @@ def record_body(
     if held is not None:
         if redact:
             held = redact_body(held, content_type)
+            if is_json_type(content_type):  # what a reader of the JSON gets back from its escapes
+                held = redact_escaped_json(held)
         if len(held) <= hold:
             return encode_body(held, content_type, store, threshold), {}
     cap = BodyCapture(store, content_type, content_encoding, threshold, redact)

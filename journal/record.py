@@ -356,7 +356,12 @@ class Recorder:
             "principal": who.principal or principal_fingerprint(req_headers, url), "connector": connector,
             "capture": call.capture, "prompt_ref": call.prompt_ref, "effect": effect, "request": request,
         }
-        return RequestHalf.of(fields, call)
+        half = RequestHalf.of(fields, call)
+        if isinstance(websocket, dict) and isinstance(websocket.get("close_reason"), str):
+            # a close frame's reason is the peer's text like a message's (RFC 6455 lets it carry 123 bytes)
+            reason = redact_json_value(websocket["close_reason"])
+            half.request_extra["websocket"] = {**websocket, "close_reason": reason}
+        return half
 
     def prepare_response(self, half: RequestHalf, call: Call) -> dict:
         """The entry fields from a request half and the call's response part (with its `ts` and

@@ -40,6 +40,7 @@ __all__ = [
     "contains_credential",
     "is_token_exchange",
     "redact_body",
+    "redact_escaped_json",
     "redact_headers",
     "redact_json_value",
     "redact_url",
@@ -132,7 +133,12 @@ _BODY_ALT = _name_pattern(_BODY_NAMES)
 def _escaped_key_alts() -> tuple[str, str]:
     """JSON keys as written with \\uXXXX escapes: (as a key, as a key inside a JSON string holding JSON,
     where the escape's backslash may itself be escaped: \\\\u0077). The larger patterns, built on first use."""
-    return _name_pattern(_BODY_NAMES, escape=r"\\"), _name_pattern(_BODY_NAMES, escape=r"\\\\?")
+    def words(escape: str) -> str:  # `_ID_WORDS` (as `_JSON_KEY_ALT` has it), any character maybe escaped
+        char = rf"(?:[A-Za-z0-9]|{escape}u00(?:3[0-9]|[46][1-9a-fA-F]|[57][0-9aA]))"
+        return rf"(?:{char}{{1,32}}+(?:[_.\-]|{escape}u00(?:5[fF]|2[dDeE]))){{0,3}}"
+
+    return (words(r"\\") + "(?:" + _name_pattern(_BODY_NAMES, escape=r"\\") + ")",
+            words(r"\\\\?") + "(?:" + _name_pattern(_BODY_NAMES, escape=r"\\\\?") + ")")
 
 
 @functools.cache
@@ -424,6 +430,11 @@ _PREFIX_RULES = tuple(_prefix_rule(p, shape.rest) for shape in PREFIX_SHAPES for
 # opening quote `\"`, `\u0022` or `\u0027` (`password: \"hunter2\"` is a YAML line in a JSON string). A YAML
 # list item (`- password: ...`, docker-compose's `- DB_PASSWORD=...`) is a line assignment too.
 _ID_WORDS = rb"(?:[A-Za-z0-9]{1,32}+[_.\-]){0,3}"
+# A JSON key holding a credential: a credential name after up to three identifier words, as line
+# assignments and name/value pairs read a name (an MCP client's `env` dict, `{"GITHUB_TOKEN": ...}`, a
+# docker-compose `environment` map: `OPENAI_API_KEY` is `api_key` after `OPENAI_`). camelCase prefixes are
+# not words (`nextPageToken` is a cursor and stays).
+_JSON_KEY_ALT = _ID_WORDS.decode() + "(?:" + _BODY_ALT + ")"
 # A blank as written in text or inside a JSON string (in JSON inside a JSON string, the escape's backslash
 # is escaped too: \\t).
 _BLANK = rb"(?:[ \t]|\\\\?(?:t|u00(?:09|20)))"
@@ -661,7 +672,7 @@ _T_JSON_IN_JSON_2 = _Elements(rb'(?:[^"\\]|\\{8}|\\{7}"|\\{4}(?=[^"\\]))*+', 8)
 @functools.cache
 def _json_rules_by_esc(esc: bool) -> tuple[_Rule, ...]:
     """The JSON key rules for plain (False) or escaped (True) key names, built on first use."""
-    return _json_rules(*_escaped_key_alts()) if esc else _json_rules(_BODY_ALT, _BODY_ALT)
+    return _json_rules(*_escaped_key_alts()) if esc else _json_rules(_JSON_KEY_ALT, _JSON_KEY_ALT)
 
 
 # name=value after ?, &, &amp; or \u0026 (URLs inside text), and at the start of the body: form-encoded
@@ -1047,14 +1058,15 @@ _RARE_TRIGGERS = "/=\r?&<%'"
 @functools.cache
 def _kind_triggers(kind: str, esc: bool) -> re.Pattern[bytes]:
     """Trigger regex of a kind for one spelling of JSON keys, less `_RARE_TRIGGERS`; compiled on first use."""
-    conds = _text_trigger_conds(*_escaped_key_alts(), kind) if esc else _text_trigger_conds(_BODY_ALT, _BODY_ALT, kind)
+    conds = (_text_trigger_conds(*_escaped_key_alts(), kind) if esc
+             else _text_trigger_conds(_JSON_KEY_ALT, _JSON_KEY_ALT, kind))
     return re.compile(_triggers({c: v for c, v in conds.items() if c not in _RARE_TRIGGERS}))
 
 
 @functools.cache
 def _kind_rare_triggers(kind: str) -> re.Pattern[bytes]:
     """The triggers of `_RARE_TRIGGERS` for a kind (no JSON key in them: one set for both spellings)."""
-    conds = _text_trigger_conds(_BODY_ALT, _BODY_ALT, kind)
+    conds = _text_trigger_conds(_JSON_KEY_ALT, _JSON_KEY_ALT, kind)
     return re.compile(_triggers({c: v for c, v in conds.items() if c in _RARE_TRIGGERS}))
 
 
@@ -1343,6 +1355,7 @@ def compile_for_capture() -> None:
     _value_trigger_re()
     _url_name_re()
     _body_name_re()
+    _assigned_name_re()
 
 
 def redact_body(body: bytes, content_type: str | None) -> bytes:
@@ -1690,7 +1703,7 @@ def redact_json_value(value: object) -> object:
         out: dict[object, object] = {}
         secret_key = _named_value_key(value)
         for k, v in value.items():
-            if isinstance(k, str) and (k == secret_key or _body_name_re().fullmatch(k)) and (
+            if isinstance(k, str) and (k == secret_key or _is_assigned_name(k)) and (
                 v is not None and not isinstance(v, bool)
             ):
                 out[_redact_text(k)] = REDACTED
@@ -1702,6 +1715,32 @@ def redact_json_value(value: object) -> object:
     if isinstance(value, str):
         return _redact_text(value)
     return value
+
+
+def redact_escaped_json(body: bytes) -> bytes:
+    """A JSON body, after `redact_body`, whose strings hold `\\uXXXX` escapes of ASCII characters: the
+    byte rules read it as written, so `\\u0067hp_...` or `https\\u003a//user:pass@` hid a credential
+    from them that a reader of the JSON gets back. Such a body is read, redacted as read
+    (`redact_json_value`) and, when that removed anything, written again (the same JSON value less the
+    credentials, no ASCII escaped); any other body comes back unchanged. Called on whole bodies held in
+    memory (`record_body`, and `BodyCapture` when it held the body): one over the JSON parse limit, in a
+    blob, is not read here; nor is a credential the byte rules cut short (`Bearer\\u0020<token>`:
+    the byte rules take `Bearer` for the token)."""
+    if _NAME_ESCAPE.search(body) is None:  # the usual case: no escape of an ASCII character
+        return body
+    import json
+
+    try:
+        value = json.loads(body)
+        redacted = redact_json_value(value)
+        if redacted == value:
+            return body
+        try:
+            return json.dumps(redacted, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: written escaped
+            return json.dumps(redacted, separators=(",", ":")).encode("ascii")
+    except (ValueError, RecursionError):
+        return body
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1775,9 +1814,12 @@ def is_token_exchange(method: str, url: str, headers: Iterable[tuple[str, str]],
     Matches the provider tables (Google, Slack, GitHub, Microsoft, cloud metadata services), the generic
     OAuth path regex, any path ending ``/token`` whose body holds ``grant_type``, and AWS STS. The path
     is percent-decoded and compared lowercase; the method does not matter (GET tokeninfo counts too).
-    A path-only URL takes its host from the Host header.
+    A path-only URL takes its host from the Host header. A WebSocket is never one, whatever its URL: not
+    its upgrade (`Upgrade: websocket`), nor a message on it (method `WEBSOCKET`, docs/contract.md): it
+    is a channel both ways, for as long as it stays open.
     """
-    del method  # every method of these endpoints is dropped
+    if method == "WEBSOCKET" or "websocket" in (header_value(headers, "upgrade") or "").lower():
+        return False  # (every other method of these endpoints is dropped)
     rest = url.strip().partition("#")[0].partition("?")[0]
     m = _AUTHORITY_RE.match(rest)
     auth, raw_path = (m["auth"].rpartition("@")[2], rest[m.end() :]) if m else ("", rest)

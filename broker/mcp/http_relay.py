@@ -43,6 +43,7 @@ from broker.mcp.messages import (
 from broker.mcp.oversize import OversizeLine
 from broker.mcp.recording import CANCELLED, JOURNAL_ERROR_CODE, LOOKUP_WAIT, STDIO_STATUS, CallJournal, PendingCall
 from broker.mcp.relay import (
+    INVALID_REQUEST_CODE,
     LIST_PAGES,
     MAX_LINE,
     SERVER_GONE_CODE,
@@ -87,6 +88,7 @@ class _Exchange:
 
     scope: str
     local: dict[str, _Tracked] = field(default_factory=dict)
+    refused: tuple[int, str, int] | None = None  # (JSON-RPC code, why, HTTP status) when the body must not go upstream
 
 
 class HttpRelay:
@@ -167,7 +169,23 @@ class HttpRelay:
         fresh: list[PendingCall] = []
         if method == "POST" and body:
             assert principal is not None  # set above under the same condition
+            encoding = next((v for k, v in headers if k.lower() == "content-encoding" and v.strip().lower()
+                             not in ("", "identity")), None)
+            if encoding is not None:  # what the shim reads must be what the upstream runs
+                exchange.refused = (INVALID_REQUEST_CODE, f"the body is sent with Content-Encoding {encoding[:40]!r}, "
+                                    "which the shim does not decode: it records what it reads", 415)
             fresh = self._track_request(body, exchange, target, headers, principal, (path_query, forward), who)
+            if exchange.refused is None and fresh and (problem := self.journal.problem(who[0] if who else None)):
+                exchange.refused = (JOURNAL_ERROR_CODE,
+                                    f"the journal could not record this call, so it was not sent: {problem}", 200)
+            if exchange.refused is not None:  # as the stdio relay's `LineRelay._refuse`
+                code, reason, http_status = exchange.refused
+                why = f"{reason}; the shim did not send this request"
+                say(f"refused a client request: {why}")
+                error_body = _error_body(exchange, code, why)
+                await self._unanswered(exchange, why, answered_by="capture")
+                await _send_json(send, http_status, error_body)
+                return
             if self.asks and (answered := self._client_answers(body, session)):
                 body = await self._record_client_answers(body, answered)
         state: dict = {"started": False, "response": None}
@@ -253,8 +271,15 @@ class HttpRelay:
                 self._bg.add(task)
                 task.add_done_callback(self._bg.discard)
             return fresh
-        for msg in line.messages:
-            if msg.kind == "notification" and msg.method == "notifications/cancelled":
+        messages = line.messages
+        if line.other is not None:  # duplicate keys read two ways: refused, each reading's calls recorded
+            exchange.refused = exchange.refused or (
+                INVALID_REQUEST_CODE, "its duplicate keys are read differently by parsers that keep the first value "
+                "and those that keep the last: the shim cannot know which call it would send", 200)
+            said = {(id_key(m.id), m.method) for m in messages}
+            messages = [*messages, *(m for m in line.other if (id_key(m.id), m.method) not in said)]
+        for msg in messages:
+            if exchange.refused is None and msg.kind == "notification" and msg.method == "notifications/cancelled":
                 self._client_cancelled(msg, exchange.scope)
             if msg.kind != "request":
                 continue
@@ -270,6 +295,9 @@ class HttpRelay:
                 fresh.append(call)
             tracked = _Tracked(msg.method or "?", call, msg.id)
             key = id_key(msg.id)
+            if exchange.refused is not None:  # never upstream, so never answered there: one slot each
+                exchange.local[f"{key}#{len(exchange.local)}"] = tracked
+                continue
             exchange.local[key] = tracked
             self.tracked.setdefault((exchange.scope, key), tracked)
         return fresh
@@ -430,16 +458,28 @@ class HttpRelay:
         status = response.status
         assert status is not None  # an UpstreamResponse is handed out once its head is in
         out_headers = _forward_headers(response)
-        ctype = (response.header("content-type") or "").split(";")[0].strip().lower()
+        # Read as clients read it: the Python SDK takes any type starting application/json or
+        # text/event-stream, the TypeScript SDK any that contains them (SSE first); httpx decodes gzip.
+        ctype = (response.header("content-type") or "").lower()
+        sse, json_body = "text/event-stream" in ctype, "application/json" in ctype
+        encoding = (response.header("content-encoding") or "").strip().lower()
         resp_headers = text_pairs(response.headers)
-        if ctype == "text/event-stream":
+        if exchange.local and ((sse and json_body) or encoding not in ("", "identity")):
+            why = (f"the upstream answered with Content-Type {ctype[:80]!r} and Content-Encoding {encoding[:40]!r}, "
+                   "which clients may read in ways the shim cannot record: the answer is withheld")
+            say(f"{why}")
+            error_body = _error_body(exchange, SERVER_GONE_CODE, why)
+            await self._unanswered(exchange, why, status=status, headers=resp_headers, answered_by="capture")
+            await _send_json(send, 502, error_body)
+            return
+        if sse:
             await send({"type": "http.response.start", "status": status, "headers": out_headers})
             await self._relay_events(response, exchange, send, status, resp_headers)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             await self._unanswered(exchange, "the upstream closed the event stream before answering",
                                    status=status, headers=resp_headers)
             return
-        if ctype == "application/json" and exchange.local:
+        if json_body and exchange.local:
             body = await response.read()
             body = await self._settle(body, exchange, exchange.scope, status, resp_headers)
             out_headers.append((b"content-length", str(len(body)).encode()))

@@ -70,6 +70,28 @@ class Line:
     messages: list[Message]
     batch: bool
     error: str | None  # why the line is not (strict) JSON, for stderr
+    other: list[Message] | None = None
+    """When an object in the line has a duplicate key whose values differ: the messages as a parser that
+    keeps the first value reads them (`messages` keep the last, as Python, JavaScript and Go do). A peer
+    may read either: the shim cannot know which call it forwards (`ambiguous`)."""
+
+
+def _first_wins(pairs: list[tuple[str, object]]) -> dict:
+    out: dict = {}
+    for key, value in pairs:
+        out.setdefault(key, value)
+    return out
+
+
+def _first_wins_reading(data: bytes, last: object) -> object:
+    """`data` read keeping the first value of a duplicate key; `last` (the last-wins reading) when the two
+    read the same (compared as JSON text: NaN, which is unequal to itself, reads the same both ways)."""
+    try:
+        first = json.loads(data.decode("utf-8", "replace"), object_pairs_hook=_first_wins)
+        same = json.dumps(first, sort_keys=True) == json.dumps(last, sort_keys=True)
+    except (ValueError, RecursionError):
+        return last
+    return last if same else first
 
 
 def _kind(value: object) -> str:
@@ -83,8 +105,19 @@ def _kind(value: object) -> str:
 
 
 def _lenient(data: bytes) -> object:
+    """The line as a lenient peer reads it: bytes that are not UTF-8 as U+FFFD, as Node's Buffer.toString
+    (the TypeScript SDK's stdio transport) reads them, so the call such a server runs is the call tracked."""
     try:
         return json.loads(data)
+    except UnicodeDecodeError:
+        return _lenient_text(data.decode("utf-8", "replace"))
+    except (ValueError, RecursionError):
+        return None
+
+
+def _lenient_text(text: str) -> object:
+    try:
+        return json.loads(text)
     except (ValueError, RecursionError):
         return None
 
@@ -95,15 +128,19 @@ def parse_line(raw: bytes) -> Line:
         return Line(raw, [], False, None)
     ok, value = parse_json_strict(body)
     error = None
+    other: list[Message] | None = None
     if not ok:
         value = _lenient(body)
         error = "not JSON" if value is None else "JSON the journal cannot hold exactly (duplicate keys or huge numbers)"
+        if value is not None and (first := _first_wins_reading(body, value)) is not value:
+            other = [Message(v, False, _kind(v)) for v in (first if isinstance(first, list) else [first])]
+            error = "JSON whose duplicate keys parsers read differently (the first or the last value)"
     if isinstance(value, list):
-        return Line(raw, [Message(v, ok, _kind(v)) for v in value], True, error)
+        return Line(raw, [Message(v, ok, _kind(v)) for v in value], True, error, other)
     msg = Message(value, ok, _kind(value))
     if value is not None and msg.kind == "invalid" and error is None:
         error = "not a JSON-RPC message"
-    return Line(raw, [msg], False, error)
+    return Line(raw, [msg], False, error, other)
 
 
 def id_key(request_id: object) -> str:

@@ -71,7 +71,7 @@ from journal.call import Call, JsonValue, Prepared
 from journal.entry import ContractError
 from journal.models.linking import tool_call_prompt_ref
 from journal.record import Recorder
-from journal.redact import REDACTED, contains_credential, redact_body, redact_json_value
+from journal.redact import REDACTED, contains_credential, redact_body, redact_escaped_json, redact_json_value
 from journal.writer import JournalError
 
 log = logging.getLogger("broker.mcp")
@@ -307,6 +307,16 @@ class CallJournal:
 
     # -- calls ----------------------------------------------------------------------------------
 
+    def problem(self, session: str | None = None) -> str | None:
+        """Why an entry for the session could not be written now, or None: checked before a recorded
+        request goes upstream (as `broker run` does), so a journal that is down stops the call rather than
+        only withholding its result after the server ran it."""
+        try:
+            self.recorder.check_session(session or self.identity.session)
+        except (JournalError, OSError) as exc:
+            return str(exc)
+        return None
+
     def start(
         self, message: Message, raw: bytes, *, url: str | None = None,
         request_headers: list[tuple[str, str]] | None = None, principal: str | None = None,
@@ -425,7 +435,7 @@ class CallJournal:
     def line_value(self, raw: bytes) -> object:
         """A line the journal cannot hold as parsed JSON, as the contract encodes a body: redacted
         (JSON rules), then its text, or `{"base64": ...}` when it is not UTF-8, spilled when large."""
-        data = redact_body(raw.rstrip(b"\r\n"), "application/json")
+        data = redact_escaped_json(redact_body(raw.rstrip(b"\r\n"), "application/json"))  # as record_body
         return encode_body(data, "text/plain", self.recorder.blobs, self.recorder.spill_threshold)
 
     def _write(

@@ -50,6 +50,7 @@ MAX_LINE = 64 << 20
 `oversize.py` (and reported)."""
 SERVER_GONE_CODE = -32000
 TIMEOUT_CODE = -32001
+INVALID_REQUEST_CODE = -32600
 _CHUNK = 1 << 20
 HOLD_TAIL = 64 << 10
 """The last bytes of an answer over the limit are held until its entry is durable (without its end
@@ -219,7 +220,8 @@ class LineRelay:
         """One line (whole) or one part of a line over the limit (the part ending it ends with a newline)."""
         if whole:
             async with self._upstream_lock:
-                self._guarded(self.track_client, raw)
+                if self._guarded(self.track_client, raw) is False:
+                    return  # refused: the shim answered it (an id still open)
                 if self._answered:  # the client's answer to a recorded server request: durable first
                     answered, self._answered = self._answered, []
                     raw = await self._record_client_answers(raw, answered)
@@ -248,25 +250,80 @@ class LineRelay:
             self._guarded(self._end_client_big, big)
             self._upstream_lock.release()
 
-    def _guarded(self, fn: Callable, *args: object) -> None:
-        """Bookkeeping that must never stop the relay: a failure is reported, the bytes still pass."""
+    def _guarded(self, fn: Callable, *args: object) -> object:
+        """Bookkeeping that must never stop the relay: a failure is reported (None), the bytes still pass."""
         try:
-            fn(*args)
+            return fn(*args)
         except Exception as exc:  # noqa: BLE001 - a bug in the bookkeeping must not stop the relay
             log.exception("internal error")
             say(f"internal error while reading a line ({exc.__class__.__name__}: {exc}); relayed unchanged")
+            return None
 
-    def track_client(self, raw: bytes) -> Line:
+    def track_client(self, raw: bytes) -> bool:
+        """Track the line's messages; False when the shim refused the line (it must not go upstream)."""
         line = parse_line(raw)
         if line.error:
             say(f"the client sent a line that is {line.error} ({len(raw)} bytes); relayed unchanged")
         if len(line.messages) == 1 and line.messages[0].value is None:  # not JSON at all
             if any(m.encode() in raw for m in RECORDED_METHODS):
                 self._unmatchable_call(raw)
-            return line
+            return True
+        if any(m.kind == "request" and self.journal.records(m.method) for m in line.messages) and (
+                problem := self.journal.problem()) is not None:
+            self._refuse(line, raw, f"the journal could not record this call, so it was not sent: {problem}",
+                         JOURNAL_ERROR_CODE)
+            return False
+        if line.other is not None:
+            self._refuse(line, raw, "its duplicate keys are read differently by parsers that keep the first value "
+                                    "and those that keep the last: the shim cannot know which call it would send")
+            return False
+        reused = self._open_id(line)
+        if reused is not None:
+            self._refuse(line, raw, f"request id {reused[:100]} is still open (sent to {self.server_label} and not "
+                                    "answered): answers are matched by id")
+            return False
         for msg in line.messages:
             self._client_message(msg, raw, line)
-        return line
+        return True
+
+    def _open_id(self, line: Line) -> str | None:
+        """The key of a request in the line whose id is still open (sent upstream, not answered; or
+        answered by the shim, its late answer still to be dropped) or used twice in the line; else None.
+
+        Answers are matched to calls by id alone: a second request with an open id would have the
+        first one's answer recorded as its own and its own answer reach the client with no entry."""
+        seen: set[str] = set()
+        for msg in line.messages:
+            if msg.kind != "request":
+                continue
+            key = id_key(msg.id)
+            if key in self.methods or key in self.abandoned or key in seen:
+                return key
+            seen.add(key)
+        return None
+
+    def _refuse(self, line: Line, raw: bytes, reason: str, code: int = INVALID_REQUEST_CODE) -> None:
+        """Send none of the line upstream: answer each request in it (in every reading of it) with an
+        error, and record the recorded kinds among them as answered by the capture point."""
+        why = f"{reason}; the shim did not send this line"
+        say(f"refused a client line: {why}")
+        calls: set[tuple[str, str | None]] = set()  # (id, method) of each request of the line as read
+        ids: set[str] = set()
+        for reading in (line.messages, line.other or []):
+            found = []
+            for msg in reading:
+                key = id_key(msg.id)
+                if msg.kind != "request" or (key, msg.method) in calls:
+                    continue  # (the other reading adds only what the first does not say)
+                found.append((key, msg.method))
+                if self.journal.records(msg.method):
+                    call = self.journal.start(msg, raw if not line.batch or line.other else _one(msg, raw),
+                                              **self.call_info())
+                    self._no_answer(call, why, answered_by="capture")
+                if reading is line.messages or key not in ids:
+                    self.out.put(error_response(msg.id, code, why))
+                    ids.add(key)
+            calls.update(found)
 
     def _end_client_big(self, big: OversizeLine) -> None:
         line = big.end()
@@ -433,6 +490,8 @@ class LineRelay:
     ) -> bytes | asyncio.Task | None:
         """What goes to the client for this line: the bytes, a task giving them once recorded, or None."""
         line = parse_line(raw)
+        if line.other is not None:
+            return self._withhold_ambiguous(line, raw, status, headers)
         if line.error:
             say(f"{self.server_label} sent a line that is {line.error} ({len(raw)} bytes); relayed unchanged")
         finished, drop = self._match_answers(line)
@@ -444,6 +503,35 @@ class LineRelay:
         if not finished:
             return raw
         return asyncio.create_task(self._record_then_release(raw, line, finished, status, headers))
+
+    def _withhold_ambiguous(self, line: Line, raw: bytes, status: int | None, headers: list[tuple[str, str]]) -> bytes:
+        """A server line whose duplicate keys parsers read differently (`{"id":42,"id":41,...}`): a client
+        may read it as an answer to another call than the shim would, so it does not reach the client.
+        Every open request either reading answers gets an error instead; a recorded call's entry keeps
+        the line as its response, `answered_by` capture."""
+        why = f"{self.server_label} sent an answer whose duplicate keys parsers read differently: withheld"
+        say(why)
+        out: list[bytes] = []
+        for msg in [*line.messages, *(line.other or [])]:
+            key = id_key(msg.id) if msg.kind == "response" else None
+            if key is None or key not in self.methods:
+                continue
+            _, request_id = self.methods.pop(key)
+            self.abandoned.add(key)  # its entry says the answer was withheld: a later one is dropped too
+            call = self.pending.pop(key, None)
+            if call is not None:
+                self._cancel_timer(key)
+                self._spawn(self._record_withheld(call, raw, why, status, headers))
+            out.append(error_response(request_id, SERVER_GONE_CODE, why))
+        return b"".join(out)
+
+    async def _record_withheld(self, call: PendingCall, raw: bytes, why: str, status: int | None,
+                               headers: list[tuple[str, str]]) -> None:
+        try:
+            await self.journal.finish(call, status=status, response_raw=raw, response_headers=headers, error=why,
+                                      answered_by="capture", size=len(raw))
+        except Exception as exc:  # noqa: BLE001 - reported, never raised into the relay
+            say(f"journal: could not record {call.method} id {id_key(call.request_id)}: {exc}")
 
     def _match_answers(self, line: Line) -> tuple[list[tuple[Message, PendingCall]], set[int]]:
         """The recorded calls this line answers, and the messages in it the client must not get
@@ -471,7 +559,7 @@ class LineRelay:
                 finished.append((msg, call))
             elif key in self.abandoned:
                 self.abandoned.discard(key)
-                say(f"dropped the late answer to id {key}: the shim already answered it (timeout)")
+                say(f"dropped the late answer to id {key}: its entry says none came (shim timeout, or cancelled)")
                 drop.add(i)
         return finished, drop
 
@@ -484,9 +572,11 @@ class LineRelay:
         raw = line.raw if not line.batch else _one(msg, line.raw)
         self.asks[key] = self.journal.start(msg, raw, **self.call_info())
 
-    def _server_part(self, raw: bytes, status: int | None, headers: list[tuple[str, str]]) -> None:
+    def _server_part(self, raw: bytes, status: int | None, headers: list[tuple[str, str]], *, end: bool = False,
+                     ) -> None:
         """A part of a server line over the limit: relayed as it comes, but for its last HOLD_TAIL
-        bytes, which wait for the entry when the line answers a recorded call."""
+        bytes, which wait for the entry when the line answers a recorded call. `end`: the server's output
+        ended, and the line with it (no newline came)."""
         if self._server_big is None:
             self._server_big = OversizeLine(self.journal.recorder.blobs)
             say(f"{self.server_label} sent a line over {self.max_line} bytes; relayed in parts")
@@ -497,7 +587,7 @@ class LineRelay:
             big.feed(raw)
         except Exception as exc:  # noqa: BLE001
             say(f"internal error while reading a long line ({exc.__class__.__name__}: {exc}); relayed unchanged")
-        if not raw.endswith(b"\n"):
+        if not raw.endswith(b"\n") and not end:
             if len(held) > HOLD_TAIL:
                 self.out.put(bytes(held[:-HOLD_TAIL]))
                 del held[:-HOLD_TAIL]
@@ -517,12 +607,11 @@ class LineRelay:
         self.out.put(asyncio.create_task(self._record_big_then_release(tail, big, finished, status, headers)))
 
     def server_eof(self) -> None:
-        """The server's output ended inside a line over the limit: the rest of it goes out as it is."""
-        big, self._server_big = self._server_big, None
-        if big is not None:
-            big.abort()
-            self.out.put(bytes(self._server_held))
-            self._server_held.clear()
+        """The server's output ended inside a line over the limit: the line ends there. What it holds is
+        read as if its newline had come (a whole answer the server wrote before it exited is recorded,
+        and its end released after its entry, as any answer's); the rest of it goes out as it is."""
+        if self._server_big is not None:
+            self._server_part(b"", STDIO_STATUS, [], end=True)
 
     async def _record_then_release(
         self, raw: bytes, line: Line, finished: list[tuple[Message, PendingCall]], status: int | None,
@@ -573,6 +662,8 @@ class LineRelay:
         if self.pending.get(key) is call:
             del self.pending[key]
             self._cancel_timer(key)
+            if key in self.methods:  # its entry says no answer came: a late one is dropped, not relayed unrecorded
+                self.abandoned.add(key)
             self._no_answer(call, f"{CANCELLED}; no answer within {self.cancel_grace:g} s")
 
     def _timed_out(self, key: str) -> None:

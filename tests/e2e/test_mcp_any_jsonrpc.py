@@ -88,7 +88,11 @@ def test_invalid_utf8_lines_are_recorded_losslessly(tmp_path: Path) -> None:
         assert shim.close() == 0
     finally:
         shim.kill()
-    first, second = entries(shim.vault)
+    # the line is read as a lenient (Node) server reads it, id 5 and all (review6): its entry waits for an
+    # answer with that id, and is written when the client leaves (the raw server's -32700 names no id)
+    got = entries(shim.vault)
+    first = next(e for e in got if "unparsed" in e["mcp"])
+    second = next(e for e in got if e["mcp"].get("id") == 6)
     assert base64.b64decode(first["mcp"]["unparsed"]["base64"]) == odd.rstrip(b"\n")
     assert first["response"]["status"] is None and first["response"]["answered_by"] == "none"
     assert second["mcp"]["id"] == 6
@@ -163,8 +167,8 @@ def _expected_entries(line: bytes) -> int:
     body = line.rstrip(b"\r\n")
     if not body.strip():
         return 0
-    try:
-        value = json.loads(body)
+    try:  # bytes that are not UTF-8 read as U+FFFD, as a Node server reads them (review6)
+        value = json.loads(body.decode("utf-8", "replace"))
     except (ValueError, RecursionError):
         return int(any(m.encode() in body for m in RECORDED))
     items = value if isinstance(value, list) else [value]
@@ -336,31 +340,23 @@ def test_tools_list_changed_makes_the_shim_ask_again(tmp_path: Path) -> None:
     assert [e["request"]["effect_basis"] for e in entries(shim.vault)] == ["annotations"] * 3
 
 
-def test_answer_over_the_limit_is_withheld_when_the_journal_fails(tmp_path: Path) -> None:
+def test_a_call_for_a_big_answer_is_not_sent_when_the_journal_is_down(tmp_path: Path) -> None:
+    """A journal down from the start: the call is refused before it goes upstream (review6). The answer
+    over the limit withheld when the journal breaks while the server works:
+    tests/broker/mcp/test_mcp_refusals.py."""
     vault = tmp_path / "vault"
     (vault / "journal" / "s1.jsonl").mkdir(parents=True)  # the session file cannot be opened
     shim = RawShim(tmp_path, "--max-message-mib", "1")
     try:
         shim.handshake()
         shim.call(1, "big", size=3 << 20)
-        got = []
-        while True:
-            line = shim.recv()
-            assert line is not None
-            got.append(line)
-            try:
-                answer = json.loads(line)
-                break
-            except ValueError:
-                continue
+        answer = shim.recv_json()
         assert shim.close() == 0
     finally:
         shim.kill()
     assert answer["id"] == 1 and answer["error"]["code"] == -32603 and "result" not in answer
-    assert len(got) == 2 and len(got[0]) > 1 << 20  # what passed before the end is a line no client can read
-    with pytest.raises(ValueError):
-        json.loads(got[0])
-    assert "journal: could not record tools/call id 1" in shim.stderr
+    assert not [line for line in shim.received_by_server() if b'"big"' in line]
+    assert "the journal could not record this call, so it was not sent" in shim.stderr
 
 
 def test_nested_too_deeply_for_an_entry_is_recorded_as_text(tmp_path: Path) -> None:

@@ -308,7 +308,8 @@ def test_journal_failure_fails_closed_over_http(tmp_path: Path, upstream_http: s
     assert body["id"] == 4 and body["error"]["code"] == -32603
     assert "journal could not record" in body["error"]["message"]
     assert "buy milk" not in r.text
-    assert "journal: could not record id 4" in err
+    # checked before the call goes upstream (review6; tests/e2e/test_mcp_http_refusals.py)
+    assert "the journal could not record this call, so it was not sent" in err
 
 
 async def _first_call_then_list(c: Client) -> None:

@@ -451,7 +451,9 @@ def test_journal_failure_fails_closed(tmp_path: Path) -> None:
         assert shim.close() == 0
     finally:
         shim.kill()
-    assert "journal: could not record tools/call id 1" in shim.stderr
+    # checked before the call goes upstream (review6): the server never ran it (tests/e2e/test_mcp_journal_down.py)
+    assert "the journal could not record this call, so it was not sent" in shim.stderr
+    assert not [line for line in shim.received_by_server() if b'"tools/call"' in line]
 
 
 def test_effects_from_annotations_before_the_client_lists_and_overrides(tmp_path: Path) -> None:

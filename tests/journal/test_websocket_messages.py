@@ -102,6 +102,10 @@ def test_slack_socket_hosts_match_and_opening_calls_are_recorded():
     assert not is_token_exchange("POST", "https://slack.com/api/apps.connections.open", [], b"")
     assert not is_token_exchange("GET", "https://slack.com/api/rtm.connect", [], None)
     handshake = reg.classify("GET", SOCKET_URL, [], None)
+    # a WebSocket is never a token exchange, whatever its URL (review6: its messages passed unrecorded)
+    assert is_token_exchange("GET", "https://x.example/oauth/token", [], None)
+    assert not is_token_exchange("GET", "https://x.example/oauth/token", [("Upgrade", "WebSocket")], None)
+    assert not is_token_exchange("WEBSOCKET", "https://x.example/oauth/token", [], b"data")
     assert handshake is not None and handshake.effect == "read"
 
 
