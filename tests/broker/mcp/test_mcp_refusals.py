@@ -8,37 +8,8 @@ from pathlib import Path
 
 import orjson
 
-from broker.mcp.recording import CallJournal, Identity
-from broker.mcp.relay import HOLD_TAIL, ClientWriter, LineRelay
-from journal.record import Recorder
-from journal.vault import Vault
-
-
-class Wire:
-    def __init__(self, tmp: Path, max_line: int = 64 << 20) -> None:
-        self.vault = tmp / "vault"
-        self.journal = CallJournal(Recorder(self.vault), Identity("s1", "a1", "unknown"), url="stdio:server",
-                                   fallback="server")
-        self.to_client: list[bytes] = []
-        self.to_server: list[bytes] = []
-
-        async def write(data: bytes) -> None:
-            self.to_client.append(data)
-
-        async def close() -> None:
-            return None
-
-        async def upstream(data: bytes) -> None:
-            self.to_server.append(data)
-
-        self.relay = LineRelay(self.journal, ClientWriter(write, close), send_upstream=upstream, max_line=max_line)
-
-    async def end(self) -> list[dict]:
-        self.relay.fail_pending("the test ended", answer_client=False)
-        await self.relay.drain()
-        self.journal.recorder.close()
-        path = Vault(self.vault).session_path("s1")
-        return [orjson.loads(line) for line in path.read_bytes().splitlines()] if path.exists() else []
+from broker.mcp.relay import HOLD_TAIL
+from tests.support.mcp_wire import Wire
 
 
 def _call(rid: object, tool: str = "echo") -> bytes:
