@@ -11,6 +11,7 @@ import os
 from collections.abc import Iterator
 from typing import BinaryIO
 
+from journal.blobstore import hash_chunks
 from journal.confine import CHUNK, is_blob_name, open_blob
 from journal.vault import Vault
 
@@ -23,17 +24,20 @@ class BlobMismatch(FileNotFoundError):
                          "(run `broker verify`)")
 
 
-def open_recorded_blob(vault: Vault | str | os.PathLike, digest: str) -> BinaryIO:
+def open_recorded_blob(vault: Vault | str | os.PathLike, digest: str, size: object = None) -> BinaryIO:
     """Blob `digest` of the vault (or the vault at that path: as confine.open_blob; a database store read in
     place: from its rows, checked against its name), else of BROKER_BLOBS' store; FileNotFoundError when
     neither holds it, BlobMismatch when the bytes do not hash to its name. The file handed over was read
     through once to check it; a caller streaming it to someone else reads it through `verified_chunks` (an
-    edit in place after the check is caught there)."""
+    edit in place after the check is caught there). `size`: what the entry's reference names (`{"sha256",
+    "size", "ref"}`); a blob holding more is a BlobMismatch found without reading it through (a huge or
+    sparse file in its place). Anything but a byte count is ignored."""
+    limit = size if type(size) is int and size >= 0 else None
     from_store = getattr(vault, "open_blob", None)  # journal/store/database_vault.py
     try:
         if from_store is not None and is_blob_name(digest):
-            return from_store(digest)
-        return _checked(open_blob(vault.root if isinstance(vault, Vault) else vault, digest), digest)
+            return from_store(digest, limit)
+        return _checked(open_blob(vault.root if isinstance(vault, Vault) else vault, digest), digest, limit)
     except BlobMismatch:
         raise
     except FileNotFoundError:
@@ -42,16 +46,15 @@ def open_recorded_blob(vault: Vault | str | os.PathLike, digest: str) -> BinaryI
             raise
     from journal.store.url import open_remote_blob
 
-    return open_remote_blob(remote, digest)
+    return open_remote_blob(remote, digest, limit)
 
 
-def _checked(f: BinaryIO, digest: str) -> BinaryIO:
-    """`f` at its start once its bytes hash to `digest`; closed and BlobMismatch otherwise."""
-    h = hashlib.sha256()
+def _checked(f: BinaryIO, digest: str, size: int | None = None) -> BinaryIO:
+    """`f` at its start once its bytes hash to `digest` (and, with `size`, hold no more: `hash_chunks`);
+    closed and BlobMismatch otherwise."""
     try:
-        while chunk := f.read(CHUNK):
-            h.update(chunk)
-        if h.hexdigest() != digest:
+        got, n = hash_chunks(iter(lambda: f.read(CHUNK), b""), size)
+        if got != digest or (size is not None and n > size):
             raise BlobMismatch(digest)
         f.seek(0)
     except BaseException:

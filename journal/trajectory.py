@@ -125,8 +125,8 @@ def _matches(part: object, recorded: list[_Recorded], vault: Vault) -> list[int]
             return hits
         try:
             vault.blob_path(part["ref"])  # refuses a ref that is not blobs/sha256/<hh>/<64 hex>
-            with open_recorded_blob(vault, part["ref"].rsplit("/", 1)[-1]) as f:
-                text = f.read().decode("utf-8", "replace")
+            with open_recorded_blob(vault, part["ref"].rsplit("/", 1)[-1], part["size"]) as f:
+                text = f.read(max(0, part["size"])).decode("utf-8", "replace")  # no more than the entry names
         except (OSError, VaultError):
             return []
     elif isinstance(part, str):

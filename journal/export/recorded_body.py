@@ -67,7 +67,7 @@ def iter_blob(vault: Vault, ref: dict, chunk: int | None = None) -> Iterator[byt
         raise BlobUnavailable(f"{str(ref['ref'])[:120]!r} is not a blob reference of this vault (run `broker verify`)")
     h = hashlib.sha256()
     try:
-        with open_recorded_blob(vault, digest) as f:
+        with open_recorded_blob(vault, digest, ref.get("size")) as f:
             while data := f.read(chunk or BLOB_CHUNK):
                 h.update(data)
                 yield data

@@ -80,10 +80,11 @@ class DatabaseVault(Vault):
 
     # -- blobs --------------------------------------------------------------------------------
 
-    def open_blob(self, digest: str) -> BinaryIO:
+    def open_blob(self, digest: str, size: int | None = None) -> BinaryIO:
         """The blob's bytes from the store, spooled (memory bounded) and handed over only when they hash to
-        its name; FileNotFoundError otherwise (a reader treats it as missing, never as the recorded body)."""
-        return checked_blob(self.store, digest, self.label)
+        its name (and hold no more than `size`, when its entry names one); FileNotFoundError otherwise (a
+        reader treats it as missing, never as the recorded body)."""
+        return checked_blob(self.store, digest, self.label, size)
 
     def blob_checker(self) -> DatabaseBlobCheck:
         return DatabaseBlobCheck(self.store)

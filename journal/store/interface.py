@@ -156,17 +156,26 @@ class BlobSource(Protocol):
     def read_blob(self, digest: str) -> Iterator[bytes]: ...
 
 
-def checked_blob(source: BlobSource, digest: str, where: str) -> BinaryIO:
+def checked_blob(source: BlobSource, digest: str, where: str, size: int | None = None) -> BinaryIO:
     """Blob `digest` read from `source` into a spooled file (memory bounded: a temporary file past 8 MiB,
     gone when closed) and handed over only when its bytes hash to its name. FileNotFoundError when the
-    source lacks it or its bytes do not match: a reader treats it as missing, never as the recorded body."""
+    source lacks it or its bytes do not match: a reader treats it as missing, never as the recorded body.
+    With the `size` its entry names, an object holding more is refused as soon as more came: a huge object
+    in its place fills neither the disk nor the clock."""
     import hashlib
     import tempfile
+
+    from journal.blobstore import oversize
 
     out = tempfile.SpooledTemporaryFile(max_size=8 << 20)
     h = hashlib.sha256()
     try:
+        n = 0
         for chunk in source.read_blob(digest):
+            n += len(chunk)
+            if size is not None and n > size:
+                out.close()
+                raise FileNotFoundError(oversize(digest, size, f" in {where}") + "; not used")
             h.update(chunk)
             out.write(chunk)
     except StoreError as exc:

@@ -79,9 +79,9 @@ def open_blob_sink(url: str) -> BlobSink:
     return S3Blobs(url)
 
 
-def open_remote_blob(url: str, digest: str) -> BinaryIO:
+def open_remote_blob(url: str, digest: str, size: int | None = None) -> BinaryIO:
     """Blob `digest` fetched from the blob store at `url` (BROKER_BLOBS) for a reader whose vault does not
     hold it, checked against its name (journal/store/interface.py `checked_blob`)."""
     from journal.store.interface import checked_blob
 
-    return checked_blob(open_blob_sink(url), digest, url)  # type: ignore[arg-type]
+    return checked_blob(open_blob_sink(url), digest, url, size)  # type: ignore[arg-type]

@@ -411,3 +411,48 @@ def test_a_huge_sparse_file_in_place_of_a_blob_is_judged_without_reading_it_thro
     except subprocess.TimeoutExpired:
         pytest.fail("verify read the sparse terabyte through")
     assert r.stdout.split() == ["False", "2", "blob_corrupt"], r.stderr
+
+
+def test_a_reader_of_a_blob_stops_past_the_size_its_entry_names(tmp_path):
+    """Exports (`iter_blob`) and the trajectory read a blob for its bytes, checked against its name: a sparse
+    terabyte in its place was hashed through before the mismatch was said (hours). `open_recorded_blob` now
+    stops past the size the entry's reference names."""
+    vault = Vault.create(tmp_path / "v")
+    ref = FileStore(vault.root).put_blob([b"recorded bytes"])
+    path = vault.root / ref["ref"]
+    os.chmod(path, 0o644)
+    os.truncate(path, 1 << 40)
+    code = "\n".join([
+        "import sys, json",
+        "from journal.vault import Vault",
+        "from journal.export.recorded_body import iter_blob, BlobUnavailable",
+        "try:",
+        "    list(iter_blob(Vault.open_existing(sys.argv[1]), json.loads(sys.argv[2])))",
+        "except BlobUnavailable as exc:",
+        "    print('refused', exc)",
+    ])
+    try:
+        r = subprocess.run([sys.executable, "-c", code, str(vault.root), orjson.dumps(ref).decode()],
+                           capture_output=True, text=True, cwd=ROOT, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the export read the sparse terabyte through")
+    assert r.stdout.startswith("refused ") and "does not hold the bytes its name says" in r.stdout, r.stderr
+
+
+def test_a_store_blob_larger_than_its_entry_says_is_refused_before_it_is_spooled():
+    """`checked_blob` (database stores read in place, `--blobs s3://...`) copied the whole object to a
+    temporary file before checking its hash: an endless object filled the disk. With the entry's size it
+    stops as soon as more came."""
+    from journal.store.interface import checked_blob
+
+    pulled = []
+
+    class Endless:
+        def read_blob(self, digest):
+            while True:
+                pulled.append(1)
+                yield b"\0" * 65536
+
+    with pytest.raises(FileNotFoundError, match="more than the 14 bytes"):
+        checked_blob(Endless(), "0" * 64, "the store", size=14)
+    assert len(pulled) == 1
