@@ -13,11 +13,13 @@ from typing import BinaryIO
 
 from journal.blobstore import hash_chunks
 from journal.confine import CHUNK, is_blob_name, open_blob
+from journal.errors import VaultError
 from journal.vault import Vault
 
 
-class BlobMismatch(FileNotFoundError):
-    """A blob whose bytes do not hash to its name: a reader treats it as missing, never as the recorded bytes."""
+class BlobMismatch(VaultError, FileNotFoundError):
+    """A blob whose bytes do not hash to its name: a reader treats it as missing (a FileNotFoundError), never as
+    the recorded bytes."""
 
     def __init__(self, digest: str) -> None:
         super().__init__(f"blob {digest} does not hold the bytes its name says: their hash differs "
