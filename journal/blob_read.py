@@ -26,20 +26,24 @@ class BlobMismatch(VaultError, FileNotFoundError):
                          "(run `broker verify`)")
 
 
-def open_recorded_blob(vault: Vault | str | os.PathLike, digest: str, size: object = None) -> BinaryIO:
+def open_recorded_blob(vault: Vault | str | os.PathLike, digest: str, size: object = None, *,
+                       hashed_by_caller: bool = False) -> BinaryIO:
     """Blob `digest` of the vault (or the vault at that path: as confine.open_blob; a database store read in
     place: from its rows, checked against its name), else of BROKER_BLOBS' store; FileNotFoundError when
     neither holds it, BlobMismatch when the bytes do not hash to its name. The file handed over was read
     through once to check it; a caller streaming it to someone else reads it through `verified_chunks` (an
     edit in place after the check is caught there). `size`: what the entry's reference names (`{"sha256",
     "size", "ref"}`); a blob holding more is a BlobMismatch found without reading it through (a huge or
-    sparse file in its place). Anything but a byte count is ignored."""
+    sparse file in its place). Anything but a byte count is ignored. `hashed_by_caller`: the caller hashes
+    what it reads and stops past `size` itself (`recorded_body.iter_blob`), so a vault file is handed over
+    unread rather than read through twice (a store's blob is always checked: it is spooled anyway)."""
     limit = size if type(size) is int and size >= 0 else None
     from_store = getattr(vault, "open_blob", None)  # journal/store/database_vault.py
     try:
         if from_store is not None and is_blob_name(digest):
             return from_store(digest, limit)
-        return _checked(open_blob(vault.root if isinstance(vault, Vault) else vault, digest), digest, limit)
+        f = open_blob(vault.root if isinstance(vault, Vault) else vault, digest)
+        return f if hashed_by_caller else _checked(f, digest, limit)
     except BlobMismatch:
         raise
     except FileNotFoundError:

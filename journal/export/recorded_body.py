@@ -60,26 +60,33 @@ BLOB_CHUNK = 1 << 20
 
 def iter_blob(vault: Vault, ref: dict, chunk: int | None = None) -> Iterator[bytes]:
     """The bytes of a blob reference a chunk at a time (memory holds a chunk, whatever the blob's size), checked
-    against its SHA-256 once read: BlobUnavailable, after the last chunk, when they do not match (a caller
-    that must not hand on wrong bytes reads it through once before writing any)."""
+    against its SHA-256 once read: BlobUnavailable, after the last chunk, when they do not match, or as soon as
+    more bytes came than the reference's size (a caller that must not hand on wrong bytes reads it through
+    once before writing any)."""
     digest = ref["sha256"]
     if not is_blob_name(digest) or ref["ref"] != f"blobs/sha256/{digest[:2]}/{digest}":
         raise BlobUnavailable(f"{str(ref['ref'])[:120]!r} is not a blob reference of this vault (run `broker verify`)")
-    h = hashlib.sha256()
+    size = ref.get("size")
+    limit = size if type(size) is int and size >= 0 else None
+    mismatch = BlobUnavailable(f"blob {ref['ref']} does not hold the bytes its name says (run `broker verify`)")
+    h, n = hashlib.sha256(), 0
     try:
-        with open_recorded_blob(vault, digest, ref.get("size")) as f:
+        # hashed here as it is read (no reading through first), and never past the size the entry names
+        with open_recorded_blob(vault, digest, limit, hashed_by_caller=True) as f:
             while data := f.read(chunk or BLOB_CHUNK):
+                n += len(data)
+                if limit is not None and n > limit:
+                    raise mismatch
                 h.update(data)
                 yield data
     except BlobMismatch:
-        raise BlobUnavailable(f"blob {ref['ref']} does not hold the bytes its name says "
-                              "(run `broker verify`)") from None
+        raise mismatch from None
     except FileNotFoundError:
         raise BlobUnavailable(f"blob {ref['ref']} is missing from {vault.root} (run `broker verify`)") from None
     except NotConfined as exc:
         raise BlobUnavailable(f"blob {ref['ref']} is not read: {exc} (run `broker verify`)") from None
-    if h.hexdigest() != ref["sha256"]:
-        raise BlobUnavailable(f"blob {ref['ref']} does not hold the bytes its name says (run `broker verify`)")
+    if h.hexdigest() != digest:
+        raise mismatch
 
 
 def read_blob(vault: Vault, ref: dict) -> bytes:

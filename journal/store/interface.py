@@ -162,26 +162,26 @@ def checked_blob(source: BlobSource, digest: str, where: str, size: int | None =
     source lacks it or its bytes do not match: a reader treats it as missing, never as the recorded body.
     With the `size` its entry names, an object holding more is refused as soon as more came: a huge object
     in its place fills neither the disk nor the clock."""
-    import hashlib
     import tempfile
 
-    from journal.blobstore import oversize
+    from journal.blobstore import hash_chunks, oversize
 
     out = tempfile.SpooledTemporaryFile(max_size=8 << 20)
-    h = hashlib.sha256()
-    try:
-        n = 0
-        for chunk in source.read_blob(digest):
-            n += len(chunk)
-            if size is not None and n > size:
-                out.close()
-                raise FileNotFoundError(oversize(digest, size, f" in {where}") + "; not used")
-            h.update(chunk)
+
+    def spooled(chunks: Iterable[bytes]) -> Iterator[bytes]:
+        for chunk in chunks:
             out.write(chunk)
+            yield chunk
+
+    try:
+        got, n = hash_chunks(spooled(source.read_blob(digest)), size)
     except StoreError as exc:
         out.close()
         raise FileNotFoundError(str(exc)) from None
-    if h.hexdigest() != digest:
+    if size is not None and n > size:
+        out.close()
+        raise FileNotFoundError(oversize(digest, size, f" in {where}") + "; not used")
+    if got != digest:
         out.close()
         raise FileNotFoundError(f"blob {digest} in {where} does not hash to its name; not used")
     out.seek(0)

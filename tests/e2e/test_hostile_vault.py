@@ -456,3 +456,28 @@ def test_a_store_blob_larger_than_its_entry_says_is_refused_before_it_is_spooled
     with pytest.raises(FileNotFoundError, match="more than the 14 bytes"):
         checked_blob(Endless(), "0" * 64, "the store", size=14)
     assert len(pulled) == 1
+
+
+def test_an_export_reads_a_blob_once_and_still_refuses_one_edited_in_place(tmp_path, monkeypatch):
+    """`iter_blob` hashes what it reads, so the vault file is not read through first as well (an export of a
+    1 GB body read 2 GB); a blob edited in place to other bytes of the same size is still refused."""
+    from journal import blob_read
+
+    vault = Vault.create(tmp_path / "v")
+    data = os.urandom(3 << 20)
+    ref = FileStore(vault.root).put_blob([data])
+    read = []
+
+    def counting_open_blob(root, digest):
+        f = open_blob(root, digest)
+        real = f.read
+        f.read = lambda n=-1: (chunk := real(n), read.append(len(chunk)))[0]  # type: ignore[method-assign]
+        return f
+
+    monkeypatch.setattr(blob_read, "open_blob", counting_open_blob)
+    assert read_blob(vault, ref) == data and sum(read) == len(data)
+    path = vault.root / ref["ref"]
+    os.chmod(path, 0o644)
+    path.write_bytes(bytes(len(data)))
+    with pytest.raises(BlobUnavailable, match="does not hold the bytes its name says"):
+        read_blob(vault, ref)
