@@ -43,7 +43,9 @@ from broker.mcp.messages import (
 from broker.mcp.oversize import OversizeLine
 from broker.mcp.recording import CANCELLED, JOURNAL_ERROR_CODE, LOOKUP_WAIT, STDIO_STATUS, CallJournal, PendingCall
 from broker.mcp.relay import (
+    AMBIGUOUS_REFUSAL,
     INVALID_REQUEST_CODE,
+    JOURNAL_DOWN_REFUSAL,
     LIST_PAGES,
     MAX_LINE,
     SERVER_GONE_CODE,
@@ -176,8 +178,7 @@ class HttpRelay:
                                     "which the shim does not decode: it records what it reads", 415)
             fresh = self._track_request(body, exchange, target, headers, principal, (path_query, forward), who)
             if exchange.refused is None and fresh and (problem := self.journal.problem(who[0] if who else None)):
-                exchange.refused = (JOURNAL_ERROR_CODE,
-                                    f"the journal could not record this call, so it was not sent: {problem}", 200)
+                exchange.refused = (JOURNAL_ERROR_CODE, JOURNAL_DOWN_REFUSAL.format(problem), 200)
             if exchange.refused is not None:  # as the stdio relay's `LineRelay._refuse`
                 code, reason, http_status = exchange.refused
                 why = f"{reason}; the shim did not send this request"
@@ -273,9 +274,7 @@ class HttpRelay:
             return fresh
         messages = line.messages
         if line.other is not None:  # duplicate keys read two ways: refused, each reading's calls recorded
-            exchange.refused = exchange.refused or (
-                INVALID_REQUEST_CODE, "its duplicate keys are read differently by parsers that keep the first value "
-                "and those that keep the last: the shim cannot know which call it would send", 200)
+            exchange.refused = exchange.refused or (INVALID_REQUEST_CODE, AMBIGUOUS_REFUSAL, 200)
             said = {(id_key(m.id), m.method) for m in messages}
             messages = [*messages, *(m for m in line.other if (id_key(m.id), m.method) not in said)]
         for msg in messages:

@@ -51,6 +51,11 @@ MAX_LINE = 64 << 20
 SERVER_GONE_CODE = -32000
 TIMEOUT_CODE = -32001
 INVALID_REQUEST_CODE = -32600
+AMBIGUOUS_REFUSAL = ("its duplicate keys are read differently by parsers that keep the first value and those that "
+                     "keep the last: the shim cannot know which call it would send")
+"""Why a client line read two ways (`Line.other`) is not sent: the stdio relay's and the HTTP front's words."""
+JOURNAL_DOWN_REFUSAL = "the journal could not record this call, so it was not sent: {}"
+"""Why a recorded call is not sent when the journal cannot take its entry now (`CallJournal.problem`)."""
 _CHUNK = 1 << 20
 HOLD_TAIL = 64 << 10
 """The last bytes of an answer over the limit are held until its entry is durable (without its end
@@ -270,12 +275,10 @@ class LineRelay:
             return True
         if any(m.kind == "request" and self.journal.records(m.method) for m in line.messages) and (
                 problem := self.journal.problem()) is not None:
-            self._refuse(line, raw, f"the journal could not record this call, so it was not sent: {problem}",
-                         JOURNAL_ERROR_CODE)
+            self._refuse(line, raw, JOURNAL_DOWN_REFUSAL.format(problem), JOURNAL_ERROR_CODE)
             return False
         if line.other is not None:
-            self._refuse(line, raw, "its duplicate keys are read differently by parsers that keep the first value "
-                                    "and those that keep the last: the shim cannot know which call it would send")
+            self._refuse(line, raw, AMBIGUOUS_REFUSAL)
             return False
         reused = self._open_id(line)
         if reused is not None:
