@@ -1717,12 +1717,20 @@ def redact_json_value(value: object) -> object:
     return value
 
 
+def _every_pair(pairs: list[tuple[str, object]]) -> object:
+    """A JSON object as read for redaction: a dict, or, when a key repeats, each of its pairs as a one-key dict
+    (`json.loads` keeps the last value of a duplicate key; a reader keeping the first, or the text, gets the
+    others back)."""
+    return dict(pairs) if len({k for k, _ in pairs}) == len(pairs) else [{k: v} for k, v in pairs]
+
+
 def redact_escaped_json(body: bytes) -> bytes:
     """A JSON body, after `redact_body`, whose strings hold `\\uXXXX` escapes of ASCII characters: the
     byte rules read it as written, so `\\u0067hp_...` or `https\\u003a//user:pass@` hid a credential
     from them that a reader of the JSON gets back. Such a body is read, redacted as read
-    (`redact_json_value`) and, when that removed anything, written again (the same JSON value less the
-    credentials, no ASCII escaped); any other body comes back unchanged. Called on whole bodies held in
+    (`redact_json_value`) and, when that removed anything (from the value, or from a duplicate key's values
+    it does not keep), written again (the same JSON value less the credentials, no ASCII escaped); any
+    other body comes back unchanged. Called on whole bodies held in
     memory (`record_body`, and `BodyCapture` when it held the body): one over the JSON parse limit, in a
     blob, is not read here; nor is a credential the byte rules cut short (`Bearer\\u0020<token>`:
     the byte rules take `Bearer` for the token)."""
@@ -1733,8 +1741,8 @@ def redact_escaped_json(body: bytes) -> bytes:
     try:
         value = json.loads(body)
         redacted = redact_json_value(value)
-        if redacted == value:
-            return body
+        if redacted == value and redact_json_value(every := json.loads(body, object_pairs_hook=_every_pair)) == every:
+            return body  # nothing to redact, in the last value of a duplicate key nor in any other
         try:
             return json.dumps(redacted, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
         except UnicodeEncodeError:  # a lone surrogate: written escaped

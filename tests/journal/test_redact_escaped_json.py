@@ -71,3 +71,17 @@ def test_bodies_without_credentials_keep_their_bytes(tmp_path: Path) -> None:
 def test_an_escaped_blank_after_the_scheme(tmp_path: Path) -> None:
     body = ('{"h":"Authorization: Bearer\\u0020' + TOKEN + '"}').encode()
     assert TOKEN not in json.dumps(_recorded_body(tmp_path, body))
+
+
+@pytest.mark.parametrize("template", ['{"text":"%s","text":"ok"}', '{"text":"ok","text":"%s","text":"ok"}',
+                                      '[{"a":{"text":"%s","text":"ok"}}]'], ids=["first", "middle", "nested"])
+def test_a_duplicate_key_does_not_hide_an_escaped_credential_from_the_last_wins_reading(template):
+    """`{"text":"\\u0067hp_...","text":"ok"}`: Python's json (last value wins) reads "ok" and saw nothing to
+    redact, so the body was kept as written, while a reader keeping the first value (Go's encoding/json
+    keeps the last too, but many streaming parsers and jq's `first` do not) gets the token back."""
+    from journal.redact import redact_escaped_json
+
+    body = (template % ("\\u0067hp_" + PAT[4:])).encode()
+    out = redact_escaped_json(body)
+    assert PAT[4:].encode() not in out
+    assert json.loads(out) == json.loads(template % "ok")
